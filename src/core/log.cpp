@@ -1,0 +1,14 @@
+#include "core/log.h"
+
+#include <atomic>
+
+namespace lychee {
+
+namespace {
+std::atomic<LogLevel> g_level{LogLevel::kWarn};
+}
+
+void set_log_level(LogLevel level) { g_level.store(level); }
+LogLevel log_level() { return g_level.load(); }
+
+}  // namespace lychee
