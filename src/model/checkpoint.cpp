@@ -1,0 +1,188 @@
+#include "model/checkpoint.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace lychee {
+
+namespace {
+
+bool starts_with_gguf_magic(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  char magic[4] = {};
+  const size_t n = std::fread(magic, 1, 4, f);
+  std::fclose(f);
+  return n == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+// GGUF keeps ggml order (innermost first); the table speaks HF order (outermost first).
+std::vector<int64_t> hf_order(const std::vector<int64_t>& ne) { return {ne.rbegin(), ne.rend()}; }
+
+// Undo llama.cpp's per-head interleave of Q/K rows: file row h*hd + 2i + j holds HF row
+// h*hd + j*hd/2 + i (j in {0, 1}). w: [n_heads * hd, cols] f32.
+void unpermute_rows(float* w, int n_heads, int64_t rows, int64_t cols) {
+  const int64_t hd = rows / n_heads;
+  std::vector<float> tmp(w, w + rows * cols);
+  for (int h = 0; h < n_heads; ++h)
+    for (int64_t i = 0; i < hd / 2; ++i)
+      for (int j = 0; j < 2; ++j) {
+        const float* src = tmp.data() + (h * hd + 2 * i + j) * cols;
+        float* dst = w + (h * hd + j * (hd / 2) + i) * cols;
+        std::memcpy(dst, src, size_t(cols) * sizeof(float));
+      }
+}
+
+}  // namespace
+
+Checkpoint Checkpoint::open(const std::string& path) {
+  namespace fs = std::filesystem;
+  Checkpoint ck;
+  ck.path_ = path;
+  LY_CHECK(fs::exists(path), ErrorCode::kNotFound, "{}: no such file or directory", path);
+  if (fs::is_directory(path)) {
+    const std::string config_path = (fs::path(path) / "config.json").string();
+    LY_CHECK(fs::exists(config_path), ErrorCode::kNotFound,
+             "{}: not a model directory (no config.json)", path);
+    ck.format_ = CheckpointFormat::kHuggingFace;
+    ck.config_ = config_from_hf_json(config_path);
+    if (ck.config_.name.empty()) ck.config_.name = fs::path(path).filename().string();
+    ck.st_ = std::make_unique<SafetensorsCheckpoint>(SafetensorsCheckpoint::open_dir(path));
+  } else {
+    LY_CHECK(starts_with_gguf_magic(path), ErrorCode::kInvalidFile,
+             "{}: neither a model directory (config.json + safetensors) nor a GGUF file "
+             "(magic is not 'GGUF')", path);
+    ck.format_ = CheckpointFormat::kGguf;
+    ck.gguf_ = std::make_unique<GgufFile>(GgufFile::open(path));
+    ck.config_ = config_from_gguf(*ck.gguf_);
+    if (ck.config_.name.empty()) ck.config_.name = fs::path(path).stem().string();
+  }
+  ck.collect_weights();
+  return ck;
+}
+
+void Checkpoint::collect_weights() {
+  const ModelConfig& c = config_;
+  const bool gguf = format_ == CheckpointFormat::kGguf;
+  weights_.assign(size_t(c.n_layers), {});
+  size_t n_used = 0;
+  for (const WeightSpec& spec : weight_table()) {
+    const bool present = spec.present == nullptr || spec.present(c);
+    for (int layer = 0; layer < (spec.per_layer ? c.n_layers : 1); ++layer) {
+      const std::string name = gguf ? weight_gguf_name(spec, layer) : weight_hf_name(spec, layer);
+      if (name.empty() || !present) continue;
+      const std::vector<int64_t> expected = spec.shape(c);
+      RawWeight w;
+      w.name = name;
+      if (gguf) {
+        const GgufTensorInfo* t = gguf_->find_tensor(name);
+        if (t == nullptr) {
+          LY_CHECK(spec.optional, ErrorCode::kNotFound, "{}: missing tensor '{}' (expected shape {})",
+                   path_, name, shape_str(expected));
+          continue;
+        }
+        w.file = path_;
+        w.dtype = t->dtype;
+        w.shape = hf_order(t->ne);
+        w.data = t->data;
+        w.n_bytes = t->n_bytes;
+        if (spec.id == WeightId::kWq || spec.id == WeightId::kBq) w.unpermute_heads = c.n_heads;
+        if (spec.id == WeightId::kWk || spec.id == WeightId::kBk) w.unpermute_heads = c.n_kv_heads;
+      } else {
+        const SafetensorsTensor* t = st_->find(name, &w.file);
+        if (t == nullptr) {
+          LY_CHECK(spec.optional, ErrorCode::kNotFound, "{}: missing tensor '{}' (expected shape {})",
+                   path_, name, shape_str(expected));
+          continue;
+        }
+        LY_CHECK(t->dtype == DType::kF32 || t->dtype == DType::kF16 || t->dtype == DType::kBF16,
+                 ErrorCode::kUnsupported, "{}: tensor '{}' has dtype {} (expected F32, F16 or BF16)",
+                 w.file, name, t->dtype_name);
+        w.dtype = *t->dtype;
+        w.shape = t->shape;
+        w.data = t->data;
+        w.n_bytes = t->n_bytes;
+      }
+      LY_CHECK(w.shape == expected, ErrorCode::kInvalidFile,
+               "{}: tensor '{}' has wrong shape; expected {}, got {}", w.file, name,
+               shape_str(expected), shape_str(w.shape));
+      weights_[size_t(layer)][size_t(spec.id)] = std::move(w);
+      ++n_used;
+    }
+  }
+  const size_t n_in_file = gguf ? gguf_->tensors().size() : st_->tensor_names().size();
+  if (n_in_file > n_used)
+    LY_LOG_INFO("{}: {} tensors in the file are not used by lychee", path_, n_in_file - n_used);
+}
+
+const RawWeight* Checkpoint::weight(WeightId id, int layer) const {
+  const WeightSpec& spec = weight_spec(id);
+  LY_ASSERT(layer >= 0 && layer < config_.n_layers && (spec.per_layer || layer == 0));
+  const auto& w = weights_[size_t(layer)][size_t(id)];
+  return w ? &*w : nullptr;
+}
+
+void Checkpoint::read_f32(WeightId id, int layer, float* dst) const {
+  const RawWeight* w = weight(id, layer);
+  LY_ASSERT(w != nullptr);
+  int64_t n = 1;
+  for (int64_t d : w->shape) n *= d;
+  convert_to_f32(w->dtype, w->data, n, dst);
+  if (w->unpermute_heads > 0) {
+    const int64_t cols = w->shape.size() == 2 ? w->shape[1] : 1;
+    unpermute_rows(dst, w->unpermute_heads, w->shape[0], cols);
+  }
+}
+
+uint64_t Checkpoint::file_weight_bytes() const {
+  uint64_t total = 0;
+  for (const auto& layer : weights_)
+    for (const auto& w : layer)
+      if (w) total += w->n_bytes;
+  return total;
+}
+
+void HostWeights::FreeDeleter::operator()(float* p) const { std::free(p); }
+
+HostWeights HostWeights::load(const Checkpoint& ck) {
+  const ModelConfig& c = ck.config();
+  HostWeights hw;
+  hw.views_.assign(size_t(c.n_layers), {});
+  size_t total = 0;
+  auto padded = [](int64_t n) { return (size_t(n) + 15) / 16 * 16; };  // 64-byte aligned views
+  for (const WeightSpec& spec : weight_table())
+    for (int layer = 0; layer < (spec.per_layer ? c.n_layers : 1); ++layer)
+      if (ck.weight(spec.id, layer) != nullptr) total += padded(weight_numel(spec, c));
+  hw.n_floats_ = total;
+  float* arena = static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(total, 16) * sizeof(float)));
+  LY_CHECK(arena != nullptr, ErrorCode::kCapacity, "{}: cannot allocate {} MiB for the weights",
+           ck.path(), total * 4 >> 20);
+  hw.arena_.reset(arena);
+  size_t offset = 0;
+  for (const WeightSpec& spec : weight_table()) {
+    for (int layer = 0; layer < (spec.per_layer ? c.n_layers : 1); ++layer) {
+      if (ck.weight(spec.id, layer) == nullptr) continue;
+      float* dst = arena + offset;
+      ck.read_f32(spec.id, layer, dst);
+      hw.views_[size_t(layer)][size_t(spec.id)] = dst;
+      offset += padded(weight_numel(spec, c));
+    }
+  }
+  return hw;
+}
+
+const float* HostWeights::get(WeightId id, int layer) const {
+  const float* p = views_[size_t(layer)][size_t(id)];
+  if (p == nullptr && id == WeightId::kOutput) return views_[0][size_t(WeightId::kTokEmbd)];
+  return p;
+}
+
+}  // namespace lychee
