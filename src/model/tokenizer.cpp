@@ -1,0 +1,528 @@
+#include "model/tokenizer.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "model/gguf.h"
+
+namespace lychee {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kMaxTokenId = int64_t(1) << 24;
+constexpr size_t kMaxCachedPiece = 128;  // longer pre-tokens are rarely repeated
+
+json parse_json_file(const std::string& path) {
+  const std::string text = read_text_file(path);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    fail(ErrorCode::kInvalidFile, "{}: not valid JSON: {}", path, e.what());
+  }
+}
+
+const json& field_or_null(const json& j, const char* key) {
+  static const json kNull;
+  const auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+// A token's decoded bytes the way HF's ByteLevel decoder does it: every character mapped back to
+// its byte, or the text unchanged when some character is not one of the 256 symbols.
+std::string decode_token_text(std::string_view text) {
+  std::string bytes;
+  bytes.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp;
+    const int n = unicode::utf8_decode(text, i, &cp);
+    const int b = n > 0 ? unicode::code_point_to_byte(cp) : -1;
+    if (b < 0) return std::string(text);
+    bytes += char(b);
+    i += size_t(n);
+  }
+  return bytes;
+}
+
+void parse_normalizer(const json& n, const std::string& where,
+                      std::vector<unicode::NormalForm>& out) {
+  if (n.is_null()) return;
+  const std::string type = json_string(n, "type", where);
+  if (type == "Sequence") {
+    const json& list = json_field(n, "normalizers", where);
+    LY_CHECK(list.is_array(), ErrorCode::kInvalidFile, "{}.normalizers: expected an array", where);
+    for (size_t k = 0; k < list.size(); ++k)
+      parse_normalizer(list[k], fmt::format("{}.normalizers[{}]", where, k), out);
+    return;
+  }
+  using unicode::NormalForm;
+  for (NormalForm f : {NormalForm::kNFC, NormalForm::kNFD, NormalForm::kNFKC, NormalForm::kNFKD}) {
+    if (type == unicode::normal_form_name(f)) {
+      out.push_back(f);
+      return;
+    }
+  }
+  fail(ErrorCode::kUnsupported,
+       "{}: normalizer type '{}' is not supported (lychee reads NFC, NFD, NFKC, NFKD, Sequence)",
+       where, type);
+}
+
+bool has_byte_level_decoder(const json& d, const std::string& where) {
+  if (d.is_null()) return false;
+  const std::string type = json_string(d, "type", where);
+  if (type == "ByteLevel") return true;
+  if (type != "Sequence") return false;
+  const json& list = json_field(d, "decoders", where);
+  return list.is_array() && std::any_of(list.begin(), list.end(), [&](const json& x) {
+           return has_byte_level_decoder(x, where + ".decoders[]");
+         });
+}
+
+std::vector<AddedToken> parse_added_tokens(const json& list, const std::string& where) {
+  std::vector<AddedToken> out;
+  if (list.is_null()) return out;
+  LY_CHECK(list.is_array(), ErrorCode::kInvalidFile, "{}: expected an array", where);
+  for (size_t k = 0; k < list.size(); ++k) {
+    const std::string at = fmt::format("{}[{}]", where, k);
+    const json& e = list[k];
+    AddedToken t;
+    t.content = json_string(e, "content", at);
+    const json& id = json_field(e, "id", at);
+    LY_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < kMaxTokenId,
+             ErrorCode::kInvalidFile, "{}.id: expected an id in [0, {}), got {}", at, kMaxTokenId,
+             id.dump());
+    t.id = int32_t(id.get<int64_t>());
+    t.special = json_bool_or(e, "special", false, at);
+    t.lstrip = json_bool_or(e, "lstrip", false, at);
+    t.rstrip = json_bool_or(e, "rstrip", false, at);
+    t.single_word = json_bool_or(e, "single_word", false, at);
+    t.normalized = json_bool_or(e, "normalized", !t.special, at);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// What the post-processor adds in front of a single sequence.
+struct PostProcessor {
+  bool has_template = false;  // a TemplateProcessing decides add_bos
+  std::string bos_content;    // its leading special token, "" if none
+  int32_t bos_id = -1;
+};
+
+void parse_post_processor(const json& p, const std::string& where, PostProcessor& out) {
+  if (p.is_null()) return;
+  const std::string type = json_string(p, "type", where);
+  if (type == "Sequence") {
+    const json& list = json_field(p, "processors", where);
+    LY_CHECK(list.is_array(), ErrorCode::kInvalidFile, "{}.processors: expected an array", where);
+    for (size_t k = 0; k < list.size(); ++k)
+      parse_post_processor(list[k], fmt::format("{}.processors[{}]", where, k), out);
+    return;
+  }
+  if (type == "ByteLevel") return;  // offsets only
+  LY_CHECK(type == "TemplateProcessing", ErrorCode::kUnsupported,
+           "{}: post-processor type '{}' is not supported (lychee reads TemplateProcessing, "
+           "ByteLevel, Sequence)", where, type);
+  out.has_template = true;
+  const json& single = json_field(p, "single", where);
+  LY_CHECK(single.is_array(), ErrorCode::kInvalidFile, "{}.single: expected an array", where);
+  if (single.empty() || !single[0].contains("SpecialToken")) return;
+  out.bos_content = json_string(single[0]["SpecialToken"], "id", where + ".single[0].SpecialToken");
+  const json& specials = field_or_null(p, "special_tokens");
+  const json& entry = specials.is_object() ? field_or_null(specials, out.bos_content.c_str()) : json();
+  const json& ids = entry.is_object() ? field_or_null(entry, "ids") : json();
+  if (ids.is_array() && !ids.empty() && ids[0].is_number_integer())
+    out.bos_id = int32_t(ids[0].get<int64_t>());
+}
+
+// The fields lychee reads from tokenizer_config.json.
+struct HfConfig {
+  std::optional<std::string> bos, eos;
+  std::optional<bool> add_bos;
+  std::string chat_template;
+};
+
+std::optional<std::string> config_token(const json& c, const char* key, const std::string& path) {
+  const json& v = field_or_null(c, key);
+  if (v.is_null()) return std::nullopt;
+  if (v.is_string()) return v.get<std::string>();
+  LY_CHECK(v.is_object(), ErrorCode::kInvalidFile,
+           "{}: field '{}' should be a string or an object with 'content', got {}", path, key,
+           v.dump());
+  return json_string(v, "content", fmt::format("{}: {}", path, key));
+}
+
+std::string config_chat_template(const json& c, const std::string& path) {
+  const json& t = field_or_null(c, "chat_template");
+  if (t.is_null()) return "";
+  if (t.is_string()) return t.get<std::string>();
+  // A list of named templates: the one named "default".
+  LY_CHECK(t.is_array(), ErrorCode::kInvalidFile,
+           "{}: field 'chat_template' should be a string or a list of {{name, template}}", path);
+  for (const json& e : t)
+    if (e.is_object() && e.value("name", "") == "default")
+      return json_string(e, "template", path + ": chat_template[default]");
+  fail(ErrorCode::kInvalidFile, "{}: chat_template lists no template named 'default'", path);
+}
+
+HfConfig read_config(const std::string& path) {
+  HfConfig cfg;
+  if (path.empty()) return cfg;
+  const json c = parse_json_file(path);
+  LY_CHECK(c.is_object(), ErrorCode::kInvalidFile, "{}: expected a JSON object", path);
+  cfg.bos = config_token(c, "bos_token", path);
+  cfg.eos = config_token(c, "eos_token", path);
+  const json& add = field_or_null(c, "add_bos_token");
+  LY_CHECK(add.is_null() || add.is_boolean(), ErrorCode::kInvalidFile,
+           "{}: field 'add_bos_token' should be a bool, got {}", path, add.dump());
+  if (add.is_boolean()) cfg.add_bos = add.get<bool>();
+  cfg.chat_template = config_chat_template(c, path);
+  return cfg;
+}
+
+// GGUF merges are "a b"; the split is at the first space after the first byte.
+std::vector<std::pair<std::string, std::string>> split_gguf_merges(
+    const std::vector<std::string_view>& text, const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> merges;
+  merges.reserve(text.size());
+  for (size_t k = 0; k < text.size(); ++k) {
+    const std::string_view m = text[k];
+    const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
+    LY_CHECK(sp != std::string_view::npos, ErrorCode::kInvalidFile,
+             "{}: tokenizer.ggml.merges[{}] = '{}' is not \"a b\"", path, k, m);
+    merges.emplace_back(std::string(m.substr(0, sp)), std::string(m.substr(sp + 1)));
+  }
+  return merges;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_hf_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path root(dir);
+  const fs::path config = root / "tokenizer_config.json";
+  Tokenizer t = from_hf_json((root / "tokenizer.json").string(),
+                             fs::exists(config) ? config.string() : std::string());
+  const fs::path jinja = root / "chat_template.jinja";
+  if (t.chat_template_.empty() && fs::exists(jinja)) t.chat_template_ = read_text_file(jinja.string());
+  return t;
+}
+
+Tokenizer Tokenizer::from_hf_json(const std::string& tokenizer_json_path,
+                                  const std::string& tokenizer_config_path) {
+  const std::string& path = tokenizer_json_path;
+  const json j = parse_json_file(path);
+  LY_CHECK(j.is_object(), ErrorCode::kInvalidFile, "{}: expected a JSON object", path);
+  LY_CHECK(j.contains("model"), ErrorCode::kInvalidFile, "{}: missing field 'model'", path);
+  Tokenizer t;
+  t.bpe_ = BpeModel::from_json(j["model"], path);
+  parse_normalizer(field_or_null(j, "normalizer"), path + ": normalizer", t.normalizers_);
+  t.pre_ = PreTokenizer::from_json(field_or_null(j, "pre_tokenizer"), path);
+  LY_CHECK(has_byte_level_decoder(field_or_null(j, "decoder"), path + ": decoder"),
+           ErrorCode::kUnsupported,
+           "{}: decoder must be ByteLevel or a Sequence holding one (byte-level BPE only), got {}",
+           path, field_or_null(j, "decoder").dump());
+  t.added_ = parse_added_tokens(field_or_null(j, "added_tokens"), path + ": added_tokens");
+  PostProcessor post;
+  parse_post_processor(field_or_null(j, "post_processor"), path + ": post_processor", post);
+  t.finish(path);
+
+  const HfConfig cfg = read_config(tokenizer_config_path);
+  const auto resolve = [&](const std::optional<std::string>& content, const char* field) {
+    if (!content) return int32_t(-1);
+    const auto id = t.find_token(*content);
+    LY_CHECK(id.has_value(), ErrorCode::kInvalidFile, "{}: {} '{}' is not a token of {}",
+             tokenizer_config_path, field, *content, path);
+    return *id;
+  };
+  t.bos_id_ = resolve(cfg.bos, "bos_token");
+  if (t.bos_id_ < 0 && !post.bos_content.empty())
+    t.bos_id_ = post.bos_id >= 0 ? post.bos_id : t.find_token(post.bos_content).value_or(-1);
+  t.eos_id_ = resolve(cfg.eos, "eos_token");
+  t.add_bos_ = post.has_template ? !post.bos_content.empty() : cfg.add_bos.value_or(false);
+  t.chat_template_ = cfg.chat_template;
+  t.set_stop_ids();
+  return t;
+}
+
+Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
+  const std::string& path = g.path();
+  const std::string_view model = g.get_string("tokenizer.ggml.model");
+  LY_CHECK(model == "gpt2", ErrorCode::kUnsupported,
+           "{}: tokenizer.ggml.model = '{}' is not supported (lychee reads byte-level BPE, 'gpt2')",
+           path, model);
+  const auto& tokens = g.get_string_array("tokenizer.ggml.tokens");
+  const auto& merges_text = g.get_string_array("tokenizer.ggml.merges");
+  std::vector<int64_t> types(tokens.size(), 1);
+  if (g.has("tokenizer.ggml.token_type")) {
+    types = g.get_int_array("tokenizer.ggml.token_type");
+    LY_CHECK(types.size() == tokens.size(), ErrorCode::kInvalidFile,
+             "{}: tokenizer.ggml.token_type has {} entries, expected {} (one per token)", path,
+             types.size(), tokens.size());
+  }
+  const std::string pre(g.get_string_opt("tokenizer.ggml.pre").value_or("default"));
+  PreTokenizerPreset preset = preset_for_gguf_pre(pre, path, "tokenizer.ggml.pre");
+
+  const auto merges = split_gguf_merges(merges_text, path);
+  const auto token_id = [&](const char* key) -> int32_t {
+    const auto v = g.get_uint_opt(key);
+    if (!v) return -1;
+    LY_CHECK(*v < tokens.size(), ErrorCode::kInvalidFile,
+             "{}: {} = {} is outside the vocabulary ({} tokens)", path, key, *v, tokens.size());
+    return int32_t(*v);
+  };
+  // transformers' GGUF loader builds the BPE model with byte_fallback and fuse_unk: a byte with
+  // no symbol (SmolLM2 lacks 21, e.g. 0x04 and 0xFF) becomes <0xHH> or else one fused unk.
+  BpeOptions options;
+  options.ignore_merges = preset.ignore_merges;
+  options.byte_fallback = true;
+  options.fuse_unk = true;
+  options.unk_id = token_id("tokenizer.ggml.unknown_token_id");
+
+  Tokenizer t;
+  t.bpe_ = BpeModel::build(std::vector<std::string>(tokens.begin(), tokens.end()), merges,
+                           options, path + ": tokenizer.ggml");
+  t.pre_ = std::move(preset.pre);
+  if (preset.normal_form) t.normalizers_.push_back(*preset.normal_form);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    // llama.cpp token types: 3 = control (special), 4 = user-defined (plain added token).
+    if ((types[i] != 3 && types[i] != 4) || tokens[i].empty()) continue;
+    AddedToken a;
+    a.content = std::string(tokens[i]);
+    a.id = int32_t(i);
+    a.special = types[i] == 3;
+    t.added_.push_back(std::move(a));
+  }
+  t.bos_id_ = token_id("tokenizer.ggml.bos_token_id");
+  t.eos_id_ = token_id("tokenizer.ggml.eos_token_id");
+  t.add_bos_ = g.get_bool_opt("tokenizer.ggml.add_bos_token").value_or(false);
+  t.chat_template_ = std::string(g.get_string_opt("tokenizer.chat_template").value_or(""));
+  t.finish(path);
+  return t;
+}
+
+// Builds the id tables and matchers from bpe_ and added_, then the stop ids.
+void Tokenizer::finish(std::string_view where) {
+  int32_t n = bpe_.size();
+  for (const AddedToken& a : added_) n = std::max(n, a.id + 1);
+  pieces_.assign(size_t(n), std::string());
+  special_.assign(size_t(n), 0);
+  for (int32_t i = 0; i < bpe_.size(); ++i) pieces_[i] = decode_token_text(bpe_.tokens()[i]);
+  added_index_.clear();
+  for (size_t k = 0; k < added_.size(); ++k) {
+    const AddedToken& a = added_[k];
+    LY_CHECK(!a.content.empty(), ErrorCode::kInvalidFile, "{}: added token id {} is empty", where,
+             a.id);
+    pieces_[a.id] = decode_token_text(a.content);
+    special_[a.id] = a.special;
+    added_index_.emplace(a.content, int32_t(k));
+  }
+  build_matchers();
+  set_stop_ids();
+}
+
+void Tokenizer::set_stop_ids() {
+  stop_ids_.clear();
+  if (eos_id_ >= 0) stop_ids_.push_back(eos_id_);
+  for (const char* name : {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>"}) {
+    const auto it = added_index_.find(std::string_view(name));
+    const auto id = it != added_index_.end() ? std::optional(added_[it->second].id) : bpe_.find(name);
+    if (id && std::find(stop_ids_.begin(), stop_ids_.end(), *id) == stop_ids_.end())
+      stop_ids_.push_back(*id);
+  }
+}
+
+void Tokenizer::build_matchers() {
+  for (AddedMatcher* m : {&raw_matcher_, &normalized_matcher_}) {
+    m->by_first_byte.assign(256, {});
+    m->patterns.assign(added_.size(), std::string());
+  }
+  for (size_t k = 0; k < added_.size(); ++k) {
+    const AddedToken& a = added_[k];
+    AddedMatcher& m = a.normalized ? normalized_matcher_ : raw_matcher_;
+    m.patterns[k] = a.normalized ? normalize(a.content) : a.content;
+    if (!m.patterns[k].empty()) m.by_first_byte[uint8_t(m.patterns[k][0])].push_back(int32_t(k));
+  }
+  for (AddedMatcher* m : {&raw_matcher_, &normalized_matcher_}) {
+    for (auto& list : m->by_first_byte) {
+      // Longest first, so the first hit at a position is the leftmost-longest match.
+      std::stable_sort(list.begin(), list.end(), [&](int32_t x, int32_t y) {
+        return m->patterns[x].size() > m->patterns[y].size();
+      });
+    }
+  }
+}
+
+std::string Tokenizer::normalize(std::string_view text) const {
+  std::string s(text);
+  for (unicode::NormalForm f : normalizers_) s = unicode::normalize(s, f);
+  return s;
+}
+
+namespace {
+
+// Start of the whitespace run that ends at `end` (Rust char::is_whitespace).
+size_t whitespace_start_before(std::string_view s, size_t end) {
+  while (end > 0) {
+    size_t start = end - 1;
+    while (start > 0 && end - start < 4 && (uint8_t(s[start]) & 0xC0) == 0x80) --start;
+    uint32_t cp;
+    const int n = unicode::utf8_decode(s, start, &cp);
+    if (n <= 0 || start + size_t(n) != end || !unicode::is_white_space(cp)) break;
+    end = start;
+  }
+  return end;
+}
+
+size_t whitespace_end_after(std::string_view s, size_t begin) {
+  uint32_t cp;
+  for (int n; begin < s.size() && (n = unicode::utf8_decode(s, begin, &cp)) > 0 &&
+              unicode::is_white_space(cp);)
+    begin += size_t(n);
+  return begin;
+}
+
+bool word_char_before(std::string_view s, size_t end) {
+  if (end == 0) return false;
+  size_t start = end - 1;
+  while (start > 0 && end - start < 4 && (uint8_t(s[start]) & 0xC0) == 0x80) --start;
+  uint32_t cp;
+  return unicode::utf8_decode(s, start, &cp) > 0 && unicode::is_word_char(cp);
+}
+
+bool word_char_at(std::string_view s, size_t i) {
+  uint32_t cp;
+  return i < s.size() && unicode::utf8_decode(s, i, &cp) > 0 && unicode::is_word_char(cp);
+}
+
+}  // namespace
+
+// HF's added-vocabulary split: leftmost-longest matches; a special token is skipped (left as
+// text) without parse_special; lstrip/rstrip widen the match over whitespace.
+void Tokenizer::split_added(std::string_view text, const AddedMatcher& m, bool parse_special,
+                            std::vector<Segment>& out) const {
+  out.clear();
+  size_t done = 0;  // end of the last segment emitted
+  for (size_t i = 0; i < text.size();) {
+    int32_t hit = -1;
+    for (int32_t k : m.by_first_byte[uint8_t(text[i])]) {
+      if (text.substr(i).starts_with(m.patterns[k])) {
+        hit = k;
+        break;
+      }
+    }
+    if (hit < 0) {
+      ++i;
+      continue;
+    }
+    const AddedToken& a = added_[hit];
+    size_t begin = i, end = i + m.patterns[hit].size();
+    i = end;
+    if (a.special && !parse_special) continue;
+    if (a.single_word && (word_char_before(text, begin) || word_char_at(text, end))) continue;
+    if (a.lstrip) begin = std::max(whitespace_start_before(text, begin), done);
+    if (a.rstrip) end = whitespace_end_after(text, end);
+    begin = std::max(begin, done);
+    if (begin > done) out.push_back({done, begin, -1});
+    out.push_back({begin, end, hit});
+    done = end;
+    i = std::max(i, done);
+  }
+  if (done < text.size()) out.push_back({done, text.size(), -1});
+}
+
+struct Tokenizer::EncodeCache {
+  // pre-token bytes -> (offset into ids << 32 | count)
+  std::unordered_map<std::string, uint64_t, StringHash, std::equal_to<>> where;
+  std::vector<int32_t> ids;
+  BpeScratch scratch;
+  Pieces pieces;
+  std::vector<Segment> segments;
+};
+
+void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out,
+                            EncodeCache& cache) const {
+  cache.pieces.clear();
+  pre_.split(text, cache.pieces);
+  for (size_t k = 0; k < cache.pieces.spans.size(); ++k) {
+    const std::string_view piece = cache.pieces.at(k);
+    if (piece.size() > kMaxCachedPiece) {
+      bpe_.encode_word(piece, out, cache.scratch);
+      continue;
+    }
+    if (const auto it = cache.where.find(piece); it != cache.where.end()) {
+      const auto offset = size_t(it->second >> 32), count = size_t(it->second & 0xFFFFFFFFu);
+      out.insert(out.end(), cache.ids.begin() + offset, cache.ids.begin() + offset + count);
+      continue;
+    }
+    const size_t before = out.size();
+    bpe_.encode_word(piece, out, cache.scratch);
+    const uint64_t offset = cache.ids.size(), count = out.size() - before;
+    cache.ids.insert(cache.ids.end(), out.begin() + before, out.end());
+    cache.where.emplace(std::string(piece), (offset << 32) | count);
+  }
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       bool parse_special) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 2);
+  if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
+  EncodeCache cache;
+  std::vector<Segment> raw;
+  split_added(text, raw_matcher_, parse_special, raw);
+  for (const Segment& seg : raw) {
+    if (seg.added >= 0) {
+      out.push_back(added_[seg.added].id);
+      continue;
+    }
+    std::string_view part = text.substr(seg.begin, seg.end - seg.begin);
+    std::string normalized;
+    if (!normalizers_.empty()) part = normalized = normalize(part);
+    // Added tokens marked `normalized` match in the normalised text.
+    split_added(part, normalized_matcher_, parse_special, cache.segments);
+    for (const Segment& s : cache.segments) {
+      if (s.added >= 0) out.push_back(added_[s.added].id);
+      else encode_text(part.substr(s.begin, s.end - s.begin), out, cache);
+    }
+  }
+  return out;
+}
+
+void Tokenizer::check_id(int32_t id, std::string_view what) const {
+  LY_CHECK(id >= 0 && id < vocab_size(), ErrorCode::kInvalidArgument,
+           "{}: token id {} is outside the vocabulary [0, {})", what, id, vocab_size());
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  std::string out;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    check_id(ids[k], "decode");
+    if (skip_special && special_[ids[k]]) continue;
+    out += pieces_[ids[k]];
+  }
+  return out;
+}
+
+std::string Tokenizer::token_piece(int32_t id) const {
+  check_id(id, "token_piece");
+  return pieces_[id];
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < vocab_size() && special_[id] != 0;
+}
+
+std::optional<int32_t> Tokenizer::find_token(std::string_view piece) const {
+  if (const auto it = added_index_.find(piece); it != added_index_.end())
+    return added_[it->second].id;
+  if (const auto id = bpe_.find(piece)) return id;
+  return bpe_.find(unicode::bytes_to_symbols(piece));
+}
+
+}  // namespace lychee
