@@ -1,0 +1,46 @@
+// The attention-policy interface: for each decode step, layer and query head, a policy decides
+// which cached tokens the head reads. Backends call it and do the arithmetic; policies never do.
+// Implementations (Full, Lychee, Tidal, Quest, Duo) live beside this file and include no
+// backend header.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace lychee {
+
+// What one query head reads in one decode step.
+struct HeadRead {
+  bool dense = true;             // every cached token 0 .. n_ctx-1
+  std::vector<int32_t> tokens;   // otherwise: ascending positions, the current token included
+};
+
+// Host view of one layer's cache for one sequence (the CPU oracle's layout).
+struct LayerKvView {
+  const float* k = nullptr;  // [n_kv_heads][capacity][head_dim] f32
+  const float* v = nullptr;
+  int capacity = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int length = 0;            // tokens cached, the current one included
+  const float* k_head(int h) const { return k + size_t(h) * size_t(capacity) * size_t(head_dim); }
+  const float* v_head(int h) const { return v + size_t(h) * size_t(capacity) * size_t(head_dim); }
+};
+
+class AttentionPolicy {
+ public:
+  virtual ~AttentionPolicy() = default;
+  virtual std::string name() const = 0;
+  // A new sequence starts (its prompt is prefilled densely).
+  virtual void reset() = 0;
+  // A decode step starts; n_ctx counts the cached tokens including the one being decoded.
+  virtual void begin_step(int n_ctx) = 0;
+  // Decide what each query head of `layer` reads. q: [n_heads, head_dim] f32 after RoPE (and
+  // q_norm). reads: [n_heads], preset to dense.
+  virtual void plan_layer(int layer, const float* q, const LayerKvView& kv,
+                          std::span<HeadRead> reads) = 0;
+};
+
+}  // namespace lychee

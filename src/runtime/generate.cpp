@@ -1,0 +1,54 @@
+#include "runtime/generate.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace lychee {
+
+std::span<const float> prefill(Session& session, std::span<const int32_t> prompt, int chunk) {
+  LY_CHECK(!prompt.empty(), ErrorCode::kInvalidArgument, "the prompt is empty");
+  LY_CHECK(chunk > 0, ErrorCode::kInvalidArgument, "prefill chunk must be positive");
+  std::span<const float> logits;
+  for (size_t i = 0; i < prompt.size(); i += size_t(chunk)) {
+    const size_t n = std::min(prompt.size() - i, size_t(chunk));
+    logits = session.forward(prompt.subspan(i, n));
+  }
+  return logits;
+}
+
+GenerateResult generate(Session& session, std::span<const int32_t> prompt,
+                        const GenerateOptions& options, const TokenCallback& on_token) {
+  LY_CHECK(options.max_new_tokens >= 0, ErrorCode::kInvalidArgument,
+           "max_new_tokens must be >= 0, got {}", options.max_new_tokens);
+  const int needed = session.length() + int(prompt.size()) + std::max(options.max_new_tokens - 1, 0);
+  LY_CHECK(needed <= session.capacity(), ErrorCode::kCapacity,
+           "prompt of {} tokens plus {} new tokens needs {} cache slots; the session holds {}",
+           prompt.size(), options.max_new_tokens, needed, session.capacity());
+  GenerateResult result;
+  result.n_prompt = int(prompt.size());
+  result.finish_reason = "length";
+  Sampler sampler(options.sampling);
+  Timer timer;
+  std::span<const float> logits = prefill(session, prompt, options.prefill_chunk);
+  result.prefill_seconds = timer.seconds();
+  timer.reset();
+  for (int i = 0; i < options.max_new_tokens; ++i) {
+    const int32_t token = sampler.sample(logits);
+    result.tokens.push_back(token);
+    const bool stop = std::find(options.stop_ids.begin(), options.stop_ids.end(), token) !=
+                      options.stop_ids.end();
+    if (on_token && !on_token(token)) break;
+    if (stop) {
+      result.finish_reason = "stop";
+      break;
+    }
+    if (i + 1 == options.max_new_tokens) break;
+    logits = session.forward(std::span<const int32_t>(&token, 1));
+  }
+  result.decode_seconds = timer.seconds();
+  return result;
+}
+
+}  // namespace lychee

@@ -1,0 +1,39 @@
+// The generation loop: prefill a prompt, then sample and feed tokens until a stop token or a
+// length limit. Backend-agnostic (drives a Session).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+
+namespace lychee {
+
+struct GenerateOptions {
+  int max_new_tokens = 128;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_ids;  // generation ends after producing one of these
+  int prefill_chunk = 2048;       // prompt tokens per forward call
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;    // generated tokens (the stop token included if hit)
+  int n_prompt = 0;
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  std::string finish_reason;      // "stop" or "length"
+};
+
+// on_token is called after each generated token; returning false stops generation.
+using TokenCallback = std::function<bool(int32_t token)>;
+
+GenerateResult generate(Session& session, std::span<const int32_t> prompt,
+                        const GenerateOptions& options, const TokenCallback& on_token = {});
+
+// Feeds a prompt in chunks; returns the logits after its last token.
+std::span<const float> prefill(Session& session, std::span<const int32_t> prompt, int chunk);
+
+}  // namespace lychee
