@@ -1,0 +1,86 @@
+// lychee bench: prefill and decode throughput on this machine, beside the memory-bandwidth
+// bound of a decode step (weight bytes + KV bytes read per token / measured read bandwidth).
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "app.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "runtime/membw.h"
+
+namespace lychee::app {
+
+namespace {
+
+struct BenchArgs {
+  ModelArgs model;
+  int prompt_tokens = 512;
+  int gen_tokens = 64;
+  int repeats = 3;
+  std::string json_path;
+};
+
+void run_bench(const BenchArgs& a) {
+  Engine engine(a.model.engine_options());
+  const ModelConfig& c = engine.config();
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> pick(0, c.vocab_size - 1);
+  std::vector<int32_t> prompt(size_t(a.prompt_tokens));
+  for (auto& t : prompt) t = pick(rng);
+
+  double best_prefill = 1e30, best_decode = 1e30;
+  for (int r = 0; r < a.repeats; ++r) {
+    std::unique_ptr<Session> s = engine.new_session(a.prompt_tokens + a.gen_tokens);
+    GenerateOptions o;
+    o.max_new_tokens = a.gen_tokens + 1;  // the first token comes from prefill
+    GenerateResult res = generate(*s, prompt, o);
+    best_prefill = std::min(best_prefill, res.prefill_seconds);
+    best_decode = std::min(best_decode, res.decode_seconds);
+  }
+  const MemoryBandwidth bw = measure_memory_bandwidth();
+  const double prefill_tps = a.prompt_tokens / best_prefill;
+  const double decode_tps = a.gen_tokens / best_decode;
+  const double weight_bytes = double(engine.weight_bytes_per_token());
+  // Mean KV bytes read per decode step: every layer reads K and V of all cached tokens (f32).
+  const double mean_ctx = a.prompt_tokens + a.gen_tokens / 2.0;
+  const double kv_bytes = mean_ctx * c.n_layers * c.kv_dim() * 2.0 * 4.0;
+  const double bound_tps = bw.read_gbps * 1e9 / (weight_bytes + kv_bytes);
+
+  std::printf("model          %s (%s, %.1f M params, %s)\n", c.name.c_str(), arch_name(c.arch),
+              double(c.n_params()) / 1e6, engine.device().c_str());
+  std::printf("prefill        %d tokens: %.1f tok/s\n", a.prompt_tokens, prefill_tps);
+  std::printf("decode         %d tokens after %d: %.2f tok/s (%.2f ms/token)\n", a.gen_tokens,
+              a.prompt_tokens, decode_tps, 1e3 / decode_tps);
+  std::printf("memory         read %.1f GB/s, copy %.1f GB/s (measured, %d threads)\n", bw.read_gbps,
+              bw.copy_gbps, bw.threads);
+  std::printf("decode bound   %.1f MB weights + %.1f MB KV per token -> %.2f tok/s; measured is %.0f%% of it\n",
+              weight_bytes / 1e6, kv_bytes / 1e6, bound_tps, 100.0 * decode_tps / bound_tps);
+  if (!a.json_path.empty()) {
+    nlohmann::json j = {{"model", c.name}, {"device", engine.device()},
+                        {"prompt_tokens", a.prompt_tokens}, {"gen_tokens", a.gen_tokens},
+                        {"prefill_tok_s", prefill_tps}, {"decode_tok_s", decode_tps},
+                        {"read_gbps", bw.read_gbps}, {"copy_gbps", bw.copy_gbps},
+                        {"threads", bw.threads}, {"weight_bytes_per_token", weight_bytes},
+                        {"kv_bytes_per_token", kv_bytes}, {"decode_bound_tok_s", bound_tps}};
+    std::ofstream(a.json_path) << j.dump(2) << "\n";
+  }
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the bandwidth bound");
+  args->model.add(*cmd);
+  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length")->check(CLI::PositiveNumber);
+  cmd->add_option("--gen-tokens", args->gen_tokens, "Tokens to decode")->check(CLI::PositiveNumber);
+  cmd->add_option("--repeats", args->repeats, "Runs (the best is reported)")->check(CLI::PositiveNumber);
+  cmd->add_option("--json", args->json_path, "Also write the results as JSON to this file");
+  cmd->callback([args] { run_bench(*args); });
+}
+
+}  // namespace lychee::app

@@ -1,0 +1,81 @@
+// lychee chat: a conversation in the model's chat template; one-shot with -p, else interactive.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "app.h"
+#include "core/error.h"
+#include "model/chat_template.h"
+
+namespace lychee::app {
+
+namespace {
+
+struct ChatArgs {
+  ModelArgs model;
+  SamplingArgs sampling;
+  std::string prompt;
+  std::string system;
+  int ctx = 0;
+};
+
+// Runs one assistant turn: renders the whole conversation, feeds what the session has not seen
+// yet, streams the reply and appends it to the history.
+void assistant_turn(Engine& engine, Session& session, std::vector<ChatMessage>& history,
+                    std::vector<int32_t>& fed, const GenerateOptions& options) {
+  const Tokenizer& tok = engine.tokenizer();
+  const ChatFormat format = detect_chat_format(tok);
+  const std::vector<int32_t> ids =
+      tok.encode(render_chat(format, history, true, default_system_prompt(tok)), false, true);
+  // Reuse the cached prefix the new rendering shares with what was fed before.
+  size_t common = 0;
+  while (common < fed.size() && common < ids.size() && fed[common] == ids[common]) ++common;
+  if (common == ids.size()) --common;  // always feed at least one token
+  session.truncate(int(common));
+  std::vector<int32_t> todo(ids.begin() + long(common), ids.end());
+  GenerateResult r = generate(session, todo, options, print_tokens(tok));
+  std::printf("\n");
+  std::vector<int32_t> reply = r.tokens;
+  if (r.finish_reason == "stop" && !reply.empty()) reply.pop_back();
+  history.push_back({"assistant", tok.decode(reply, true)});
+  fed = ids;
+  fed.insert(fed.end(), r.tokens.begin(), r.tokens.end());
+  fed.resize(size_t(session.length()));
+}
+
+void run_chat(const ChatArgs& a) {
+  Engine engine(a.model.engine_options());
+  const GenerateOptions options = a.sampling.generate_options(engine);
+  std::unique_ptr<Session> session = engine.new_session(a.ctx > 0 ? a.ctx : std::min(engine.config().max_context, 8192));
+  std::vector<ChatMessage> history;
+  if (!a.system.empty()) history.push_back({"system", a.system});
+  std::vector<int32_t> fed;
+  if (!a.prompt.empty()) {
+    history.push_back({"user", a.prompt});
+    assistant_turn(engine, *session, history, fed, options);
+    return;
+  }
+  std::fprintf(stderr, "lychee chat: type a message, an empty line or Ctrl-D to quit\n");
+  std::string line;
+  while (true) {
+    std::fprintf(stderr, "> ");
+    if (!std::getline(std::cin, line) || line.empty()) break;
+    history.push_back({"user", line});
+    assistant_turn(engine, *session, history, fed, options);
+  }
+}
+
+}  // namespace
+
+void register_chat(CLI::App& app) {
+  auto args = std::make_shared<ChatArgs>();
+  CLI::App* cmd = app.add_subcommand("chat", "Chat with the model (one turn with -p, else interactive)");
+  args->model.add(*cmd);
+  args->sampling.add(*cmd);
+  cmd->add_option("-p,--prompt", args->prompt, "One user message; answer it and exit");
+  cmd->add_option("--system", args->system, "System message");
+  cmd->add_option("--ctx", args->ctx, "KV cache capacity in tokens (default: min(context, 8192))")->check(CLI::PositiveNumber);
+  cmd->callback([args] { run_chat(*args); });
+}
+
+}  // namespace lychee::app

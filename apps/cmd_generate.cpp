@@ -1,0 +1,73 @@
+// lychee generate: complete a prompt (raw, or wrapped in the model's chat template).
+#include <cstdio>
+#include <memory>
+
+#include "app.h"
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "model/chat_template.h"
+
+namespace lychee::app {
+
+namespace {
+
+struct GenerateArgs {
+  ModelArgs model;
+  SamplingArgs sampling;
+  std::string prompt;
+  std::string prompt_file;
+  std::string system;
+  bool chat = false;
+  bool stats = false;
+  int ctx = 0;
+};
+
+void print_stats(const GenerateResult& r) {
+  std::fprintf(stderr, "\n[prompt %d tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s); %s]\n",
+               r.n_prompt, r.prefill_seconds, r.n_prompt / std::max(r.prefill_seconds, 1e-9),
+               r.tokens.size(), r.decode_seconds,
+               r.tokens.size() > 1 ? (r.tokens.size() - 1) / std::max(r.decode_seconds, 1e-9) : 0.0,
+               r.finish_reason.c_str());
+}
+
+void run_generate(const GenerateArgs& a) {
+  std::string text = a.prompt;
+  if (!a.prompt_file.empty()) text = read_text_file(a.prompt_file);
+  LY_CHECK(!text.empty(), ErrorCode::kInvalidArgument, "no prompt: pass -p TEXT or --prompt-file FILE");
+  Engine engine(a.model.engine_options());
+  const Tokenizer& tok = engine.tokenizer();
+  std::vector<int32_t> ids;
+  if (a.chat) {
+    std::vector<ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", text});
+    const ChatFormat format = detect_chat_format(tok);
+    ids = tok.encode(render_chat(format, messages, true, default_system_prompt(tok)), false, true);
+  } else {
+    ids = tok.encode(text, tok.add_bos_default(), true);
+  }
+  GenerateOptions options = a.sampling.generate_options(engine);
+  const int capacity = a.ctx > 0 ? a.ctx : int(ids.size()) + options.max_new_tokens;
+  std::unique_ptr<Session> session = engine.new_session(capacity);
+  GenerateResult r = generate(*session, ids, options, print_tokens(tok));
+  std::printf("\n");
+  if (a.stats) print_stats(r);
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt");
+  args->model.add(*cmd);
+  args->sampling.add(*cmd);
+  cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
+  cmd->add_option("--prompt-file", args->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile);
+  cmd->add_flag("--chat", args->chat, "Wrap the prompt as a user message in the model's chat template");
+  cmd->add_option("--system", args->system, "System message (with --chat)");
+  cmd->add_option("--ctx", args->ctx, "KV cache capacity in tokens (default: prompt + max tokens)")->check(CLI::PositiveNumber);
+  cmd->add_flag("--stats", args->stats, "Print timing to stderr");
+  cmd->callback([args] { run_generate(*args); });
+}
+
+}  // namespace lychee::app
