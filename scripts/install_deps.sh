@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs lychee's build dependencies from Debian/Ubuntu packages (skips what is present).
+set -euo pipefail
+pkgs=(cmake ninja-build g++ clang pkg-config python3 python3-pip
+      nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libpcre2-dev libutf8proc-dev
+      libgtest-dev libcpp-httplib-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+echo "lychee: installing ${missing[*]}" >&2
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q >&2
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
