@@ -1,0 +1,89 @@
+// The lychee binary end to end: good runs exit 0, bad input exits non-zero with one clear
+// message on stderr, never a crash.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "test_util.h"
+#include "tiny_checkpoint.h"
+
+namespace lychee {
+namespace {
+
+struct RunResult {
+  int status = -1;     // exit status, or 128 + signal
+  std::string output;  // stdout and stderr
+};
+
+RunResult run_cli(const std::string& args) {
+  RunResult r;
+  const std::string cmd = std::string(LYCHEE_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+void expect_error(const RunResult& r, const std::string& message) {
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("lychee: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+}
+
+TEST(Cli, GeneratesFromAHuggingFaceDirectory) {
+  const RunResult r = run_cli("generate -m " + test::golden_dir() + "/models/qwen3_tied_bf16 -p 'The quick' -n 4");
+  EXPECT_EQ(r.status, 0) << r.output;
+}
+
+TEST(Cli, ChatsWithATinyModel) {
+  const RunResult r = run_cli("chat -m " + test::golden_dir() + "/models/qwen2_untied_f16 -p 'hello' -n 3");
+  EXPECT_EQ(r.status, 0) << r.output;
+}
+
+TEST(Cli, MissingModel) {
+  expect_error(run_cli("generate -m /nonexistent/model -p hi"), "/nonexistent/model: no such file or directory");
+}
+
+TEST(Cli, CorruptCheckpoints) {
+  const std::string dir = test::temp_dir("cli_bad");
+  test::write_tiny_hf(dir + "/missing", test::tiny_llama_config_json(), {.drop = "model.layers.0.self_attn.v_proj.weight"});
+  expect_error(run_cli("generate -m " + dir + "/missing -p hi"), "missing tensor 'model.layers.0.self_attn.v_proj.weight'");
+
+  auto bytes = test::tiny_llama_gguf().build();
+  bytes.resize(bytes.size() / 2);
+  test::write_bytes(dir + "/cut.gguf", bytes);
+  expect_error(run_cli("generate -m " + dir + "/cut.gguf -p hi"), "cut.gguf: ");
+
+  test::write_bytes(dir + "/junk.gguf", {'G', 'G', 'U', 'F', 9, 0, 0, 0});
+  expect_error(run_cli("inspect -m " + dir + "/junk.gguf"), "GGUF version 9 is not supported");
+}
+
+TEST(Cli, BadOptionsAreRejected) {
+  const RunResult r = run_cli("generate --temp -1 -p hi");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(run_cli("generate --no-such-flag").status, 0);
+  EXPECT_NE(run_cli("").status, 0);
+}
+
+TEST(Cli, PromptLongerThanTheContextIsACapacityError) {
+  const RunResult r = run_cli("generate -m " + test::golden_dir() + "/models/llama_tied_f32 --ctx 4 -n 8 -p 'one two three four five six'");
+  expect_error(r, "cache slots");
+}
+
+TEST(Cli, DefaultModelAnswersAQuestion) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  const RunResult r = run_cli("chat -p 'What is the capital of France? Answer in one sentence.' -n 24");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("Paris"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace lychee
