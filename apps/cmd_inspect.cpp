@@ -1,4 +1,5 @@
-// lychee inspect: what a checkpoint holds (config, weights, tokenizer).
+// lychee inspect: what a checkpoint holds (config, weights, tokenizer), and optionally whether a
+// head-role file fits it.
 #include <cstdio>
 #include <memory>
 
@@ -6,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "app.h"
+#include "cmd_heads.h"
 #include "model/checkpoint.h"
 #include "model/tokenizer.h"
 
@@ -15,6 +17,7 @@ namespace {
 
 struct InspectArgs {
   std::string model;
+  std::string heads;  // --heads: a head-role file to check against the model
   bool weights = false;
 };
 
@@ -38,6 +41,10 @@ void run_inspect(const InspectArgs& a) {
                                                                 : Tokenizer::from_hf_dir(ck.path());
   std::printf("tokenizer      %d tokens, BOS %d, EOS %d, add BOS %s\n", tok.vocab_size(), tok.bos_id(),
               tok.eos_id(), tok.add_bos_default() ? "yes" : "no");
+  if (!a.heads.empty()) {
+    const HeadRoles roles = load_head_roles_for(a.heads, c);
+    std::printf("head roles     %s\n\n%s", a.heads.c_str(), describe_head_roles(roles).c_str());
+  }
   if (!a.weights) return;
   std::printf("\n%-44s %-6s %s\n", "weight", "dtype", "shape");
   for (const WeightSpec& spec : weight_table())
@@ -54,6 +61,7 @@ void register_inspect(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("inspect", "Show what a checkpoint holds");
   cmd->add_option("-m,--model", args->model, "Hugging Face model directory or GGUF file (default: SmolLM2-135M-Instruct)");
   cmd->add_flag("--weights", args->weights, "List every weight with its dtype and shape");
+  cmd->add_option("--heads", args->heads, "Check a head-role file against the model and print its map");
   cmd->callback([args] { run_inspect(*args); });
 }
 
