@@ -29,6 +29,29 @@ struct LayerKvView {
   const float* v_head(int h) const { return v + size_t(h) * size_t(capacity) * size_t(head_dim); }
 };
 
+// What decode steps read from the KV cache, counted by the backend from the read sets: per
+// (layer, KV head) the union of the tokens its query heads read.
+struct KvReadStats {
+  uint64_t decode_steps = 0;
+  uint64_t token_reads = 0;        // sum over steps, layers, KV heads of tokens read
+  uint64_t dense_token_reads = 0;  // what full attention would have read
+  uint64_t metadata_bytes = 0;     // policy side data read (e.g. Quest's page min/max)
+  uint64_t correction_token_reads = 0;  // dense re-prefills of cache correction
+
+  // Bytes at `elem_bytes` per K/V element (2 for the bf16 cache of the GPU engine).
+  uint64_t kv_bytes(int head_dim, int elem_bytes = 2) const {
+    return (token_reads + correction_token_reads) * uint64_t(head_dim) * 2 * uint64_t(elem_bytes) +
+           metadata_bytes;
+  }
+  uint64_t dense_kv_bytes(int head_dim, int elem_bytes = 2) const {
+    return dense_token_reads * uint64_t(head_dim) * 2 * uint64_t(elem_bytes);
+  }
+  KvReadStats& operator+=(const KvReadStats& o);
+};
+
+// The number of distinct tokens the query heads of one KV head read (sorted token lists).
+int64_t union_size(std::span<const HeadRead> group_reads, int n_ctx);
+
 class AttentionPolicy {
  public:
   virtual ~AttentionPolicy() = default;
@@ -41,6 +64,11 @@ class AttentionPolicy {
   // q_norm). reads: [n_heads], preset to dense.
   virtual void plan_layer(int layer, const float* q, const LayerKvView& kv,
                           std::span<HeadRead> reads) = 0;
+  // Bytes of side data (beyond K/V) the policy read for `layer` in this step.
+  virtual uint64_t metadata_bytes(int layer, int n_ctx) const {
+    (void)layer, (void)n_ctx;
+    return 0;
+  }
 };
 
 }  // namespace lychee

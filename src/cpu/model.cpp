@@ -17,7 +17,7 @@ Model::Model(const ModelConfig& config, HostWeights weights)
 }
 
 void Model::forward(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>& logits,
-                    bool all_logits, AttentionPolicy* policy) {
+                    bool all_logits, AttentionPolicy* policy, KvReadStats* stats) {
   const ModelConfig& c = config_;
   const int n = int(tokens.size());
   LY_CHECK(n > 0, ErrorCode::kInvalidArgument, "forward needs at least one token");
@@ -39,8 +39,10 @@ void Model::forward(std::span<const int32_t> tokens, KvCache& kv, std::vector<fl
   s_.pos.resize(size_t(n));
   for (int t = 0; t < n; ++t) s_.pos[size_t(t)] = kv.length() + t;
 
+  const bool decode = n == 1 && kv.length() > 0;
+  if (decode && stats != nullptr) ++stats->decode_steps;
   for (int layer = 0; layer < c.n_layers; ++layer) {
-    attention_block(layer, n, kv, n == 1 ? policy : nullptr);
+    attention_block(layer, n, kv, decode ? policy : nullptr, decode ? stats : nullptr);
     mlp_block(layer, n);
   }
   kv.advance(n);
@@ -55,7 +57,7 @@ void Model::forward(std::span<const int32_t> tokens, KvCache& kv, std::vector<fl
          c.vocab_size);
 }
 
-void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy) {
+void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats) {
   const ModelConfig& c = config_;
   const int d = c.d_model, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
   auto w = [&](WeightId id) { return weights_.get(id, layer); };
@@ -83,9 +85,13 @@ void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* poli
     }
 
   s_.att.resize(size_t(n) * qd);
-  if (n == 1 && policy != nullptr) {
-    decode_attention(layer, kv, policy);
+  if (policy != nullptr) {
+    decode_attention(layer, kv, policy, stats);
   } else {
+    if (stats != nullptr) {  // a dense decode step reads every token of every KV head
+      stats->token_reads += uint64_t(c.n_kv_heads) * uint64_t(pos0 + 1);
+      stats->dense_token_reads += uint64_t(c.n_kv_heads) * uint64_t(pos0 + 1);
+    }
     const int group = c.group_size();
     const float scale = 1.0f / std::sqrt(float(hd));
 #pragma omp parallel for schedule(dynamic)
@@ -98,7 +104,7 @@ void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* poli
   add_inplace(s_.x.data(), s_.o.data(), int64_t(n) * d);
 }
 
-void Model::decode_attention(int layer, KvCache& kv, AttentionPolicy* policy) {
+void Model::decode_attention(int layer, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats) {
   const ModelConfig& c = config_;
   const int hd = c.head_dim;
   const int n_ctx = kv.length() + 1;  // the current token's K/V are written, not yet counted
@@ -117,6 +123,13 @@ void Model::decode_attention(int layer, KvCache& kv, AttentionPolicy* policy) {
     attend(&s_.q[size_t(h) * hd], kv.k(layer, kvh), kv.v(layer, kvh), hd,
            r.dense ? nullptr : r.tokens.data(), r.dense ? n_ctx : int(r.tokens.size()), scale,
            &s_.att[size_t(h) * hd]);
+  }
+  if (stats != nullptr) {
+    const int group = c.group_size();
+    for (int h = 0; h < c.n_kv_heads; ++h)
+      stats->token_reads += uint64_t(union_size(std::span<const HeadRead>(s_.reads).subspan(size_t(h * group), size_t(group)), n_ctx));
+    stats->dense_token_reads += uint64_t(c.n_kv_heads) * uint64_t(n_ctx);
+    stats->metadata_bytes += policy->metadata_bytes(layer, n_ctx);
   }
 }
 

@@ -21,10 +21,12 @@ class Model {
 
   // Runs `tokens` at positions kv.length() .. kv.length() + n - 1 and appends their K/V.
   // logits: [n_out, vocab] f32 for the last token (n_out = 1) or every token (all_logits).
-  // A single-token call (a decode step) asks `policy` what each head reads; prefill and calls
-  // without a policy attend densely.
+  // A single-token call after a prefix (a decode step) asks `policy` what each head reads;
+  // prefill and calls without a policy attend densely. Decode steps add what they read to
+  // `stats` when given.
   void forward(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>& logits,
-               bool all_logits = false, AttentionPolicy* policy = nullptr);
+               bool all_logits = false, AttentionPolicy* policy = nullptr,
+               KvReadStats* stats = nullptr);
 
  private:
   struct Scratch {
@@ -32,9 +34,9 @@ class Model {
     std::vector<int32_t> pos;
     std::vector<HeadRead> reads;
   };
-  void attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy);
+  void attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats);
   void mlp_block(int layer, int n);
-  void decode_attention(int layer, KvCache& kv, AttentionPolicy* policy);
+  void decode_attention(int layer, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats);
 
   ModelConfig config_;
   HostWeights weights_;

@@ -13,8 +13,9 @@ void linear(const float* x, const float* w, const float* b, float* y, int n, int
   if (n == 1) {
     // A decode step: one matrix-vector product, memory-bound. An OpenMP loop rather than BLAS
     // gemv: OpenBLAS's own thread pool and our OpenMP threads contend for the cores (measured
-    // 3x slower decode on 2 cores).
-#pragma omp parallel for schedule(static)
+    // 3x slower decode on 2 cores). Dynamic chunks so that a thread preempted by another
+    // process does not hold the others at the barrier.
+#pragma omp parallel for schedule(dynamic, 32)
     for (int j = 0; j < m; ++j) {
       const float* wj = w + int64_t(j) * k;
       float acc = 0.0f;

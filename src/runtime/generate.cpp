@@ -26,14 +26,28 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt,
   LY_CHECK(needed <= session.capacity(), ErrorCode::kCapacity,
            "prompt of {} tokens plus {} new tokens needs {} cache slots; the session holds {}",
            prompt.size(), options.max_new_tokens, needed, session.capacity());
-  GenerateResult result;
-  result.n_prompt = int(prompt.size());
-  result.finish_reason = "length";
-  Sampler sampler(options.sampling);
   Timer timer;
   std::span<const float> logits = prefill(session, prompt, options.prefill_chunk);
-  result.prefill_seconds = timer.seconds();
-  timer.reset();
+  const double prefill_seconds = timer.seconds();
+  GenerateResult result = decode_from(session, logits, options, on_token);
+  result.n_prompt = int(prompt.size());
+  result.prefill_seconds = prefill_seconds;
+  return result;
+}
+
+GenerateResult decode_from(Session& session, std::span<const float> logits,
+                           const GenerateOptions& options, const TokenCallback& on_token) {
+  LY_CHECK(options.correct_every >= 0, ErrorCode::kInvalidArgument,
+           "correct_every must be >= 0, got {}", options.correct_every);
+  const int needed = session.length() + std::max(options.max_new_tokens - 1, 0);
+  LY_CHECK(needed <= session.capacity(), ErrorCode::kCapacity,
+           "{} cached plus {} new tokens need {} cache slots; the session holds {}", session.length(),
+           options.max_new_tokens, needed, session.capacity());
+  GenerateResult result;
+  result.finish_reason = "length";
+  Sampler sampler(options.sampling);
+  std::vector<int32_t> since_correction;  // tokens fed by decode steps since the last correction
+  Timer timer;
   for (int i = 0; i < options.max_new_tokens; ++i) {
     const int32_t token = sampler.sample(logits);
     result.tokens.push_back(token);
@@ -46,6 +60,12 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt,
     }
     if (i + 1 == options.max_new_tokens) break;
     logits = session.forward(std::span<const int32_t>(&token, 1));
+    since_correction.push_back(token);
+    if (options.correct_every > 0 && int(since_correction.size()) == options.correct_every) {
+      session.truncate(session.length() - options.correct_every);
+      logits = session.forward(since_correction, /*allow_policy=*/false);
+      since_correction.clear();
+    }
   }
   result.decode_seconds = timer.seconds();
   return result;

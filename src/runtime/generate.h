@@ -17,6 +17,10 @@ struct GenerateOptions {
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // generation ends after producing one of these
   int prefill_chunk = 2048;       // prompt tokens per forward call
+  // Cache correction: after every N decode steps, re-prefill the N tokens fed in them densely,
+  // replacing the K/V that sparse attention produced (0 = off). The next token is then sampled
+  // from the corrected (dense) logits.
+  int correct_every = 0;
 };
 
 struct GenerateResult {
@@ -32,6 +36,11 @@ using TokenCallback = std::function<bool(int32_t token)>;
 
 GenerateResult generate(Session& session, std::span<const int32_t> prompt,
                         const GenerateOptions& options, const TokenCallback& on_token = {});
+
+// The decode half of generate: samples from `logits` (those of the last token in the session)
+// and continues. Lets callers prefill once and decode several times from a truncated session.
+GenerateResult decode_from(Session& session, std::span<const float> logits,
+                           const GenerateOptions& options, const TokenCallback& on_token = {});
 
 // Feeds a prompt in chunks; returns the logits after its last token.
 std::span<const float> prefill(Session& session, std::span<const int32_t> prompt, int chunk);

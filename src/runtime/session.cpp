@@ -4,13 +4,29 @@ namespace lychee {
 
 CpuSession::CpuSession(cpu::Model& model, int capacity) : model_(model), kv_(model.config(), capacity) {}
 
-std::span<const float> CpuSession::forward(std::span<const int32_t> tokens) {
+std::span<const float> CpuSession::forward(std::span<const int32_t> tokens, bool allow_policy) {
   if (policy_ != nullptr && kv_.length() == 0) policy_->reset();
-  // A single token after a prefilled prompt is a decode step; prompts are prefilled densely.
-  const bool decode = policy_ != nullptr && tokens.size() == 1 && kv_.length() > 0;
-  if (decode) policy_->begin_step(kv_.length() + 1);
-  model_.forward(tokens, kv_, logits_, /*all_logits=*/false, decode ? policy_ : nullptr);
+  const bool decode = tokens.size() == 1 && kv_.length() > 0;
+  AttentionPolicy* policy = decode && allow_policy ? policy_ : nullptr;
+  if (policy != nullptr) policy->begin_step(kv_.length() + 1);
+  model_.forward(tokens, kv_, logits_, /*all_logits=*/false, policy, decode && allow_policy ? &stats_ : nullptr);
+  if (!allow_policy && kv_.length() > int(tokens.size()) && policy_ != nullptr) {
+    // A dense re-prefill over a prefix (cache correction) reads every cached token once per
+    // (layer, KV head).
+    const ModelConfig& c = model_.config();
+    stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(kv_.length());
+  }
   return logits_;
+}
+
+void CpuSession::truncate(int n) {
+  kv_.set_length(n);
+  if (policy_ != nullptr) policy_->reset();
+}
+
+void CpuSession::set_policy(AttentionPolicy* policy) {
+  policy_ = policy;
+  if (policy_ != nullptr) policy_->reset();
 }
 
 }  // namespace lychee

@@ -17,29 +17,38 @@ class Session {
  public:
   virtual ~Session() = default;
   // Appends tokens (a prompt chunk or one decoded token) and returns the logits of the last
-  // one: [vocab] f32, valid until the next call.
-  virtual std::span<const float> forward(std::span<const int32_t> tokens) = 0;
+  // one: [vocab] f32, valid until the next call. A single token after a prefix is a decode step
+  // and goes through the policy (unless allow_policy is false); anything else is a dense
+  // prefill.
+  virtual std::span<const float> forward(std::span<const int32_t> tokens, bool allow_policy = true) = 0;
   virtual int length() const = 0;     // tokens in the cache
   virtual int capacity() const = 0;   // most tokens the cache can hold
-  virtual void truncate(int n) = 0;   // keep the first n tokens
-  // The decode-time attention policy (nullptr = dense). Prefill is always dense.
+  // Keeps the first n tokens; the policy is reset (its per-sequence state is rebuilt).
+  virtual void truncate(int n) = 0;
+  // The decode-time attention policy (nullptr = dense), reset on the way in. Not owned.
   virtual void set_policy(AttentionPolicy* policy) = 0;
+  // What decode steps (and cache corrections) read from the KV cache since the last reset.
+  virtual const KvReadStats& stats() const = 0;
+  virtual void reset_stats() = 0;
 };
 
 class CpuSession final : public Session {
  public:
   CpuSession(cpu::Model& model, int capacity);
-  std::span<const float> forward(std::span<const int32_t> tokens) override;
+  std::span<const float> forward(std::span<const int32_t> tokens, bool allow_policy = true) override;
   int length() const override { return kv_.length(); }
   int capacity() const override { return kv_.capacity(); }
-  void truncate(int n) override { kv_.set_length(n); }
-  void set_policy(AttentionPolicy* policy) override { policy_ = policy; }
+  void truncate(int n) override;
+  void set_policy(AttentionPolicy* policy) override;
+  const KvReadStats& stats() const override { return stats_; }
+  void reset_stats() override { stats_ = {}; }
   const cpu::KvCache& kv() const { return kv_; }
 
  private:
   cpu::Model& model_;
   cpu::KvCache kv_;
   AttentionPolicy* policy_ = nullptr;
+  KvReadStats stats_;
   std::vector<float> logits_;
 };
 
