@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "attention/policies.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 
@@ -27,6 +28,29 @@ struct SamplingArgs {
   GenerateOptions generate_options(const Engine& engine) const;
 };
 
+// The attention-policy options shared by generate, chat and eval.
+struct PolicyArgs {
+  std::string policy = "full";
+  int budget = 4096;
+  int block_size = 64;
+  std::string select = "topk";
+  double select_value = 0.0;
+  int sink = 0;
+  int recent = 0;
+  std::string heads;
+  std::vector<int> tidal_layers;
+  int quest_page = 16;
+  int duo_sink = 64;
+  int duo_recent = 256;
+  int correct_every = 0;
+  void add(CLI::App& cmd, bool policy_option = true);
+  // The options for `kind`, with the head-role file (if any) loaded and checked against the model.
+  PolicyOptions options(const ModelConfig& c, PolicyKind kind) const;
+};
+
+// Prints what decode steps read from the KV cache to stderr.
+void print_kv_stats(const KvReadStats& stats, const ModelConfig& c);
+
 // Streams generated tokens to stdout as UTF-8 text.
 TokenCallback print_tokens(const Tokenizer& tokenizer);
 
@@ -34,5 +58,6 @@ void register_generate(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_inspect(CLI::App& app);
+void register_eval(CLI::App& app);
 
 }  // namespace lychee::app

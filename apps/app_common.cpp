@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "app.h"
+#include "core/log.h"
 
 namespace lychee::app {
 
@@ -26,6 +27,57 @@ GenerateOptions SamplingArgs::generate_options(const Engine& engine) const {
   o.sampling.validate();
   o.stop_ids = engine.tokenizer().stop_ids();
   return o;
+}
+
+void PolicyArgs::add(CLI::App& cmd, bool policy_option) {
+  if (policy_option)
+    cmd.add_option("--policy", policy, "Decode attention: full, lychee, tidal, quest, duo")
+        ->check(CLI::IsMember({"full", "lychee", "tidal", "quest", "duo"}));
+  cmd.add_option("--budget", budget, "Tokens a sparse head reads (lychee top-k, tidal, quest)")->check(CLI::PositiveNumber);
+  cmd.add_option("--block-size", block_size, "LycheeDecode selection unit in tokens (1 = token mode)")->check(CLI::PositiveNumber);
+  cmd.add_option("--select", select, "LycheeDecode selection: topk, topp, threshold, ratio")
+      ->check(CLI::IsMember({"topk", "topp", "threshold", "ratio"}));
+  cmd.add_option("--select-value", select_value, "p for topp, probability for threshold, fraction for ratio");
+  cmd.add_option("--sink", sink, "LycheeDecode: first tokens always kept")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--recent", recent, "LycheeDecode: last tokens always kept")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--heads", heads, "Head-role file (lychee, duo); default: the TidalDecode-matched stand-in")->check(CLI::ExistingFile);
+  cmd.add_option("--tidal-layers", tidal_layers, "TidalDecode selection layers (default 2 and round(13/32 L))")->delimiter(',');
+  cmd.add_option("--quest-page", quest_page, "Quest page size in tokens")->check(CLI::PositiveNumber);
+  cmd.add_option("--duo-sink", duo_sink, "DuoAttention streaming heads: sink tokens")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--duo-recent", duo_recent, "DuoAttention streaming heads: recent tokens")->check(CLI::PositiveNumber);
+  cmd.add_option("--correct-every", correct_every, "Cache correction: dense re-prefill every N decoded tokens (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+PolicyOptions PolicyArgs::options(const ModelConfig& c, PolicyKind kind) const {
+  PolicyOptions o;
+  o.kind = kind;
+  o.block_size = block_size;
+  o.select.strategy = parse_select_strategy(select);
+  o.select.budget = budget;
+  o.select.value = select_value;
+  o.select.sink = sink;
+  o.select.recent = recent;
+  if (!heads.empty() && (kind == PolicyKind::kLychee || kind == PolicyKind::kDuo)) {
+    o.roles = load_head_roles(heads, c);
+    if (o.roles->model.contains("name") && o.roles->model["name"] != c.name)
+      LY_LOG_INFO("{}: written for '{}', used with '{}' (same shape)", heads,
+                  o.roles->model["name"].get<std::string>(), c.name);
+  }
+  o.tidal_layers = tidal_layers;
+  o.quest_page = quest_page;
+  o.duo_sink = duo_sink;
+  o.duo_recent = duo_recent;
+  o.validate(c);
+  return o;
+}
+
+void print_kv_stats(const KvReadStats& s, const ModelConfig& c) {
+  if (s.decode_steps == 0) return;
+  const double per_step = double(s.kv_bytes(c.head_dim)) / double(s.decode_steps);
+  const double dense = double(s.dense_kv_bytes(c.head_dim)) / double(s.decode_steps);
+  std::fprintf(stderr, "[KV read per decode step: %.2f MB (%.1f%% of full attention's %.2f MB, bf16 cache)]\n",
+               per_step / 1e6, 100.0 * per_step / dense, dense / 1e6);
 }
 
 TokenCallback print_tokens(const Tokenizer& tokenizer) {

@@ -14,6 +14,7 @@ namespace {
 struct ChatArgs {
   ModelArgs model;
   SamplingArgs sampling;
+  PolicyArgs policy;
   std::string prompt;
   std::string system;
   int ctx = 0;
@@ -45,8 +46,12 @@ void assistant_turn(Engine& engine, Session& session, std::vector<ChatMessage>& 
 
 void run_chat(const ChatArgs& a) {
   Engine engine(a.model.engine_options());
-  const GenerateOptions options = a.sampling.generate_options(engine);
+  GenerateOptions options = a.sampling.generate_options(engine);
+  options.correct_every = a.policy.correct_every;
   std::unique_ptr<Session> session = engine.new_session(a.ctx > 0 ? a.ctx : std::min(engine.config().max_context, 8192));
+  std::unique_ptr<AttentionPolicy> policy =
+      make_policy(a.policy.options(engine.config(), parse_policy_kind(a.policy.policy)), engine.config());
+  session->set_policy(policy.get());
   std::vector<ChatMessage> history;
   if (!a.system.empty()) history.push_back({"system", a.system});
   std::vector<int32_t> fed;
@@ -72,6 +77,7 @@ void register_chat(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("chat", "Chat with the model (one turn with -p, else interactive)");
   args->model.add(*cmd);
   args->sampling.add(*cmd);
+  args->policy.add(*cmd);
   cmd->add_option("-p,--prompt", args->prompt, "One user message; answer it and exit");
   cmd->add_option("--system", args->system, "System message");
   cmd->add_option("--ctx", args->ctx, "KV cache capacity in tokens (default: min(context, 8192))")->check(CLI::PositiveNumber);

@@ -14,6 +14,7 @@ namespace {
 struct GenerateArgs {
   ModelArgs model;
   SamplingArgs sampling;
+  PolicyArgs policy;
   std::string prompt;
   std::string prompt_file;
   std::string system;
@@ -47,11 +48,18 @@ void run_generate(const GenerateArgs& a) {
     ids = tok.encode(text, tok.add_bos_default(), true);
   }
   GenerateOptions options = a.sampling.generate_options(engine);
+  options.correct_every = a.policy.correct_every;
   const int capacity = a.ctx > 0 ? a.ctx : int(ids.size()) + options.max_new_tokens;
   std::unique_ptr<Session> session = engine.new_session(capacity);
+  const PolicyKind kind = parse_policy_kind(a.policy.policy);
+  std::unique_ptr<AttentionPolicy> policy = make_policy(a.policy.options(engine.config(), kind), engine.config());
+  session->set_policy(policy.get());
   GenerateResult r = generate(*session, ids, options, print_tokens(tok));
   std::printf("\n");
-  if (a.stats) print_stats(r);
+  if (a.stats) {
+    print_stats(r);
+    print_kv_stats(session->stats(), engine.config());
+  }
 }
 
 }  // namespace
@@ -61,6 +69,7 @@ void register_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt");
   args->model.add(*cmd);
   args->sampling.add(*cmd);
+  args->policy.add(*cmd);
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
   cmd->add_option("--prompt-file", args->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile);
   cmd->add_flag("--chat", args->chat, "Wrap the prompt as a user message in the model's chat template");

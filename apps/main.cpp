@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app.h"
+#include "cmd_heads.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
   lychee::app::register_chat(app);
   lychee::app::register_bench(app);
   lychee::app::register_inspect(app);
+  lychee::app::register_eval(app);
+  lychee::app::register_heads(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

