@@ -70,10 +70,13 @@ std::unique_ptr<AttentionPolicy> make_policy(const PolicyOptions& o, const Model
   o.validate(c);
   auto roles = [&] {
     if (o.roles) return *o.roles;
+    HeadRoles stand_in = default_head_roles(c);
+    std::vector<int> layers;
+    for (int l = 0; l < c.n_layers; ++l)
+      if (stand_in.is_retrieval(l, 0)) layers.push_back(l);
     LY_LOG_WARN("no head-role file given (--heads): using the TidalDecode-matched stand-in "
-                "(every KV head of layers {} is a retrieval head)",
-                fmt::join(std::vector<int>{0, 1, 2, int(std::lround(13.0 * c.n_layers / 32.0))}, ", "));
-    return default_head_roles(c);
+                "(every KV head of layers {} is a retrieval head)", fmt::join(layers, ", "));
+    return stand_in;
   };
   switch (o.kind) {
     case PolicyKind::kFull: return std::make_unique<FullPolicy>();
