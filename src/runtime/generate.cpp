@@ -7,15 +7,13 @@
 
 namespace lychee {
 
-std::span<const float> prefill(Session& session, std::span<const int32_t> prompt, int chunk) {
+void prefill(Session& session, std::span<const int32_t> prompt, int chunk) {
   LY_CHECK(!prompt.empty(), ErrorCode::kInvalidArgument, "the prompt is empty");
   LY_CHECK(chunk > 0, ErrorCode::kInvalidArgument, "prefill chunk must be positive");
-  std::span<const float> logits;
   for (size_t i = 0; i < prompt.size(); i += size_t(chunk)) {
     const size_t n = std::min(prompt.size() - i, size_t(chunk));
-    logits = session.forward(prompt.subspan(i, n));
+    session.feed(prompt.subspan(i, n));
   }
-  return logits;
 }
 
 GenerateResult generate(Session& session, std::span<const int32_t> prompt,
@@ -27,16 +25,15 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt,
            "prompt of {} tokens plus {} new tokens needs {} cache slots; the session holds {}",
            prompt.size(), options.max_new_tokens, needed, session.capacity());
   Timer timer;
-  std::span<const float> logits = prefill(session, prompt, options.prefill_chunk);
+  prefill(session, prompt, options.prefill_chunk);
   const double prefill_seconds = timer.seconds();
-  GenerateResult result = decode_from(session, logits, options, on_token);
+  GenerateResult result = decode_from(session, options, on_token);
   result.n_prompt = int(prompt.size());
   result.prefill_seconds = prefill_seconds;
   return result;
 }
 
-GenerateResult decode_from(Session& session, std::span<const float> logits,
-                           const GenerateOptions& options, const TokenCallback& on_token) {
+GenerateResult decode_from(Session& session, const GenerateOptions& options, const TokenCallback& on_token) {
   LY_CHECK(options.correct_every >= 0, ErrorCode::kInvalidArgument,
            "correct_every must be >= 0, got {}", options.correct_every);
   const int needed = session.length() + std::max(options.max_new_tokens - 1, 0);
@@ -49,7 +46,7 @@ GenerateResult decode_from(Session& session, std::span<const float> logits,
   std::vector<int32_t> since_correction;  // tokens fed by decode steps since the last correction
   Timer timer;
   for (int i = 0; i < options.max_new_tokens; ++i) {
-    const int32_t token = sampler.sample(logits);
+    const int32_t token = session.sample(sampler);
     result.tokens.push_back(token);
     const bool stop = std::find(options.stop_ids.begin(), options.stop_ids.end(), token) !=
                       options.stop_ids.end();
@@ -59,11 +56,11 @@ GenerateResult decode_from(Session& session, std::span<const float> logits,
       break;
     }
     if (i + 1 == options.max_new_tokens) break;
-    logits = session.forward(std::span<const int32_t>(&token, 1));
+    session.feed(std::span<const int32_t>(&token, 1));
     since_correction.push_back(token);
     if (options.correct_every > 0 && int(since_correction.size()) == options.correct_every) {
       session.truncate(session.length() - options.correct_every);
-      logits = session.forward(since_correction, /*allow_policy=*/false);
+      session.feed(since_correction, /*allow_policy=*/false);
       since_correction.clear();
     }
   }

@@ -37,12 +37,13 @@ using TokenCallback = std::function<bool(int32_t token)>;
 GenerateResult generate(Session& session, std::span<const int32_t> prompt,
                         const GenerateOptions& options, const TokenCallback& on_token = {});
 
-// The decode half of generate: samples from `logits` (those of the last token in the session)
-// and continues. Lets callers prefill once and decode several times from a truncated session.
-GenerateResult decode_from(Session& session, std::span<const float> logits,
-                           const GenerateOptions& options, const TokenCallback& on_token = {});
+// The decode half of generate: samples from the session's current logits (those of its last
+// token) and continues. Lets callers prefill once and decode several times from a truncated
+// session.
+GenerateResult decode_from(Session& session, const GenerateOptions& options,
+                           const TokenCallback& on_token = {});
 
-// Feeds a prompt in chunks; returns the logits after its last token.
-std::span<const float> prefill(Session& session, std::span<const int32_t> prompt, int chunk);
+// Feeds a prompt in chunks (the session's logits are then those of its last token).
+void prefill(Session& session, std::span<const int32_t> prompt, int chunk);
 
 }  // namespace lychee

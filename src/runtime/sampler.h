@@ -21,6 +21,7 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
   // logits: [vocab] f32. Greedy takes the lowest index among equal maxima.
   int32_t sample(std::span<const float> logits);
+  const SamplingParams& params() const { return params_; }
 
  private:
   SamplingParams params_;

@@ -4,7 +4,7 @@ namespace lychee {
 
 CpuSession::CpuSession(cpu::Model& model, int capacity) : model_(model), kv_(model.config(), capacity) {}
 
-std::span<const float> CpuSession::forward(std::span<const int32_t> tokens, bool allow_policy) {
+void CpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
   if (policy_ != nullptr && kv_.length() == 0) policy_->reset();
   const bool decode = tokens.size() == 1 && kv_.length() > 0;
   AttentionPolicy* policy = decode && allow_policy ? policy_ : nullptr;
@@ -16,7 +16,6 @@ std::span<const float> CpuSession::forward(std::span<const int32_t> tokens, bool
     const ModelConfig& c = model_.config();
     stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(kv_.length());
   }
-  return logits_;
 }
 
 void CpuSession::truncate(int n) {

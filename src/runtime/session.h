@@ -10,17 +10,27 @@
 
 #include "attention/policy.h"
 #include "cpu/model.h"
+#include "runtime/sampler.h"
 
 namespace lychee {
 
 class Session {
  public:
   virtual ~Session() = default;
-  // Appends tokens (a prompt chunk or one decoded token) and returns the logits of the last
-  // one: [vocab] f32, valid until the next call. A single token after a prefix is a decode step
-  // and goes through the policy (unless allow_policy is false); anything else is a dense
-  // prefill.
-  virtual std::span<const float> forward(std::span<const int32_t> tokens, bool allow_policy = true) = 0;
+  // Appends tokens (a prompt chunk or one decoded token). A single token after a prefix is a
+  // decode step and goes through the policy (unless allow_policy is false); anything else is a
+  // dense prefill.
+  virtual void feed(std::span<const int32_t> tokens, bool allow_policy = true) = 0;
+  // The logits of the last fed token, [vocab] f32 on the host, valid until the next feed (GPU
+  // sessions copy them from the device).
+  virtual std::span<const float> logits() = 0;
+  // The next token from the last logits with the sampler's parameters (GPU sessions sample on
+  // the device).
+  virtual int32_t sample(Sampler& sampler) { return sampler.sample(logits()); }
+  std::span<const float> forward(std::span<const int32_t> tokens, bool allow_policy = true) {
+    feed(tokens, allow_policy);
+    return logits();
+  }
   virtual int length() const = 0;     // tokens in the cache
   virtual int capacity() const = 0;   // most tokens the cache can hold
   // Keeps the first n tokens; the policy is reset (its per-sequence state is rebuilt).
@@ -35,7 +45,8 @@ class Session {
 class CpuSession final : public Session {
  public:
   CpuSession(cpu::Model& model, int capacity);
-  std::span<const float> forward(std::span<const int32_t> tokens, bool allow_policy = true) override;
+  void feed(std::span<const int32_t> tokens, bool allow_policy = true) override;
+  std::span<const float> logits() override { return logits_; }
   int length() const override { return kv_.length(); }
   int capacity() const override { return kv_.capacity(); }
   void truncate(int n) override;

@@ -1,0 +1,343 @@
+// The CUDA backend against the CPU reference: each fused op on random inputs at awkward sizes,
+// whole-model logits within bf16 tolerance, greedy tokens, batched decode, CUDA graphs, the KV
+// pool's capacity error and device sampling. Skipped with a visible message without a GPU.
+#include <gtest/gtest.h>
+
+#ifdef LYCHEE_HAS_CUDA
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "cpu/model.h"
+#include "cpu/ops.h"
+#include "cuda/common.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gemm.h"
+#include "cuda/gpu_runner.h"
+#include "cuda/kernels.h"
+#include "runtime/sampler.h"
+#include "test_util.h"
+
+namespace lychee {
+namespace {
+
+#define LY_REQUIRE_GPU()                                                   \
+  if (!cuda::cuda_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
+
+using cuda::bf16;
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+// Values rounded to bf16, as the device sees them.
+std::vector<float> bf16_round(std::vector<float> v) {
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
+template <typename T>
+cuda::DeviceBuffer<T> upload(const std::vector<T>& h) {
+  cuda::DeviceBuffer<T> d(h.size());
+  LY_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+cuda::DeviceBuffer<bf16> upload_bf16(const std::vector<float>& h) {
+  std::vector<uint16_t> b(h.size());
+  for (size_t i = 0; i < h.size(); ++i) b[i] = f32_to_bf16(h[i]);
+  cuda::DeviceBuffer<bf16> d(h.size());
+  LY_CUDA_CHECK(cudaMemcpy(d.data(), b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+std::vector<float> download_bf16(const cuda::DeviceBuffer<bf16>& d) {
+  std::vector<uint16_t> b(d.size());
+  LY_CUDA_CHECK(cudaMemcpy(b.data(), d.data(), b.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> h(b.size());
+  for (size_t i = 0; i < b.size(); ++i) h[i] = bf16_to_f32(b[i]);
+  return h;
+}
+
+// ‖a - b‖ / ‖b‖, with the worst element reported by the caller on failure.
+double rel_error(std::span<const float> a, std::span<const float> b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+TEST(CudaOps, AddRmsnormMatchesCpu) {
+  LY_REQUIRE_GPU();
+  for (int d : {19, 576, 1177, 4096}) {
+    const int n = 3;
+    auto x = random_vec(size_t(n) * d, 1), delta = bf16_round(random_vec(size_t(n) * d, 2)), w = random_vec(size_t(d), 3);
+    std::vector<float> want_x = x;
+    cpu::add_inplace(want_x.data(), delta.data(), int64_t(want_x.size()));
+    std::vector<float> want(want_x.size());
+    cpu::rmsnorm(want_x.data(), w.data(), want.data(), n, d, 1e-5f);
+    auto dx = upload(x), dw = upload(w);
+    auto ddelta = upload_bf16(delta);
+    cuda::DeviceBuffer<bf16> out(x.size());
+    cuda::add_rmsnorm(dx.data(), ddelta.data(), nullptr, dw.data(), out.data(), n, d, 1e-5f, nullptr);
+    EXPECT_LT(rel_error(download_bf16(out), want), 1e-2) << "d=" << d;
+  }
+}
+
+TEST(CudaOps, RopeAppendMatchesCpu) {
+  LY_REQUIRE_GPU();
+  const int n = 5, n_heads = 6, n_kv = 2, hd = 64, page = 16;
+  ModelConfig c;
+  c.head_dim = hd;
+  c.rope_theta = 10000.0f;
+  const auto inv = rope_inv_freq(c);
+  auto qkv = bf16_round(random_vec(size_t(n) * (n_heads + 2 * n_kv) * hd, 7));
+  std::vector<int32_t> pos = {0, 1, 17, 300, 4095}, page_of = {3, 3, 0, 1, 2}, row_of = {0, 1, 5, 15, 9};
+  auto dqkv = upload_bf16(qkv);
+  auto dpos = upload(pos), dpage = upload(page_of), drow = upload(row_of);
+  auto dinv = upload(inv);
+  cuda::DeviceBuffer<bf16> q(size_t(n) * n_heads * hd), kp(size_t(4) * n_kv * page * hd), vp(kp.size());
+  cuda::QkvArgs a{dqkv.data(), nullptr, nullptr, nullptr, 1e-6f, dpos.data(), dpage.data(), drow.data(), dinv.data(),
+                  q.data(), kp.data(), vp.data(), n, n_heads, n_kv, hd, page};
+  cuda::qkv_rope_append(a, nullptr);
+  // CPU: rotate q and k with the reference RoPE.
+  const int w = (n_heads + 2 * n_kv) * hd;
+  std::vector<float> qr(size_t(n) * n_heads * hd), kr(size_t(n) * n_kv * hd);
+  for (int t = 0; t < n; ++t) {
+    std::copy_n(&qkv[size_t(t) * w], n_heads * hd, &qr[size_t(t) * n_heads * hd]);
+    std::copy_n(&qkv[size_t(t) * w + n_heads * hd], n_kv * hd, &kr[size_t(t) * n_kv * hd]);
+  }
+  cpu::rope(qr.data(), pos.data(), n, n_heads, hd, inv.data());
+  cpu::rope(kr.data(), pos.data(), n, n_kv, hd, inv.data());
+  EXPECT_LT(rel_error(download_bf16(q), qr), 1e-2);
+  const auto kpool = download_bf16(kp), vpool = download_bf16(vp);
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < n_kv; ++h)
+      for (int i = 0; i < hd; ++i) {
+        const size_t at = ((size_t(page_of[size_t(t)]) * n_kv + h) * page + row_of[size_t(t)]) * hd + i;
+        EXPECT_NEAR(kpool[at], kr[(size_t(t) * n_kv + h) * hd + i], 2e-2 * (1 + std::fabs(kpool[at])));
+        EXPECT_EQ(vpool[at], qkv[size_t(t) * w + (n_heads + n_kv + h) * hd + i]);
+      }
+}
+
+TEST(CudaOps, SiluMulAndGemmMatchCpu) {
+  LY_REQUIRE_GPU();
+  const int n = 7, k = 199, m = 1177;
+  auto x = bf16_round(random_vec(size_t(n) * k, 11)), wt = bf16_round(random_vec(size_t(m) * k, 12, 0.1f));
+  std::vector<float> want(size_t(n) * m);
+  cpu::linear(x.data(), wt.data(), nullptr, want.data(), n, k, m);
+  auto dx = upload_bf16(x), dw = upload_bf16(wt);
+  cuda::DeviceBuffer<float> y(want.size());
+  cuda::Gemm gemm(nullptr);
+  gemm.f32_out(dx.data(), dw.data(), y.data(), n, k, m);
+  std::vector<float> got(want.size());
+  LY_CUDA_CHECK(cudaMemcpy(got.data(), y.data(), got.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_LT(rel_error(got, want), 1e-4);
+
+  const int ff = 99;
+  auto gu = bf16_round(random_vec(size_t(n) * 2 * ff, 13));
+  std::vector<float> g(size_t(n) * ff), u(g.size());
+  for (int t = 0; t < n; ++t)
+    for (int j = 0; j < ff; ++j) {
+      g[size_t(t) * ff + j] = gu[size_t(t) * 2 * ff + j];
+      u[size_t(t) * ff + j] = gu[size_t(t) * 2 * ff + ff + j];
+    }
+  cpu::silu_mul(g.data(), u.data(), int64_t(g.size()));
+  auto dgu = upload_bf16(gu);
+  cuda::DeviceBuffer<bf16> act(g.size());
+  cuda::silu_mul(dgu.data(), nullptr, act.data(), n, ff, nullptr);
+  EXPECT_LT(rel_error(download_bf16(act), g), 1e-2);
+}
+
+// ---------------------------------------------------------------- whole models
+
+struct Pair {
+  Checkpoint ck;
+  cpu::Model cpu_model;
+  cuda::GpuRunner runner;
+  Pair(const std::string& path, cuda::RunnerOptions o = {})
+      : ck(Checkpoint::open(path)), cpu_model(ck.config(), HostWeights::load(ck)),
+        runner(cuda::upload_weights(ck), o) {}
+};
+
+std::vector<float> cpu_last_logits(cpu::Model& m, const std::vector<int32_t>& ids) {
+  cpu::KvCache kv(m.config(), int(ids.size()));
+  std::vector<float> logits;
+  m.forward(ids, kv, logits);
+  return logits;
+}
+
+constexpr double kModelTol = 3e-2;  // ‖gpu − cpu‖ / ‖cpu‖ on logits: bf16 weights and activations
+
+class CudaTinyParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaTinyParity, LogitsWithinBf16Tolerance) {
+  LY_REQUIRE_GPU();
+  cuda::RunnerOptions o;
+  o.kv_memory_gib = 0.05;
+  o.page_size = 16;
+  Pair p(test::golden_dir() + "/models/" + GetParam(), o);
+  const int vocab = p.ck.config().vocab_size;
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 31 + 7) % size_t(vocab));
+  // Prefill of 30 tokens, then 10 decode steps; every step's logits against the CPU.
+  cuda::GpuSeq seq;
+  p.runner.prefill(seq, std::span<const int32_t>(ids).first(30));
+  std::vector<float> got(static_cast<size_t>(vocab));
+  for (size_t n = 30; n <= ids.size(); ++n) {
+    p.runner.copy_logits(0, got);
+    const auto want = cpu_last_logits(p.cpu_model, std::vector<int32_t>(ids.begin(), ids.begin() + long(n)));
+    EXPECT_LT(rel_error(got, want), kModelTol) << GetParam() << " after " << n << " tokens";
+    // The top token agrees unless the CPU's own margin to the GPU's choice is within bf16 noise.
+    const int32_t g = argmax(got), c = argmax(want);
+    float max_abs = 0.0f;
+    for (float v : want) max_abs = std::max(max_abs, std::fabs(v));
+    EXPECT_LE(want[size_t(c)] - want[size_t(g)], 0.02f * max_abs)
+        << GetParam() << " after " << n << " tokens: GPU picks " << g << ", CPU " << c;
+    if (n < ids.size()) {
+      cuda::GpuSeq* seqs[] = {&seq};
+      p.runner.decode(seqs, std::span<const int32_t>(&ids[n], 1));
+    }
+  }
+  p.runner.release(seq);
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, CudaTinyParity,
+                         ::testing::Values("llama_tied_f32", "llama31_untied_bf16_sharded", "llama_bias_f16",
+                                           "qwen2_untied_f16", "qwen3_tied_bf16", "mistral_f32"),
+                         [](const auto& info) { return info.param; });
+
+// 32 greedy tokens on the default model equal the CPU's, or the first divergence is a near-tie
+// in the CPU's own logits.
+TEST(CudaDefaultModel, GreedyTokensMatchCpu) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Pair p(path);
+  const nlohmann::json ref = test::read_json(test::golden_dir() + "/smollm2/reference.json");
+  for (const auto& prompt : ref["prompts"]) {
+    std::vector<int32_t> ids = prompt["ids"].get<std::vector<int32_t>>();
+    cuda::GpuSeq seq;
+    p.runner.prefill(seq, ids);
+    cpu::KvCache kv(p.ck.config(), int(ids.size()) + 40);
+    std::vector<float> cpu_logits;
+    p.cpu_model.forward(ids, kv, cpu_logits);
+    for (int i = 0; i < 32; ++i) {
+      int32_t g = 0;
+      p.runner.greedy(1, std::span<int32_t>(&g, 1));
+      const int32_t c = argmax(cpu_logits);
+      if (g != c) {
+        std::vector<float> s = cpu_logits;
+        std::sort(s.begin(), s.end(), std::greater<float>());
+        EXPECT_LT(s[0] - s[1], 0.02 * std::fabs(s[0])) << "step " << i << ": GPU " << g << ", CPU " << c
+                                                       << " and the CPU's margin is not a near-tie";
+        break;
+      }
+      cuda::GpuSeq* seqs[] = {&seq};
+      p.runner.decode(seqs, std::span<const int32_t>(&g, 1));
+      p.cpu_model.forward(std::span<const int32_t>(&c, 1), kv, cpu_logits);
+    }
+    p.runner.release(seq);
+  }
+}
+
+// Sequences of different lengths decoded together give each the logits it gets alone, and a
+// CUDA graph replay gives what the eager launch gives.
+TEST(CudaRunner, BatchedDecodeAndGraphsMatchSingleEagerDecode) {
+  LY_REQUIRE_GPU();
+  const std::string dir = test::golden_dir() + "/models/llama31_untied_bf16_sharded";
+  const Checkpoint ck = Checkpoint::open(dir);
+  auto w = cuda::upload_weights(ck);
+  cuda::RunnerOptions eager_o, graph_o;
+  eager_o.cuda_graphs = false;
+  eager_o.kv_memory_gib = graph_o.kv_memory_gib = 0.05;
+  cuda::GpuRunner eager(w, eager_o), graphed(w, graph_o);
+  const int vocab = ck.config().vocab_size;
+  std::vector<cuda::GpuSeq> a(3), b(3);
+  const int lens[] = {5, 70, 33};
+  std::vector<std::vector<float>> alone(3, std::vector<float>(size_t(vocab)));
+  for (int s = 0; s < 3; ++s) {
+    std::vector<int32_t> ids(static_cast<size_t>(lens[s]));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 13 + size_t(s)) % size_t(vocab));
+    eager.prefill(a[size_t(s)], ids);
+    graphed.prefill(b[size_t(s)], ids);
+    cuda::GpuSeq* one[] = {&a[size_t(s)]};
+    const int32_t tok = 42 + s;
+    eager.decode(one, std::span<const int32_t>(&tok, 1));
+    eager.copy_logits(0, alone[size_t(s)]);
+  }
+  cuda::GpuSeq* all[] = {&b[0], &b[1], &b[2]};
+  const int32_t toks[] = {42, 43, 44};
+  for (int rep = 0; rep < 2; ++rep) {  // the second replay reuses the captured graph
+    graphed.decode(all, toks);
+    std::vector<float> got(static_cast<size_t>(vocab));
+    for (int s = 0; s < 3; ++s) {
+      graphed.copy_logits(s, got);
+      EXPECT_LT(rel_error(got, alone[size_t(s)]), 1e-2) << "sequence " << s << " replay " << rep;
+    }
+    for (auto& s : b) graphed.truncate(s, s.length - 1);
+  }
+}
+
+TEST(CudaRunner, FullKvPoolIsACapacityError) {
+  LY_REQUIRE_GPU();
+  cuda::RunnerOptions o;
+  o.page_size = 16;
+  o.kv_memory_gib = 1e-5;  // 3 pages of 16 tokens
+  const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/llama_tied_f32");
+  cuda::GpuRunner r(cuda::upload_weights(ck), o);
+  cuda::GpuSeq seq;
+  ASSERT_LT(r.n_pages(), 10);
+  std::vector<int32_t> ids(static_cast<size_t>((r.n_pages() + 1) * 16), 5);
+  try {
+    r.prefill(seq, ids);
+    FAIL() << "expected a capacity error for " << ids.size() << " tokens in " << r.n_pages() << " pages";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCapacity);
+    EXPECT_NE(std::string(e.what()).find("KV pool full"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaRunner, DeviceSamplingAgreesWithGreedyAtTheLimits) {
+  LY_REQUIRE_GPU();
+  cuda::RunnerOptions o;
+  o.kv_memory_gib = 0.05;
+  const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/qwen3_tied_bf16");
+  cuda::GpuRunner r(cuda::upload_weights(ck), o);
+  cuda::GpuSeq seq;
+  std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7};
+  r.prefill(seq, ids);
+  int32_t greedy = -1, top1 = -1, nucleus = -1;
+  r.greedy(1, std::span<int32_t>(&greedy, 1));
+  r.sample(1, 1.0f, 1, 1.0f, 7, std::span<int32_t>(&top1, 1));      // top-k 1
+  r.sample(1, 0.5f, 0, 1e-6f, 7, std::span<int32_t>(&nucleus, 1));  // top-p tiny
+  EXPECT_EQ(top1, greedy);
+  EXPECT_EQ(nucleus, greedy);
+  // Plain temperature sampling draws valid, varied tokens.
+  std::set<int32_t> seen;
+  for (int i = 0; i < 64; ++i) {
+    int32_t t = -1;
+    r.sample(1, 2.0f, 0, 1.0f, 7, std::span<int32_t>(&t, 1));
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, ck.config().vocab_size);
+    seen.insert(t);
+  }
+  EXPECT_GT(seen.size(), 3u);
+}
+
+}  // namespace
+}  // namespace lychee
+
+#else
+
+TEST(Cuda, NotBuilt) { GTEST_SKIP() << "CUDA backend not built: GPU tests skipped"; }
+
+#endif  // LYCHEE_HAS_CUDA
