@@ -58,6 +58,9 @@ namespace detail {
 void fill_ragged_offsets(int32_t* out, int n, int32_t stride, cudaStream_t stream);
 // Launches the fallback kernel for head_dim 64 or 128; false (nothing launched) otherwise.
 bool launch_prefill_fallback(const PrefillAttentionArgs& a, cudaStream_t stream);
+// Copies each sequence's first kv_bucket tokens of K and V from the pages into
+// k_out/v_out [batch][n_kv_heads][kv_bucket][head_dim] (rows past kv_len copied as they are).
+void gather_pages(const PrefillAttentionArgs& a, int kv_bucket, bf16* k_out, bf16* v_out, cudaStream_t stream);
 }  // namespace detail
 
 // Owns the cuDNN handle, a cache of built graphs keyed by shape, and the cuDNN workspace.

@@ -299,4 +299,33 @@ void fill_ragged_offsets(int32_t* out, int n, int32_t stride, cudaStream_t strea
 }
 }  // namespace detail
 
+namespace {
+
+// One block per (sequence, KV head, page): 16-byte copies of the page's rows.
+__global__ void gather_pages_kernel(PrefillAttentionArgs a, int kv_bucket, bf16* k_out, bf16* v_out) {
+  const int p = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int page = a.page_table[size_t(b) * a.max_pages + p];
+  const size_t src = (size_t(page) * a.n_kv_heads + h) * a.page_size * a.head_dim;
+  const size_t dst = ((size_t(b) * a.n_kv_heads + h) * kv_bucket + size_t(p) * a.page_size) * a.head_dim;
+  const int n = a.page_size * a.head_dim / 8;  // uint4 = 8 bf16
+  const uint4* ks = reinterpret_cast<const uint4*>(a.k_pool + src);
+  const uint4* vs = reinterpret_cast<const uint4*>(a.v_pool + src);
+  uint4* kd = reinterpret_cast<uint4*>(k_out + dst);
+  uint4* vd = reinterpret_cast<uint4*>(v_out + dst);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    kd[i] = ks[i];
+    vd[i] = vs[i];
+  }
+}
+
+}  // namespace
+
+namespace detail {
+void gather_pages(const PrefillAttentionArgs& a, int kv_bucket, bf16* k_out, bf16* v_out, cudaStream_t stream) {
+  const dim3 grid(unsigned(kv_bucket / a.page_size), unsigned(a.n_kv_heads), unsigned(a.batch));
+  gather_pages_kernel<<<grid, 256, 0, stream>>>(a, kv_bucket, k_out, v_out);
+  LY_CUDA_CHECK_LAUNCH();
+}
+}  // namespace detail
+
 }  // namespace lychee::cuda
