@@ -1,4 +1,5 @@
 // lychee eval: retrieval accuracy of each attention policy at equal KV bytes read.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -56,7 +57,8 @@ std::vector<PolicyOptions> expand_policies(const EvalArgs& a, const ModelConfig&
 }
 
 void run(const EvalArgs& a) {
-  Engine engine(a.model.engine_options());
+  const bool sparse = std::any_of(a.policies.begin(), a.policies.end(), [](const std::string& p) { return p != "full"; });
+  Engine engine(a.model.engine_options(sparse));
   EvalConfig cfg;
   for (const std::string& t : a.tasks) cfg.tasks.push_back(parse_task_name(t));
   cfg.lengths = a.lengths;
