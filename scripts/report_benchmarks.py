@@ -88,7 +88,8 @@ def prefill_attention_section():
     lines = [
         "## Dense prefill attention (causal, paged KV)",
         "",
-        f"{ours['gpu']}; lychee's cuDNN {ours['cudnn']} through cudnn-frontend, and its own FA2-style "
+        f"{ours['gpu']}; lychee's cuDNN {ours['cudnn']} through cudnn-frontend (pages gathered into "
+        f"contiguous K/V first, see docs/kernels/prefill-attention.md), and its own FA2-style "
         f"fallback kernel, at commit `{ours['lychee_commit']}`; torch SDPA (its bundled cuDNN "
         f"{peer.get('cudnn', '?') if peer else '?'}) in the same session. 32 q / 8 kv heads, d 128; TFLOP/s "
         "count causal FLOPs (2·L²·d·heads).",

@@ -121,6 +121,46 @@ uint64_t Engine::weight_bytes_per_token() const {
 
 namespace lychee {
 
+double Engine::time_batched_decode(int batch, std::span<const int32_t> prompt, int steps) {
+  LY_CHECK(batch >= 1 && steps >= 1, ErrorCode::kInvalidArgument, "batch and steps must be >= 1");
+#ifdef LYCHEE_HAS_CUDA
+  if (device_ == "cuda") {
+    cuda::GpuRunner& r = *static_cast<GpuBackend*>(gpu_.get())->runner;
+    LY_CHECK(batch <= r.options().max_batch, ErrorCode::kInvalidArgument,
+             "--batch {} exceeds the runner's maximum batch of {}", batch, r.options().max_batch);
+    std::vector<cuda::GpuSeq> seqs(static_cast<size_t>(batch));
+    std::vector<cuda::GpuSeq*> ptrs;
+    for (auto& s : seqs) {
+      r.prefill(s, prompt);
+      ptrs.push_back(&s);
+    }
+    std::vector<int32_t> out(static_cast<size_t>(batch));
+    std::vector<int32_t> first(static_cast<size_t>(batch), prompt.back());
+    r.decode(ptrs, first);  // captures the CUDA graph for this batch size
+    r.greedy(batch, out);
+    Timer t;
+    for (int i = 0; i < steps; ++i) {
+      r.decode(ptrs, {});
+      r.greedy(batch, out);
+    }
+    const double seconds = t.seconds();
+    for (auto& s : seqs) r.release(s);
+    return seconds;
+  }
+#endif
+  LY_CHECK(batch == 1, ErrorCode::kInvalidArgument,
+           "the CPU reference decodes one sequence at a time: --batch {} needs --device cuda", batch);
+  std::unique_ptr<Session> s = new_session(int(prompt.size()) + steps + 1);
+  s->feed(prompt);
+  Sampler sampler(SamplingParams{});
+  Timer t;
+  for (int i = 0; i < steps; ++i) {
+    const int32_t tok = s->sample(sampler);
+    s->feed(std::span<const int32_t>(&tok, 1));
+  }
+  return t.seconds();
+}
+
 double Engine::measure_bandwidth_gbps() const {
 #ifdef LYCHEE_HAS_CUDA
   if (device_ == "cuda") return cuda::device_copy_bandwidth_gbps();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 
 #include "cpu/model.h"
@@ -45,6 +46,10 @@ class Engine {
   // The memory bandwidth that bounds a decode step on this device, GB/s: host streaming reads
   // on the CPU, device-to-device copy (read + write) on the GPU. Measured (about a second).
   double measure_bandwidth_gbps() const;
+  // Batched decode throughput: `batch` sequences each prefilled with `prompt`, then `steps`
+  // greedy decode steps of the whole batch; returns the seconds the steps took. The CPU
+  // reference runs one sequence at a time (batch must be 1 there).
+  double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps);
 
  private:
   Checkpoint checkpoint_;
