@@ -157,6 +157,9 @@ def gpu_model_section():
         f"| prefill | {r['prefill_tok_s']:.0f} tok/s |",
         f"| decode | {r['decode_tok_s']:.0f} tok/s ({1e3 / r['decode_tok_s']:.2f} ms/token) |",
         f"| decode bound (bytes / copy bandwidth) | {r['decode_bound_tok_s']:.0f} tok/s |",
+    ] + ([
+        f"| batched decode, {r['batched']['batch']} sequences | {r['batched']['step_ms']:.2f} ms/step, "
+        f"{r['batched']['tok_s']:.0f} tok/s |"] if r.get("batched") else []) + [
         "",
         "A 135M-parameter model at batch 1 is bound by kernel latency, not bandwidth: a step is ~300 small "
         "kernels (replayed from a CUDA graph).",
