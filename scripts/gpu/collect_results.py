@@ -20,7 +20,7 @@ COMMANDS = {
     "torch_prefill_attention.json": "scripts/gpu/run_all.sh bench-kernels (python3 scripts/bench/torch_prefill_attention.py --json ...)",
     "e2e.json": "scripts/gpu/run_all.sh bench-e2e (build-gpu/bin/bench_e2e --json ...)",
     "hf_decode.json": "scripts/gpu/run_all.sh bench-e2e (python3 scripts/bench/hf_decode.py --json ...)",
-    "smollm2_gpu.json": "scripts/gpu/run_all.sh bench-model (lychee bench --device cuda --prompt-tokens 512 --gen-tokens 128)",
+    "smollm2_gpu.json": "scripts/gpu/run_all.sh bench-model (lychee bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4)",
 }
 
 

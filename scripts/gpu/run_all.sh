@@ -58,7 +58,7 @@ case "${1:-}" in
     python3 scripts/bench/hf_decode.py --json "$out/hf_decode.json" 2>&1 | tail -12 | tee "$out/hf_decode.log" ;;
   bench-model)
     link_model
-    "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
+    "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
   *)
     sed -n 2,8p "$0"; exit 2 ;;
 esac
