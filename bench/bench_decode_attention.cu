@@ -145,7 +145,10 @@ Row bench_one(int batch, int context, const Options& opt) {
   const std::vector<int32_t> lens(size_t(batch), context);
   const auto heads = dense_decode_heads(lens, kKvHeads, kPageSize, pages_per_seq);
   const int sm_count = device_info().sm_count, ctas = decode_attention_ctas_per_sm(kHeadDim, kPageSize);
-  const DecodePlan plan = plan_decode(heads, batch, kKvHeads, sm_count, ctas, 2, 4 * sm_count * ctas);
+  // LYCHEE_DECODE_WAVES (lab switch): plan this many waves of CTAs instead of one.
+  const char* waves_env = std::getenv("LYCHEE_DECODE_WAVES");
+  const int waves = waves_env != nullptr ? std::max(1, std::atoi(waves_env)) : 1;
+  const DecodePlan plan = plan_decode(heads, batch, kKvHeads, sm_count, ctas * waves, 2, 4 * sm_count * ctas);
   const int n_items = int(plan.items.size());
   DeviceBuffer<int32_t> d_lens(lens.size()), d_n_items(1), d_mb(plan.merge_begin.size()), d_mc(plan.merge_count.size());
   DeviceBuffer<DecodeWorkItem> d_items(plan.items.size());
