@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "cuda/prefill_attention.h"
+#include "cuda/ptx.cuh"
 
 namespace lychee::cuda {
 namespace {
@@ -29,46 +30,7 @@ struct Tile {
   static constexpr int kSmemBytes = 5 * kBytes;     // Q, K[2], V[2]
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; zero-fills the destination when !valid.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// c[16x8] += a[16x16] b[16x8], bf16 inputs, f32 accumulators.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
+using namespace ptx;
 
 // Byte offset of 16-byte chunk c of row r in a [64][D] tile. The chunk index is XORed with r % 8 so
 // that the 8 rows one ldmatrix phase reads (same logical chunk) land in 8 different bank groups.
@@ -137,7 +99,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = tid; c < kTileQ * T::kChunks; c += kThreads) {
     const int r = c / T::kChunks, ch = c % T::kChunks;
     const bool valid = q0 + r < q_len;
-    cp_async_16(sq + swz<D>(r, ch), valid ? qb + size_t(q0 + r) * q_row + ch * 8 : a.q, valid);
+    cp_async_16(sq + swz<D>(r, ch), valid ? qb + size_t(q0 + r) * q_row + ch * 8 : a.q, valid ? 16 : 0);
   }
   cp_async_commit();
 
@@ -155,8 +117,8 @@ __global__ void __launch_bounds__(kThreads)
         const int page = table[t / a.page_size];
         off = ((size_t(page) * a.n_kv_heads + kvh) * a.page_size + t % a.page_size) * D + ch * 8;
       }
-      cp_async_16(sk + buf * T::kBytes + swz<D>(r, ch), a.k_pool + off, valid);
-      cp_async_16(sv + buf * T::kBytes + swz<D>(r, ch), a.v_pool + off, valid);
+      cp_async_16(sk + buf * T::kBytes + swz<D>(r, ch), a.k_pool + off, valid ? 16 : 0);
+      cp_async_16(sv + buf * T::kBytes + swz<D>(r, ch), a.v_pool + off, valid ? 16 : 0);
     }
     cp_async_commit();
   };
