@@ -70,28 +70,6 @@ struct Options {
   int reps = 100, warmup = 20;
 };
 
-// Device-to-device copy bandwidth counting bytes read + written (1 GiB each way), median of 20.
-double copy_bandwidth() {
-  const size_t n = size_t(1) << 30;
-  DeviceBuffer<uint8_t> src(n), dst(n);
-  LY_CUDA_CHECK(cudaMemset(src.data(), 1, n));
-  cudaEvent_t a, b;
-  LY_CUDA_CHECK(cudaEventCreate(&a));
-  LY_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> t;
-  for (int i = 0; i < 25; ++i) {
-    LY_CUDA_CHECK(cudaEventRecord(a));
-    LY_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), n, cudaMemcpyDeviceToDevice));
-    LY_CUDA_CHECK(cudaEventRecord(b));
-    LY_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    LY_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (i >= 5) t.push_back(ms * 1e-3);
-  }
-  LY_CUDA_CHECK(cudaEventDestroy(a));
-  LY_CUDA_CHECK(cudaEventDestroy(b));
-  return 2.0 * double(n) / median(t);
-}
 
 struct Row {
   int batch, context, n_sets, n_items, n_slots;
@@ -269,7 +247,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     const DeviceInfo& dev = device_info();
-    const double copy_bw = copy_bandwidth();
+    const double copy_bw = device_copy_bandwidth_gbps() * 1e9;
     std::printf("%s, %d SMs, %s\n", dev.name, dev.sm_count, driver_string().c_str());
     std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_bw / 1e9);
     std::printf("decode attention: %d q / %d kv heads, d %d, page %d, bf16; %d CTAs/SM\n", kHeads, kKvHeads, kHeadDim,

@@ -2,8 +2,6 @@
 // outputs, sparse budgets read fewer bytes, and the CLI writes its reports.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <filesystem>
 
@@ -60,32 +58,21 @@ TEST(EvalRunner, SmallBudgetsReadLess) {
   }
 }
 
-int run_status(const std::string& args, std::string* out) {
-  const std::string cmd = std::string(LYCHEE_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-  const int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 TEST(EvalRunner, CliWritesJsonAndMarkdown) {
   LY_REQUIRE_DEFAULT_MODEL(path);
   const std::string dir = std::filesystem::temp_directory_path() / "lychee_eval_cli";
   std::filesystem::create_directories(dir);
-  std::string out;
-  const int st = run_status("eval --tasks passkey --lengths 256 --depths 0.5 "
-                                "--haystack synthetic --budgets 16,32 --block-size 8 --json " + dir +
-                                "/r.json --markdown " + dir + "/r.md",
-                            &out);
-  ASSERT_EQ(st, 0) << out;
+  const test::RunResult r = test::run_cli("eval --tasks passkey --lengths 256 --depths 0.5 "
+                                          "--haystack synthetic --budgets 16,32 --block-size 8 --json " +
+                                          dir + "/r.json --markdown " + dir + "/r.md");
+  ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = test::read_json(dir + "/r.json");
   EXPECT_EQ(j["records"].size(), 1u + 4u * 2u);
   EXPECT_NE(read_text_file(dir + "/r.md").find("lychee topk 16 block 8"), std::string::npos);
-  out.clear();
-  EXPECT_EQ(run_status("eval --tasks nope", &out), 1);
-  EXPECT_NE(out.find("nope"), std::string::npos) << out;
+  const test::RunResult bad = test::run_cli("eval --tasks nope");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.output.find("nope"), std::string::npos) << bad.output;
 }
 
 // The default model at a short length: full attention finds the pass key, and every policy runs.

@@ -411,23 +411,8 @@ TEST(HeadRolesDoc, TheExampleInTheSpecLoadsAndMapsAsShown) {
 
 // ---- the CLI -----------------------------------------------------------------------------
 
-struct RunResult {
-  int status = -1;     // exit status, or 128 + signal
-  std::string output;  // stdout and stderr
-};
-
-RunResult run_cli(const std::string& args) {
-  RunResult r;
-  const std::string cmd = std::string(LYCHEE_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using test::RunResult;
+using test::run_cli;
 
 void expect_cli_error(const RunResult& r, const std::string& message) {
   EXPECT_EQ(r.status, 1) << r.output;

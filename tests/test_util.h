@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <span>
@@ -35,6 +38,25 @@ inline std::string default_model_or_empty() {
 #define LY_REQUIRE_DEFAULT_MODEL(var)                                                       \
   const std::string var = ::lychee::test::default_model_or_empty();                         \
   if (var.empty()) GTEST_SKIP() << "default model not fetched: run scripts/fetch_assets.sh"
+
+// The lychee binary run with `args` (a shell fragment): exit status (128 + signal if killed) and
+// stdout + stderr.
+struct RunResult {
+  int status = -1;
+  std::string output;
+};
+inline RunResult run_cli(const std::string& args) {
+  RunResult r;
+  const std::string cmd = std::string(LYCHEE_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
 
 // max |a - b| over max |b|, and the index of the worst element.
 struct Deviation {
