@@ -53,6 +53,8 @@ struct GpuBackend {
 };
 #endif
 
+}  // namespace
+
 Tokenizer load_tokenizer(const Checkpoint& ck) {
   if (ck.format() == CheckpointFormat::kGguf) return Tokenizer::from_gguf(*ck.gguf());
   return Tokenizer::from_hf_dir(ck.path());
@@ -67,8 +69,6 @@ Checkpoint open_checkpoint(const std::string& path) {
   }
   return Checkpoint::open(path);
 }
-
-}  // namespace
 
 Engine::Engine(const EngineOptions& options)
     : checkpoint_(open_checkpoint(options.model_path)), tokenizer_(load_tokenizer(checkpoint_)) {

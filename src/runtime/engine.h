@@ -31,6 +31,11 @@ std::string default_model_path();
 // Where fetched assets live: $LYCHEE_MODELS_DIR or <source>/models.
 std::string models_dir();
 
+// The model at `path` ("" = the default model, with a hint to fetch it when missing).
+Checkpoint open_checkpoint(const std::string& path);
+// The tokenizer a checkpoint ships: GGUF metadata or the directory's tokenizer.json.
+Tokenizer load_tokenizer(const Checkpoint& ck);
+
 class Engine {
  public:
   explicit Engine(const EngineOptions& options);
