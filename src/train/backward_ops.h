@@ -2,7 +2,8 @@
 // to activations, templated on Real (float, double): the CPU oracle of the head-role trainer.
 // Weights are frozen, so no op computes a weight gradient. Plain loops, BLAS for the matrix
 // products; every backward is checked against central finite differences in fp64
-// (tests/test_train_backward.cpp). Shapes are row-major, outermost first.
+// (tests/test_train_backward.cpp). Shapes are row-major, outermost first. Optional pointers
+// (bias, raw logits, loss gradient) are not deduced, so nullptr may be passed as is.
 #pragma once
 
 #include <cblas.h>
@@ -16,27 +17,38 @@
 
 namespace lychee::train {
 
+// c[n, m] = alpha · op(a) · op(b) + beta · c with leading dimensions: op(a) is [n, k] (a stored
+// [n, lda] or, transposed, [k, lda]), op(b) is [k, m] (b stored [k, ldb] or, transposed, [m, ldb]).
+template <typename Real>
+void gemm_ld(bool trans_a, bool trans_b, int n, int m, int k, Real alpha, const Real* a, int lda,
+             const Real* b, int ldb, Real beta, Real* c, int ldc) {
+  static_assert(std::is_same_v<Real, float> || std::is_same_v<Real, double>);
+  if (n == 0 || m == 0) return;
+  if (k == 0) {  // BLAS rejects a leading dimension of 0
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j)
+        c[i * ldc + j] = beta == Real(0) ? Real(0) : beta * c[i * ldc + j];
+    return;
+  }
+  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<Real, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 // c[n, m] = alpha · a[n, k] · op(b) + beta · c, op(b) = bᵀ for b [m, k] (trans_b) or b [k, m].
 template <typename Real>
 void gemm(bool trans_b, int n, int m, int k, Real alpha, const Real* a, const Real* b, Real beta,
           Real* c) {
-  static_assert(std::is_same_v<Real, float> || std::is_same_v<Real, double>);
-  if (n == 0 || m == 0) return;
-  if (k == 0) {  // BLAS rejects a leading dimension of 0
-    for (int64_t i = 0; i < int64_t(n) * m; ++i) c[i] = beta == Real(0) ? Real(0) : beta * c[i];
-    return;
-  }
-  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-  const int ldb = trans_b ? k : m;
-  if constexpr (std::is_same_v<Real, float>)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, n, m, k, alpha, a, k, b, ldb, beta, c, m);
-  else
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, tb, n, m, k, alpha, a, k, b, ldb, beta, c, m);
+  gemm_ld<Real>(false, trans_b, n, m, k, alpha, a, k, b, trans_b ? k : m, beta, c, m);
 }
 
 // y[n, m] = x[n, k] · w[m, k]ᵀ + b[m] (b may be nullptr).
 template <typename Real>
-void linear(const Real* x, const Real* w, const Real* b, Real* y, int n, int k, int m) {
+void linear(const Real* x, const Real* w, const std::type_identity_t<Real>* b, Real* y, int n, int k,
+            int m) {
   gemm<Real>(true, n, m, k, Real(1), x, w, Real(0), y);
   if (b != nullptr)
     for (int64_t i = 0; i < n; ++i)
@@ -161,7 +173,8 @@ void softmax_gather(const Real* x, const int32_t* idx, int n, Real* p) {
 // raw: [n_keys] receives the unscaled logits q·k_j (for the selection), or nullptr.
 template <typename Real>
 void attend_mix_row(const Real* q, const Real* k, const Real* v, int hd, int n_keys,
-                    const int32_t* set, int n_set, Real scale, Real z, Real* out, Real* raw) {
+                    const int32_t* set, int n_set, Real scale, Real z, Real* out,
+                    std::type_identity_t<Real>* raw) {
   const size_t n = static_cast<size_t>(n_keys);
   std::vector<Real> logit(n), p(n), dense(static_cast<size_t>(hd), Real(0));
   for (int64_t j = 0; j < n_keys; ++j) {
@@ -232,40 +245,160 @@ Real attend_mix_row_backward(const Real* q, const Real* k, const Real* v, int hd
   return set != nullptr ? sum_d - sum_s : Real(0);
 }
 
-// Dense causal attention of a chunk of n_q queries at positions pos0 … pos0 + n_q − 1 for one KV
-// head group (forward only: the context prefill). q: [n_q, group, hd] with row stride q_stride;
-// k, v: [pos0 + n_q, hd]; out: [n_q, group, hd] with row stride out_stride.
+// The weights of V of one row of the mixed attention, from its scaled logits l[n] (every key
+// visible): p[n] = z · softmax(l) + (1 − z) · (softmax over the set, 0 elsewhere); set nullptr:
+// p = softmax(l) (dense). z = 1 gives the dense weights bit for bit. p must not alias l.
 template <typename Real>
-void attend_causal(const Real* q, int n_q, int group, int hd, int q_stride, const Real* k,
-                   const Real* v, int pos0, Real scale, Real* out, int out_stride) {
-  // Rows (query, head in group) in chunks so the score block stays under ~4 M entries.
-  const int n_keys = pos0 + n_q;
-  const int chunk = std::max(1, (1 << 22) / std::max(1, n_keys * group));
-  std::vector<Real> qb, s, o;
-  for (int t0 = 0; t0 < n_q; t0 += chunk) {
-    const int nt = std::min(chunk, n_q - t0), rows = nt * group, keys = pos0 + t0 + nt;
-    qb.resize(size_t(rows) * hd);
-    for (int t = 0; t < nt; ++t)
-      std::copy_n(q + int64_t(t0 + t) * q_stride, group * hd, qb.data() + int64_t(t) * group * hd);
-    s.resize(size_t(rows) * keys);
-    gemm<Real>(true, rows, keys, hd, scale, qb.data(), k, Real(0), s.data());
-    for (int r = 0; r < rows; ++r) {
-      Real* row = s.data() + int64_t(r) * keys;
-      const int visible = pos0 + t0 + r / group + 1;
-      softmax_gather<Real>(row, nullptr, visible, row);
-      std::fill(row + visible, row + keys, Real(0));
-    }
-    o.resize(size_t(rows) * hd);
-    gemm<Real>(false, rows, hd, keys, Real(1), s.data(), v, Real(0), o.data());
-    for (int t = 0; t < nt; ++t)
-      std::copy_n(o.data() + int64_t(t) * group * hd, group * hd, out + int64_t(t0 + t) * out_stride);
+void mix_softmax(const Real* l, int n, const int32_t* set, int n_set, Real z, Real* p) {
+  softmax_gather<Real>(l, nullptr, n, p);
+  if (set == nullptr) return;
+  std::vector<Real> ps(static_cast<size_t>(n_set));
+  softmax_gather<Real>(l, set, n_set, ps.data());
+  for (int j = 0; j < n; ++j) p[j] *= z;
+  for (int i = 0; i < n_set; ++i) p[set[i]] += (Real(1) - z) * ps[size_t(i)];
+}
+
+// Backward of mix_softmax for dp[n] = dloss/dp: dl[n] = z·pd·(dp − Σ pd·dp) + (1 − z)·ps·(dp −
+// Σ ps·dp) (dl may alias dp). Returns dloss/dz = Σ (pd − ps)·dp, 0 for dense.
+template <typename Real>
+Real mix_softmax_backward(const Real* l, int n, const int32_t* set, int n_set, Real z,
+                          const Real* dp, Real* dl) {
+  const size_t nn = static_cast<size_t>(n);
+  std::vector<Real> pd(nn), ps(set != nullptr ? nn : 0, Real(0)), packed(size_t(std::max(n_set, 0)));
+  softmax_gather<Real>(l, nullptr, n, pd.data());
+  Real sum_d = 0, sum_s = 0;
+  for (int j = 0; j < n; ++j) sum_d += pd[size_t(j)] * dp[j];
+  if (set != nullptr) {
+    softmax_gather<Real>(l, set, n_set, packed.data());
+    for (int i = 0; i < n_set; ++i) ps[size_t(set[i])] = packed[size_t(i)];
+    for (int i = 0; i < n_set; ++i) sum_s += packed[size_t(i)] * dp[set[i]];
   }
+  const Real zd = set != nullptr ? z : Real(1);
+  for (int j = 0; j < n; ++j) {  // reads dp[j] before writing dl[j]: dl may alias dp
+    const Real sparse = set != nullptr ? (Real(1) - z) * ps[size_t(j)] * (dp[j] - sum_s) : Real(0);
+    dl[j] = zd * pd[size_t(j)] * (dp[j] - sum_d) + sparse;
+  }
+  return set != nullptr ? sum_d - sum_s : Real(0);
+}
+
+// Rows (query position t, head g of the group) of one chunk of attend_mix_group: the queries
+// gathered to qb[rows, hd], raw = qb·kᵀ [rows, keys], l = scale · raw and the weights p.
+template <typename Real>
+struct MixChunk {
+  int t0 = 0, nt = 0, rows = 0, keys = 0;
+  std::vector<Real> qb, raw, l, p;
+};
+
+template <typename Real>
+void mix_chunk_forward(const Real* q, int group, int hd, int q_stride, const Real* k, int pos0,
+                       const std::vector<int32_t>* sets, Real scale, Real z, MixChunk<Real>& c) {
+  c.rows = c.nt * group;
+  c.keys = pos0 + c.t0 + c.nt;
+  c.qb.resize(size_t(c.rows) * hd);
+  for (int t = 0; t < c.nt; ++t)
+    std::copy_n(q + int64_t(c.t0 + t) * q_stride, group * hd, c.qb.data() + int64_t(t) * group * hd);
+  c.raw.resize(size_t(c.rows) * c.keys);
+  gemm<Real>(true, c.rows, c.keys, hd, Real(1), c.qb.data(), k, Real(0), c.raw.data());
+  c.l.assign(c.raw.size(), Real(0));
+  c.p.assign(c.raw.size(), Real(0));
+  for (int r = 0; r < c.rows; ++r) {
+    const int t = c.t0 + r / group, n = pos0 + t + 1;
+    const int64_t off = int64_t(r) * c.keys;
+    for (int j = 0; j < n; ++j) c.l[size_t(off + j)] = scale * c.raw[size_t(off + j)];
+    const std::vector<int32_t>* set = sets != nullptr ? &sets[t] : nullptr;
+    mix_softmax<Real>(c.l.data() + off, n, set ? set->data() : nullptr, set ? int(set->size()) : 0,
+                      z, c.p.data() + off);
+  }
+}
+
+// Query rows per chunk so that a chunk's [rows, keys] blocks stay under ~4 M entries.
+inline int mix_chunk_positions(int n_q, int group, int pos0) {
+  return std::max(1, (1 << 22) / std::max(1, (pos0 + n_q) * group));
+}
+
+// Mixed attention (docs/trainer.md) of one KV head group for n_q query positions pos0 … pos0 +
+// n_q − 1, each seeing keys 0 … its own position. q: [n_q, group, hd] with row stride q_stride;
+// k, v: [pos0 + n_q, hd]; sets: [n_q] ascending key sets (nullptr: dense, z ignored); out:
+// [n_q, group, hd] with row stride out_stride. mean_raw (optional): [n_q, pos0 + n_q], row t's
+// entries j <= pos0 + t get the group-mean raw logit (1/group)·Σ_g q_g·k_j, for the selection.
+// Row by row this is attend_mix_row with the mix on the weights: out = (z·pd + (1 − z)·ps)·v.
+template <typename Real>
+void attend_mix_group(const Real* q, int n_q, int group, int hd, int q_stride, const Real* k,
+                      const Real* v, int pos0, const std::vector<int32_t>* sets, Real scale, Real z,
+                      Real* out, int out_stride, std::type_identity_t<Real>* mean_raw) {
+  const int chunk = mix_chunk_positions(n_q, group, pos0), width = pos0 + n_q;
+  MixChunk<Real> c;
+  std::vector<Real> o;
+  for (c.t0 = 0; c.t0 < n_q; c.t0 += chunk) {
+    c.nt = std::min(chunk, n_q - c.t0);
+    mix_chunk_forward<Real>(q, group, hd, q_stride, k, pos0, sets, scale, z, c);
+    o.resize(size_t(c.rows) * hd);
+    gemm<Real>(false, c.rows, hd, c.keys, Real(1), c.p.data(), v, Real(0), o.data());
+    for (int t = 0; t < c.nt; ++t)
+      std::copy_n(o.data() + int64_t(t) * group * hd, group * hd,
+                  out + int64_t(c.t0 + t) * out_stride);
+    for (int t = 0; t < c.nt && mean_raw != nullptr; ++t) {
+      Real* m = mean_raw + int64_t(c.t0 + t) * width;
+      const int n = pos0 + c.t0 + t + 1;
+      std::fill(m, m + n, Real(0));
+      for (int g = 0; g < group; ++g)
+        for (int j = 0; j < n; ++j) m[j] += c.raw[size_t((int64_t(t) * group + g) * c.keys + j)];
+      for (int j = 0; j < n; ++j) m[j] /= Real(group);
+    }
+  }
+}
+
+// Backward of attend_mix_group for dout [n_q, group, hd] (row stride dout_stride), recomputing
+// the weights: dq (row stride q_stride) += ∂/∂q; dk, dv: [n_q, hd] += the gradients of the
+// group's own keys pos0 … pos0 + n_q − 1 (keys below pos0, the fixed context, get none).
+// Returns dloss/dz = Σ_rows dout · (dense − sparse); 0 for dense.
+template <typename Real>
+Real attend_mix_group_backward(const Real* q, int n_q, int group, int hd, int q_stride,
+                               const Real* k, const Real* v, int pos0,
+                               const std::vector<int32_t>* sets, Real scale, Real z,
+                               const Real* dout, int dout_stride, Real* dq, Real* dk, Real* dv) {
+  const int chunk = mix_chunk_positions(n_q, group, pos0);
+  MixChunk<Real> c;
+  std::vector<Real> db, ds, dqb;
+  Real dz = 0;
+  for (c.t0 = 0; c.t0 < n_q; c.t0 += chunk) {
+    c.nt = std::min(chunk, n_q - c.t0);
+    mix_chunk_forward<Real>(q, group, hd, q_stride, k, pos0, sets, scale, z, c);
+    db.resize(size_t(c.rows) * hd);
+    for (int t = 0; t < c.nt; ++t)
+      std::copy_n(dout + int64_t(c.t0 + t) * dout_stride, group * hd, db.data() + int64_t(t) * group * hd);
+    ds.assign(size_t(c.rows) * c.keys, Real(0));  // dloss/dp, then dloss/d(raw logit)
+    gemm<Real>(true, c.rows, c.keys, hd, Real(1), db.data(), v, Real(0), ds.data());
+    for (int r = 0; r < c.rows; ++r) {
+      const int t = c.t0 + r / group, n = pos0 + t + 1;
+      Real* row = ds.data() + int64_t(r) * c.keys;
+      const std::vector<int32_t>* set = sets != nullptr ? &sets[t] : nullptr;
+      dz += mix_softmax_backward<Real>(c.l.data() + int64_t(r) * c.keys, n,
+                                       set ? set->data() : nullptr, set ? int(set->size()) : 0, z,
+                                       row, row);
+      for (int j = 0; j < n; ++j) row[j] *= scale;
+      std::fill(row + n, row + c.keys, Real(0));
+    }
+    dqb.resize(size_t(c.rows) * hd);
+    gemm<Real>(false, c.rows, hd, c.keys, Real(1), ds.data(), k, Real(0), dqb.data());
+    for (int t = 0; t < c.nt; ++t)
+      for (int i = 0; i < group * hd; ++i)
+        dq[int64_t(c.t0 + t) * q_stride + i] += dqb[size_t(int64_t(t) * group * hd + i)];
+    // The chunk's rows see the group's own keys 0 … t0 + nt − 1 (columns pos0 …).
+    const int n_own = c.t0 + c.nt;
+    gemm_ld<Real>(true, false, n_own, hd, c.rows, Real(1), ds.data() + pos0, c.keys, c.qb.data(),
+                  hd, Real(1), dk, hd);
+    gemm_ld<Real>(true, false, n_own, hd, c.rows, Real(1), c.p.data() + pos0, c.keys, db.data(),
+                  hd, Real(1), dv, hd);
+  }
+  return sets != nullptr ? dz : Real(0);
 }
 
 // Distillation loss scale · Σ_i (s_i − t_i)² over n values (scale: 1/T for logits, 1/(T·d) for
 // hidden states), summed in double; ds[n] = 2·scale·(s − t) unless nullptr.
 template <typename Real>
-double squared_error(const Real* s, const Real* t, int64_t n, double scale, Real* ds) {
+double squared_error(const Real* s, const Real* t, int64_t n, double scale,
+                     std::type_identity_t<Real>* ds) {
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) {
     const Real e = s[i] - t[i];

@@ -15,6 +15,10 @@ const Real* ptr(const std::vector<Real>& v) {
   return v.empty() ? nullptr : v.data();
 }
 
+// Whether a loop over KV heads is worth an OpenMP team: on a loaded machine a team for a tiny
+// model's few microseconds of work waits a whole time slice for a preempted thread.
+bool worth_threads(int64_t flops) { return flops >= (int64_t(1) << 22); }
+
 }  // namespace
 
 template <typename Real>
@@ -169,12 +173,12 @@ void CpuStudent<Real>::set_context(std::span<const int32_t> tokens) {
   for (int l = 0; l < c.n_layers && n > 0; ++l) {
     project_qkv(l, x.data(), n, 0, nullptr, q.data());
     if (l + 1 == c.n_layers) break;  // the targets need only the last layer's K/V
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (worth_threads(int64_t(n) * n * qd))
     for (int kh = 0; kh < c.n_kv_heads; ++kh) {
-      const int64_t off = int64_t(kh) * max_context_ * hd;
-      attend_causal<Real>(q.data() + int64_t(kh) * group * hd, n, group, hd, qd,
-                          k_[size_t(l)].data() + off, v_[size_t(l)].data() + off, 0, scale,
-                          att.data() + int64_t(kh) * group * hd, qd);
+      const int64_t off = int64_t(kh) * max_context_ * hd, col = int64_t(kh) * group * hd;
+      attend_mix_group<Real>(q.data() + col, n, group, hd, qd, k_[size_t(l)].data() + off,
+                             v_[size_t(l)].data() + off, 0, nullptr, scale, Real(1),
+                             att.data() + col, qd, nullptr);
     }
     const LayerWeights& w = layers_[size_t(l)];
     linear<Real>(att.data(), w.wo.data(), ptr(w.bo), o.data(), n, qd, d);
@@ -192,29 +196,23 @@ void CpuStudent<Real>::attend_targets(int layer, const Real* q, const Real* z, c
                                       Sets* out, Real* att) const {
   const ModelConfig& c = config_;
   const int n_t = n_targets(), hd = c.head_dim, qd = c.q_dim(), group = c.group_size();
+  const int width = n_ctx_ + n_t;
   const Real scale = Real(1) / std::sqrt(Real(hd));
-#pragma omp parallel for collapse(2) schedule(dynamic)
-  for (int kh = 0; kh < c.n_kv_heads; ++kh)
-    for (int t = 0; t < n_t; ++t) {
-      const int p = n_ctx_ + t, n_keys = p + 1;
-      const int64_t off = int64_t(kh) * max_context_ * hd;
-      const Real* k = k_[size_t(layer)].data() + off;
-      const Real* v = v_[size_t(layer)].data() + off;
-      const std::vector<int32_t>* set = in != nullptr ? &(*in)[size_t(kh)][size_t(t)] : nullptr;
-      std::vector<Real> raw(out != nullptr ? size_t(n_keys) : 0), mean(raw.size(), Real(0));
-      for (int g = 0; g < group; ++g) {
-        const int64_t row = int64_t(t) * qd + int64_t(kh * group + g) * hd;
-        attend_mix_row<Real>(q + row, k, v, hd, n_keys, set ? set->data() : nullptr,
-                             set ? int(set->size()) : 0, scale, z ? z[kh] : Real(1), att + row,
-                             out ? raw.data() : nullptr);
-        for (int j = 0; j < int(raw.size()); ++j) mean[size_t(j)] += raw[size_t(j)];
-      }
-      if (out != nullptr) {
-        for (Real& a : mean) a /= Real(group);
-        select_set<Real>(mean.data(), p, student_budget(options_.keep_ratio, n_keys),
-                         (*out)[size_t(kh)][size_t(t)]);
-      }
+#pragma omp parallel for schedule(dynamic) if (worth_threads(int64_t(n_t) * width * qd))
+  for (int kh = 0; kh < c.n_kv_heads; ++kh) {
+    const int64_t off = int64_t(kh) * max_context_ * hd, col = int64_t(kh) * group * hd;
+    std::vector<Real> mean(out != nullptr ? size_t(n_t) * size_t(width) : 0);  // [T, L + T]
+    attend_mix_group<Real>(q + col, n_t, group, hd, qd, k_[size_t(layer)].data() + off,
+                           v_[size_t(layer)].data() + off, n_ctx_,
+                           in != nullptr ? (*in)[size_t(kh)].data() : nullptr, scale,
+                           z != nullptr ? z[kh] : Real(1), att + col, qd,
+                           out != nullptr ? mean.data() : nullptr);
+    for (int t = 0; t < n_t && out != nullptr; ++t) {
+      const int p = n_ctx_ + t;
+      select_set<Real>(mean.data() + int64_t(t) * width, p,
+                       student_budget(options_.keep_ratio, p + 1), (*out)[size_t(kh)][size_t(t)]);
     }
+  }
 }
 
 // The targets through the model: z == nullptr is the teacher (dense everywhere, nothing kept);
@@ -349,23 +347,16 @@ void CpuStudent<Real>::backward(const Real* z, const Real* dout, Real* dz) {
     std::fill(dk_head.begin(), dk_head.end(), Real(0));
     std::fill(dv_head.begin(), dv_head.end(), Real(0));
     const Real* zl = z + int64_t(l) * n_kv;
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (worth_threads(int64_t(n_t) * (n_ctx_ + n_t) * qd))
     for (int kh = 0; kh < n_kv; ++kh) {  // one thread per KV head: its dk, dv rows are its own
       const int64_t off = int64_t(kh) * max_context_ * hd;
       const Real* k = k_[size_t(l)].data() + off;
       const Real* v = v_[size_t(l)].data() + off;
-      Real dz_head = 0;
-      for (int t = 0; t < n_t; ++t) {
-        const std::vector<int32_t>& set = used_sets_[size_t(l)][size_t(kh)][size_t(t)];
-        for (int g = 0; g < group; ++g) {
-          const int64_t row = int64_t(t) * qd + int64_t(kh * group + g) * hd;
-          dz_head += attend_mix_row_backward<Real>(
-              a.q.data() + row, k, v, hd, n_ctx_ + t + 1, set.data(), int(set.size()), scale,
-              zl[kh], datt.data() + row, dq.data() + row, dk_head.data() + int64_t(kh) * n_t * hd,
-              dv_head.data() + int64_t(kh) * n_t * hd, n_ctx_);
-        }
-      }
-      dz[int64_t(l) * n_kv + kh] = dz_head;
+      const int64_t col = int64_t(kh) * group * hd, own = int64_t(kh) * n_t * hd;
+      dz[int64_t(l) * n_kv + kh] = attend_mix_group_backward<Real>(
+          a.q.data() + col, n_t, group, hd, qd, k, v, n_ctx_, used_sets_[size_t(l)][size_t(kh)].data(),
+          scale, zl[kh], datt.data() + col, qd, dq.data() + col, dk_head.data() + own,
+          dv_head.data() + own);
     }
     if (l == 1) break;  // nothing below layer 1's attention has a gate
     for (int t = 0; t < n_t; ++t)
