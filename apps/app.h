@@ -63,5 +63,6 @@ void register_chat(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_eval(CLI::App& app);
+void register_train(CLI::App& app);
 
 }  // namespace lychee::app

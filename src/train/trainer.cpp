@@ -1,0 +1,300 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "train/heatmap.h"
+#include "train/optim.h"
+
+namespace lychee::train {
+
+namespace fs = std::filesystem;
+
+RoleDecision parse_role_decision(const std::string& name) {
+  if (name == "threshold") return RoleDecision::kThreshold;
+  if (name == "top-n" || name == "topn") return RoleDecision::kTopN;
+  fail(ErrorCode::kInvalidArgument, "unknown role decision '{}' (expected threshold or top-n)", name);
+}
+
+namespace {
+
+const char* decision_name(RoleDecision d) { return d == RoleDecision::kTopN ? "top-n" : "threshold"; }
+
+// The gate noise of step s: a stream of its own, so a resumed run draws what it would have.
+std::mt19937_64 step_rng(uint64_t seed, int step) {
+  uint64_t x = seed + 0x9E3779B97F4A7C15ull * (uint64_t(step) + 1);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return std::mt19937_64(x ^ (x >> 31));
+}
+
+void write_text_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    LY_CHECK(f.good(), ErrorCode::kInvalidArgument, "cannot write {}", tmp.string());
+    f << text;
+    f.flush();
+    LY_CHECK(f.good(), ErrorCode::kInvalidArgument, "writing {} failed", tmp.string());
+  }
+  fs::rename(tmp, path);
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const int t = int(std::lround(s));
+  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, (t / 60) % 60) : fmt::format("{}m{:02}s", t / 60, t % 60);
+}
+
+int count_above_half(const std::vector<double>& ez, int n_kv) {
+  int n = 0;
+  for (size_t i = size_t(n_kv); i < ez.size(); ++i) n += ez[i] > 0.5;
+  return n;
+}
+
+struct History {
+  std::vector<int> steps;
+  std::vector<std::vector<double>> values;
+};
+
+constexpr const char* kCsvHeader =
+    "step,loss,lambda,expected_l0,n_above_half,lr,context_tokens,target_tokens,step_ms\n";
+
+}  // namespace
+
+TrainResult train_head_roles(const ModelConfig& c, Student& student, const TrainData& data,
+                             const TrainOptions& o, const nlohmann::json& provenance,
+                             const TrainProgress& progress) {
+  const int n_gated = (c.n_layers - 1) * c.n_kv_heads;
+  LY_CHECK(c.n_layers >= 2, ErrorCode::kInvalidArgument,
+           "train-heads: the model has {} layer(s); gates live in layers >= 1", c.n_layers);
+  LY_CHECK(o.n_retrieval >= 1 && o.n_retrieval <= n_gated, ErrorCode::kInvalidArgument,
+           "train-heads: --retrieval-heads {} out of range [1, {}] (KV heads of layers 1..{})", o.n_retrieval,
+           n_gated, c.n_layers - 1);
+  LY_CHECK(o.steps >= 1, ErrorCode::kInvalidArgument, "train-heads: --steps must be >= 1 (got {})", o.steps);
+  LY_CHECK(o.lr > 0 && std::isfinite(o.lr), ErrorCode::kInvalidArgument, "train-heads: --lr must be > 0");
+  LY_CHECK(o.lambda_lr >= 0 && o.lambda_init >= 0, ErrorCode::kInvalidArgument,
+           "train-heads: λ and its step size must be >= 0");
+  LY_CHECK(!o.out_dir.empty(), ErrorCode::kInvalidArgument, "train-heads: no output directory");
+  const fs::path out(o.out_dir);
+  fs::create_directories(out);
+  const fs::path ckpt_path = out / "checkpoint.json", csv_path = out / "train_log.csv";
+
+  GateSet gates(o.gate, c.n_layers, c.n_kv_heads, GateOptions{});
+  std::span<double> params = gates.params();
+  AdamW adam(int(params.size()), AdamWOptions{.weight_decay = o.weight_decay});
+  Lagrangian lagrange{o.lambda_init, o.lambda_lr};
+  History history;
+  std::vector<double> losses;  // every step's loss (for the summary)
+  int start = 0;
+  double resumed_seconds = 0.0;
+
+  const int snapshot_every = o.snapshot_every > 0 ? o.snapshot_every : std::max(1, o.steps / 60);
+  nlohmann::json model_id = {{"name", c.name}, {"n_layers", c.n_layers}, {"n_kv_heads", c.n_kv_heads}};
+
+  if (o.resume) {
+    LY_CHECK(fs::exists(ckpt_path), ErrorCode::kNotFound, "train-heads --resume: no checkpoint at {}",
+             ckpt_path.string());
+    nlohmann::json j;
+    try {
+      std::ifstream f(ckpt_path);
+      j = nlohmann::json::parse(f);
+      LY_CHECK(j.at("format") == "lychee-train-checkpoint", ErrorCode::kInvalidFile, "{}: not a training checkpoint",
+               ckpt_path.string());
+      LY_CHECK(j.at("model") == model_id, ErrorCode::kInvalidArgument,
+               "{}: written for model {}, resumed with {}", ckpt_path.string(), j.at("model").dump(), model_id.dump());
+      LY_CHECK(j.at("gate") == gate_kind_name(o.gate) && j.at("n_retrieval") == o.n_retrieval &&
+                   j.at("steps") == o.steps && j.at("seed") == o.seed,
+               ErrorCode::kInvalidArgument,
+               "{}: gate {}, retrieval heads {}, steps {}, seed {} differ from this run's {}, {}, {}, {}",
+               ckpt_path.string(), j.at("gate").dump(), j.at("n_retrieval").dump(), j.at("steps").dump(),
+               j.at("seed").dump(), gate_kind_name(o.gate), o.n_retrieval, o.steps, o.seed);
+      const auto p = j.at("params").get<std::vector<double>>();
+      LY_CHECK(p.size() == params.size(), ErrorCode::kInvalidFile, "{}: {} gate parameters, expected {}",
+               ckpt_path.string(), p.size(), params.size());
+      std::copy(p.begin(), p.end(), params.begin());
+      adam.load_json(j.at("adam"));
+      lagrange.lambda = j.at("lambda").get<double>();
+      start = j.at("step").get<int>();
+      history.steps = j.at("history_steps").get<std::vector<int>>();
+      history.values = j.at("history_values").get<std::vector<std::vector<double>>>();
+      losses = j.at("losses").get<std::vector<double>>();
+      resumed_seconds = j.at("seconds").get<double>();
+    } catch (const nlohmann::json::exception& e) {
+      fail(ErrorCode::kInvalidFile, "{}: malformed checkpoint: {}", ckpt_path.string(), e.what());
+    }
+    LY_CHECK(start >= 0 && start <= o.steps && losses.size() == size_t(start), ErrorCode::kInvalidFile,
+             "{}: inconsistent step {} ({} losses)", ckpt_path.string(), start, losses.size());
+    // Keep the CSV rows of the steps the checkpoint covers.
+    std::string kept = kCsvHeader, line;
+    std::ifstream f(csv_path);
+    std::getline(f, line);
+    while (std::getline(f, line)) {
+      const int step = std::atoi(line.c_str());
+      if (!line.empty() && step < start) kept += line + "\n";
+    }
+    write_text_atomic(csv_path, kept);
+    if (progress) progress(fmt::format("resuming from step {} of {} ({})", start, o.steps, ckpt_path.string()));
+  } else {
+    write_text_atomic(csv_path, kCsvHeader);
+  }
+  std::ofstream csv(csv_path, std::ios::app);
+
+  auto save_checkpoint = [&](int next_step, double seconds) {
+    nlohmann::json j = {{"format", "lychee-train-checkpoint"}, {"version", 1}, {"model", model_id},
+                        {"gate", gate_kind_name(o.gate)}, {"n_retrieval", o.n_retrieval}, {"steps", o.steps},
+                        {"seed", o.seed}, {"step", next_step},
+                        {"params", std::vector<double>(params.begin(), params.end())},
+                        {"adam", adam.to_json()}, {"lambda", lagrange.lambda},
+                        {"history_steps", history.steps}, {"history_values", history.values},
+                        {"losses", losses}, {"seconds", seconds}};
+    write_text_atomic(ckpt_path, j.dump());
+  };
+
+  const size_t n_heads = size_t(c.n_layers) * size_t(c.n_kv_heads);
+  std::vector<float> z(n_heads), dz(n_heads);
+  std::vector<double> grad(params.size());
+  if (start == 0 && history.steps.empty()) {
+    history.steps.push_back(0);
+    history.values.push_back(gates.expected_z());
+  }
+
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  double window_loss = 0.0;
+  int window_n = 0;
+  const int end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
+  for (int step = start; step < end; ++step) {
+    const auto ts = clock::now();
+    const uint64_t index = uint64_t(step);  // finite datasets wrap, reshuffled each epoch
+    const TrainSample sample = data.sample(index);
+    student.set_context(sample.context);
+    student.teacher(sample.targets);
+
+    std::mt19937_64 rng = step_rng(o.seed, step);
+    gates.sample(rng, z);
+    const double loss = student.student(z, dz);
+    LY_CHECK(std::isfinite(loss), ErrorCode::kInternal, "train-heads: loss is {} at step {} (sample {})", loss, step,
+             index);
+
+    std::fill(grad.begin(), grad.end(), 0.0);
+    gates.backward(dz, grad);
+    const double l0 = gates.penalty();
+    gates.penalty_grad(lagrange.lambda, grad);
+    const double lr = o.lr * lr_factor(step, o.steps);
+    adam.step(params, grad, lr);
+    gates.project();
+    lagrange.update(l0 - double(o.n_retrieval));
+    losses.push_back(loss);
+    window_loss += loss;
+    ++window_n;
+
+    const double step_ms = std::chrono::duration<double, std::milli>(clock::now() - ts).count();
+    const bool last = step + 1 == o.steps;
+    if ((step + 1) % snapshot_every == 0 || last) {
+      history.steps.push_back(step + 1);
+      history.values.push_back(gates.expected_z());
+    }
+    if (step % o.log_every == 0 || last) {
+      const std::vector<double> ez = gates.expected_z();
+      const int above = count_above_half(ez, c.n_kv_heads);
+      csv << fmt::format("{},{:.6g},{:.6g},{:.4f},{},{:.6g},{},{},{:.2f}\n", step, loss, lagrange.lambda, l0, above, lr,
+                         sample.context.size(), sample.targets.size(), step_ms);
+      csv.flush();
+      if (progress) {
+        const int done = step + 1;
+        const double rate = double(done - start) / std::max(elapsed(), 1e-9);
+        const int bar = 24, filled = int(double(bar) * done / o.steps);
+        progress(fmt::format("[{}{}] step {}/{} | loss {:.4g} | λ {:.3g} | E‖z‖₀ {:.1f} (target {}) | E[z]>0.5: {} | "
+                             "{:.2f} steps/s | ETA {}",
+                             std::string(size_t(filled), '#'), std::string(size_t(bar - filled), '.'), done, o.steps,
+                             window_loss / window_n, lagrange.lambda, l0, o.n_retrieval, above, rate,
+                             format_duration(double(o.steps - done) / std::max(rate, 1e-9))));
+      }
+      window_loss = 0.0;
+      window_n = 0;
+    }
+    if ((step + 1) % o.checkpoint_every == 0 || last || step + 1 == end)
+      save_checkpoint(step + 1, resumed_seconds + elapsed());
+  }
+  csv.close();
+
+  TrainResult r;
+  r.seconds = elapsed();
+  r.steps_run = std::max(0, end - start);
+  if (end < o.steps) {
+    r.finished = false;
+    r.lambda = lagrange.lambda;
+    r.expected_z = gates.expected_z();
+    r.expected_l0 = gates.penalty();
+    if (progress) progress(fmt::format("stopped after step {} of {}: resume with --resume", end, o.steps));
+    return r;
+  }
+  r.expected_z = gates.expected_z();
+  r.lambda = lagrange.lambda;
+  r.expected_l0 = gates.penalty();
+  const size_t tail = std::max<size_t>(1, losses.size() / 20);
+  for (size_t i = losses.size() - std::min(tail, losses.size()); i < losses.size(); ++i) r.final_loss += losses[i];
+  r.final_loss /= double(std::min(tail, losses.size()));
+
+  std::vector<uint8_t> roles = o.decision == RoleDecision::kTopN
+                                   ? roles_top_n(r.expected_z, c.n_layers, c.n_kv_heads, o.n_retrieval)
+                                   : roles_threshold(r.expected_z, c.n_layers, c.n_kv_heads, 0.5);
+  r.roles = make_head_roles(c);
+  r.roles.retrieval = roles;
+  r.roles.expected_z.assign(r.expected_z.begin(), r.expected_z.end());
+  const GateReport gr = gates.report();
+  if (!gr.alpha.empty()) {
+    r.roles.alpha.assign(gr.alpha.begin(), gr.alpha.end());
+    r.roles.beta.assign(gr.beta.begin(), gr.beta.end());
+  }
+  if (!gr.gate.empty()) r.roles.gate.assign(gr.gate.begin(), gr.gate.end());
+  const double total_seconds = resumed_seconds + r.seconds;
+  r.roles.provenance = provenance;
+  r.roles.provenance["method"] = fmt::format("lychee train-heads ({})", gate_kind_name(o.gate));
+  r.roles.provenance["gate"] = gate_kind_name(o.gate);
+  r.roles.provenance["steps"] = o.steps;
+  r.roles.provenance["n_retrieval_target"] = o.n_retrieval;
+  r.roles.provenance["decision"] = decision_name(o.decision);
+  r.roles.provenance["expected_z"] = gates.expected_z_method();
+  r.roles.provenance["seed"] = o.seed;
+  r.roles.provenance["lr"] = o.lr;
+  r.roles.provenance["lambda_lr"] = o.lambda_lr;
+  r.roles.provenance["keep_ratio"] = student.options().keep_ratio;
+  r.roles.provenance["propagate"] = student.options().propagate_only_retrieval ? "retrieval" : "all";
+  r.roles.provenance["loss"] = student.options().loss == DistillLoss::kHidden ? "hidden" : "logits";
+  r.roles.provenance["data"] = data.describe();
+  r.roles.provenance["wall_seconds"] = total_seconds;
+  save_head_roles(r.roles, (out / "roles.json").string());
+
+  HeatmapData hm;
+  hm.title = fmt::format("{}: {} gates, {} steps, target {} retrieval heads ({} chosen)", c.name,
+                         gate_kind_name(o.gate), o.steps, o.n_retrieval, r.roles.n_retrieval() - c.n_kv_heads);
+  hm.n_layers = c.n_layers;
+  hm.n_kv_heads = c.n_kv_heads;
+  hm.steps = history.steps;
+  hm.snapshots = history.values;
+  hm.final_value = r.expected_z;
+  hm.roles = roles;
+  write_text_atomic(out / "heatmap.svg", head_role_heatmap_svg(hm));
+
+  r.summary = {{"model", c.name}, {"gate", gate_kind_name(o.gate)}, {"steps", o.steps},
+               {"steps_this_run", r.steps_run}, {"wall_seconds", total_seconds},
+               {"seconds_per_step", r.steps_run > 0 ? r.seconds / r.steps_run : 0.0},
+               {"final_loss", r.final_loss}, {"lambda", r.lambda}, {"expected_l0", r.expected_l0},
+               {"n_retrieval_target", o.n_retrieval}, {"n_retrieval_chosen", r.roles.n_retrieval() - c.n_kv_heads},
+               {"n_retrieval_with_layer0", r.roles.n_retrieval()}, {"decision", decision_name(o.decision)},
+               {"data", data.describe()}, {"provenance", r.roles.provenance}};
+  write_text_atomic(out / "summary.json", r.summary.dump(2) + "\n");
+  return r;
+}
+
+}  // namespace lychee::train

@@ -1,0 +1,274 @@
+// The head-role training loop on the CPU student: a synthetic model where one head is known to
+// carry the output ends with exactly that head as its retrieval head; a resumed run equals an
+// uninterrupted one; the files it writes load and validate; bad options fail clearly; and the
+// train-heads command runs end to end on a tiny checkpoint.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "attention/head_roles.h"
+#include "core/error.h"
+#include "model/checkpoint.h"
+#include "model/safetensors.h"
+#include "model/weight_table.h"
+#include "test_util.h"
+#include "tiny_checkpoint.h"
+#include "train/cpu_student.h"
+#include "train/trainer.h"
+
+namespace lychee {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Random contexts and targets over the model's vocabulary, a pure function of the index.
+class RandomTokens final : public train::TrainData {
+ public:
+  RandomTokens(int vocab, int min_ctx, int max_ctx, int n_targets)
+      : vocab_(vocab), min_ctx_(min_ctx), max_ctx_(max_ctx), n_targets_(n_targets) {}
+  size_t size() const override { return 0; }
+  train::TrainSample sample(uint64_t index) const override {
+    std::mt19937_64 rng(index * 7919 + 17);
+    train::TrainSample s;
+    const int n = min_ctx_ + int(rng() % uint64_t(max_ctx_ - min_ctx_ + 1));
+    for (int i = 0; i < n; ++i) s.context.push_back(int32_t(rng() % uint64_t(vocab_)));
+    for (int i = 0; i < n_targets_; ++i) s.targets.push_back(int32_t(rng() % uint64_t(vocab_)));
+    s.index = index;
+    return s;
+  }
+  int max_target_tokens() const override { return n_targets_; }
+  std::string describe() const override { return "random tokens"; }
+
+ private:
+  int vocab_, min_ctx_, max_ctx_, n_targets_;
+};
+
+// A 3-layer Llama with random weights in which only the query heads of (layer 2, KV head 1)
+// write to the residual stream at full strength, those of (layer 1, KV head 0) at 5%, and every
+// other head not at all (their O-projection columns are zero).
+std::string write_synthetic_model(const std::string& dir) {
+  const nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
+                              {"hidden_size", 32}, {"intermediate_size", 48}, {"num_hidden_layers", 3},
+                              {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 64},
+                              {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
+                              {"tie_word_embeddings", false}, {"hidden_act", "silu"}};
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/config.json") << cfg.dump(1);
+  const ModelConfig c = config_from_hf_json(dir + "/config.json");
+  std::mt19937 rng(1234);
+  std::vector<std::vector<float>> storage;
+  storage.reserve(64);
+  std::vector<SafetensorsWriteItem> items;
+  for (const WeightSpec& spec : weight_table()) {
+    if (spec.present != nullptr && !spec.present(c)) continue;
+    if (std::string(spec.hf_name).empty()) continue;
+    for (int layer = 0; layer < (spec.per_layer ? c.n_layers : 1); ++layer) {
+      const std::string name = weight_hf_name(spec, layer);
+      const std::vector<int64_t> shape = spec.shape(c);
+      int64_t n = 1;
+      for (auto d : shape) n *= d;
+      std::vector<float> w(static_cast<size_t>(n));
+      if (shape.size() == 1) {
+        std::fill(w.begin(), w.end(), 1.0f);  // norms
+      } else {
+        std::normal_distribution<float> nd(0.0f, 2.0f / std::sqrt(float(shape[1])));
+        for (float& x : w) x = nd(rng);
+      }
+      if (name.find("o_proj") != std::string::npos) {  // [d, q_dim]: zero the columns of silent heads
+        const int hd = c.head_dim, group = c.group_size();
+        for (int q = 0; q < c.n_heads; ++q) {
+          const int kvh = q / group;
+          const float keep = (layer == 2 && kvh == 1) ? 1.0f : (layer == 1 && kvh == 0) ? 0.05f : 0.0f;
+          for (int row = 0; row < c.d_model; ++row)
+            for (int j = 0; j < hd; ++j) w[size_t(row) * c.q_dim() + size_t(q * hd + j)] *= keep;
+        }
+      }
+      storage.push_back(std::move(w));
+      items.push_back({name, shape, storage.back()});
+    }
+  }
+  write_safetensors_f32(dir + "/model.safetensors", items);
+  return dir;
+}
+
+// A fresh, empty directory for one test's outputs.
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = test::temp_dir(name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+struct Loaded {
+  Checkpoint ck;
+  HostWeights w;
+};
+
+Loaded load(const std::string& dir) {
+  Checkpoint ck = Checkpoint::open(dir);
+  HostWeights w = HostWeights::load(ck);
+  return {std::move(ck), std::move(w)};
+}
+
+train::TrainOptions base_options(const std::string& out) {
+  train::TrainOptions o;
+  o.n_retrieval = 1;
+  o.steps = 40;
+  o.lr = 0.05;
+  o.lambda_lr = 0.05;
+  o.log_every = 5;
+  o.checkpoint_every = 10;
+  o.out_dir = out;
+  o.progress = false;
+  return o;
+}
+
+TEST(TrainLoop, SyntheticModelFindsTheHeadThatCarriesTheOutput) {
+  const std::string base = fresh_dir("train_synth");
+  const auto m = load(write_synthetic_model(base + "/model"));
+  const ModelConfig& c = m.ck.config();
+  train::StudentOptions so;
+  so.keep_ratio = 0.2;
+  train::CpuStudent<float> student(c, m.w, so, 256);
+  RandomTokens data(c.vocab_size, 60, 120, 8);
+  for (train::GateKind kind : {train::GateKind::kHardKuma, train::GateKind::kHardConcrete, train::GateKind::kDirect}) {
+    SCOPED_TRACE(train::gate_kind_name(kind));
+    train::TrainOptions o = base_options(base + "/" + train::gate_kind_name(kind));
+    o.gate = kind;
+    o.steps = 300;
+    o.decision = train::RoleDecision::kThreshold;
+    const train::TrainResult r = train::train_head_roles(c, student, data, o, {});
+    // Layer 0 forced; of the four gated heads only (2, 1) is retrieval.
+    EXPECT_EQ(r.roles.retrieval, (std::vector<uint8_t>{1, 1, 0, 0, 0, 1}));
+    EXPECT_GT(r.expected_z[5], 0.5);
+    // The silent heads' gates receive no distillation gradient and close.
+    EXPECT_LT(r.expected_z[3], 0.2);
+    EXPECT_LT(r.expected_z[4], 0.2);
+    // The weak head loses to the strong one.
+    EXPECT_LT(r.expected_z[2], r.expected_z[5]);
+    EXPECT_NEAR(r.expected_l0, 1.0, 0.6);
+  }
+}
+
+std::vector<std::string> csv_rows_without_time(const std::string& path) {
+  std::vector<std::string> rows;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) rows.push_back(line.substr(0, line.rfind(',')));  // drop step_ms
+  return rows;
+}
+
+TEST(TrainLoop, ResumedRunEqualsUninterruptedRun) {
+  const std::string base = fresh_dir("train_resume");
+  const auto m = load(write_synthetic_model(base + "/model"));
+  const ModelConfig& c = m.ck.config();
+  train::CpuStudent<float> student(c, m.w, {}, 256);
+  RandomTokens data(c.vocab_size, 30, 60, 5);
+  const train::TrainResult a = train::train_head_roles(c, student, data, base_options(base + "/full"), {});
+  ASSERT_TRUE(a.finished);
+
+  train::TrainOptions split = base_options(base + "/split");
+  split.stop_after = 17;  // not a checkpoint multiple: the stop writes its own
+  const train::TrainResult b1 = train::train_head_roles(c, student, data, split, {});
+  EXPECT_FALSE(b1.finished);
+  EXPECT_EQ(b1.steps_run, 17);
+  EXPECT_FALSE(fs::exists(base + "/split/roles.json"));
+  split.stop_after = 0;
+  split.resume = true;
+  const train::TrainResult b2 = train::train_head_roles(c, student, data, split, {});
+  ASSERT_TRUE(b2.finished);
+  EXPECT_EQ(b2.steps_run, 23);
+
+  const nlohmann::json ca = test::read_json(base + "/full/checkpoint.json");
+  const nlohmann::json cb = test::read_json(base + "/split/checkpoint.json");
+  EXPECT_EQ(ca["params"], cb["params"]);
+  EXPECT_EQ(ca["lambda"], cb["lambda"]);
+  EXPECT_EQ(ca["losses"], cb["losses"]);
+  EXPECT_EQ(a.expected_z, b2.expected_z);
+  EXPECT_EQ(a.roles.retrieval, b2.roles.retrieval);
+  EXPECT_EQ(csv_rows_without_time(base + "/full/train_log.csv"), csv_rows_without_time(base + "/split/train_log.csv"));
+}
+
+TEST(TrainLoop, WritesLoadableRoleFileLogAndHeatmap) {
+  const std::string base = fresh_dir("train_files");
+  const auto m = load(write_synthetic_model(base + "/model"));
+  const ModelConfig& c = m.ck.config();
+  train::CpuStudent<float> student(c, m.w, {}, 256);
+  RandomTokens data(c.vocab_size, 30, 60, 5);
+  train::TrainOptions o = base_options(base + "/out");
+  o.steps = 12;
+  o.decision = train::RoleDecision::kTopN;
+  const train::TrainResult r = train::train_head_roles(c, student, data, o, {{"note", "test"}});
+  const HeadRoles roles = load_head_roles(base + "/out/roles.json", c);
+  EXPECT_EQ(roles.retrieval, r.roles.retrieval);
+  EXPECT_EQ(roles.n_retrieval(), c.n_kv_heads + 1);  // top-n: exactly N plus layer 0
+  ASSERT_EQ(roles.alpha.size(), size_t(c.n_layers * c.n_kv_heads));
+  ASSERT_EQ(roles.expected_z.size(), size_t(c.n_layers * c.n_kv_heads));
+  EXPECT_EQ(roles.provenance["note"], "test");
+  EXPECT_EQ(roles.provenance["gate"], "hardkuma");
+  EXPECT_EQ(roles.provenance["steps"], 12);
+  // CSV: a header and a row per log point (steps 0, 5, 10, 11).
+  EXPECT_EQ(csv_rows_without_time(base + "/out/train_log.csv").size(), 5u);
+  std::ifstream svg(base + "/out/heatmap.svg");
+  const std::string text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind("<svg", 0), 0u);
+  EXPECT_NE(text.find("</svg>"), std::string::npos);
+  const nlohmann::json summary = test::read_json(base + "/out/summary.json");
+  EXPECT_EQ(summary["steps"], 12);
+  EXPECT_EQ(summary["n_retrieval_chosen"], 1);
+}
+
+TEST(TrainLoop, BadOptionsFailClearly) {
+  const std::string base = fresh_dir("train_bad");
+  const auto m = load(write_synthetic_model(base + "/model"));
+  const ModelConfig& c = m.ck.config();
+  train::CpuStudent<float> student(c, m.w, {}, 256);
+  RandomTokens data(c.vocab_size, 30, 60, 5);
+  auto expect_error = [&](train::TrainOptions o, const std::string& needle) {
+    try {
+      train::train_head_roles(c, student, data, o, {});
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  train::TrainOptions o = base_options(base + "/a");
+  o.n_retrieval = 5;  // 2 gated layers x 2 KV heads = 4
+  expect_error(o, "--retrieval-heads 5 out of range [1, 4]");
+  o = base_options(base + "/b");
+  o.resume = true;
+  expect_error(o, "no checkpoint");
+  o = base_options(base + "/c");
+  o.steps = 3;
+  train::train_head_roles(c, student, data, o, {});
+  o.resume = true;
+  o.gate = train::GateKind::kDirect;
+  expect_error(o, "differ from this run's");
+  std::ofstream(base + "/c/checkpoint.json") << "{\"format\": ";
+  expect_error(o, "malformed checkpoint");
+  EXPECT_THROW(train::parse_role_decision("best"), Error);
+}
+
+TEST(TrainLoop, CliTrainsHeadsOnATinyCheckpoint) {
+  const std::string base = fresh_dir("train_cli");
+  const std::string model = test::golden_dir() + "/models/llama_tied_f32";
+  const auto r = test::run_cli("train-heads -m " + model + " --device cpu --steps 6 --retrieval-heads 2"
+                               " --passkeys 1 --passkey-words 3 --min-len 190 --max-len 256 --haystack synthetic"
+                               " --log-every 2 -o " + base + "/out");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("step 6/6"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(base + "/out/roles.json"));
+  const auto gen = test::run_cli("generate -m " + model + " --device cpu --policy lychee --heads " + base +
+                                 "/out/roles.json -p hello -n 4");
+  EXPECT_EQ(gen.status, 0) << gen.output;
+  const auto bad = test::run_cli("train-heads -m " + model + " --device cpu --retrieval-heads 99 -o " + base + "/bad");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("out of range"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace lychee
