@@ -154,6 +154,64 @@ TEST(TrainLoop, SyntheticModelFindsTheHeadThatCarriesTheOutput) {
   }
 }
 
+// d loss / d(gate parameters) through the student pass and the gate's reparameterisation, against
+// central finite differences of the whole chain (fp64) on a golden tiny model, for the HardKuma
+// and HardConcrete gates at noise values that keep every gate inside (0, 1).
+TEST(TrainLoop, LossGradientWrtGateParametersMatchesFiniteDifferences) {
+  for (const char* name : {"llama_tied_f32", "qwen3_tied_bf16"}) {
+    SCOPED_TRACE(name);
+    const auto m = load(test::golden_dir() + "/models/" + name);
+    const ModelConfig& c = m.ck.config();
+    train::StudentOptions so;
+    so.keep_ratio = 0.3;
+    train::CpuStudent<double> student(c, m.w, so, 128);
+    RandomTokens data(c.vocab_size, 40, 40, 6);
+    const train::TrainSample sample = data.sample(3);
+    student.set_context(sample.context);
+    student.teacher(sample.targets);
+    const size_t n_heads = size_t(c.n_layers * c.n_kv_heads);
+    for (train::GateKind kind : {train::GateKind::kHardKuma, train::GateKind::kHardConcrete}) {
+      SCOPED_TRACE(train::gate_kind_name(kind));
+      train::GateSet gates(kind, c.n_layers, c.n_kv_heads);
+      std::vector<double> u(size_t(gates.n_gates()));
+      for (size_t i = 0; i < u.size(); ++i) u[i] = 0.3 + 0.4 * double(i) / double(u.size());
+      // Move the parameters off their symmetric start so every derivative is exercised.
+      for (size_t i = 0; i < gates.params().size(); ++i) gates.params()[i] = 0.1 * std::sin(double(i) + 1.0);
+      auto loss_at = [&](std::vector<double>* dz) {
+        std::vector<double> z(n_heads), g(n_heads);
+        gates.sample_with_u(u, z);
+        for (size_t i = size_t(c.n_kv_heads); i < n_heads; ++i) {
+          EXPECT_GT(z[i], 0.0);
+          EXPECT_LT(z[i], 1.0);
+        }
+        const double loss = student.student_real(z, g);
+        if (dz) *dz = g;
+        return loss;
+      };
+      std::vector<double> dz;
+      loss_at(&dz);
+      std::vector<float> dz_f(dz.begin(), dz.end());
+      std::vector<double> grad(gates.params().size(), 0.0);
+      std::vector<double> z_draw(n_heads);
+      gates.sample_with_u(u, std::span<double>(z_draw));  // the draw backward() differentiates
+      gates.backward(dz_f, grad);
+      double max_grad = 0.0;
+      for (double g : grad) max_grad = std::max(max_grad, std::abs(g));
+      ASSERT_GT(max_grad, 0.0);
+      for (size_t i = 0; i < grad.size(); ++i) {
+        const double keep = gates.params()[i], eps = 1e-5;
+        gates.params()[i] = keep + eps;
+        const double up = loss_at(nullptr);
+        gates.params()[i] = keep - eps;
+        const double down = loss_at(nullptr);
+        gates.params()[i] = keep;
+        const double fd = (up - down) / (2 * eps);
+        EXPECT_NEAR(grad[i], fd, 1e-5 * max_grad + 1e-6 * std::abs(fd)) << "parameter " << i;
+      }
+    }
+  }
+}
+
 std::vector<std::string> csv_rows_without_time(const std::string& path) {
   std::vector<std::string> rows;
   std::ifstream f(path);
