@@ -1,16 +1,17 @@
 // The CPU oracle of the head-role trainer's pass (src/train/backward_ops.h, cpu_student.h):
 // every op's backward against central finite differences in fp64, the whole dloss/dz against
-// finite differences on z for the golden tiny models, the equalities the semantics imply
-// (all gates 1 == teacher, keep_ratio 1 == dense), the teacher against cpu::Model, the selection
-// rule by hand and input validation.
+// finite differences on z for the golden tiny models (and one gate of the default model), the
+// equalities the semantics imply (all gates 1 == teacher, keep_ratio 1 == dense), the teacher
+// against cpu::Model, float against double, the selection rule by hand and input validation.
+// The measured errors are recorded as test properties: run with --gtest_output=xml to see them.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
-#include <tuple>
-#include <sstream>
 #include <random>
+#include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -66,13 +67,13 @@ GradError check_grad(Vec x, const Vec& grad, const std::function<double(const Ve
 constexpr double kOpTol = 1e-7;  // fp64 central differences, eps 1e-6
 
 // Expects a relative error under kOpTol and records it as a test property (--gtest_output=xml).
-#define EXPECT_GRAD_OK(e, what)                                                           \
-  do {                                                                                    \
-    std::ostringstream name_;                                                             \
-    name_ << what;                                                                        \
-    ::testing::Test::RecordProperty(name_.str(), fmt::format("{:.2e}", (e).rel));         \
-    EXPECT_LT((e).rel, kOpTol) << name_.str() << ": worst index " << (e).worst            \
-                               << ", |err| " << (e).max_abs << " vs max |grad| " << (e).ref_max; \
+#define EXPECT_GRAD_OK(e, what)                                                              \
+  do {                                                                                       \
+    std::ostringstream name_;                                                                \
+    name_ << what;                                                                           \
+    ::testing::Test::RecordProperty(name_.str(), fmt::format("{:.2e}", (e).rel));            \
+    EXPECT_LT((e).rel, kOpTol) << name_.str() << ": worst index " << (e).worst << ", |err| " \
+                               << (e).max_abs << " vs max |grad| " << (e).ref_max;           \
   } while (0)
 
 TEST(TrainOps, LinearBackward) {
@@ -136,8 +137,7 @@ TEST(TrainOps, RopeBackward) {
 TEST(TrainOps, SwiGluBackward) {
   std::mt19937 rng(4);
   const size_t n = 1177;
-  const Vec g = random_vec(rng, n, -12, 12), u = random_vec(rng, n, -3, 3),
-            wy = random_vec(rng, n);
+  const Vec g = random_vec(rng, n, -12, 12), u = random_vec(rng, n, -3, 3), wy = random_vec(rng, n);
   Vec dg(n), du(n);
   swiglu_backward(g.data(), u.data(), wy.data(), dg.data(), du.data(), int64_t(n));
   auto f_g = [&](const Vec& gg) {
@@ -169,12 +169,19 @@ TEST(TrainOps, SquaredErrorGradient) {
 // One row of mixed attention: q, k, v, z all perturbed; dk, dv checked for keys >= grad_from.
 TEST(TrainOps, AttendMixRowBackward) {
   std::mt19937 rng(6);
-  struct Case { int hd, n_keys, grad_from; std::vector<int32_t> set; double z; bool dense; };
-  const std::vector<Case> cases = {
-      {3, 1, 0, {0}, 0.37, false},          {19, 3, 1, {0, 2}, 0.0, false},
-      {19, 19, 5, {2, 3, 11, 18}, 0.37, false}, {3, 19, 18, {18}, 1.0, false},
-      {19, 99, 40, {}, 0.61, false},         {19, 19, 0, {}, 1.0, true},
-      {3, 99, 97, {}, 0.25, false}};
+  struct Case {
+    int hd, n_keys, grad_from;
+    std::vector<int32_t> set;
+    double z;
+    bool dense;
+  };
+  const std::vector<Case> cases = {{3, 1, 0, {0}, 0.37, false},
+                                   {19, 3, 1, {0, 2}, 0.0, false},
+                                   {19, 19, 5, {2, 3, 11, 18}, 0.37, false},
+                                   {3, 19, 18, {18}, 1.0, false},
+                                   {19, 99, 40, {}, 0.61, false},
+                                   {19, 19, 0, {}, 1.0, true},
+                                   {3, 99, 97, {}, 0.25, false}};
   for (Case c : cases) {
     if (c.set.empty() && !c.dense) {  // every third key and the last
       for (int j = 0; j + 1 < c.n_keys; j += 3) c.set.push_back(j);
@@ -198,9 +205,9 @@ TEST(TrainOps, AttendMixRowBackward) {
       return dot(out, wo);
     };
     Vec dq(static_cast<size_t>(hd), 0.0), dk(size_t((n - g0) * hd), 0.0), dv(dk.size(), 0.0);
-    const double dz = attend_mix_row_backward(q.data(), k.data(), v.data(), hd, n, set, n_set,
-                                              scale, c.z, wo.data(), dq.data(), dk.data(),
-                                              dv.data(), g0);
+    const double dz =
+        attend_mix_row_backward(q.data(), k.data(), v.data(), hd, n, set, n_set, scale, c.z,
+                                wo.data(), dq.data(), dk.data(), dv.data(), g0);
     // Analytic gradient in x's layout; keys below grad_from have none: leave those out.
     Vec grad = dq, xs = q;
     std::vector<size_t> idx;
@@ -231,25 +238,28 @@ TEST(TrainOps, AttendMixRowBackward) {
 TEST(TrainOps, AttendMixRowEqualities) {
   std::mt19937 rng(7);
   const int hd = 19, n = 23;
-  const Vec q = random_vec(rng, hd, -3, 3), k = random_vec(rng, n * hd), v = random_vec(rng, n * hd);
+  const Vec q = random_vec(rng, hd, -3, 3), k = random_vec(rng, n * hd),
+            v = random_vec(rng, n * hd);
   std::vector<int32_t> all(n), some = {1, 4, 22};
   for (int j = 0; j < n; ++j) all[size_t(j)] = j;
   Vec dense(hd), mixed(hd), full(hd), raw(n);
-  attend_mix_row(q.data(), k.data(), v.data(), hd, n, nullptr, 0, 0.2, 1.0, dense.data(), raw.data());
+  attend_mix_row(q.data(), k.data(), v.data(), hd, n, nullptr, 0, 0.2, 1.0, dense.data(),
+                 raw.data());
   attend_mix_row(q.data(), k.data(), v.data(), hd, n, some.data(), 3, 0.2, 1.0, mixed.data(),
                  nullptr);
   EXPECT_EQ(mixed, dense);  // z = 1 is dense bit for bit
   attend_mix_row(q.data(), k.data(), v.data(), hd, n, all.data(), n, 0.2, 0.3, full.data(),
                  nullptr);
   for (int i = 0; i < hd; ++i) EXPECT_NEAR(full[size_t(i)], dense[size_t(i)], 1e-15);
-  for (int j = 0; j < n; ++j) EXPECT_NEAR(raw[size_t(j)], dot(q, Vec(k.begin() + j * hd, k.begin() + (j + 1) * hd)), 1e-13);
+  for (int j = 0; j < n; ++j)
+    EXPECT_NEAR(raw[size_t(j)], dot(q, Vec(k.begin() + j * hd, k.begin() + (j + 1) * hd)), 1e-13);
 }
 
 TEST(TrainOps, MixSoftmaxBackward) {
   std::mt19937 rng(9);
-  for (auto [n, z, dense] : {std::tuple{1, 0.3, false}, std::tuple{19, 0.0, false},
-                             std::tuple{99, 0.71, false}, std::tuple{99, 1.0, false},
-                             std::tuple{19, 1.0, true}}) {
+  for (auto [n, z, dense] :
+       {std::tuple{1, 0.3, false}, std::tuple{19, 0.0, false}, std::tuple{99, 0.71, false},
+        std::tuple{99, 1.0, false}, std::tuple{19, 1.0, true}}) {
     std::vector<int32_t> set;
     for (int j = n % 2; j < n; j += 4) set.push_back(j);
     if (set.empty()) set.push_back(0);
@@ -267,7 +277,8 @@ TEST(TrainOps, MixSoftmaxBackward) {
     const double dz = mix_softmax_backward(l.data(), n, sp, n_set, z, grad.data(), grad.data());
     grad.push_back(dz);
     if (dense) grad.back() = 0;  // z is ignored when dense
-    EXPECT_GRAD_OK(check_grad(x, grad, f), "mix_softmax n=" << n << " z=" << z << (dense ? " dense" : ""));
+    EXPECT_GRAD_OK(check_grad(x, grad, f),
+                   "mix_softmax n=" << n << " z=" << z << (dense ? " dense" : ""));
   }
 }
 
@@ -275,7 +286,11 @@ TEST(TrainOps, MixSoftmaxBackward) {
 // its own gradient in q, the group's own k and v, and z against finite differences.
 TEST(TrainOps, AttendMixGroupMatchesRowsAndFiniteDifferences) {
   std::mt19937 rng(10);
-  struct Case { int hd, group, pos0, n_q; double z; bool dense; };
+  struct Case {
+    int hd, group, pos0, n_q;
+    double z;
+    bool dense;
+  };
   for (const Case& c : {Case{6, 3, 5, 7, 0.37, false}, Case{3, 1, 0, 4, 0.0, false},
                         Case{19, 2, 23, 3, 1.0, false}, Case{6, 5, 11, 2, 0.8, true}}) {
     const int hd = c.hd, group = c.group, pos0 = c.pos0, n_q = c.n_q, qs = group * hd + 5;
@@ -289,7 +304,8 @@ TEST(TrainOps, AttendMixGroupMatchesRowsAndFiniteDifferences) {
       sets[size_t(t)].push_back(pos0 + t);
     }
     const std::vector<int32_t>* sp = c.dense ? nullptr : sets.data();
-    Vec out(q.size(), 0.0), mean(static_cast<size_t>(n_q * n_keys), -7.0), row(static_cast<size_t>(hd)), raw(static_cast<size_t>(n_keys));
+    Vec out(q.size(), 0.0), mean(static_cast<size_t>(n_q * n_keys), -7.0),
+        row(static_cast<size_t>(hd)), raw(static_cast<size_t>(n_keys));
     attend_mix_group(q.data(), n_q, group, hd, qs, k.data(), v.data(), pos0, sp, scale, c.z,
                      out.data(), qs, mean.data());
     const Vec wo = random_vec(rng, out.size());
@@ -301,20 +317,21 @@ TEST(TrainOps, AttendMixGroupMatchesRowsAndFiniteDifferences) {
         const int64_t off = int64_t(t) * qs + g * hd;
         const int32_t* set = c.dense ? nullptr : sets[size_t(t)].data();
         const int n_set = int(sets[size_t(t)].size());
-        attend_mix_row(q.data() + off, k.data(), v.data(), hd, pos0 + t + 1, set, n_set, scale,
-                       c.z, row.data(), raw.data());
+        attend_mix_row(q.data() + off, k.data(), v.data(), hd, pos0 + t + 1, set, n_set, scale, c.z,
+                       row.data(), raw.data());
         for (int i = 0; i < hd; ++i) EXPECT_NEAR(out[size_t(off + i)], row[size_t(i)], 1e-13);
         for (int j = 0; j <= pos0 + t; ++j) m[size_t(j)] += raw[size_t(j)] / group;
-        dz_rows += attend_mix_row_backward(q.data() + off, k.data(), v.data(), hd, pos0 + t + 1,
-                                           set, n_set, scale, c.z, wo.data() + off,
-                                           dq_rows.data() + off, dk_rows.data(), dv_rows.data(), pos0);
+        dz_rows += attend_mix_row_backward(
+            q.data() + off, k.data(), v.data(), hd, pos0 + t + 1, set, n_set, scale, c.z,
+            wo.data() + off, dq_rows.data() + off, dk_rows.data(), dv_rows.data(), pos0);
       }
-      for (int j = 0; j <= pos0 + t; ++j) EXPECT_NEAR(mean[size_t(t * n_keys + j)], m[size_t(j)], 1e-13);
+      for (int j = 0; j <= pos0 + t; ++j)
+        EXPECT_NEAR(mean[size_t(t * n_keys + j)], m[size_t(j)], 1e-13);
     }
     Vec dq(q.size(), 0.0), dk(dk_rows.size(), 0.0), dv(dk.size(), 0.0);
-    const double dz = attend_mix_group_backward(q.data(), n_q, group, hd, qs, k.data(), v.data(),
-                                                pos0, sp, scale, c.z, wo.data(), qs, dq.data(),
-                                                dk.data(), dv.data());
+    const double dz =
+        attend_mix_group_backward(q.data(), n_q, group, hd, qs, k.data(), v.data(), pos0, sp, scale,
+                                  c.z, wo.data(), qs, dq.data(), dk.data(), dv.data());
     EXPECT_NEAR(dz, dz_rows, 1e-12);
     for (size_t i = 0; i < dq.size(); ++i) EXPECT_NEAR(dq[i], dq_rows[i], 1e-12);
     for (size_t i = 0; i < dk.size(); ++i) EXPECT_NEAR(dk[i], dk_rows[i], 1e-12);
@@ -337,9 +354,9 @@ TEST(TrainOps, AttendMixGroupMatchesRowsAndFiniteDifferences) {
     grad.insert(grad.end(), dk.begin(), dk.end());
     grad.insert(grad.end(), dv.begin(), dv.end());
     grad.push_back(c.dense ? 0.0 : dz);
-    EXPECT_GRAD_OK(check_grad(x, grad, f), "attend_mix_group hd=" << hd << " group=" << group
-                                               << " pos0=" << pos0 << " n_q=" << n_q << " z=" << c.z
-                                               << (c.dense ? " dense" : ""));
+    EXPECT_GRAD_OK(check_grad(x, grad, f),
+                   "attend_mix_group hd=" << hd << " group=" << group << " pos0=" << pos0 << " n_q="
+                                          << n_q << " z=" << c.z << (c.dense ? " dense" : ""));
   }
 }
 
@@ -351,7 +368,7 @@ TEST(TrainSelection, BudgetIsCeilOfTheProductInDouble) {
   EXPECT_EQ(student_budget(1.0, 7), 7);
   EXPECT_EQ(student_budget(0.3, 10), 3);
   EXPECT_EQ(student_budget(0.07, 100), 8);  // 0.07 * 100 = 7.000000000000001 in fp64: as written
-  EXPECT_EQ(student_budget(0.3, 20), 6);  // 6.0 exactly
+  EXPECT_EQ(student_budget(0.3, 20), 6);    // 6.0 exactly
 }
 
 TEST(TrainSelection, HandComputedTiesAndCurrentToken) {
@@ -407,7 +424,8 @@ std::vector<Real> z_pattern(const ModelConfig& c, int offset) {
 }
 
 template <typename Real>
-std::unique_ptr<CpuStudent<Real>> make_student(const Tiny& m, StudentOptions o, uint32_t seed = 11) {
+std::unique_ptr<CpuStudent<Real>> make_student(const Tiny& m, StudentOptions o,
+                                               uint32_t seed = 11) {
   auto s = std::make_unique<CpuStudent<Real>>(m.config, m.weights, o, kMaxContext);
   s->set_context(random_tokens(kContext, m.config.vocab_size, seed));
   s->teacher(random_tokens(kTargets, m.config.vocab_size, seed + 1));
@@ -462,7 +480,8 @@ TEST_P(StudentGradient, MatchesFiniteDifferences) {
       std::vector<double> zz = z;
       zz[i] = zi;
       const double r = s->student_real(zz, {});
-      EXPECT_EQ(all_sets(*s), sets) << "a selection changed under the perturbation of z[" << i << "]";
+      EXPECT_EQ(all_sets(*s), sets)
+          << "a selection changed under the perturbation of z[" << i << "]";
       return r;
     };
     const double h = 1e-6;
@@ -481,9 +500,8 @@ TEST_P(StudentGradient, MatchesFiniteDifferences) {
       else
         fd = (f(i, z[i] + h) - f(i, z[i] - h)) / (2 * h);
       max_err = std::max(max_err, std::fabs(fd - dz[i]));
-      EXPECT_NEAR(dz[i], fd, 1e-6 * max_grad)
-          << "z[" << i << "] = " << z[i] << " (layer " << i / size_t(c.n_kv_heads) << "), loss "
-          << loss;
+      EXPECT_NEAR(dz[i], fd, 1e-6 * max_grad) << "z[" << i << "] = " << z[i] << " (layer "
+                                              << i / size_t(c.n_kv_heads) << "), loss " << loss;
     }
     RecordProperty("rel_err_z" + std::to_string(offset), fmt::format("{:.2e}", max_err / max_grad));
   }
@@ -501,8 +519,12 @@ std::vector<FdCase> fd_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Golden, StudentGradient, ::testing::ValuesIn(fd_cases()), fd_case_name);
 
-const char* const kAllModels[] = {"llama31_untied_bf16_sharded", "llama_bias_f16", "llama_tied_f32",
-                                  "mistral_f32", "qwen2_untied_f16", "qwen3_tied_bf16"};
+const char* const kAllModels[] = {"llama31_untied_bf16_sharded",
+                                  "llama_bias_f16",
+                                  "llama_tied_f32",
+                                  "mistral_f32",
+                                  "qwen2_untied_f16",
+                                  "qwen3_tied_bf16"};
 
 // All gates 1: the student is the teacher bit for bit, in both precisions and for both losses.
 TEST(StudentEqualities, AllGatesOneIsTheTeacherExactly) {
@@ -512,10 +534,12 @@ TEST(StudentEqualities, AllGatesOneIsTheTeacherExactly) {
       StudentOptions o;
       o.loss = loss;
       auto s = make_student<float>(m, o);
-      std::vector<float> z(size_t(m.config.n_layers * m.config.n_kv_heads), 1.0f), dz(z.size(), 9.0f);
+      std::vector<float> z(size_t(m.config.n_layers * m.config.n_kv_heads), 1.0f),
+          dz(z.size(), 9.0f);
       EXPECT_EQ(s->student(z, dz), 0.0) << name;
       EXPECT_TRUE(std::equal(s->student_output().begin(), s->student_output().end(),
-                             s->teacher_output().begin())) << name;
+                             s->teacher_output().begin()))
+          << name;
       for (float g : dz) EXPECT_EQ(g, 0.0f) << name;
       auto sd = make_student<double>(m, o);
       std::vector<double> zd(z.size(), 1.0), dzd(z.size());
@@ -554,11 +578,13 @@ TEST(StudentEqualities, TeacherMatchesCpuModel) {
     cpu::KvCache kv(ck.config(), int(all.size()));
     std::vector<float> logits;
     model.forward(all, kv, logits, /*all_logits=*/true);
-    const auto want = std::span<const float>(logits).subspan(size_t(kContext) * m.config.vocab_size);
+    const auto want =
+        std::span<const float>(logits).subspan(size_t(kContext) * m.config.vocab_size);
     const test::Deviation d = test::deviation(s->teacher_output(), want);
     ASSERT_EQ(s->teacher_output().size(), want.size());
-    EXPECT_LE(d.max_abs, 1e-4 * d.ref_max) << name << ": worst at " << d.worst << ": "
-                                           << s->teacher_output()[d.worst] << " vs " << want[d.worst];
+    EXPECT_LE(d.max_abs, 1e-4 * d.ref_max)
+        << name << ": worst at " << d.worst << ": " << s->teacher_output()[d.worst] << " vs "
+        << want[d.worst];
   }
 }
 
@@ -618,7 +644,8 @@ TEST(StudentEqualities, FloatAgreesWithDouble) {
       EXPECT_NEAR(lf, ld, 1e-4 * ld) << name;
       double gmax = 0;
       for (double g : dzd) gmax = std::max(gmax, std::fabs(g));
-      for (size_t i = 0; i < z.size(); ++i) EXPECT_NEAR(dzf[i], dzd[i], 1e-3 * gmax) << name << " z[" << i << "]";
+      for (size_t i = 0; i < z.size(); ++i)
+        EXPECT_NEAR(dzf[i], dzd[i], 1e-3 * gmax) << name << " z[" << i << "]";
     }
 }
 
@@ -645,11 +672,14 @@ TEST(StudentSelection, LayerOneReadsLayerZerosDenseMapSelection) {
       std::copy_n(embd.begin() + int64_t(all[size_t(t)]) * d, d, x.begin() + int64_t(t) * d);
     rmsnorm(x.data(), norm.data(), h.data(), n, d, double(c.rms_eps));
     const Vec bq = w(WeightId::kBq), bk = w(WeightId::kBk);
-    linear(h.data(), w(WeightId::kWq).data(), bq.empty() ? nullptr : bq.data(), q.data(), n, d, c.q_dim());
-    linear(h.data(), w(WeightId::kWk).data(), bk.empty() ? nullptr : bk.data(), k.data(), n, d, c.kv_dim());
+    linear(h.data(), w(WeightId::kWq).data(), bq.empty() ? nullptr : bq.data(), q.data(), n, d,
+           c.q_dim());
+    linear(h.data(), w(WeightId::kWk).data(), bk.empty() ? nullptr : bk.data(), k.data(), n, d,
+           c.kv_dim());
     if (c.qk_norm) {
       rmsnorm(q.data(), w(WeightId::kQNorm).data(), q.data(), n * c.n_heads, hd, double(c.rms_eps));
-      rmsnorm(k.data(), w(WeightId::kKNorm).data(), k.data(), n * c.n_kv_heads, hd, double(c.rms_eps));
+      rmsnorm(k.data(), w(WeightId::kKNorm).data(), k.data(), n * c.n_kv_heads, hd,
+              double(c.rms_eps));
     }
     const std::vector<float> inv_f = rope_inv_freq(c);
     const Vec inv(inv_f.begin(), inv_f.end());
@@ -713,33 +743,45 @@ TEST(StudentValidation, RejectsBadInputsWithClearErrors) {
   expect_error([&] { S(c, m.weights, bad, 64); }, ErrorCode::kInvalidArgument, "keep_ratio");
   bad.keep_ratio = 1.5;
   expect_error([&] { S(c, m.weights, bad, 64); }, ErrorCode::kInvalidArgument, "keep_ratio");
-  expect_error([&] { S(c, m.weights, {}, c.max_context + 1); }, ErrorCode::kInvalidArgument, "max_context");
+  expect_error([&] { S(c, m.weights, {}, c.max_context + 1); }, ErrorCode::kInvalidArgument,
+               "max_context");
   expect_error([&] { S(c, m.weights, {}, 1); }, ErrorCode::kInvalidArgument, "max_context");
 
   S s(c, m.weights, {}, 16);
   const std::vector<int32_t> ctx = {1, 2, 3}, tgt = {4, 5};
   std::vector<float> z(size_t(c.n_layers * c.n_kv_heads), 0.5f), dz(z.size());
   expect_error([&] { s.teacher(tgt); }, ErrorCode::kInvalidArgument, "before set_context");
-  expect_error([&] { s.set_context(std::vector<int32_t>(16, 1)); }, ErrorCode::kCapacity, "max_context 16");
-  expect_error([&] { s.set_context(std::vector<int32_t>{1, c.vocab_size}); }, ErrorCode::kInvalidArgument,
-               "outside the vocabulary");
-  expect_error([&] { s.set_context(std::vector<int32_t>{-1}); }, ErrorCode::kInvalidArgument, "context token -1");
+  expect_error([&] { s.set_context(std::vector<int32_t>(16, 1)); }, ErrorCode::kCapacity,
+               "max_context 16");
+  expect_error(
+      [&] {
+        s.set_context(std::vector<int32_t>{1, c.vocab_size});
+      },
+      ErrorCode::kInvalidArgument, "outside the vocabulary");
+  expect_error([&] { s.set_context(std::vector<int32_t>{-1}); }, ErrorCode::kInvalidArgument,
+               "context token -1");
   s.set_context(ctx);
   expect_error([&] { s.student(z, dz); }, ErrorCode::kInvalidArgument, "before teacher");
   expect_error([&] { s.teacher({}); }, ErrorCode::kInvalidArgument, "at least one target");
-  expect_error([&] { s.teacher(std::vector<int32_t>(14, 1)); }, ErrorCode::kCapacity, "exceeds max_context");
-  expect_error([&] { s.teacher(std::vector<int32_t>{4, c.vocab_size + 3}); }, ErrorCode::kInvalidArgument,
-               "target token");
+  expect_error([&] { s.teacher(std::vector<int32_t>(14, 1)); }, ErrorCode::kCapacity,
+               "exceeds max_context");
+  expect_error(
+      [&] {
+        s.teacher(std::vector<int32_t>{4, c.vocab_size + 3});
+      },
+      ErrorCode::kInvalidArgument, "target token");
   s.teacher(std::vector<int32_t>(13, 1));  // 3 + 13 = 16 fits exactly
   s.teacher(tgt);
   expect_error([&] { s.selected(1, 0); }, ErrorCode::kInvalidArgument, "before a student pass");
   std::vector<float> short_z(z.size() - 1);
   expect_error([&] { s.student(short_z, dz); }, ErrorCode::kInvalidArgument, "z has");
-  expect_error([&] { s.student(z, std::span<float>(dz).first(1)); }, ErrorCode::kInvalidArgument, "dz has");
+  expect_error([&] { s.student(z, std::span<float>(dz).first(1)); }, ErrorCode::kInvalidArgument,
+               "dz has");
   for (float v : {-0.1f, 1.5f, std::nanf("")}) {
     std::vector<float> zb = z;
     zb[3] = v;
-    expect_error([&] { s.student(zb, dz); }, ErrorCode::kInvalidArgument, "z[3] (layer 1, KV head 1)");
+    expect_error([&] { s.student(zb, dz); }, ErrorCode::kInvalidArgument,
+                 "z[3] (layer 1, KV head 1)");
   }
   EXPECT_GT(s.student(z, dz), 0.0);
   expect_error([&] { s.selected(c.n_layers, 0); }, ErrorCode::kInvalidArgument, "outside");

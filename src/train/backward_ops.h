@@ -4,6 +4,11 @@
 // products; every backward is checked against central finite differences in fp64
 // (tests/test_train_backward.cpp). Shapes are row-major, outermost first. Optional pointers
 // (bias, raw logits, loss gradient) are not deduced, so nullptr may be passed as is.
+//
+// The attention comes twice: attend_mix_row (one query row, plain loops: the semantics as
+// written) and attend_mix_group (all rows of one KV head group through BLAS, the mix applied to
+// the softmax weights by mix_softmax), which CpuStudent uses and the tests hold equal to the row
+// op, forward and backward.
 #pragma once
 
 #include <cblas.h>
@@ -47,8 +52,8 @@ void gemm(bool trans_b, int n, int m, int k, Real alpha, const Real* a, const Re
 
 // y[n, m] = x[n, k] · w[m, k]ᵀ + b[m] (b may be nullptr).
 template <typename Real>
-void linear(const Real* x, const Real* w, const std::type_identity_t<Real>* b, Real* y, int n, int k,
-            int m) {
+void linear(const Real* x, const Real* w, const std::type_identity_t<Real>* b, Real* y, int n,
+            int k, int m) {
   gemm<Real>(true, n, m, k, Real(1), x, w, Real(0), y);
   if (b != nullptr)
     for (int64_t i = 0; i < n; ++i)
@@ -57,7 +62,8 @@ void linear(const Real* x, const Real* w, const std::type_identity_t<Real>* b, R
 
 // Input gradient of linear: dx[n, k] = dy[n, m] · w[m, k], added to dx when accumulate.
 template <typename Real>
-void linear_backward(const Real* dy, const Real* w, Real* dx, int n, int k, int m, bool accumulate) {
+void linear_backward(const Real* dy, const Real* w, Real* dx, int n, int k, int m,
+                     bool accumulate) {
   gemm<Real>(false, n, k, m, Real(1), dy, w, accumulate ? Real(1) : Real(0), dx);
 }
 
@@ -78,8 +84,8 @@ void rmsnorm(const Real* x, const Real* w, Real* y, int n, int d, Real eps) {
 // dx_j = r·w_j·dy_j − r³·x_j·(1/d)·Σ_i dy_i·w_i·x_i. Written to dx, or added when accumulate;
 // dx may alias dy.
 template <typename Real>
-void rmsnorm_backward(const Real* x, const Real* w, const Real* dy, Real* dx, int n, int d, Real eps,
-                      bool accumulate) {
+void rmsnorm_backward(const Real* x, const Real* w, const Real* dy, Real* dx, int n, int d,
+                      Real eps, bool accumulate) {
   for (int64_t i = 0; i < n; ++i) {
     const Real* xi = x + i * d;
     const Real* dyi = dy + i * d;
@@ -110,7 +116,8 @@ void rope_rotate(Real* x, const int32_t* pos, int n_tok, int n_heads, int hd, co
     for (int i = 0; i < half; ++i) {
       const Real angle = Real(pos[t]) * inv_freq[i];  // in Real: f32 as transformers for float
       cs[size_t(i)] = Real(std::cos(double(angle)));
-      sn[size_t(i)] = transpose ? -Real(std::sin(double(angle))) : Real(std::sin(double(angle)));
+      const Real sin_a = Real(std::sin(double(angle)));
+      sn[size_t(i)] = transpose ? -sin_a : sin_a;
     }
     for (int h = 0; h < n_heads; ++h) {
       Real* v = x + (t * n_heads + h) * hd;
@@ -130,7 +137,8 @@ void rope(Real* x, const int32_t* pos, int n_tok, int n_heads, int hd, const Rea
 
 // Backward of rope in place on the gradient dx[n_tok, n_heads, hd].
 template <typename Real>
-void rope_backward(Real* dx, const int32_t* pos, int n_tok, int n_heads, int hd, const Real* inv_freq) {
+void rope_backward(Real* dx, const int32_t* pos, int n_tok, int n_heads, int hd,
+                   const Real* inv_freq) {
   rope_rotate(dx, pos, n_tok, n_heads, hd, inv_freq, true);
 }
 
@@ -164,7 +172,8 @@ void softmax_gather(const Real* x, const int32_t* idx, int n, Real* p) {
   for (int i = 0; i < n; ++i) p[i] *= inv;
 }
 
-// One query row of the mixed attention of docs/trainer.md. q: [hd]; k, v: [n_keys, hd], every
+// One query row of the mixed attention of docs/trainer.md, as written (the reference for
+// attend_mix_group). q: [hd]; k, v: [n_keys, hd], every
 // key visible to the row. set: ascending key ids in [0, n_keys) (n_set >= 1), or nullptr for
 // dense only (z is then taken as 1: layer 0 and the teacher).
 //   dense  = softmax(scale · q·kᵀ) · v
@@ -264,7 +273,8 @@ template <typename Real>
 Real mix_softmax_backward(const Real* l, int n, const int32_t* set, int n_set, Real z,
                           const Real* dp, Real* dl) {
   const size_t nn = static_cast<size_t>(n);
-  std::vector<Real> pd(nn), ps(set != nullptr ? nn : 0, Real(0)), packed(size_t(std::max(n_set, 0)));
+  std::vector<Real> pd(nn), ps(set != nullptr ? nn : 0, Real(0));
+  std::vector<Real> packed(set != nullptr ? size_t(n_set) : 0);
   softmax_gather<Real>(l, nullptr, n, pd.data());
   Real sum_d = 0, sum_s = 0;
   for (int j = 0; j < n; ++j) sum_d += pd[size_t(j)] * dp[j];
@@ -281,8 +291,9 @@ Real mix_softmax_backward(const Real* l, int n, const int32_t* set, int n_set, R
   return set != nullptr ? sum_d - sum_s : Real(0);
 }
 
-// Rows (query position t, head g of the group) of one chunk of attend_mix_group: the queries
-// gathered to qb[rows, hd], raw = qb·kᵀ [rows, keys], l = scale · raw and the weights p.
+// One chunk of attend_mix_group (internal): query positions t0 … t0 + nt − 1, rows (t, head g
+// of the group) gathered to qb[rows, hd]; raw = qb·kᵀ [rows, keys], l = scale · raw and the
+// weights p of mix_softmax, zero beyond each row's own position.
 template <typename Real>
 struct MixChunk {
   int t0 = 0, nt = 0, rows = 0, keys = 0;
@@ -296,7 +307,8 @@ void mix_chunk_forward(const Real* q, int group, int hd, int q_stride, const Rea
   c.keys = pos0 + c.t0 + c.nt;
   c.qb.resize(size_t(c.rows) * hd);
   for (int t = 0; t < c.nt; ++t)
-    std::copy_n(q + int64_t(c.t0 + t) * q_stride, group * hd, c.qb.data() + int64_t(t) * group * hd);
+    std::copy_n(q + int64_t(c.t0 + t) * q_stride, group * hd,
+                c.qb.data() + int64_t(t) * group * hd);
   c.raw.resize(size_t(c.rows) * c.keys);
   gemm<Real>(true, c.rows, c.keys, hd, Real(1), c.qb.data(), k, Real(0), c.raw.data());
   c.l.assign(c.raw.size(), Real(0));
@@ -366,7 +378,8 @@ Real attend_mix_group_backward(const Real* q, int n_q, int group, int hd, int q_
     mix_chunk_forward<Real>(q, group, hd, q_stride, k, pos0, sets, scale, z, c);
     db.resize(size_t(c.rows) * hd);
     for (int t = 0; t < c.nt; ++t)
-      std::copy_n(dout + int64_t(c.t0 + t) * dout_stride, group * hd, db.data() + int64_t(t) * group * hd);
+      std::copy_n(dout + int64_t(c.t0 + t) * dout_stride, group * hd,
+                  db.data() + int64_t(t) * group * hd);
     ds.assign(size_t(c.rows) * c.keys, Real(0));  // dloss/dp, then dloss/d(raw logit)
     gemm<Real>(true, c.rows, c.keys, hd, Real(1), db.data(), v, Real(0), ds.data());
     for (int r = 0; r < c.rows; ++r) {
@@ -388,8 +401,8 @@ Real attend_mix_group_backward(const Real* q, int n_q, int group, int hd, int q_
     const int n_own = c.t0 + c.nt;
     gemm_ld<Real>(true, false, n_own, hd, c.rows, Real(1), ds.data() + pos0, c.keys, c.qb.data(),
                   hd, Real(1), dk, hd);
-    gemm_ld<Real>(true, false, n_own, hd, c.rows, Real(1), c.p.data() + pos0, c.keys, db.data(),
-                  hd, Real(1), dv, hd);
+    gemm_ld<Real>(true, false, n_own, hd, c.rows, Real(1), c.p.data() + pos0, c.keys, db.data(), hd,
+                  Real(1), dv, hd);
   }
   return sets != nullptr ? dz : Real(0);
 }
@@ -409,8 +422,9 @@ double squared_error(const Real* s, const Real* t, int64_t n, double scale,
 }
 
 // Size k of the set a head passes on for a row with n_visible = p + 1 keys:
-// max(1, ceil(keep_ratio · S)), the product in double exactly as written (so 0.3 · 10 =
-// 3.0000000000000004 gives 4); at most S. The CUDA port calls this same function.
+// max(1, ceil(keep_ratio · S)), the product in double exactly as written, as the engine's ratio
+// selection does (so 0.07 · 100 = 7.000000000000001 gives 8); at most S. The CUDA port calls
+// this same function.
 inline int student_budget(double keep_ratio, int n_visible) {
   const int k = int(std::ceil(keep_ratio * double(n_visible)));
   return std::clamp(k, 1, std::max(1, n_visible));
@@ -423,9 +437,8 @@ void select_set(const Real* a, int p, int k, std::vector<int32_t>& set) {
   const int n_top = std::clamp(k - 1, 0, p);
   set.resize(size_t(p));
   for (int j = 0; j < p; ++j) set[size_t(j)] = j;
-  std::partial_sort(set.begin(), set.begin() + n_top, set.end(), [a](int32_t i, int32_t j) {
-    return a[i] > a[j] || (a[i] == a[j] && i < j);
-  });
+  std::partial_sort(set.begin(), set.begin() + n_top, set.end(),
+                    [a](int32_t i, int32_t j) { return a[i] > a[j] || (a[i] == a[j] && i < j); });
   set.resize(size_t(n_top));
   std::sort(set.begin(), set.end());
   set.push_back(p);

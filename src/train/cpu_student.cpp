@@ -31,11 +31,11 @@ CpuStudent<Real>::CpuStudent(const ModelConfig& config, const HostWeights& weigh
   LY_CHECK(max_context >= 2 && max_context <= c.max_context, ErrorCode::kInvalidArgument,
            "student: max_context must be in [2, {}] (the model's context length), got {}",
            c.max_context, max_context);
-  LY_CHECK(c.n_layers >= 1 && c.head_dim % 2 == 0 && c.n_kv_heads >= 1 &&
-               c.n_heads % c.n_kv_heads == 0,
-           ErrorCode::kInvalidArgument,
-           "student: unsupported shape: {} layers, head_dim {}, {} heads over {} KV heads",
-           c.n_layers, c.head_dim, c.n_heads, c.n_kv_heads);
+  LY_CHECK(
+      c.n_layers >= 1 && c.head_dim % 2 == 0 && c.n_kv_heads >= 1 && c.n_heads % c.n_kv_heads == 0,
+      ErrorCode::kInvalidArgument,
+      "student: unsupported shape: {} layers, head_dim {}, {} heads over {} KV heads", c.n_layers,
+      c.head_dim, c.n_heads, c.n_kv_heads);
   // A weight the config calls for and HostWeights lacks is an error unless the table marks it
   // optional; absent weights stay empty vectors.
   auto take = [&](WeightId id, int layer) {
@@ -202,11 +202,10 @@ void CpuStudent<Real>::attend_targets(int layer, const Real* q, const Real* z, c
   for (int kh = 0; kh < c.n_kv_heads; ++kh) {
     const int64_t off = int64_t(kh) * max_context_ * hd, col = int64_t(kh) * group * hd;
     std::vector<Real> mean(out != nullptr ? size_t(n_t) * size_t(width) : 0);  // [T, L + T]
-    attend_mix_group<Real>(q + col, n_t, group, hd, qd, k_[size_t(layer)].data() + off,
-                           v_[size_t(layer)].data() + off, n_ctx_,
-                           in != nullptr ? (*in)[size_t(kh)].data() : nullptr, scale,
-                           z != nullptr ? z[kh] : Real(1), att + col, qd,
-                           out != nullptr ? mean.data() : nullptr);
+    attend_mix_group<Real>(
+        q + col, n_t, group, hd, qd, k_[size_t(layer)].data() + off, v_[size_t(layer)].data() + off,
+        n_ctx_, in != nullptr ? (*in)[size_t(kh)].data() : nullptr, scale,
+        z != nullptr ? z[kh] : Real(1), att + col, qd, out != nullptr ? mean.data() : nullptr);
     for (int t = 0; t < n_t && out != nullptr; ++t) {
       const int p = n_ctx_ + t;
       select_set<Real>(mean.data() + int64_t(t) * width, p,
@@ -285,15 +284,16 @@ Real CpuStudent<Real>::student_real(std::span<const Real> z, std::span<Real> dz)
            "student: z has {} values, expected n_layers * n_kv_heads = {} * {} = {}", z.size(),
            c.n_layers, c.n_kv_heads, n_gates);
   LY_CHECK(dz.empty() || dz.size() == n_gates, ErrorCode::kInvalidArgument,
-           "student: dz has {} values, expected {} (or 0 for the forward only)", dz.size(), n_gates);
+           "student: dz has {} values, expected {} (or 0 for the forward only)", dz.size(),
+           n_gates);
   for (size_t i = 0; i < z.size(); ++i)
     LY_CHECK(z[i] >= Real(0) && z[i] <= Real(1), ErrorCode::kInvalidArgument,
              "student: z[{}] (layer {}, KV head {}) = {} is outside [0, 1]", i,
              i / size_t(c.n_kv_heads), i % size_t(c.n_kv_heads), double(z[i]));
   forward_targets(z.data(), student_out_);
   const int n_t = n_targets();
-  const double scale = options_.loss == DistillLoss::kHidden ? 1.0 / (double(n_t) * c.d_model)
-                                                              : 1.0 / double(n_t);
+  const double scale =
+      options_.loss == DistillLoss::kHidden ? 1.0 / (double(n_t) * c.d_model) : 1.0 / double(n_t);
   std::vector<Real> dout(dz.empty() ? 0 : student_out_.size());
   last_loss_ = Real(squared_error<Real>(student_out_.data(), teacher_out_.data(),
                                         int64_t(student_out_.size()), scale,
@@ -354,9 +354,9 @@ void CpuStudent<Real>::backward(const Real* z, const Real* dout, Real* dz) {
       const Real* v = v_[size_t(l)].data() + off;
       const int64_t col = int64_t(kh) * group * hd, own = int64_t(kh) * n_t * hd;
       dz[int64_t(l) * n_kv + kh] = attend_mix_group_backward<Real>(
-          a.q.data() + col, n_t, group, hd, qd, k, v, n_ctx_, used_sets_[size_t(l)][size_t(kh)].data(),
-          scale, zl[kh], datt.data() + col, qd, dq.data() + col, dk_head.data() + own,
-          dv_head.data() + own);
+          a.q.data() + col, n_t, group, hd, qd, k, v, n_ctx_,
+          used_sets_[size_t(l)][size_t(kh)].data(), scale, zl[kh], datt.data() + col, qd,
+          dq.data() + col, dk_head.data() + own, dv_head.data() + own);
     }
     if (l == 1) break;  // nothing below layer 1's attention has a gate
     for (int t = 0; t < n_t; ++t)
@@ -368,10 +368,10 @@ void CpuStudent<Real>::backward(const Real* z, const Real* dout, Real* dz) {
     rope_backward<Real>(dq.data(), target_pos_.data(), n_t, c.n_heads, hd, inv_freq_.data());
     rope_backward<Real>(dk.data(), target_pos_.data(), n_t, n_kv, hd, inv_freq_.data());
     if (c.qk_norm) {
-      rmsnorm_backward<Real>(a.q_pre.data(), w.q_norm.data(), dq.data(), dq.data(),
-                             n_t * c.n_heads, hd, eps, false);
-      rmsnorm_backward<Real>(a.k_pre.data(), w.k_norm.data(), dk.data(), dk.data(), n_t * n_kv,
+      rmsnorm_backward<Real>(a.q_pre.data(), w.q_norm.data(), dq.data(), dq.data(), n_t * c.n_heads,
                              hd, eps, false);
+      rmsnorm_backward<Real>(a.k_pre.data(), w.k_norm.data(), dk.data(), dk.data(), n_t * n_kv, hd,
+                             eps, false);
     }
     linear_backward<Real>(dq.data(), w.wq.data(), dh.data(), n_t, d, qd, false);
     linear_backward<Real>(dk.data(), w.wk.data(), dh.data(), n_t, d, kvd, true);
