@@ -4,6 +4,7 @@
 # and JSON results under $OUT.
 #   scripts/gpu/run_all.sh stage-a|stage-b GGUF_PART   carry the default model in two halves
 #   scripts/gpu/run_all.sh build | test [FILTER] | memcheck | bench-kernels | bench-e2e | bench-model
+#   scripts/gpu/run_all.sh train GATE STEPS [train-heads options]   head roles of the default model
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -59,6 +60,17 @@ case "${1:-}" in
   bench-model)
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
+  train)
+    link_model
+    gate="$2"; steps="$3"; shift 3
+    dir="$out/train-$gate"
+    "$build/bin/lychee" train-heads --device cuda --gate "$gate" --steps "$steps" -o "$dir" "$@" \
+      > "$out/train-$gate.log" 2>&1
+    rc=$?
+    grep -E "^train-heads|step [0-9]+/|trained|retrieval heads|error" "$out/train-$gate.log" | awk 'NR<=3 || NR%25==0' | tail -14
+    tail -40 "$out/train-$gate.log" | grep -v "^\[" | tail -40
+    rm -f "$dir/checkpoint.json.tmp"
+    exit $rc ;;
   *)
-    sed -n 2,8p "$0"; exit 2 ;;
+    sed -n 2,9p "$0"; exit 2 ;;
 esac

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 
 #include <fmt/format.h>
@@ -172,10 +173,17 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
   double window_loss = 0.0;
   int window_n = 0;
   const int end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
+  // Sample s + 1 is generated on a second thread while step s runs (TrainData::sample is pure
+  // and thread-safe; finite datasets wrap, reshuffled each epoch).
+  auto fetch = [&data](int step) {
+    return std::async(std::launch::async, [&data, step] { return data.sample(uint64_t(step)); });
+  };
+  std::future<TrainSample> next = start < end ? fetch(start) : std::future<TrainSample>{};
   for (int step = start; step < end; ++step) {
     const auto ts = clock::now();
-    const uint64_t index = uint64_t(step);  // finite datasets wrap, reshuffled each epoch
-    const TrainSample sample = data.sample(index);
+    const uint64_t index = uint64_t(step);
+    const TrainSample sample = next.get();
+    if (step + 1 < end) next = fetch(step + 1);
     student.set_context(sample.context);
     student.teacher(sample.targets);
 
