@@ -61,15 +61,23 @@ case "${1:-}" in
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
   train)
+    # Trains into /root/lychee_train (kept while the machine is warm) and copies the results to
+    # $OUT; a run cut short (timeout) resumes from its last checkpoint on the next call.
     link_model
     gate="$2"; steps="$3"; shift 3
-    dir="$out/train-$gate"
-    "$build/bin/lychee" train-heads --device cuda --gate "$gate" --steps "$steps" -o "$dir" "$@" \
-      > "$out/train-$gate.log" 2>&1
+    dir="/root/lychee_train/train-$gate"
+    mkdir -p /root/lychee_train
+    resume=()
+    [ -f "$dir/checkpoint.json" ] && [ ! -f "$dir/roles.json" ] && resume=(--resume)
+    limit="${TRAIN_SECONDS:-540}"
+    timeout "$limit" "$build/bin/lychee" train-heads --device cuda --gate "$gate" --steps "$steps" -o "$dir" \
+      "${resume[@]}" "$@" >> "$dir.log" 2>&1
     rc=$?
-    grep -E "^train-heads|step [0-9]+/|trained|retrieval heads|error" "$out/train-$gate.log" | awk 'NR<=3 || NR%25==0' | tail -14
-    tail -40 "$out/train-$gate.log" | grep -v "^\[" | tail -40
-    rm -f "$dir/checkpoint.json.tmp"
+    grep -E "^train-heads|resuming|step [0-9]+/|trained|retrieval heads|error" "$dir.log" | awk 'NR<=3 || NR%25==0' | tail -12
+    tail -45 "$dir.log" | grep -v "^\[" | tail -40
+    mkdir -p "$out/train-$gate" && cp "$dir"/* "$out/train-$gate/" 2>/dev/null; cp "$dir.log" "$out/"
+    rm -f "$out/train-$gate/checkpoint.json.tmp"
+    [ $rc -eq 124 ] && echo "train $gate: stopped by the time limit; the next call resumes"
     exit $rc ;;
   *)
     sed -n 2,9p "$0"; exit 2 ;;
