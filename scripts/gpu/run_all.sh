@@ -65,7 +65,7 @@ case "${1:-}" in
     # $OUT; a run cut short (timeout) resumes from its last checkpoint on the next call.
     link_model
     gate="$2"; steps="$3"; shift 3
-    dir="/root/lychee_train/train-$gate"
+    dir="/root/lychee_train/train-$gate${TRAIN_TAG:+-$TRAIN_TAG}"
     mkdir -p /root/lychee_train
     resume=()
     [ -f "$dir/checkpoint.json" ] && [ ! -f "$dir/roles.json" ] && resume=(--resume)
@@ -75,8 +75,9 @@ case "${1:-}" in
     rc=$?
     grep -E "^train-heads|resuming|step [0-9]+/|trained|retrieval heads|error" "$dir.log" | awk 'NR<=3 || NR%25==0' | tail -12
     tail -45 "$dir.log" | grep -v "^\[" | tail -40
-    mkdir -p "$out/train-$gate" && cp "$dir"/* "$out/train-$gate/" 2>/dev/null; cp "$dir.log" "$out/"
-    rm -f "$out/train-$gate/checkpoint.json.tmp"
+    dest="$out/$(basename "$dir")"
+    mkdir -p "$dest" && cp "$dir"/* "$dest/" 2>/dev/null; cp "$dir.log" "$out/"
+    rm -f "$dest/checkpoint.json.tmp"
     [ $rc -eq 124 ] && echo "train $gate: stopped by the time limit; the next call resumes"
     exit $rc ;;
   *)

@@ -167,6 +167,7 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
     history.values.push_back(gates.expected_z());
   }
 
+  const double loss_scale = student.options().loss == DistillLoss::kLogits ? 1.0 / c.vocab_size : 1.0;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
@@ -189,7 +190,11 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
 
     std::mt19937_64 rng = step_rng(o.seed, step);
     gates.sample(rng, z);
-    const double loss = student.student(z, dz);
+    // The logits loss is taken per logit (the squared L2 distance over the vocabulary size), so
+    // that λ and its step size do not depend on the vocabulary; the hidden loss is already a mean.
+    const double raw_loss = student.student(z, dz);
+    const double loss = raw_loss * loss_scale;
+    for (float& g : dz) g = float(double(g) * loss_scale);
     LY_CHECK(std::isfinite(loss), ErrorCode::kInternal, "train-heads: loss is {} at step {} (sample {})", loss, step,
              index);
 
