@@ -27,7 +27,7 @@ struct TrainArgs {
   std::string gate = "hardkuma", data = "passkey", haystack = "essays";
   std::string propagate = "all", loss = "logits", decision = "threshold";
   int steps = 3000, min_len = 1024, max_len = 0, passkeys = 10, passkey_words = 32;
-  double lr = 0.01, lambda_lr = 0.01, lambda_init = 0.0, keep_ratio = 0.3;
+  double lr = 0.01, lambda_lr = 1e-5, lambda_init = 0.0, keep_ratio = 0.3;
   uint64_t seed = 0;
   std::string out;
   bool resume = false;

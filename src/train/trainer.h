@@ -33,7 +33,7 @@ struct TrainOptions {
   double lr = 0.01;           // AdamW on the gate parameters, times the warm-up/decay schedule
   double weight_decay = 0.0;
   double lambda_init = 0.0;   // Lagrange multiplier of E‖z‖₀ − N_target
-  double lambda_lr = 0.01;    // its gradient-ascent step (λ clipped at 0)
+  double lambda_lr = 1e-5;    // its gradient-ascent step (λ clipped at 0); see docs/trainer.md
   uint64_t seed = 0;          // gate noise and data order; step s uses sample s of the data
   RoleDecision decision = RoleDecision::kThreshold;
   int log_every = 10;         // CSV rows and progress lines
