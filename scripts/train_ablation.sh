@@ -11,7 +11,7 @@ res="$root/docs/results/train"
 lengths="${1:-1024,2048}"
 samples="${2:-2}"
 tmp="$(mktemp -d)"
-common=(eval --tasks passkey,niah_single,niah_multikey --lengths "$lengths" --depths 0.2,0.5,0.8
+common=(eval --tasks passkey,niah_single --lengths "$lengths" --depths 0.2,0.5,0.8
         --samples "$samples" --budgets 256 --block-size 16)
 runs=()
 for gate in hardkuma direct hardconcrete; do

@@ -119,7 +119,7 @@ train::TrainOptions base_options(const std::string& out) {
   o.n_retrieval = 1;
   o.steps = 40;
   o.lr = 0.05;
-  o.lambda_lr = 0.05;
+  o.lambda_lr = 1e-3;
   o.log_every = 5;
   o.checkpoint_every = 10;
   o.out_dir = out;

@@ -321,8 +321,12 @@ void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> t
     const int n_pages = (s.length + 1 + m.o.page_size - 1) / m.o.page_size;
     for (int h = 0; h < m.c.n_kv_heads; ++h) heads.push_back({b, h, b * m.max_pages, n_pages});
   }
+  // The split plan only feeds the tensor-core kernel (head_dim 64/128); other head dims take the
+  // generic attention, which ignores it.
+  const bool tc = m.c.head_dim == 64 || m.c.head_dim == 128;
   const DecodePlan plan = plan_decode(heads, batch, m.c.n_kv_heads, device_info().sm_count,
-                                      decode_attention_ctas_per_sm(m.c.head_dim, m.o.page_size), 2, m.max_items);
+                                      tc ? decode_attention_ctas_per_sm(m.c.head_dim, m.o.page_size) : 2, 2,
+                                      m.max_items);
   std::copy(plan.items.begin(), plan.items.end(), m.meta_host<DecodeWorkItem>(m.meta.items));
   *m.meta_host<int32_t>(m.meta.n_items) = int32_t(plan.items.size());
   std::copy(plan.merge_begin.begin(), plan.merge_begin.end(), m.meta_host<int32_t>(m.meta.merge_begin));
