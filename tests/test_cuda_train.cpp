@@ -41,15 +41,8 @@ using train::CpuStudent;
 using train::DistillLoss;
 using train::StudentOptions;
 
-struct Model {
-  ModelConfig config;
-  HostWeights weights;
-};
-
-Model load_golden(const std::string& name) {
-  const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/" + name);
-  return {ck.config(), HostWeights::load(ck)};
-}
+using Model = test::GoldenModel;
+const auto load_golden = test::load_golden_model;
 
 // A Llama checkpoint with random weights: scales chosen so raw logits spread over several
 // units (no near ties at the selection boundary) and the sparse student differs clearly from

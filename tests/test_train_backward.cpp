@@ -395,15 +395,8 @@ TEST(TrainSelection, HandComputedTiesAndCurrentToken) {
 
 // ---- The whole pass on the golden tiny models ----
 
-struct Tiny {
-  ModelConfig config;
-  HostWeights weights;
-};
-
-Tiny load_tiny(const std::string& name) {
-  const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/" + name);
-  return {ck.config(), HostWeights::load(ck)};
-}
+using Tiny = test::GoldenModel;
+const auto load_tiny = test::load_golden_model;
 
 std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
   std::mt19937 rng(seed);

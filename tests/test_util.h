@@ -17,11 +17,22 @@
 #include <nlohmann/json.hpp>
 
 #include "core/mmap_file.h"
+#include "model/checkpoint.h"
 
 namespace lychee::test {
 
 inline std::string test_data_dir() { return LYCHEE_TEST_DATA_DIR; }
 inline std::string golden_dir() { return test_data_dir() + "/golden"; }
+
+// A committed golden tiny model (tests/golden/models/NAME), its config and f32 weights.
+struct GoldenModel {
+  ModelConfig config;
+  HostWeights weights;
+};
+inline GoldenModel load_golden_model(const std::string& name) {
+  const Checkpoint ck = Checkpoint::open(golden_dir() + "/models/" + name);
+  return {ck.config(), HostWeights::load(ck)};
+}
 
 inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(read_text_file(path));
