@@ -2,7 +2,7 @@
 // to activations, templated on Real (float, double): the CPU oracle of the head-role trainer.
 // Weights are frozen, so no op computes a weight gradient. Plain loops, BLAS for the matrix
 // products; every backward is checked against central finite differences in fp64
-// (tests/test_train_backward.cpp). Shapes are row-major, outermost first. Optional pointers
+// (tests/test_train_ops.cpp). Shapes are row-major, outermost first. Optional pointers
 // (bias, raw logits, loss gradient) are not deduced, so nullptr may be passed as is.
 //
 // The attention comes twice: attend_mix_row (one query row, plain loops: the semantics as
