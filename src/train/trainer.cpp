@@ -212,12 +212,14 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
 
     const double step_ms = std::chrono::duration<double, std::milli>(clock::now() - ts).count();
     const bool last = step + 1 == o.steps;
-    if ((step + 1) % snapshot_every == 0 || last) {
+    const bool snapshot = (step + 1) % snapshot_every == 0 || last, log_line = step % o.log_every == 0 || last;
+    // E[z] is a quadrature per gate: computed once for the snapshot and the log line of a step.
+    const std::vector<double> ez = snapshot || log_line ? gates.expected_z() : std::vector<double>{};
+    if (snapshot) {
       history.steps.push_back(step + 1);
-      history.values.push_back(gates.expected_z());
+      history.values.push_back(ez);
     }
-    if (step % o.log_every == 0 || last) {
-      const std::vector<double> ez = gates.expected_z();
+    if (log_line) {
       const int above = count_above_half(ez, c.n_kv_heads);
       csv << fmt::format("{},{:.6g},{:.6g},{:.4f},{},{:.6g},{},{},{:.2f}\n", step, loss, lagrange.lambda, l0, above, lr,
                          sample.context.size(), sample.targets.size(), step_ms);
@@ -243,17 +245,15 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
   TrainResult r;
   r.seconds = elapsed();
   r.steps_run = std::max(0, end - start);
+  const GateReport gr = gates.report();
+  r.expected_z = gr.expected_z;
+  r.lambda = lagrange.lambda;
+  r.expected_l0 = gates.penalty();
   if (end < o.steps) {
     r.finished = false;
-    r.lambda = lagrange.lambda;
-    r.expected_z = gates.expected_z();
-    r.expected_l0 = gates.penalty();
     if (progress) progress(fmt::format("stopped after step {} of {}: resume with --resume", end, o.steps));
     return r;
   }
-  r.expected_z = gates.expected_z();
-  r.lambda = lagrange.lambda;
-  r.expected_l0 = gates.penalty();
   const size_t tail = std::max<size_t>(1, losses.size() / 20);
   for (size_t i = losses.size() - std::min(tail, losses.size()); i < losses.size(); ++i) r.final_loss += losses[i];
   r.final_loss /= double(std::min(tail, losses.size()));
@@ -264,7 +264,6 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
   r.roles = make_head_roles(c);
   r.roles.retrieval = roles;
   r.roles.expected_z.assign(r.expected_z.begin(), r.expected_z.end());
-  const GateReport gr = gates.report();
   if (!gr.alpha.empty()) {
     r.roles.alpha.assign(gr.alpha.begin(), gr.alpha.end());
     r.roles.beta.assign(gr.beta.begin(), gr.beta.end());
