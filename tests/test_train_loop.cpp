@@ -12,8 +12,6 @@
 #include "attention/head_roles.h"
 #include "core/error.h"
 #include "model/checkpoint.h"
-#include "model/safetensors.h"
-#include "model/weight_table.h"
 #include "test_util.h"
 #include "tiny_checkpoint.h"
 #include "train/cpu_student.h"
@@ -55,43 +53,31 @@ std::string write_synthetic_model(const std::string& dir) {
                               {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 64},
                               {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
                               {"tie_word_embeddings", false}, {"hidden_act", "silu"}};
-  fs::remove_all(dir);
   fs::create_directories(dir);
-  std::ofstream(dir + "/config.json") << cfg.dump(1);
+  std::ofstream(dir + "/config.json") << cfg.dump(1);  // parsed here; write_hf_f32 writes it again
   const ModelConfig c = config_from_hf_json(dir + "/config.json");
   std::mt19937 rng(1234);
-  std::vector<std::vector<float>> storage;
-  storage.reserve(64);
-  std::vector<SafetensorsWriteItem> items;
-  for (const WeightSpec& spec : weight_table()) {
-    if (spec.present != nullptr && !spec.present(c)) continue;
-    if (std::string(spec.hf_name).empty()) continue;
-    for (int layer = 0; layer < (spec.per_layer ? c.n_layers : 1); ++layer) {
-      const std::string name = weight_hf_name(spec, layer);
-      const std::vector<int64_t> shape = spec.shape(c);
-      int64_t n = 1;
-      for (auto d : shape) n *= d;
-      std::vector<float> w(static_cast<size_t>(n));
-      if (shape.size() == 1) {
-        std::fill(w.begin(), w.end(), 1.0f);  // norms
-      } else {
-        std::normal_distribution<float> nd(0.0f, 2.0f / std::sqrt(float(shape[1])));
-        for (float& x : w) x = nd(rng);
-      }
-      if (name.find("o_proj") != std::string::npos) {  // [d, q_dim]: zero the columns of silent heads
-        const int hd = c.head_dim, group = c.group_size();
-        for (int q = 0; q < c.n_heads; ++q) {
-          const int kvh = q / group;
-          const float keep = (layer == 2 && kvh == 1) ? 1.0f : (layer == 1 && kvh == 0) ? 0.05f : 0.0f;
-          for (int row = 0; row < c.d_model; ++row)
-            for (int j = 0; j < hd; ++j) w[size_t(row) * c.q_dim() + size_t(q * hd + j)] *= keep;
-        }
-      }
-      storage.push_back(std::move(w));
-      items.push_back({name, shape, storage.back()});
+  test::write_hf_f32(dir, cfg, c, [&](const std::string& name, int layer, std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::vector<float> w(static_cast<size_t>(n));
+    if (shape.size() == 1) {
+      std::fill(w.begin(), w.end(), 1.0f);  // norms
+    } else {
+      std::normal_distribution<float> nd(0.0f, 2.0f / std::sqrt(float(shape[1])));
+      for (float& x : w) x = nd(rng);
     }
-  }
-  write_safetensors_f32(dir + "/model.safetensors", items);
+    if (name.find("o_proj") != std::string::npos) {  // [d, q_dim]: zero the columns of silent heads
+      const int hd = c.head_dim, group = c.group_size();
+      for (int q = 0; q < c.n_heads; ++q) {
+        const int kvh = q / group;
+        const float keep = (layer == 2 && kvh == 1) ? 1.0f : (layer == 1 && kvh == 0) ? 0.05f : 0.0f;
+        for (int row = 0; row < c.d_model; ++row)
+          for (int j = 0; j < hd; ++j) w[size_t(row) * c.q_dim() + size_t(q * hd + j)] *= keep;
+      }
+    }
+    return w;
+  });
   return dir;
 }
 

@@ -39,13 +39,18 @@ struct TinyEdit {
   std::vector<int64_t> shape;
 };
 
-// Writes config.json + model.safetensors (F32) into a fresh directory.
-inline std::string write_tiny_hf(const std::string& dir, const nlohmann::json& config,
-                                 const TinyEdit& edit = {}) {
+// Values of one weight for write_hf_f32: given its HF name, layer and shape (which it may change),
+// the values in HF layout, or an empty vector to leave the weight out.
+using HfWeightFill =
+    std::function<std::vector<float>(const std::string& name, int layer, std::vector<int64_t>& shape)>;
+
+// Writes config.json + model.safetensors (F32) into a fresh directory: every weight of the table
+// that a model of config `c` has, with the values `fill` gives it.
+inline void write_hf_f32(const std::string& dir, const nlohmann::json& config, const ModelConfig& c,
+                         const HfWeightFill& fill) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/config.json") << config.dump(1);
-  const ModelConfig c = tiny_llama_config();
   std::vector<std::vector<float>> storage;
   std::vector<SafetensorsWriteItem> items;
   for (const WeightSpec& spec : weight_table()) {
@@ -53,15 +58,26 @@ inline std::string write_tiny_hf(const std::string& dir, const nlohmann::json& c
     if (std::string(spec.hf_name).empty()) continue;
     for (int layer = 0; layer < (spec.per_layer ? c.n_layers : 1); ++layer) {
       const std::string name = weight_hf_name(spec, layer);
-      if (name == edit.drop) continue;
-      std::vector<int64_t> shape = name == edit.reshape ? edit.shape : spec.shape(c);
-      int64_t n = 1;
-      for (auto d : shape) n *= d;
-      storage.emplace_back(size_t(n), 0.01f);
+      std::vector<int64_t> shape = spec.shape(c);
+      std::vector<float> values = fill(name, layer, shape);
+      if (values.empty()) continue;
+      storage.push_back(std::move(values));
       items.push_back({name, shape, storage.back()});
     }
   }
   write_safetensors_f32(dir + "/model.safetensors", items);
+}
+
+// The tiny Llama (tiny_llama_config) with every value 0.01, in a fresh directory.
+inline std::string write_tiny_hf(const std::string& dir, const nlohmann::json& config,
+                                 const TinyEdit& edit = {}) {
+  write_hf_f32(dir, config, tiny_llama_config(), [&](const std::string& name, int, std::vector<int64_t>& shape) {
+    if (name == edit.drop) return std::vector<float>();
+    if (name == edit.reshape) shape = edit.shape;
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return std::vector<float>(size_t(n), 0.01f);
+  });
   return dir;
 }
 
