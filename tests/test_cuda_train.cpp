@@ -42,6 +42,7 @@ using train::DistillLoss;
 using train::StudentOptions;
 
 using Model = test::GoldenModel;
+using test::expect_error;
 const auto load_golden = test::load_golden_model;
 
 // A Llama checkpoint with random weights: scales chosen so raw logits spread over several
@@ -312,17 +313,6 @@ TEST(CudaTrain, Tf32PathIsCloseToCpuOracle) {
       std::printf("[ tf32 ] flash vs materialised teacher: %.2e\n", d.max_abs / d.ref_max);
       EXPECT_LE(d.max_abs, 3e-3 * d.ref_max) << "worst at " << d.worst;
     }
-  }
-}
-
-template <typename F>
-void expect_error(F&& f, ErrorCode code, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(int(e.code()), int(code)) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
 }
 

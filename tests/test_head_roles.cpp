@@ -23,6 +23,7 @@ namespace lychee {
 namespace {
 
 using nlohmann::json;
+using test::expect_error;
 
 ModelConfig config_of(int n_layers, int n_kv_heads) {
   ModelConfig c = test::tiny_llama_config();
@@ -40,17 +41,6 @@ std::string write_file(const std::string& name, const std::string& text) {
 }
 
 std::vector<uint8_t> bits(std::initializer_list<int> v) { return std::vector<uint8_t>(v.begin(), v.end()); }
-
-// Runs f, which must throw Error(code) whose message holds every one of `parts`.
-void expect_error(const std::function<void()>& f, ErrorCode code, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << parts.back() << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 // A valid document for a 3-layer, 3-KV-head model.
 json valid_doc() {

