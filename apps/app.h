@@ -17,9 +17,7 @@ struct ModelArgs {
   double kv_memory_gib = 0.0;
   int max_context = 0;
   void add(CLI::App& cmd);
-  // sparse_policy: a policy other than full attention is asked for; those run on the CPU
-  // reference until the GPU hybrid kernel serves them, so "auto" resolves to the CPU then.
-  EngineOptions engine_options(bool sparse_policy = false) const;
+  EngineOptions engine_options() const;
 };
 
 struct SamplingArgs {

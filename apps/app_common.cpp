@@ -15,14 +15,10 @@ void ModelArgs::add(CLI::App& cmd) {
       ->check(CLI::NonNegativeNumber);
 }
 
-EngineOptions ModelArgs::engine_options(bool sparse_policy) const {
+EngineOptions ModelArgs::engine_options() const {
   EngineOptions o;
   o.model_path = model;
   o.device = device;
-  if (sparse_policy && device == "auto") {
-    LY_LOG_INFO("sparse attention policies run on the CPU reference for now: using --device cpu");
-    o.device = "cpu";
-  }
   o.kv_memory_gib = kv_memory_gib;
   o.max_context = max_context;
   return o;

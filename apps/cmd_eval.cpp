@@ -57,8 +57,7 @@ std::vector<PolicyOptions> expand_policies(const EvalArgs& a, const ModelConfig&
 }
 
 void run(const EvalArgs& a) {
-  const bool sparse = std::any_of(a.policies.begin(), a.policies.end(), [](const std::string& p) { return p != "full"; });
-  Engine engine(a.model.engine_options(sparse));
+  Engine engine(a.model.engine_options());
   EvalConfig cfg;
   for (const std::string& t : a.tasks) cfg.tasks.push_back(parse_task_name(t));
   cfg.lengths = a.lengths;

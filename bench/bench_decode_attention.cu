@@ -1,10 +1,14 @@
-// Decode attention benchmark: batch x context sweep at Llama-3-8B's attention shape (32 query /
-// 8 KV heads, d = 128, page 64), random bf16 data in a shuffled page order, against a
-// device-to-device copy measured in the same run. Prints a table (time, GB/s of K+V, % of copy
-// bandwidth) and writes JSON with --json FILE.
+// Decode attention benchmark: batch x context x sparse-head share sweep at Llama-3-8B's attention
+// shape (32 query / 8 KV heads, d = 128, page 64), random bf16 data in a shuffled page order,
+// against a device-to-device copy measured in the same run. Share s/8: the last s KV heads are
+// sparse heads reading --sparse-frac of their pages (a random ascending set that ends with the
+// last page, through unit lists as LycheeDecode's selections are), the others are retrieval heads
+// reading every page and emitting their page scores (the fused scoring), all in one launch;
+// share 0 is plain dense attention. Prints a table (time, GB/s of the K+V bytes actually
+// touched, % of copy bandwidth, speedup over dense) and writes JSON with --json FILE.
 //
-//   bench_decode_attention [--json FILE] [--batches 1,4,8] [--contexts 16384,32768,65536,131072]
-//                          [--reps 100] [--warmup 20] [--tag TEXT]
+//   bench_decode_attention [--json FILE] [--batches 1,2,4,8] [--contexts 16384,32768,65536,131072]
+//                          [--shares 0,4,5,6,7,8] [--sparse-frac 0.1] [--reps 100] [--warmup 20] [--tag TEXT]
 //
 // Timing: CUDA events around each call (both kernels), after warm-up; the median of --reps calls
 // (at least 50); each call also timed as a CUDA-graph replay (the production path). Input sets
@@ -66,14 +70,15 @@ std::vector<int> parse_list(const char* s) {
 
 struct Options {
   std::string json, tag;
-  std::vector<int> batches = {1, 4, 8}, contexts = {16384, 32768, 65536, 131072};
+  std::vector<int> batches = {1, 2, 4, 8}, contexts = {16384, 32768, 65536, 131072};
+  std::vector<int> shares = {0, 4, 5, 6, 7, 8};
+  double sparse_frac = 0.1;
   int reps = 100, warmup = 20;
 };
 
-
 struct Row {
-  int batch, context, n_sets, n_items, n_slots;
-  double kv_bytes, us, us_graph, us_min;
+  int batch, context, share, n_sets, n_items, n_slots;
+  double kv_bytes, us, us_graph, us_min;  // kv_bytes: K + V bytes the call touches
 };
 
 // Times `call(set)` rotating over the sets: events around each call, median in microseconds.
@@ -99,11 +104,16 @@ std::pair<double, double> time_calls(int n_sets, int warmup, int reps, F&& call)
   return {median(us), *std::min_element(us.begin(), us.end())};
 }
 
-Row bench_one(int batch, int context, const Options& opt) {
+Row bench_one(int batch, int context, int share, const Options& opt) {
   const int pages_per_seq = context / kPageSize;
   const size_t page_elems = size_t(kKvHeads) * kPageSize * kHeadDim;
-  const double kv_bytes = 2.0 * batch * double(context) * kKvHeads * kHeadDim * sizeof(bf16);
-  const int n_sets = std::clamp(int(std::ceil(kRotateBytes / kv_bytes)), 1, 16);
+  const int n_dense = kKvHeads - share;
+  const int sparse_pages = std::max(1, int(std::ceil(opt.sparse_frac * pages_per_seq)));
+  const double bytes_per_page = 2.0 * kPageSize * kHeadDim * sizeof(bf16);  // K + V of one (page, KV head)
+  const double kv_bytes = bytes_per_page * batch * (double(n_dense) * pages_per_seq + double(share) * sparse_pages);
+  const double pool_bytes = 2.0 * batch * double(context) * kKvHeads * kHeadDim * sizeof(bf16);
+  const int n_sets = std::clamp(int(std::ceil(kRotateBytes / std::max(kv_bytes, 1.0))), 1,
+                                std::max(1, int(2 * kRotateBytes / pool_bytes)));
   const size_t set_pages = size_t(batch) * pages_per_seq;
 
   DeviceBuffer<bf16> k(set_pages * n_sets * page_elems), v(k.size());
@@ -113,20 +123,47 @@ Row bench_one(int batch, int context, const Options& opt) {
   randomize(q, 13, 1.0f);
 
   // Set s owns pages [s * set_pages, (s + 1) * set_pages) of the pool, in shuffled order.
-  std::mt19937 rng(uint32_t(batch * 131 + context));
+  std::mt19937 rng(uint32_t(batch * 131 + context + share));
   std::vector<int32_t> ids(set_pages * n_sets);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
   DeviceBuffer<int32_t> table(ids.size());
   LY_CUDA_CHECK(cudaMemcpy(table.data(), ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
 
+  // Sparse heads' selections: sparse_pages logical pages, ascending, the last page included.
+  std::vector<int32_t> lists(size_t(batch) * kKvHeads * sparse_pages), counts(size_t(batch) * kKvHeads, sparse_pages);
+  std::vector<int32_t> all(size_t(pages_per_seq - 1));
+  for (size_t r = 0; r < counts.size(); ++r) {
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::sort(all.begin(), all.begin() + (sparse_pages - 1));
+    std::copy_n(all.begin(), sparse_pages - 1, lists.begin() + r * sparse_pages);
+    lists[r * sparse_pages + sparse_pages - 1] = pages_per_seq - 1;
+  }
+  DeviceBuffer<int32_t> d_lists(lists.size()), d_counts(counts.size());
+  DeviceBuffer<float> scores(size_t(batch) * kKvHeads * (context / 16 + 1));
+  LY_CUDA_CHECK(cudaMemcpy(d_lists.data(), lists.data(), lists.size() * 4, cudaMemcpyHostToDevice));
+  LY_CUDA_CHECK(cudaMemcpy(d_counts.data(), counts.data(), counts.size() * 4, cudaMemcpyHostToDevice));
+
   const std::vector<int32_t> lens(size_t(batch), context);
-  const auto heads = dense_decode_heads(lens, kKvHeads, kPageSize, pages_per_seq);
+  std::vector<DecodeHeadWork> heads = dense_decode_heads(lens, kKvHeads, kHeads / kKvHeads, kPageSize, pages_per_seq);
+  for (DecodeHeadWork& h : heads) {
+    const int row = h.seq * kKvHeads + h.kv_head;
+    if (h.kv_head < n_dense) {
+      if (share > 0) h.score = ScoreKind::kGroupChunk16;  // retrieval heads score their pages
+      continue;
+    }
+    h.kind = ListKind::kUnits;
+    h.list = row * sparse_pages;
+    h.count = row;
+    h.n_entries = sparse_pages;
+  }
   const int sm_count = device_info().sm_count, ctas = decode_attention_ctas_per_sm(kHeadDim, kPageSize);
   // LYCHEE_DECODE_WAVES (lab switch): plan this many waves of CTAs instead of one.
   const char* waves_env = std::getenv("LYCHEE_DECODE_WAVES");
   const int waves = waves_env != nullptr ? std::max(1, std::atoi(waves_env)) : 1;
-  const DecodePlan plan = plan_decode(heads, batch, kKvHeads, sm_count, ctas * waves, 2, 4 * sm_count * ctas);
+  const DecodePlan plan =
+      plan_decode(heads, batch, kHeads, kKvHeads, sm_count, ctas * waves, 2 * kPageSize, 4 * sm_count * ctas);
   const int n_items = int(plan.items.size());
   DeviceBuffer<int32_t> d_lens(lens.size()), d_n_items(1), d_mb(plan.merge_begin.size()), d_mc(plan.merge_count.size());
   DeviceBuffer<DecodeWorkItem> d_items(plan.items.size());
@@ -144,7 +181,10 @@ Row bench_one(int batch, int context, const Options& opt) {
     a.q = q.data() + size_t(s) * batch * kHeads * kHeadDim;
     a.k_pool = k.data();
     a.v_pool = v.data();
-    a.page_lists = table.data() + size_t(s) * set_pages;
+    a.block_table = table.data() + size_t(s) * set_pages;
+    a.max_pages = pages_per_seq;
+    a.unit_lists = d_lists.data();
+    a.list_counts = d_counts.data();
     a.seq_lens = d_lens.data();
     a.items = d_items.data();
     a.n_items = d_n_items.data();
@@ -153,6 +193,8 @@ Row bench_one(int batch, int context, const Options& opt) {
     a.partial_o = partial_o.data();
     a.partial_lse = partial_lse.data();
     a.out = out.data();
+    a.scores = scores.data();
+    a.score_stride = context / 16 + 1;
     a.batch = batch;
     a.n_heads = kHeads;
     a.n_kv_heads = kKvHeads;
@@ -192,7 +234,7 @@ Row bench_one(int batch, int context, const Options& opt) {
   (void)unused;
   for (auto e : execs) LY_CUDA_CHECK(cudaGraphExecDestroy(e));
   LY_CUDA_CHECK(cudaStreamDestroy(stream));
-  return {batch, context, n_sets, n_items, plan.n_slots, kv_bytes, us, us_graph, us_min};
+  return {batch, context, share, n_sets, n_items, plan.n_slots, kv_bytes, us, us_graph, us_min};
 }
 
 std::string driver_string() {
@@ -234,6 +276,8 @@ int main(int argc, char** argv) {
     else if (a == "--tag") opt.tag = next, ++i;
     else if (a == "--batches") opt.batches = parse_list(next), ++i;
     else if (a == "--contexts") opt.contexts = parse_list(next), ++i;
+    else if (a == "--shares") opt.shares = parse_list(next), ++i;
+    else if (a == "--sparse-frac") opt.sparse_frac = std::atof(next), ++i;
     else if (a == "--reps") opt.reps = std::max(50, std::atoi(next)), ++i;
     else if (a == "--warmup") opt.warmup = std::max(1, std::atoi(next)), ++i;
     else {
@@ -254,20 +298,31 @@ int main(int argc, char** argv) {
                 kPageSize, decode_attention_ctas_per_sm(kHeadDim, kPageSize));
     std::vector<Row> rows;
     for (int b : opt.batches)
-      for (int c : opt.contexts) {
-        rows.push_back(bench_one(b, c, opt));
-        const Row& r = rows.back();
-        std::printf("  batch %d context %6d: %8.1f us (graph %8.1f us), %zu items\n", b, c, r.us, r.us_graph,
-                    size_t(r.n_items));
-        std::fflush(stdout);
-      }
+      for (int c : opt.contexts)
+        for (int sh : opt.shares) {
+          rows.push_back(bench_one(b, c, sh, opt));
+          const Row& r = rows.back();
+          std::printf("  batch %d context %6d sparse %d/8: %8.1f us (graph %8.1f us), %zu items\n", b, c, sh, r.us,
+                      r.us_graph, size_t(r.n_items));
+          std::fflush(stdout);
+        }
+    // The dense row (share 0) of the same batch and context, for the speedup column.
+    auto dense_us = [&](const Row& r) {
+      for (const Row& d : rows)
+        if (d.batch == r.batch && d.context == r.context && d.share == 0) return d.us_graph;
+      return 0.0;
+    };
 
-    std::printf("\n| batch | context | KV MB | items | µs | GB/s | %% copy | graph µs | GB/s | %% copy |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-    for (const Row& r : rows)
-      std::printf("| %d | %dK | %.0f | %d | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f |\n", r.batch, r.context / 1024,
-                  r.kv_bytes / 1e6, r.n_items, r.us, r.kv_bytes / r.us / 1e3, 100.0 * r.kv_bytes / (r.us * 1e-6) / copy_bw,
-                  r.us_graph, r.kv_bytes / r.us_graph / 1e3, 100.0 * r.kv_bytes / (r.us_graph * 1e-6) / copy_bw);
+    std::printf("\n| batch | context | sparse | touched MB | items | µs | GB/s | %% copy | graph µs | GB/s | %% copy | vs dense |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const Row& r : rows) {
+      const double d = dense_us(r);
+      std::printf("| %d | %dK | %d/8 | %.0f | %d | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %s |\n", r.batch,
+                  r.context / 1024, r.share, r.kv_bytes / 1e6, r.n_items, r.us, r.kv_bytes / r.us / 1e3,
+                  100.0 * r.kv_bytes / (r.us * 1e-6) / copy_bw, r.us_graph, r.kv_bytes / r.us_graph / 1e3,
+                  100.0 * r.kv_bytes / (r.us_graph * 1e-6) / copy_bw,
+                  d > 0 ? (std::to_string(d / r.us_graph).substr(0, 5) + "x").c_str() : "-");
+    }
 
     if (!opt.json.empty()) {
       FILE* f = std::fopen(opt.json.c_str(), "w");
@@ -284,15 +339,15 @@ int main(int argc, char** argv) {
                    json_escape(driver_string()).c_str(), date, json_escape(command).c_str(), json_escape(opt.tag).c_str());
       std::fprintf(f, "  \"copy_bandwidth_gbs\": %.1f,\n", copy_bw / 1e9);
       std::fprintf(f, "  \"shape\": {\"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, \"page_size\": %d, "
-                      "\"dtype\": \"bf16\"},\n  \"reps\": %d,\n  \"rows\": [\n",
-                   kHeads, kKvHeads, kHeadDim, kPageSize, opt.reps);
+                      "\"dtype\": \"bf16\"},\n  \"sparse_frac\": %.3f,\n  \"reps\": %d,\n  \"rows\": [\n",
+                   kHeads, kKvHeads, kHeadDim, kPageSize, opt.sparse_frac, opt.reps);
       for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
         std::fprintf(f,
-                     "    {\"batch\": %d, \"context\": %d, \"kv_bytes\": %.0f, \"input_sets\": %d, \"items\": %d, "
+                     "    {\"batch\": %d, \"context\": %d, \"sparse_share\": %d, \"kv_bytes\": %.0f, \"input_sets\": %d, \"items\": %d, "
                      "\"slots\": %d, \"us_median\": %.2f, \"us_min\": %.2f, \"us_graph_median\": %.2f, "
                      "\"gbs\": %.1f, \"gbs_graph\": %.1f, \"pct_copy\": %.2f, \"pct_copy_graph\": %.2f}%s\n",
-                     r.batch, r.context, r.kv_bytes, r.n_sets, r.n_items, r.n_slots, r.us, r.us_min, r.us_graph,
+                     r.batch, r.context, r.share, r.kv_bytes, r.n_sets, r.n_items, r.n_slots, r.us, r.us_min, r.us_graph,
                      r.kv_bytes / r.us / 1e3, r.kv_bytes / r.us_graph / 1e3,
                      100.0 * r.kv_bytes / (r.us * 1e-6) / copy_bw, 100.0 * r.kv_bytes / (r.us_graph * 1e-6) / copy_bw,
                      i + 1 < rows.size() ? "," : "");

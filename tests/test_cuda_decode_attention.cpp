@@ -33,24 +33,27 @@ using cuda::DecodeWorkItem;
 void check_plan(const DecodePlan& plan, const std::vector<DecodeHeadWork>& heads, int batch, int n_kv_heads,
                 int min_pages, int max_items) {
   ASSERT_LE(int(plan.items.size()), max_items);
-  ASSERT_EQ(plan.merge_begin.size(), size_t(batch) * n_kv_heads);
-  ASSERT_EQ(plan.merge_count.size(), size_t(batch) * n_kv_heads);
+  const int group = 4;  // the planner tests use groups of 4 query heads, all served by each head work
+  const int n_heads = n_kv_heads * group;
+  ASSERT_EQ(plan.merge_begin.size(), size_t(batch) * n_heads);
+  ASSERT_EQ(plan.merge_count.size(), size_t(batch) * n_heads);
   std::vector<int> head_of(size_t(batch) * n_kv_heads, -1);
   for (size_t h = 0; h < heads.size(); ++h) head_of[size_t(heads[h].seq) * n_kv_heads + heads[h].kv_head] = int(h);
 
   std::vector<std::vector<int>> covered(heads.size());
   std::vector<std::vector<int>> slots(heads.size());
   std::vector<int> slot_uses(size_t(plan.n_slots), 0);
-  for (size_t h = 0; h < heads.size(); ++h) covered[h].assign(size_t(heads[h].n_pages), 0);
+  for (size_t h = 0; h < heads.size(); ++h) covered[h].assign(size_t(heads[h].n_entries), 0);
   for (const DecodeWorkItem& it : plan.items) {
     ASSERT_TRUE(it.seq >= 0 && it.seq < batch && it.kv_head >= 0 && it.kv_head < n_kv_heads);
     const int h = head_of[size_t(it.seq) * n_kv_heads + it.kv_head];
     ASSERT_GE(h, 0) << "item for a head that was not asked for";
-    EXPECT_EQ(it.list_offset, heads[h].list_offset);
-    ASSERT_LT(it.page_begin, it.page_end) << "empty item";
-    ASSERT_GE(it.page_begin, 0);
-    ASSERT_LE(it.page_end, heads[h].n_pages);
-    for (int p = it.page_begin; p < it.page_end; ++p) ++covered[h][p];
+    EXPECT_EQ(it.list, heads[h].list);
+    EXPECT_EQ(it.unit, heads[h].unit);
+    ASSERT_LT(it.begin, it.end) << "empty item";
+    ASSERT_GE(it.begin, 0);
+    ASSERT_LE(it.end, heads[h].n_entries);
+    for (int p = it.begin; p < it.end; ++p) ++covered[h][p];
     if (it.slot >= 0) {
       ASSERT_LT(it.slot, plan.n_slots);
       ++slot_uses[it.slot];
@@ -59,8 +62,8 @@ void check_plan(const DecodePlan& plan, const std::vector<DecodeHeadWork>& heads
   }
   int sum_counts = 0;
   for (size_t h = 0; h < heads.size(); ++h) {
-    for (int p = 0; p < heads[h].n_pages; ++p) ASSERT_EQ(covered[h][p], 1) << "head " << h << " page " << p;
-    const size_t m = size_t(heads[h].seq) * n_kv_heads + heads[h].kv_head;
+    for (int p = 0; p < heads[h].n_entries; ++p) ASSERT_EQ(covered[h][p], 1) << "head " << h << " page " << p;
+    const size_t m = size_t(heads[h].seq) * n_heads + size_t(heads[h].kv_head) * group;
     if (slots[h].size() <= 1) {
       EXPECT_EQ(plan.merge_count[m], 0);
       if (!slots[h].empty()) {
@@ -68,7 +71,10 @@ void check_plan(const DecodePlan& plan, const std::vector<DecodeHeadWork>& heads
       }
       continue;
     }
-    EXPECT_EQ(plan.merge_count[m], int(slots[h].size()));
+    for (int r = 0; r < group; ++r) {
+      EXPECT_EQ(plan.merge_count[m + r], int(slots[h].size()));
+      EXPECT_EQ(plan.merge_begin[m + r], plan.merge_begin[m]);
+    }
     std::sort(slots[h].begin(), slots[h].end());
     for (size_t i = 0; i < slots[h].size(); ++i) EXPECT_EQ(slots[h][i], plan.merge_begin[m] + int(i)) << "slots of head " << h;
     sum_counts += int(slots[h].size());
@@ -80,7 +86,7 @@ void check_plan(const DecodePlan& plan, const std::vector<DecodeHeadWork>& heads
   int lo = INT32_MAX, hi = 0;
   for (const DecodeWorkItem& it : plan.items) {
     if (it.slot < 0) continue;
-    const int len = it.page_end - it.page_begin;
+    const int len = it.end - it.begin;
     EXPECT_GE(len, min_pages);
     lo = std::min(lo, len);
     hi = std::max(hi, len);
@@ -90,19 +96,19 @@ void check_plan(const DecodePlan& plan, const std::vector<DecodeHeadWork>& heads
   }
   // Longest first.
   for (size_t i = 1; i < plan.items.size(); ++i)
-    EXPECT_GE(plan.items[i - 1].page_end - plan.items[i - 1].page_begin, plan.items[i].page_end - plan.items[i].page_begin);
+    EXPECT_GE(plan.items[i - 1].end - plan.items[i - 1].begin, plan.items[i].end - plan.items[i].begin);
 }
 
 TEST(DecodePlan, OneLongSequenceSpreadsEvenlyOverTheMachine) {
   // Batch 1, 128K tokens, 8 KV heads, page 64: 8 x 2048 pages over 132 SMs x 2 CTAs.
   const std::vector<int32_t> lens = {131072};
-  const auto heads = cuda::dense_decode_heads(lens, 8, 64, 2048);
-  const DecodePlan plan = cuda::plan_decode(heads, 1, 8, 132, 2, 2, 1024);
+  const auto heads = cuda::dense_decode_heads(lens, 8, 4, 64, 2048);
+  const DecodePlan plan = cuda::plan_decode(heads, 1, 4 * (8), 8, 132, 2, 64 * (2), 1024);
   check_plan(plan, heads, 1, 8, 2, 1024);
   EXPECT_EQ(plan.items.size(), 264u);  // 33 splits per head of 62 or 63 pages
   for (const DecodeWorkItem& it : plan.items) {
-    EXPECT_GE(it.page_end - it.page_begin, 62);
-    EXPECT_LE(it.page_end - it.page_begin, 63);
+    EXPECT_GE(it.end - it.begin, 62);
+    EXPECT_LE(it.end - it.begin, 63);
   }
   EXPECT_EQ(plan.n_slots, 264);
 }
@@ -110,8 +116,8 @@ TEST(DecodePlan, OneLongSequenceSpreadsEvenlyOverTheMachine) {
 TEST(DecodePlan, ManyHeadsAreNotSplit) {
   // 64 sequences x 8 KV heads = 512 heads > 264 CTAs: one item per head, all written directly.
   const std::vector<int32_t> lens(64, 4000);
-  const auto heads = cuda::dense_decode_heads(lens, 8, 64, 64);
-  const DecodePlan plan = cuda::plan_decode(heads, 64, 8, 132, 2, 2, 1024);
+  const auto heads = cuda::dense_decode_heads(lens, 8, 4, 64, 64);
+  const DecodePlan plan = cuda::plan_decode(heads, 64, 4 * (8), 8, 132, 2, 64 * (2), 1024);
   check_plan(plan, heads, 64, 8, 2, 1024);
   EXPECT_EQ(plan.items.size(), 512u);
   EXPECT_EQ(plan.n_slots, 0);
@@ -119,11 +125,11 @@ TEST(DecodePlan, ManyHeadsAreNotSplit) {
 
 TEST(DecodePlan, MinPagesPerSplitLimitsTheSplits) {
   const std::vector<int32_t> lens = {64 * 10};
-  const auto heads = cuda::dense_decode_heads(lens, 2, 64, 16);
-  const DecodePlan plan = cuda::plan_decode(heads, 1, 2, 132, 2, 4, 1024);
+  const auto heads = cuda::dense_decode_heads(lens, 2, 4, 64, 16);
+  const DecodePlan plan = cuda::plan_decode(heads, 1, 4 * (2), 2, 132, 2, 64 * (4), 1024);
   check_plan(plan, heads, 1, 2, 4, 1024);
   EXPECT_EQ(plan.items.size(), 4u);  // 10 pages -> 2 splits of 5 (3 splits would be shorter than 4)
-  const DecodePlan whole = cuda::plan_decode(heads, 1, 2, 132, 2, 10, 1024);
+  const DecodePlan whole = cuda::plan_decode(heads, 1, 4 * (2), 2, 132, 2, 64 * (10), 1024);
   EXPECT_EQ(whole.items.size(), 2u);
   EXPECT_EQ(whole.n_slots, 0);
 }
@@ -132,11 +138,11 @@ TEST(DecodePlan, MixedLengthsKeepTheLongestSplitShort) {
   // One long and many short sequences: the long one is cut, the short ones stay whole.
   std::vector<int32_t> lens(31, 100);
   lens.push_back(64 * 1000);
-  const auto heads = cuda::dense_decode_heads(lens, 4, 64, 1000);
-  const DecodePlan plan = cuda::plan_decode(heads, 32, 4, 132, 2, 1, 264);
+  const auto heads = cuda::dense_decode_heads(lens, 4, 4, 64, 1000);
+  const DecodePlan plan = cuda::plan_decode(heads, 32, 4 * (4), 4, 132, 2, 64 * (1), 264);
   check_plan(plan, heads, 32, 4, 1, 264);
   int longest = 0;
-  for (const DecodeWorkItem& it : plan.items) longest = std::max(longest, it.page_end - it.page_begin);
+  for (const DecodeWorkItem& it : plan.items) longest = std::max(longest, it.end - it.begin);
   // 4 x 1000 + 124 x 2 pages over 264 CTAs: about 31 pages each when perfectly spread.
   EXPECT_LE(longest, 32);
 }
@@ -153,17 +159,24 @@ TEST(DecodePlan, RandomWorkloadsAreCoveredOnceAndBalanced) {
         if (rng() % 7 == 0) continue;  // heads that are not asked for
         const int n_pages = (rng() % 5 == 0) ? 0 : 1 + int(rng() % (rng() % 2 ? 40 : 3000));
         n_with_pages += n_pages > 0;
-        heads.push_back({s, h, s * 4096 + h, n_pages});
+        cuda::DecodeHeadWork w;
+        w.seq = s;
+        w.kv_head = h;
+        w.n_entries = n_pages;
+        w.unit = 64;
+        w.n_rows = 4;
+        w.list = s * 4096 + h;
+        heads.push_back(w);
       }
     std::shuffle(heads.begin(), heads.end(), rng);
     const int max_items = std::max(1, n_with_pages) + int(rng() % 400);
-    const DecodePlan plan = cuda::plan_decode(heads, batch, n_kv, sm_count, ctas, min_pages, max_items);
+    const DecodePlan plan = cuda::plan_decode(heads, batch, 4 * (n_kv), n_kv, sm_count, ctas, 64 * (min_pages), max_items);
     SCOPED_TRACE("trial " + std::to_string(trial));
     check_plan(plan, heads, batch, n_kv, min_pages, max_items);
     if (HasFatalFailure()) return;
     // Parallelism: when there is enough work, the plan uses at least half the target.
     int64_t total = 0;
-    for (const auto& h : heads) total += h.n_pages;
+    for (const auto& h : heads) total += h.n_entries;
     const int64_t target = std::min<int64_t>(max_items, int64_t(sm_count) * ctas);
     if (total >= 4 * target * min_pages) {
       EXPECT_GE(int64_t(plan.items.size()), target / 2);
@@ -172,27 +185,84 @@ TEST(DecodePlan, RandomWorkloadsAreCoveredOnceAndBalanced) {
 }
 
 TEST(DecodePlan, RejectsBadHeads) {
-  std::vector<DecodeHeadWork> heads = {{0, 0, 0, 4}, {0, 0, 0, 4}};
-  EXPECT_THROW(cuda::plan_decode(heads, 1, 1, 132, 2, 1, 8), Error);  // listed twice
-  heads = {{1, 0, 0, 4}};
-  EXPECT_THROW(cuda::plan_decode(heads, 1, 1, 132, 2, 1, 8), Error);  // seq out of range
-  heads = {{0, 0, 0, 4}, {0, 1, 0, 4}, {0, 2, 0, 4}};
-  EXPECT_THROW(cuda::plan_decode(heads, 1, 3, 132, 2, 1, 2), Error);  // more heads than items
+  auto work = [](int seq, int kv, int n, int row_begin = 0, int n_rows = 4) {
+    DecodeHeadWork w;
+    w.seq = seq;
+    w.kv_head = kv;
+    w.n_entries = n;
+    w.row_begin = row_begin;
+    w.n_rows = n_rows;
+    return w;
+  };
+  std::vector<DecodeHeadWork> heads = {work(0, 0, 4), work(0, 0, 4)};
+  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // listed twice
+  heads = {work(0, 0, 4, 0, 2), work(0, 0, 4, 1, 1)};
+  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // query row 1 served twice
+  heads = {work(0, 0, 4, 3, 2)};
+  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // rows outside the group
+  heads = {work(1, 0, 4)};
+  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // seq out of range
+  heads = {work(0, 0, 4), work(0, 1, 4), work(0, 2, 4)};
+  EXPECT_THROW(cuda::plan_decode(heads, 1, 12, 3, 132, 2, 64, 2), Error);  // more heads than items
   const std::vector<int32_t> lens = {0};
-  EXPECT_THROW(cuda::dense_decode_heads(lens, 1, 64, 4), Error);
+  EXPECT_THROW(cuda::dense_decode_heads(lens, 1, 4, 64, 4), Error);
   const std::vector<int32_t> too_long = {64 * 4 + 1};
-  EXPECT_THROW(cuda::dense_decode_heads(too_long, 1, 64, 4), Error);
+  EXPECT_THROW(cuda::dense_decode_heads(too_long, 1, 4, 64, 4), Error);
 }
 
-TEST(DecodePlan, DenseHeadsUseTheBlockTableRow) {
+TEST(DecodePlan, DenseHeadsReadTheirWholeSequence) {
   const std::vector<int32_t> lens = {1, 64, 65};
-  const auto heads = cuda::dense_decode_heads(lens, 2, 64, 8);
+  const auto heads = cuda::dense_decode_heads(lens, 2, 4, 64, 8);
   ASSERT_EQ(heads.size(), 6u);
-  EXPECT_EQ(heads[0].n_pages, 1);
-  EXPECT_EQ(heads[3].n_pages, 1);
-  EXPECT_EQ(heads[5].n_pages, 2);
-  EXPECT_EQ(heads[5].list_offset, 16);
+  EXPECT_EQ(heads[0].n_entries, 1);
+  EXPECT_EQ(heads[3].n_entries, 1);
+  EXPECT_EQ(heads[5].n_entries, 2);
+  EXPECT_EQ(heads[5].kind, cuda::ListKind::kDense);
+  EXPECT_EQ(heads[5].n_rows, 4);
   EXPECT_EQ(heads[5].kv_head, 1);
+}
+
+TEST(DecodePlan, PoolsDenseAndSparseHeadsIntoEqualSplits) {
+  // Batch 1, 128K, 8 KV heads: 2 dense heads (2048 pages) and 6 sparse heads (205 pages) and 24
+  // per-query-head token lists of 4096 tokens: the splits of every kind hold about the same tokens.
+  std::vector<DecodeHeadWork> heads;
+  for (int h = 0; h < 8; ++h) {
+    DecodeHeadWork w;
+    w.kv_head = h;
+    w.n_rows = 4;
+    w.unit = 64;
+    w.n_entries = 2048;
+    if (h >= 2 && h < 6) {
+      w.kind = cuda::ListKind::kUnits;
+      w.n_entries = 205;
+      w.list = h * 3000;
+      w.count = h;
+    }
+    if (h >= 6) {
+      for (int g = 0; g < 4; ++g) {
+        w.kind = cuda::ListKind::kUnits;
+        w.unit = 1;
+        w.n_entries = 4096;
+        w.row_begin = g;
+        w.n_rows = 1;
+        heads.push_back(w);
+      }
+      continue;
+    }
+    heads.push_back(w);
+  }
+  const DecodePlan plan = cuda::plan_decode(heads, 1, 32, 8, 132, 2, 128, 1024);
+  int64_t lo = INT64_MAX, hi = 0;
+  for (const DecodeWorkItem& it : plan.items) {
+    const int64_t tokens = int64_t(it.end - it.begin) * it.unit;
+    lo = std::min(lo, tokens);
+    hi = std::max(hi, tokens);
+  }
+  EXPECT_LE(int(plan.items.size()), 264);
+  EXPECT_GE(int(plan.items.size()), 200);
+  EXPECT_LE(hi, 2 * lo) << "split sizes " << lo << ".." << hi << " tokens";
+  // Per-query-head rows are merged per query head.
+  for (int g = 0; g < 4; ++g) EXPECT_GT(plan.merge_count[size_t(6 * 4 + g)], 1);
 }
 
 TEST(DecodeAttention, ArgumentChecksNameTheField) {
@@ -328,7 +398,12 @@ void setup(DeviceProblem& dp, const Problem& p, const DecodePlan& plan, int extr
   upload(dp.table, p.block_table);
   upload(dp.lens, p.seq_lens);
   std::vector<DecodeWorkItem> items = plan.items;
-  for (int i = 0; i < extra_ctas; ++i) items.push_back({987654, -5, -1, 1000000, 2000000, 123456});
+  for (int i = 0; i < extra_ctas; ++i) {
+    DecodeWorkItem junk{987654, -5, -1, -7, 1000000, 2000000, 123456};
+    junk.unit = 3;
+    junk.n_rows = 100;
+    items.push_back(junk);
+  }
   upload(dp.items, items);
   upload(dp.n_items, std::vector<int32_t>{int32_t(plan.items.size())});
   upload(dp.merge_begin, plan.merge_begin);
@@ -342,7 +417,8 @@ void setup(DeviceProblem& dp, const Problem& p, const DecodePlan& plan, int extr
   a.q = dp.q.data();
   a.k_pool = dp.k.data();
   a.v_pool = dp.v.data();
-  a.page_lists = dp.table.data();
+  a.block_table = dp.table.data();
+  a.max_pages = p.max_pages;
   a.seq_lens = dp.lens.data();
   a.items = dp.items.data();
   a.n_items = dp.n_items.data();
@@ -407,12 +483,12 @@ const std::vector<int32_t> kAwkwardLengths = {1, 3, 63, 64, 65, 1000, 4097};
 // The plan for a mode: kNone (one item per head, all written directly), kAll (the whole machine:
 // every long head split), kMixed (a few CTAs: some heads split, some direct).
 DecodePlan plan_for(const Problem& p, SplitMode mode) {
-  const auto heads = cuda::dense_decode_heads(p.seq_lens, p.n_kv_heads, p.page_size, p.max_pages);
-  const int n_heads = int(heads.size());
+  const auto heads = cuda::dense_decode_heads(p.seq_lens, p.n_kv_heads, p.group, p.page_size, p.max_pages);
+  const int n_work = int(heads.size()), ps = p.page_size, nh = p.n_heads();
   switch (mode) {
-    case SplitMode::kNone: return cuda::plan_decode(heads, p.batch, p.n_kv_heads, 1, 1, 1 << 30, n_heads);
-    case SplitMode::kAll: return cuda::plan_decode(heads, p.batch, p.n_kv_heads, 132, 2, 1, 4096);
-    case SplitMode::kMixed: return cuda::plan_decode(heads, p.batch, p.n_kv_heads, n_heads + 6, 1, 2, 4096);
+    case SplitMode::kNone: return cuda::plan_decode(heads, p.batch, nh, p.n_kv_heads, 1, 1, 1 << 30, n_work);
+    case SplitMode::kAll: return cuda::plan_decode(heads, p.batch, nh, p.n_kv_heads, 132, 2, ps, 4096);
+    case SplitMode::kMixed: return cuda::plan_decode(heads, p.batch, nh, p.n_kv_heads, n_work + 6, 1, 2 * ps, 4096);
   }
   return {};
 }
@@ -459,9 +535,9 @@ TEST(DecodeAttentionKernelExtra, LlamaShapeWithALongSequence) {
   LY_REQUIRE_GPU();
   // 32 query / 8 KV heads, d = 128, page 64, one long and two short sequences, whole machine.
   const Problem p = make_problem({20000, 129, 7}, 8, 4, 128, 64, 99);
-  const auto heads = cuda::dense_decode_heads(p.seq_lens, p.n_kv_heads, p.page_size, p.max_pages);
-  const DecodePlan plan = cuda::plan_decode(heads, p.batch, p.n_kv_heads, cuda::device_info().sm_count,
-                                            cuda::decode_attention_ctas_per_sm(128, 64), 2, 1024);
+  const auto heads = cuda::dense_decode_heads(p.seq_lens, p.n_kv_heads, p.group, p.page_size, p.max_pages);
+  const DecodePlan plan = cuda::plan_decode(heads, p.batch, p.n_heads(), p.n_kv_heads, cuda::device_info().sm_count,
+                                            cuda::decode_attention_ctas_per_sm(128, 64), 128, 1024);
   DeviceProblem dp;
   setup(dp, p, plan, 0);
   expect_close(run(dp), reference(p), p);
@@ -475,12 +551,25 @@ TEST(DecodeAttentionKernelExtra, EmptySplitsMergeWithoutNaN) {
   Problem p = make_problem({100, 70}, 2, 4, 128, 64, 7);
   ASSERT_GE(p.max_pages, 3);
   DecodePlan plan;
-  plan.items = {{0, 0, 0, 0, 1, 0}, {0, 0, 0, 1, 2, 1}, {0, 0, 0, 2, 3, 2}, {0, 1, 0, 2, 3, 3},
-                {1, 0, p.max_pages, 0, 2, -1}, {1, 1, p.max_pages, 0, 2, -1}};
-  plan.merge_begin = {0, 3, 0, 0};
-  plan.merge_count = {3, 1, 0, 0};
+  auto item = [](int seq, int kv, int begin, int end, int slot) {
+    DecodeWorkItem it{seq, kv, 0, 0, begin, end, slot};
+    it.unit = 64;
+    it.row_begin = 0;
+    it.n_rows = 4;
+    it.kind = cuda::ListKind::kDense;
+    it.score = cuda::ScoreKind::kNone;
+    return it;
+  };
+  plan.items = {item(0, 0, 0, 1, 0), item(0, 0, 1, 2, 1), item(0, 0, 2, 3, 2), item(0, 1, 2, 3, 3),
+                item(1, 0, 0, 2, -1), item(1, 1, 0, 2, -1)};
+  plan.merge_begin.assign(16, 0);
+  plan.merge_count.assign(16, 0);
+  for (int r = 0; r < 4; ++r) {
+    plan.merge_count[size_t(r)] = 3;      // seq 0, kv head 0's rows
+    plan.merge_begin[size_t(4 + r)] = 3;  // seq 0, kv head 1's rows: one empty slot
+    plan.merge_count[size_t(4 + r)] = 1;
+  }
   plan.n_slots = 4;
-  p.block_table[2] = p.block_table[0];  // a real page id for the empty items' list entry
   DeviceProblem dp;
   setup(dp, p, plan, 3);
   const std::vector<float> out = run(dp);

@@ -65,6 +65,9 @@ class LycheePolicy final : public AttentionPolicy {
   void plan_layer(int layer, const float* q, const LayerKvView& kv, std::span<HeadRead> reads) override;
   // The set (unit ids) currently stored at a KV-head index.
   const std::vector<int32_t>& selection(int kv_head) const { return sets_[size_t(kv_head)]; }
+  const HeadRoles& roles() const { return roles_; }
+  int block_size() const { return block_; }
+  const SelectParams& select() const { return select_; }
 
  private:
   void select_for_head(int kv_head, const float* q, const LayerKvView& kv);
@@ -85,6 +88,9 @@ class TidalPolicy final : public AttentionPolicy {
   void begin_step(int n_ctx) override;
   void plan_layer(int layer, const float* q, const LayerKvView& kv, std::span<HeadRead> reads) override;
   const std::vector<int32_t>& selection(int q_head) const { return sets_[size_t(q_head)]; }
+  int budget() const { return budget_; }
+  const std::vector<int>& selection_layers() const { return selection_layers_; }
+  int dense_layers() const { return dense_layers_; }
 
  private:
   int n_heads_, head_dim_, group_;
@@ -105,6 +111,9 @@ class QuestPolicy final : public AttentionPolicy {
   uint64_t metadata_bytes(int layer, int n_ctx) const override;
   // Upper bound of q·k over a page from its channel-wise min/max keys: sum_i max(q_i M_i, q_i m_i).
   static float page_bound(const float* q, const float* kmin, const float* kmax, int head_dim);
+  int budget() const { return budget_; }
+  int page() const { return page_; }
+  int dense_layers() const { return dense_layers_; }
 
  private:
   void update_metadata(int layer, const LayerKvView& kv);
@@ -124,6 +133,9 @@ class DuoPolicy final : public AttentionPolicy {
   void reset() override {}
   void begin_step(int) override {}
   void plan_layer(int layer, const float* q, const LayerKvView& kv, std::span<HeadRead> reads) override;
+  const HeadRoles& roles() const { return roles_; }
+  int sink() const { return sink_; }
+  int recent() const { return recent_; }
 
  private:
   int n_kv_heads_, group_;

@@ -1,14 +1,16 @@
 // Split-KV paged decode attention for Hopper (sm_90a): kernels, launchers and dispatch.
 // Design, byte count, napkin math and lab notes: docs/kernels/decode-attention.md.
 //
-// Main kernel: one CTA (4 warps) per work item = a page range of one (sequence, KV head). The CTA
+// Main kernel: one CTA (4 warps) per work item = an entry range of one head's list (dense pages,
+// selected pages, selected tokens or a window; all of a KV head's query rows or one). The CTA
 // streams that range through shared memory in tiles of 64 tokens (K and V, 16-byte cp.async.cg,
 // XOR-swizzled, kStages deep) and every warp attends to its own 16 tokens of each tile with
 // mma.sync m16n8k16: S = Q K^T with the group's query heads as the 16 rows (rows >= group are
 // zero), an online softmax in the log2 domain, O += P V with P taken straight from S's
 // accumulators. The 4 warps' (m, l, O) are merged through shared memory at the end; the item
 // writes `out` (bf16) when it is its head's only item, else a normalised partial O and its LSE.
-// Merge kernel: one CTA per (sequence, query head) combines the partials of split heads.
+// Retrieval items also write their page (or token) scores from the same S accumulators: no
+// second read of K. Merge kernel: one CTA per (sequence, query head) combines the partials.
 #include "cuda/decode_attention.h"
 #include "cuda/ptx.cuh"
 
@@ -57,43 +59,132 @@ __host__ __device__ constexpr uint32_t tile_offset(int row, int chunk, int row_b
 
 // ------------------------------------------------------------------------------ main kernel
 
+// An item's geometry, resolved once at the start of the CTA.
+struct ItemView {
+  const int32_t* bt;    // the sequence's block-table row
+  const int32_t* list;  // kUnits: the head's unit list
+  ListKind kind;
+  int begin;            // first entry
+  int unit, unit_shift; // tokens per entry (a power of two) and its log2
+  int n_tok;            // tokens the item reads (0: empty, past the device-side length)
+  int len;              // sequence length
+  int sink, recent;     // kWindow: effective sink and recent counts
+};
+
+// The unit id of entry e (absolute entry index).
+__device__ __forceinline__ int unit_of_entry(const ItemView& v, int e) {
+  if (v.kind == ListKind::kUnits) return __ldg(v.list + e);
+  if (v.kind == ListKind::kWindow) return e < v.sink ? e : v.len - v.recent + (e - v.sink);
+  return e;
+}
+
+__device__ __forceinline__ ItemView make_view(const DecodeAttentionArgs& a, const DecodeWorkItem& item) {
+  ItemView v;
+  v.bt = a.block_table + size_t(item.seq) * a.max_pages;
+  v.list = item.kind == ListKind::kUnits ? a.unit_lists + item.list : nullptr;
+  v.kind = item.kind;
+  v.begin = item.begin;
+  v.unit = item.unit;
+  v.unit_shift = __ffs(item.unit) - 1;
+  v.len = a.seq_lens[item.seq];
+  v.sink = min(a.window_sink, v.len);
+  v.recent = min(a.window_recent, v.len - v.sink);
+  const int last_unit = (v.len - 1) >> v.unit_shift;
+  int count = last_unit + 1;
+  if (item.kind == ListKind::kUnits) count = a.list_counts[item.count];
+  else if (item.kind == ListKind::kWindow) count = v.sink + v.recent;
+  // Every list ends with the sequence's last unit, the only one that can be partial.
+  const int e_end = min(item.end, count);
+  v.n_tok = e_end > item.begin
+                ? ((e_end - item.begin) << v.unit_shift) - (e_end == count ? ((last_unit + 1) << v.unit_shift) - v.len : 0)
+                : 0;
+  return v;
+}
+
 // Copies tiles of an item's K and V into shared memory. Tile t holds the item's tokens
 // [64 t, 64 t + 64); thread `tid` copies chunk tid % kChunksPerRow of rows tid / kChunksPerRow
-// + kRowsPerPass * i, so every warp instruction reads 512 contiguous bytes of one page.
+// + kRowsPerPass * i. Two ways to find a row: the page path (entries are whole pages: one
+// block-table lookup per page and tile, every warp instruction reads 512 contiguous bytes) and
+// the gather path (entries of 1, 16 or 32 tokens: a lookup per row). Both fetch the lookups of
+// a tile one tile ahead of its copies, so their latency hides behind the pipeline.
 template <int HeadDim, int PageSize>
-struct KvTileLoader {
+struct PageLoader {
   using Tr = DecodeTraits<HeadDim>;
   static constexpr int kPagesPerTile = PageSize >= kTileTokens ? 1 : kTileTokens / PageSize;
   static_assert(PageSize % Tr::kRowsPerPass == 0, "a pass must not straddle pages");
 
   const bf16* k;          // this KV head's rows in page 0 of the K pool
   const bf16* v;
-  const int32_t* list;    // the head's page list
   int64_t page_stride;    // elements from one page to the next: n_kv_heads * PageSize * HeadDim
-  int page_begin, page_end;
-  int n_tok;              // valid tokens of the item
+  ItemView iv;
   int row0, chunk;
+  int ids[kPagesPerTile];
 
-  // Page ids of tile t's pages; list entries past the item are never read.
-  __device__ __forceinline__ void fetch_ids(int (&ids)[kPagesPerTile], int t) const {
-    const int first = page_begin + t * kTileTokens / PageSize;
+  __device__ __forceinline__ void fetch(int t) {
+    const int first = t * kTileTokens / PageSize;  // item-relative entry
 #pragma unroll
-    for (int j = 0; j < kPagesPerTile; ++j) ids[j] = first + j < page_end ? __ldg(list + first + j) : 0;
+    for (int j = 0; j < kPagesPerTile; ++j)
+      ids[j] = (first + j) * PageSize < iv.n_tok ? __ldg(iv.bt + unit_of_entry(iv, iv.begin + first + j)) : 0;
   }
 
-  __device__ __forceinline__ void issue(uint32_t stage, const int (&ids)[kPagesPerTile], int t) const {
+  __device__ __forceinline__ void issue(uint32_t stage, int t) const {
 #pragma unroll
     for (int i = 0; i < Tr::kPasses; ++i) {
       const int row = row0 + i * Tr::kRowsPerPass;
       const int tok = t * kTileTokens + row;                  // item-relative token
       const int j = PageSize >= kTileTokens ? 0 : (i * Tr::kRowsPerPass) / PageSize;
       const int64_t off = int64_t(ids[j]) * page_stride + (tok % PageSize) * HeadDim + chunk * 8;
-      const bool ok = tok < n_tok;
+      const bool ok = tok < iv.n_tok;
       const uint32_t dst = stage + tile_offset(row, chunk, Tr::kRowBytes);
       cp_async_16(dst, ok ? k + off : k, ok ? 16 : 0);
       cp_async_16(dst + Tr::kTileBytes, ok ? v + off : v, ok ? 16 : 0);
     }
   }
+};
+
+template <int HeadDim, int PageSize>
+struct GatherLoader {
+  using Tr = DecodeTraits<HeadDim>;
+  const bf16* k;
+  const bf16* v;
+  int64_t page_stride;
+  ItemView iv;
+  int row0, chunk;
+  int64_t offs[Tr::kPasses];  // element offset of each of this thread's rows, -1 past the item
+
+  __device__ __forceinline__ void fetch(int t) {
+#pragma unroll
+    for (int i = 0; i < Tr::kPasses; ++i) {
+      const int tok = t * kTileTokens + row0 + i * Tr::kRowsPerPass;
+      offs[i] = -1;
+      if (tok < iv.n_tok) {
+        const int e = iv.begin + (tok >> iv.unit_shift);
+        const int pos = (unit_of_entry(iv, e) << iv.unit_shift) + (tok & (iv.unit - 1));
+        offs[i] = int64_t(__ldg(iv.bt + pos / PageSize)) * page_stride + (pos % PageSize) * HeadDim + chunk * 8;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void issue(uint32_t stage, int) const {
+#pragma unroll
+    for (int i = 0; i < Tr::kPasses; ++i) {
+      const int row = row0 + i * Tr::kRowsPerPass;
+      const bool ok = offs[i] >= 0;
+      const uint32_t dst = stage + tile_offset(row, chunk, Tr::kRowBytes);
+      cp_async_16(dst, ok ? k + offs[i] : k, ok ? 16 : 0);
+      cp_async_16(dst + Tr::kTileBytes, ok ? v + offs[i] : v, ok ? 16 : 0);
+    }
+  }
+};
+
+// Where a scoring item writes (fused scoring of retrieval heads; see ScoreKind).
+struct ScoreSink {
+  ScoreKind kind;
+  float* row;       // group kinds: the (seq, kv head) row; kRowToken: the row of the item's first query row
+  int stride;       // floats between rows (kRowToken)
+  int pos0;         // position of the item's token 0
+  int n_rows;
+  float inv_rows;   // 1 / n_rows: the group mean
 };
 
 // One warp, one tile: its 16 tokens [tok0, tok0 + 16) against the group's queries. (m, l) are the
@@ -103,7 +194,8 @@ template <int HeadDim>
 __device__ __forceinline__ void attend_tile(uint32_t k_tile, uint32_t v_tile,
                                             const uint32_t (&qf)[DecodeTraits<HeadDim>::kKSteps][2],
                                             float (&o)[DecodeTraits<HeadDim>::kDimTiles][4], float& m,
-                                            float& l, int tok0, int n_tok, float scale_log2) {
+                                            float& l, int tok0, int n_tok, float scale_log2,
+                                            const ScoreSink& sc) {
   using Tr = DecodeTraits<HeadDim>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r8 = lane & 7, t4 = lane & 3;
@@ -118,6 +210,54 @@ __device__ __forceinline__ void attend_tile(uint32_t k_tile, uint32_t v_tile,
     ldmatrix_x4(b, k_row + (((2 * ks + k_hi) ^ r8) << 4));
     mma_bf16(s[0], qf[ks][0], 0u, qf[ks][1], 0u, b[0], b[1]);
     mma_bf16(s[1], qf[ks][0], 0u, qf[ks][1], 0u, b[2], b[3]);
+  }
+
+  // Fused scoring from the raw logits, before any scaling: the sum over the group's rows (rows
+  // past n_rows have a zero query) lies in the lanes of one t4 column (lane bits 2..4).
+  if (sc.kind != ScoreKind::kNone) {
+    const int g = lane >> 2;
+    if (sc.kind == ScoreKind::kRowToken) {
+      if (g < sc.n_rows)
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int tok = tok0 + 8 * n + 2 * t4 + i;
+            if (tok < n_tok) sc.row[size_t(g) * sc.stride + sc.pos0 + tok] = s[n][i];
+          }
+    } else {
+      float mean[2][2];
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float x = s[n][i];
+          x += __shfl_xor_sync(0xffffffffu, x, 4);
+          x += __shfl_xor_sync(0xffffffffu, x, 8);
+          x += __shfl_xor_sync(0xffffffffu, x, 16);
+          mean[n][i] = x * sc.inv_rows;
+        }
+      if (sc.kind == ScoreKind::kGroupToken) {
+        if (g == 0)
+#pragma unroll
+          for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              const int tok = tok0 + 8 * n + 2 * t4 + i;
+              if (tok < n_tok) sc.row[sc.pos0 + tok] = mean[n][i];
+            }
+      } else {  // kGroupChunk16: the max over the warp's 16 tokens (one aligned chunk)
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+            if (tok0 + 8 * n + 2 * t4 + i < n_tok) mx = fmaxf(mx, mean[n][i]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        if (lane == 0) sc.row[(sc.pos0 + tok0) >> 4] = mx;
+      }
+    }
   }
 
   // Online softmax of row g over this thread's 4 scores (tokens tok0 + 8n + 2 t4 + i); the row's
@@ -204,7 +344,8 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
   __syncthreads();
 
   constexpr int kVec = HeadDim / 4;  // 4 dims per thread and step
-  for (int idx = threadIdx.x; idx < group * kVec; idx += kThreads) {
+  const int n_rows = item.n_rows, row_begin = item.row_begin;
+  for (int idx = threadIdx.x; idx < n_rows * kVec; idx += kThreads) {
     const int r = idx / kVec, c = (idx % kVec) * 4;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -215,64 +356,47 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
     const float inv = s_inv[r];
     acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
     if (item.slot < 0) {
-      const size_t row = size_t(item.seq) * a.n_heads + size_t(item.kv_head) * group + r;
+      const size_t row = size_t(item.seq) * a.n_heads + size_t(item.kv_head) * group + row_begin + r;
       *reinterpret_cast<uint2*>(a.out + row * HeadDim + c) = pack_bf16x4(acc);
     } else {
-      *reinterpret_cast<float4*>(a.partial_o + (size_t(item.slot) * group + r) * HeadDim + c) = acc;
+      *reinterpret_cast<float4*>(a.partial_o + (size_t(item.slot) * group + row_begin + r) * HeadDim + c) = acc;
     }
   }
-  if (item.slot >= 0 && int(threadIdx.x) < group) a.partial_lse[size_t(item.slot) * group + threadIdx.x] = s_lse[threadIdx.x];
+  if (item.slot >= 0 && int(threadIdx.x) < n_rows)
+    a.partial_lse[size_t(item.slot) * group + row_begin + threadIdx.x] = s_lse[threadIdx.x];
 }
 
-template <int HeadDim, int PageSize>
-__global__ void __launch_bounds__(kThreads, 2) decode_attention_kernel(const DecodeAttentionArgs a) {
+// The pipeline over one item's tiles with either loader, then the epilogue.
+template <int HeadDim, typename Loader>
+__device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const DecodeWorkItem& item, Loader& ld,
+                                         const ScoreSink& sc, uint8_t* smem) {
   using Tr = DecodeTraits<HeadDim>;
-  using Loader = KvTileLoader<HeadDim, PageSize>;
-  extern __shared__ __align__(128) uint8_t smem[];  // [kStages][K tile, V tile] bf16, swizzled
-
-  grid_dependency_wait();  // q, the KV pools and the plan come from earlier work in the stream
-  grid_launch_dependents();
-  if (int(blockIdx.x) >= *a.n_items) return;
-  const DecodeWorkItem item = a.items[blockIdx.x];
   const int group = a.n_heads / a.n_kv_heads;
-  const int first_token = item.page_begin * PageSize;
-  const int n_tok = min(item.page_end * PageSize, a.seq_lens[item.seq]) - first_token;  // > 0 by plan
+  const int n_tok = ld.iv.n_tok;
   const int n_tiles = n_tok > 0 ? (n_tok + kTileTokens - 1) / kTileTokens : 0;
 
-  Loader ld;
-  const int64_t head_rows = int64_t(item.kv_head) * PageSize * HeadDim;
-  ld.k = a.k_pool + head_rows;
-  ld.v = a.v_pool + head_rows;
-  ld.list = a.page_lists + item.list_offset;
-  ld.page_stride = int64_t(a.n_kv_heads) * PageSize * HeadDim;
-  ld.page_begin = item.page_begin;
-  ld.page_end = item.page_end;
-  ld.n_tok = n_tok;
-  ld.row0 = threadIdx.x / Tr::kChunksPerRow;
-  ld.chunk = threadIdx.x % Tr::kChunksPerRow;
-
   const uint32_t smem0 = smem_u32(smem);
-  int ids[Loader::kPagesPerTile];
 #pragma unroll
   for (int s = 0; s < Tr::kStages - 1; ++s) {
     if (s < n_tiles) {
-      ld.fetch_ids(ids, s);
-      ld.issue(smem0 + s * Tr::kStageBytes, ids, s);
+      ld.fetch(s);
+      ld.issue(smem0 + s * Tr::kStageBytes, s);
     }
     cp_async_commit();
   }
-  if (Tr::kStages - 1 < n_tiles) ld.fetch_ids(ids, Tr::kStages - 1);  // one tile ahead of its issue
+  if (Tr::kStages - 1 < n_tiles) ld.fetch(Tr::kStages - 1);  // one tile ahead of its issue
 
   // Q as A fragments, loaded while the first tiles are in flight: row g = query head
-  // kv_head * group + g (zero for g >= group), k = dims.
+  // kv_head * group + row_begin + g (zero for g >= n_rows), k = dims.
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   uint32_t qf[Tr::kKSteps][2];
+  const bool q_ok = g < item.n_rows;
   const uint32_t* q_row = reinterpret_cast<const uint32_t*>(
-      a.q + (size_t(item.seq) * a.n_heads + size_t(item.kv_head) * group + g) * HeadDim);
+      a.q + (size_t(item.seq) * a.n_heads + size_t(item.kv_head) * group + item.row_begin + (q_ok ? g : 0)) * HeadDim);
 #pragma unroll
   for (int ks = 0; ks < Tr::kKSteps; ++ks) {
-    qf[ks][0] = g < group ? __ldg(q_row + 8 * ks + t4) : 0u;
-    qf[ks][1] = g < group ? __ldg(q_row + 8 * ks + 4 + t4) : 0u;
+    qf[ks][0] = q_ok ? __ldg(q_row + 8 * ks + t4) : 0u;
+    qf[ks][1] = q_ok ? __ldg(q_row + 8 * ks + 4 + t4) : 0u;
   }
   const float scale_log2 = a.scale * kLog2e;
 
@@ -285,20 +409,52 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_kernel(const Dec
     const int t_next = t + Tr::kStages - 1;
     const int fill = stage == 0 ? Tr::kStages - 1 : stage - 1;  // tile t - 1's stage
     if (t_next < n_tiles) {
-      ld.issue(smem0 + fill * Tr::kStageBytes, ids, t_next);
-      if (t_next + 1 < n_tiles) ld.fetch_ids(ids, t_next + 1);
+      ld.issue(smem0 + fill * Tr::kStageBytes, t_next);
+      if (t_next + 1 < n_tiles) ld.fetch(t_next + 1);
     }
     cp_async_commit();  // possibly empty: keeps wait_group's count uniform
     const int tok0 = t * kTileTokens + warp * 16;
     if (tok0 < n_tok) {
       const uint32_t k_tile = smem0 + stage * Tr::kStageBytes;
-      attend_tile<HeadDim>(k_tile, k_tile + Tr::kTileBytes, qf, o, m, l, tok0, n_tok, scale_log2);
+      attend_tile<HeadDim>(k_tile, k_tile + Tr::kTileBytes, qf, o, m, l, tok0, n_tok, scale_log2, sc);
     }
     stage = stage + 1 == Tr::kStages ? 0 : stage + 1;
   }
   cp_async_wait<0>();
   __syncthreads();  // the stages are free for the epilogue
   write_item<HeadDim>(a, item, group, smem, o, m, l);
+}
+
+template <int HeadDim, int PageSize>
+__global__ void __launch_bounds__(kThreads, 2) decode_attention_kernel(const DecodeAttentionArgs a) {
+  using Tr = DecodeTraits<HeadDim>;
+  extern __shared__ __align__(128) uint8_t smem[];  // [kStages][K tile, V tile] bf16, swizzled
+
+  grid_dependency_wait();  // q, the KV pools, the lists and the plan come from earlier work in the stream
+  grid_launch_dependents();
+  if (int(blockIdx.x) >= *a.n_items) return;
+  const DecodeWorkItem item = a.items[(a.item_offset != nullptr ? *a.item_offset : 0) + int(blockIdx.x)];
+  const int group = a.n_heads / a.n_kv_heads;
+  const ItemView iv = make_view(a, item);
+  if (a.token_reads != nullptr && threadIdx.x == 0 && item.n_rows == group && iv.n_tok > 0)
+    atomicAdd(a.token_reads + item.seq, (unsigned long long)iv.n_tok);
+
+  ScoreSink sc{item.score, nullptr, a.score_stride, item.begin * item.unit, item.n_rows, 1.0f / float(item.n_rows)};
+  if (item.score == ScoreKind::kRowToken)
+    sc.row = a.scores + (size_t(item.seq) * a.n_heads + size_t(item.kv_head) * group + item.row_begin) * a.score_stride;
+  else if (item.score != ScoreKind::kNone)
+    sc.row = a.scores + (size_t(item.seq) * a.n_kv_heads + item.kv_head) * a.score_stride;
+
+  const int64_t head_rows = int64_t(item.kv_head) * PageSize * HeadDim;
+  const int row0 = threadIdx.x / Tr::kChunksPerRow, chunk = threadIdx.x % Tr::kChunksPerRow;
+  const int64_t page_stride = int64_t(a.n_kv_heads) * PageSize * HeadDim;
+  if (item.unit == PageSize) {
+    PageLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
+    run_item<HeadDim>(a, item, ld, sc, smem);
+  } else {
+    GatherLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
+    run_item<HeadDim>(a, item, ld, sc, smem);
+  }
 }
 
 // ------------------------------------------------------------------------------ merge kernel
@@ -316,7 +472,7 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeAtte
   grid_dependency_wait();  // the partials of the attention kernel
   const int group = a.n_heads / a.n_kv_heads;
   const int seq = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
-  const int mi = seq * a.n_kv_heads + h / group, r = h % group;
+  const int mi = seq * a.n_heads + h, r = h % group;
   const int count = a.merge_count[mi];
   if (count <= 0) return;  // written directly by its only item
   const int begin = a.merge_begin[mi];
@@ -338,7 +494,8 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeAtte
   for (int i = lanes; i < count; i += kSlotLanes) {
     const size_t row = size_t(begin + i) * group + r;
     const float lse = a.partial_lse[row];
-    const float w = lse == -INFINITY ? 0.0f : __expf(lse - m);
+    if (lse == -INFINITY) continue;  // an empty split: weight 0, and its o is never read
+    const float w = __expf(lse - m);
     const float4 x = reinterpret_cast<const float4*>(a.partial_o + row * HeadDim)[vec];
     acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
     w_sum += w;

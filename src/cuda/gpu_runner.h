@@ -35,6 +35,24 @@ struct RunnerOptions {
 struct GpuSeq {
   std::vector<int32_t> pages;
   int length = 0;
+  int quest_from = 0;  // Quest: the first position whose chunk metadata is not final
+};
+
+// A decode-attention policy for the hybrid-head kernel, as plain data (the runtime builds it from
+// the reference policy objects; see runtime/gpu_session.cpp). Prefill is always dense.
+struct GpuPolicy {
+  enum class Kind { kFull, kLychee, kTidal, kQuest, kDuo };
+  Kind kind = Kind::kFull;
+  std::vector<uint8_t> retrieval;  // lychee, duo: [n_layers * n_kv_heads], 1 = retrieval head
+  int unit = 64;                   // lychee: tokens per selection unit (1, 16, 32, ... up to the page size)
+  int strategy = 0;                // lychee: 0 top-k, 1 top-p, 2 threshold, 3 ratio
+  int budget = 4096;               // top-k tokens (lychee, tidal, quest)
+  double value = 0.0;              // top-p / threshold / ratio parameter
+  int sink = 0, recent = 0;        // lychee: forced tokens
+  std::vector<int> select_layers;  // tidal
+  int dense_layers = 2;            // tidal, quest: layers [0, dense_layers) attend densely
+  int quest_page = 16;
+  int window_sink = 64, window_recent = 256;  // duo streaming heads
 };
 
 class GpuRunner {
@@ -53,8 +71,18 @@ class GpuRunner {
   void prefill(GpuSeq& seq, std::span<const int32_t> tokens);
   // One decode step: seqs[b] is fed tokens[b]; logits rows 0..B-1. With `tokens` empty, each
   // sequence is fed the token sampled for its row by the previous greedy()/sample() call (stays
-  // on the device).
-  void decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens);
+  // on the device). With use_policy false the step attends densely whatever the policy.
+  void decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy = true);
+
+  // The decode-attention policy of later steps (Full by default). Throws kUnsupported naming
+  // what the GPU path cannot do (e.g. a LycheeDecode block size that does not divide the page),
+  // kInvalidArgument for a policy that does not fit the model.
+  void set_policy(const GpuPolicy& policy);
+  const GpuPolicy& policy() const;
+  // Tokens the policy's decode steps read per batch row since the last call (per layer and KV
+  // head, the union over its query heads, as KvReadStats counts them); zeroes the counters.
+  // Synchronises.
+  std::vector<uint64_t> take_token_reads();
 
   // Device-side choice of the next token of rows 0..batch-1; copies the tokens to out.
   void greedy(int batch, std::span<int32_t> out);

@@ -2,6 +2,7 @@
 
 #include "runtime/gpu_session.h"
 
+#include "attention/policies.h"
 #include "core/error.h"
 
 namespace lychee {
@@ -15,21 +16,45 @@ GpuSession::GpuSession(cuda::GpuRunner& runner, int capacity)
 GpuSession::~GpuSession() { runner_.release(seq_); }
 
 void GpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
-  (void)allow_policy;  // dense on the GPU
   LY_CHECK(seq_.length + int(tokens.size()) <= capacity_, ErrorCode::kCapacity,
            "KV cache full: {} cached + {} new tokens exceed the session's {} tokens", seq_.length,
            tokens.size(), capacity_);
   logits_valid_ = false;
+  const ModelConfig& c = runner_.config();
   if (tokens.size() == 1 && seq_.length > 0) {
     cuda::GpuSeq* seqs[] = {&seq_};
-    runner_.decode(seqs, tokens);
-    const ModelConfig& c = runner_.config();
+    const bool with_policy = allow_policy && policy_ != nullptr;
+    runner_.decode(seqs, tokens, with_policy);
+    if (!allow_policy) return;  // like the CPU session: a step outside the policy is not counted
+    const uint64_t n_ctx = uint64_t(seq_.length);
     ++stats_.decode_steps;
-    stats_.token_reads += uint64_t(c.n_layers) * c.n_kv_heads * uint64_t(seq_.length);
-    stats_.dense_token_reads += uint64_t(c.n_layers) * c.n_kv_heads * uint64_t(seq_.length);
-  } else {
-    runner_.prefill(seq_, tokens);
+    stats_.dense_token_reads += uint64_t(c.n_layers) * c.n_kv_heads * n_ctx;
+    if (with_policy) {
+      reads_pending_ = true;  // counted on the device
+      for (int l = 0; l < c.n_layers; ++l) stats_.metadata_bytes += policy_->metadata_bytes(l, int(n_ctx));
+    } else {
+      stats_.token_reads += uint64_t(c.n_layers) * c.n_kv_heads * n_ctx;
+    }
+    return;
   }
+  const int before = seq_.length;
+  runner_.prefill(seq_, tokens);
+  if (!allow_policy && before > 0 && policy_ != nullptr)  // cache correction: a dense re-prefill
+    stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(seq_.length);
+}
+
+const KvReadStats& GpuSession::stats() const {
+  if (reads_pending_) {
+    stats_.token_reads += runner_.take_token_reads()[0];
+    reads_pending_ = false;
+  }
+  return stats_;
+}
+
+void GpuSession::reset_stats() {
+  if (reads_pending_) runner_.take_token_reads();
+  reads_pending_ = false;
+  stats_ = {};
 }
 
 std::span<const float> GpuSession::logits() {
@@ -57,9 +82,63 @@ void GpuSession::truncate(int n) {
 }
 
 void GpuSession::set_policy(AttentionPolicy* policy) {
-  LY_CHECK(policy == nullptr || policy->name() == "full", ErrorCode::kUnsupported,
-           "policy '{}' runs on the CPU reference only for now (--device cpu); the GPU runs full attention",
-           policy ? policy->name() : "");
+  stats();  // reads of the previous policy's steps stay with it
+  runner_.set_policy(policy != nullptr ? to_gpu_policy(*policy, runner_.config(), runner_.page_size())
+                                       : cuda::GpuPolicy{});
+  policy_ = policy;
+  if (policy_ != nullptr) policy_->reset();
+}
+
+cuda::GpuPolicy to_gpu_policy(const AttentionPolicy& policy, const ModelConfig& c, int page_size) {
+  using Kind = cuda::GpuPolicy::Kind;
+  cuda::GpuPolicy g;
+  if (dynamic_cast<const FullPolicy*>(&policy) != nullptr) return g;
+  if (const auto* p = dynamic_cast<const LycheePolicy*>(&policy)) {
+    g.kind = Kind::kLychee;
+    g.retrieval = p->roles().retrieval;
+    g.unit = p->block_size();
+    const SelectParams& s = p->select();
+    g.strategy = int(s.strategy);
+    g.budget = s.budget;
+    g.value = s.value;
+    g.sink = s.sink;
+    g.recent = s.recent;
+    LY_CHECK(g.unit == 1 || (g.unit >= 16 && g.unit <= page_size && page_size % g.unit == 0 &&
+                             (g.unit & (g.unit - 1)) == 0),
+             ErrorCode::kUnsupported,
+             "--block-size {}: LycheeDecode on the GPU selects tokens (1) or blocks of a power of two from 16 "
+             "to the KV page size ({}); use one of those or --device cpu",
+             g.unit, page_size);
+    return g;
+  }
+  if (const auto* p = dynamic_cast<const TidalPolicy*>(&policy)) {
+    g.kind = Kind::kTidal;
+    g.budget = p->budget();
+    g.select_layers = p->selection_layers();
+    g.dense_layers = p->dense_layers();
+    return g;
+  }
+  if (const auto* p = dynamic_cast<const QuestPolicy*>(&policy)) {
+    g.kind = Kind::kQuest;
+    g.budget = p->budget();
+    g.quest_page = p->page();
+    g.dense_layers = p->dense_layers();
+    LY_CHECK(g.quest_page <= page_size && page_size % g.quest_page == 0 && (g.quest_page & (g.quest_page - 1)) == 0,
+             ErrorCode::kUnsupported,
+             "quest page {}: Quest on the GPU needs a power of two that divides the KV page size ({}); use "
+             "--device cpu",
+             g.quest_page, page_size);
+    return g;
+  }
+  if (const auto* p = dynamic_cast<const DuoPolicy*>(&policy)) {
+    g.kind = Kind::kDuo;
+    g.retrieval = p->roles().retrieval;
+    g.window_sink = p->sink();
+    g.window_recent = p->recent();
+    return g;
+  }
+  (void)c;
+  fail(ErrorCode::kUnsupported, "policy '{}' has no GPU form (use --device cpu)", policy.name());
 }
 
 }  // namespace lychee

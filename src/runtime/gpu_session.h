@@ -1,5 +1,6 @@
-// A Session on the CUDA backend: one sequence in the GPU runner's paged KV cache. Full attention
-// for now; sparse policies reach the GPU with the hybrid-head kernel (see ARCHITECTURE.md).
+// A Session on the CUDA backend: one sequence in the GPU runner's paged KV cache. Attention
+// policies run through the hybrid-head kernel: the session turns the reference policy object
+// into the runner's GpuPolicy (to_gpu_policy) and counts what decode steps read on the device.
 #pragma once
 
 #ifdef LYCHEE_HAS_CUDA
@@ -22,17 +23,24 @@ class GpuSession final : public Session {
   int capacity() const override { return capacity_; }
   void truncate(int n) override;
   void set_policy(AttentionPolicy* policy) override;
-  const KvReadStats& stats() const override { return stats_; }
-  void reset_stats() override { stats_ = {}; }
+  const KvReadStats& stats() const override;
+  void reset_stats() override;
 
  private:
   cuda::GpuRunner& runner_;
   cuda::GpuSeq seq_;
   int capacity_;
-  KvReadStats stats_;
+  AttentionPolicy* policy_ = nullptr;
+  mutable KvReadStats stats_;
+  mutable bool reads_pending_ = false;  // device counters hold reads not yet in stats_
   std::vector<float> logits_;
   bool logits_valid_ = false;
 };
+
+// The GPU form of a reference policy (Full, Lychee, Tidal, Quest, Duo); throws kUnsupported for
+// what the hybrid-head kernel does not run (e.g. a LycheeDecode block size that does not divide
+// the KV page), naming the option and the CPU alternative.
+cuda::GpuPolicy to_gpu_policy(const AttentionPolicy& policy, const ModelConfig& c, int page_size);
 
 }  // namespace lychee
 

@@ -1,0 +1,571 @@
+// The hybrid-head decode path on the GPU (issue 6): the selection kernels against the CPU
+// reference's select_units (top-k / ratio exactly, ties to the lower index; top-p / threshold
+// away from the float-vs-double boundary), the one-launch kernel over a mix of dense heads with
+// fused scoring, page lists, 16-token and token lists, per-query-head lists, windows and lists
+// planned at an upper bound, against a double-precision reference over the same bf16 inputs; and
+// every policy on the default model against the CPU reference, plus the equalities (every head
+// retrieval, budgets covering the sequence) that must reproduce full attention on the GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attention/policies.h"
+#include "attention/selection.h"
+#include "core/error.h"
+#include "test_util.h"
+
+#ifdef LYCHEE_HAS_CUDA
+#include "cpu/model.h"
+#include "cuda/common.h"
+#include "cuda/decode_attention.h"
+#include "cuda/device_buffer.h"
+#include "cuda/gpu_runner.h"
+#include "cuda/select.h"
+#include "runtime/gpu_session.h"
+#include "runtime/session.h"
+
+namespace lychee {
+namespace {
+
+#define LY_REQUIRE_GPU() \
+  if (!cuda::cuda_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
+
+template <typename T>
+cuda::DeviceBuffer<T> to_device(const std::vector<T>& v) {
+  cuda::DeviceBuffer<T> d(std::max<size_t>(v.size(), 1));
+  if (!v.empty()) LY_CUDA_CHECK(cudaMemcpy(d.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+template <typename T>
+std::vector<T> to_host(const cuda::DeviceBuffer<T>& d, size_t n) {
+  std::vector<T> v(n);
+  if (n > 0) LY_CUDA_CHECK(cudaMemcpy(v.data(), d.data(), n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+// ------------------------------------------------------------------------------ selection
+
+struct SelectCase {
+  int n, unit, score_unit;
+  SelectParams params;
+};
+
+// Runs the GPU selection for one sequence over `scores` (entries of score_unit tokens) and
+// returns the list; `unit_scores` gets the per-unit max the CPU reference selects over.
+std::vector<int32_t> gpu_select(const SelectCase& c, const std::vector<float>& scores, float scale) {
+  const int list_stride = (c.n + c.unit - 1) / c.unit + 1;
+  auto d_scores = to_device(scores);
+  auto d_lens = to_device(std::vector<int32_t>{c.n});
+  auto d_heads = to_device(std::vector<int32_t>{0});
+  cuda::DeviceBuffer<int32_t> lists(static_cast<size_t>(list_stride)), counts(1);
+  cuda::DeviceBuffer<float> scratch(static_cast<size_t>(list_stride));
+  cuda::SelectArgs a{};
+  a.scores = d_scores.data();
+  a.score_stride = int(scores.size());
+  a.score_unit = c.score_unit;
+  a.unit = c.unit;
+  a.seq_lens = d_lens.data();
+  a.heads = d_heads.data();
+  a.n_select = 1;
+  a.row_heads = 1;
+  a.lists = lists.data();
+  a.counts = counts.data();
+  a.unit_scores = scratch.data();
+  a.list_stride = list_stride;
+  a.strategy = cuda::GpuSelect(int(c.params.strategy));
+  a.budget = c.params.budget;
+  a.value = c.params.value;
+  a.sink = c.params.sink;
+  a.recent = c.params.recent;
+  a.scale = scale;
+  cuda::select_units(a, 1, nullptr);
+  LY_CUDA_CHECK(cudaDeviceSynchronize());
+  const int count = to_host(counts, 1)[0];
+  EXPECT_GE(count, 1);
+  EXPECT_LE(count, list_stride - 1);
+  return to_host(lists, size_t(std::clamp(count, 0, list_stride)));
+}
+
+std::vector<float> unit_max(const std::vector<float>& scores, int n, int unit, int score_unit) {
+  const int n_units = (n + unit - 1) / unit, per = unit / score_unit, n_score = (n + score_unit - 1) / score_unit;
+  (void)n_units;
+  std::vector<float> u(size_t(n_units), -INFINITY);
+  for (int i = 0; i < n_score; ++i) u[size_t(i / per)] = std::max(u[size_t(i / per)], scores[size_t(i)]);
+  return u;
+}
+
+TEST(HybridSelect, TopKAndRatioMatchTheReferenceExactly) {
+  LY_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 120; ++trial) {
+    SelectCase c;
+    const int units[] = {1, 16, 64};
+    c.unit = units[trial % 3];
+    c.score_unit = c.unit == 1 ? 1 : 16;
+    c.n = 1 + int(rng() % (trial % 2 ? 300 : 9000));
+    c.params.strategy = trial % 4 == 3 ? SelectStrategy::kRatio : SelectStrategy::kTopK;
+    c.params.budget = 1 + int(rng() % 2048);
+    c.params.value = 0.02 + 0.5 * double(rng() % 1000) / 1000.0;
+    c.params.sink = trial % 5 == 0 ? int(rng() % 100) : 0;
+    c.params.recent = trial % 7 == 0 ? int(rng() % 300) : 0;
+    const int n_score = (c.n + c.score_unit - 1) / c.score_unit;
+    std::vector<float> scores(static_cast<size_t>(n_score));
+    // Coarse values in half the trials: many exact ties, which go to the lower index.
+    for (float& s : scores) s = trial % 2 ? float(int(rng() % 9) - 4) * 0.5f : std::normal_distribution<float>(0, 3)(rng);
+    const auto us = unit_max(scores, c.n, c.unit, c.score_unit);
+    const auto want = select_units(us, c.unit, c.n, c.params, 0.125f);
+    const auto got = gpu_select(c, scores, 0.125f);
+    ASSERT_EQ(got, want) << "trial " << trial << ": n " << c.n << " unit " << c.unit << " budget "
+                         << c.params.budget << " sink " << c.params.sink << " recent " << c.params.recent;
+  }
+}
+
+TEST(HybridSelect, TopPAndThresholdMatchAwayFromTheBoundary) {
+  LY_REQUIRE_GPU();
+  std::mt19937 rng(8);
+  for (int trial = 0; trial < 80; ++trial) {
+    SelectCase c;
+    c.unit = trial % 2 ? 64 : 1;
+    c.score_unit = c.unit == 1 ? 1 : 16;
+    c.n = 1 + int(rng() % 6000);
+    c.params.strategy = trial % 4 < 2 ? SelectStrategy::kTopP : SelectStrategy::kThreshold;
+    c.params.value = c.params.strategy == SelectStrategy::kTopP ? 0.05 + 0.9 * double(rng() % 1000) / 1000.0
+                                                                : 0.0005 + 0.02 * double(rng() % 1000) / 1000.0;
+    c.params.sink = trial % 3 == 0 ? 4 : 0;
+    std::vector<float> scores(size_t((c.n + c.score_unit - 1) / c.score_unit));
+    for (float& s : scores) s = std::normal_distribution<float>(0, 6)(rng);
+    const float scale = 0.125f;
+    const auto us = unit_max(scores, c.n, c.unit, c.score_unit);
+    const auto want = select_units(us, c.unit, c.n, c.params, scale);
+    const auto got = gpu_select(c, scores, scale);
+    // Units where they differ must sit on the boundary: their probability within 1e-5 of the
+    // threshold, or (top-p) the cumulative mass before them within 1e-5 of p.
+    std::vector<int32_t> diff;
+    std::set_symmetric_difference(want.begin(), want.end(), got.begin(), got.end(), std::back_inserter(diff));
+    double mx = -INFINITY, sum = 0.0;
+    for (float s : us) mx = std::max(mx, double(s) * scale);
+    std::vector<double> p(us.size());
+    for (size_t i = 0; i < us.size(); ++i) sum += p[i] = std::exp(double(us[i]) * scale - mx);
+    for (double& v : p) v /= sum;
+    for (int32_t u : diff) {
+      if (c.params.strategy == SelectStrategy::kThreshold) {
+        EXPECT_NEAR(p[size_t(u)], c.params.value, 1e-5) << "trial " << trial << " unit " << u;
+      } else {
+        double before = 0.0;
+        for (size_t i = 0; i < us.size(); ++i)
+          if (us[i] > us[size_t(u)] || (us[i] == us[size_t(u)] && int(i) < u)) before += p[i];
+        EXPECT_NEAR(before, c.params.value, 1e-4) << "trial " << trial << " unit " << u;
+      }
+    }
+    EXPECT_LE(diff.size(), 2u) << "trial " << trial;
+  }
+}
+
+// ------------------------------------------------------------------------------ the kernel
+
+// A paged problem like test_cuda_decode_attention.cpp's, with a token list per (seq, query head).
+struct Hybrid {
+  int batch = 0, n_kv = 0, group = 0, d = 0, ps = 0, max_pages = 0, n_pool = 0;
+  std::vector<int32_t> lens, table;
+  std::vector<cuda::bf16> q, k, v;
+  float kf(const std::vector<cuda::bf16>& pool, int s, int kvh, int t, int i) const {
+    const int page = table[size_t(s) * max_pages + t / ps];
+    return __bfloat162float(pool[((size_t(page) * n_kv + kvh) * ps + t % ps) * d + i]);
+  }
+  float qf(int s, int h, int i) const { return __bfloat162float(q[(size_t(s) * n_kv * group + h) * d + i]); }
+};
+
+Hybrid make_hybrid(std::vector<int32_t> lens, int n_kv, int group, int d, int ps, uint32_t seed) {
+  Hybrid p;
+  p.batch = int(lens.size());
+  p.n_kv = n_kv, p.group = group, p.d = d, p.ps = ps;
+  p.lens = std::move(lens);
+  int used = 0;
+  for (int32_t len : p.lens) {
+    p.max_pages = std::max(p.max_pages, (len + ps - 1) / ps + 1);
+    used += (len + ps - 1) / ps;
+  }
+  p.n_pool = used + 3;
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(p.n_pool));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  p.table.assign(size_t(p.batch) * p.max_pages, -1);
+  size_t next = 0;
+  for (int s = 0; s < p.batch; ++s)
+    for (int i = 0; i < (p.lens[size_t(s)] + ps - 1) / ps; ++i) p.table[size_t(s) * p.max_pages + i] = ids[next++];
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto fill = [&](std::vector<cuda::bf16>& x, size_t n, float sigma) {
+    x.resize(n);
+    for (auto& e : x) e = __float2bfloat16(sigma * normal(rng));
+  };
+  fill(p.q, size_t(p.batch) * n_kv * group * d, 3.0f);
+  fill(p.k, size_t(p.n_pool) * n_kv * ps * d, 1.0f);
+  fill(p.v, size_t(p.n_pool) * n_kv * ps * d, 1.0f);
+  return p;
+}
+
+// softmax attention of (s, h) over `tokens`, in double.
+std::vector<double> attend(const Hybrid& p, int s, int h, const std::vector<int32_t>& tokens) {
+  const int kvh = h / p.group;
+  std::vector<double> w(tokens.size());
+  double mx = -INFINITY, sum = 0.0;
+  for (size_t j = 0; j < tokens.size(); ++j) {
+    double dot = 0.0;
+    for (int i = 0; i < p.d; ++i) dot += double(p.qf(s, h, i)) * p.kf(p.k, s, kvh, tokens[j], i);
+    w[j] = dot / std::sqrt(double(p.d));
+    mx = std::max(mx, w[j]);
+  }
+  for (double& x : w) sum += x = std::exp(x - mx);
+  std::vector<double> o(size_t(p.d), 0.0);
+  for (size_t j = 0; j < tokens.size(); ++j)
+    for (int i = 0; i < p.d; ++i) o[size_t(i)] += w[j] / sum * p.kf(p.v, s, kvh, tokens[j], i);
+  return o;
+}
+
+TEST(HybridKernel, MixedHeadsInOneLaunchMatchTheReference) {
+  LY_REQUIRE_GPU();
+  for (const int d : {64, 128}) {
+    // KV heads: 0 dense + group-chunk scores, 1 page list, 2 16-token list planned at an upper
+    // bound, 3 per-query-head token lists, 4 window, 5 dense + per-row token scores.
+    const int n_kv = 6, group = 4, ps = 64, n_heads = n_kv * group;
+    const Hybrid p = make_hybrid({1, 63, 64, 700, 3001}, n_kv, group, d, ps, 77u + uint32_t(d));
+    std::mt19937 rng(3);
+    const int max_units = 3001 + 1, sink = 5, recent = 37;
+    const int rows = p.batch * n_heads;
+    // List rows: (seq, KV head) rows first, then one per (seq, query head).
+    std::vector<int32_t> lists(size_t(rows + p.batch * n_kv) * max_units, 0), counts(size_t(rows + p.batch * n_kv), 0);
+    std::vector<std::vector<int32_t>> reads(static_cast<size_t>(rows));  // tokens each (seq, query head) reads
+    std::vector<cuda::DecodeHeadWork> heads;
+    auto random_units = [&](int n_units, int want) {  // ascending, the last unit included
+      std::vector<int32_t> all(static_cast<size_t>(n_units - 1));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      all.resize(size_t(std::min(want, n_units) - 1));
+      all.push_back(n_units - 1);
+      std::sort(all.begin(), all.end());
+      return all;
+    };
+    for (int s = 0; s < p.batch; ++s) {
+      const int len = p.lens[size_t(s)];
+      for (int h = 0; h < n_kv; ++h) {
+        cuda::DecodeHeadWork w;
+        w.seq = s;
+        w.kv_head = h;
+        w.n_rows = group;
+        const int krow = s * n_kv + h;  // KV-head list rows
+        std::vector<int32_t> all(static_cast<size_t>(len));
+        std::iota(all.begin(), all.end(), 0);
+        std::vector<int32_t> toks;
+        if (h == 0 || h == 5) {
+          w.n_entries = (len + ps - 1) / ps;
+          w.score = h == 0 ? cuda::ScoreKind::kGroupChunk16 : cuda::ScoreKind::kRowToken;
+          toks = all;
+        } else if (h == 1 || h == 2) {
+          const int unit = h == 1 ? ps : 16;
+          const auto u = random_units((len + unit - 1) / unit, 1 + len / (3 * unit));
+          std::copy(u.begin(), u.end(), lists.begin() + size_t(krow) * max_units);
+          counts[size_t(krow)] = int(u.size());
+          w.kind = cuda::ListKind::kUnits;
+          w.unit = unit;
+          w.list = krow * max_units;
+          w.count = krow;
+          w.n_entries = h == 1 ? int(u.size()) : (len + unit - 1) / unit;  // head 2: an upper bound
+          units_to_tokens(u, unit, len, toks);
+        } else if (h == 4) {
+          w.kind = cuda::ListKind::kWindow;
+          w.unit = 1;
+          const int se = std::min(sink, len), re = std::min(recent, len - se);
+          w.n_entries = se + re;
+          for (int t = 0; t < se; ++t) toks.push_back(t);
+          for (int t = len - re; t < len; ++t) toks.push_back(t);
+        }
+        if (h == 3) {
+          for (int g = 0; g < group; ++g) {
+            const int qrow = s * n_heads + h * group + g;  // a row of its own, past the KV rows
+            const int lrow = p.batch * n_kv + qrow;
+            auto u = random_units(len, 1 + int(rng() % 500));
+            std::copy(u.begin(), u.end(), lists.begin() + size_t(lrow) * max_units);
+            counts[size_t(lrow)] = int(u.size());
+            cuda::DecodeHeadWork wq = w;
+            wq.kind = cuda::ListKind::kUnits;
+            wq.unit = 1;
+            wq.row_begin = g;
+            wq.n_rows = 1;
+            wq.list = lrow * max_units;
+            wq.count = lrow;
+            wq.n_entries = int(u.size());
+            heads.push_back(wq);
+            reads[size_t(qrow)] = u;
+          }
+          continue;
+        }
+        heads.push_back(w);
+        for (int g = 0; g < group; ++g) reads[size_t(s * n_heads + h * group + g)] = toks;
+      }
+    }
+    for (const int sms : {1, 132}) {
+      const cuda::DecodePlan plan = cuda::plan_decode(heads, p.batch, n_heads, n_kv, sms, 2, 2 * ps, 4096);
+      auto dq = to_device(p.q), dk = to_device(p.k), dv = to_device(p.v);
+      auto dt = to_device(p.table), dl = to_device(p.lens), dlists = to_device(lists), dcounts = to_device(counts);
+      auto ditems = to_device(plan.items);
+      auto dn = to_device(std::vector<int32_t>{int32_t(plan.items.size())});
+      auto dmb = to_device(plan.merge_begin), dmc = to_device(plan.merge_count);
+      const int stride = 3001 + 1;
+      cuda::DeviceBuffer<float> po(plan.items.size() * group * d + 1), pl(plan.items.size() * group + 1),
+          scores(size_t(p.batch) * n_heads * stride);
+      LY_CUDA_CHECK(cudaMemset(scores.data(), 0xFF, scores.bytes()));
+      cuda::DeviceBuffer<cuda::bf16> out(size_t(p.batch) * n_heads * d);
+      LY_CUDA_CHECK(cudaMemset(out.data(), 0xFF, out.bytes()));
+      cuda::DeviceBuffer<unsigned long long> reads_d(static_cast<size_t>(p.batch));
+      LY_CUDA_CHECK(cudaMemset(reads_d.data(), 0, reads_d.bytes()));
+      cuda::DecodeAttentionArgs a{};
+      a.q = dq.data(), a.k_pool = dk.data(), a.v_pool = dv.data(), a.block_table = dt.data();
+      a.max_pages = p.max_pages, a.unit_lists = dlists.data(), a.list_counts = dcounts.data();
+      a.seq_lens = dl.data(), a.items = ditems.data(), a.n_items = dn.data();
+      a.merge_begin = dmb.data(), a.merge_count = dmc.data(), a.partial_o = po.data(), a.partial_lse = pl.data();
+      a.out = out.data(), a.scores = scores.data(), a.score_stride = stride, a.token_reads = reads_d.data();
+      a.window_sink = sink, a.window_recent = recent;
+      a.batch = p.batch, a.n_heads = n_heads, a.n_kv_heads = n_kv, a.head_dim = d, a.page_size = ps;
+      a.max_items = int(plan.items.size()) + 7;
+      a.scale = 1.0f / std::sqrt(float(d));
+      cuda::decode_attention(a, nullptr);
+      LY_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<cuda::bf16> got_b = to_host(out, out.size());
+      double err2 = 0.0, ref2 = 0.0;
+      for (int s = 0; s < p.batch; ++s)
+        for (int h = 0; h < n_heads; ++h) {
+          const auto want = attend(p, s, h, reads[size_t(s * n_heads + h)]);
+          for (int i = 0; i < d; ++i) {
+            const double g = __bfloat162float(got_b[(size_t(s) * n_heads + h) * d + i]);
+            ASSERT_TRUE(std::isfinite(g)) << "seq " << s << " head " << h << " not written";
+            err2 += (g - want[size_t(i)]) * (g - want[size_t(i)]);
+            ref2 += want[size_t(i)] * want[size_t(i)];
+          }
+        }
+      EXPECT_LE(std::sqrt(err2 / ref2), 1e-2) << "d " << d << " sms " << sms;
+      // Fused scores: KV head 0 per 16 tokens (max of q̄·k), KV head 5 per query row and token.
+      const std::vector<float> sc = to_host(scores, scores.size());
+      for (int s = 0; s < p.batch; ++s) {
+        const int len = p.lens[size_t(s)];
+        for (int t0 = 0; t0 < len; t0 += 16) {
+          double best = -INFINITY;
+          for (int t = t0; t < std::min(len, t0 + 16); ++t) {
+            double dot = 0.0;
+            for (int i = 0; i < d; ++i) {
+              double qbar = 0.0;
+              for (int g = 0; g < group; ++g) qbar += p.qf(s, g, i);
+              dot += qbar / group * p.kf(p.k, s, 0, t, i);
+            }
+            best = std::max(best, dot);
+          }
+          const float g = sc[size_t(s * n_kv + 0) * stride + size_t(t0 / 16)];
+          ASSERT_NEAR(g, best, 2e-3 * (1.0 + std::fabs(best))) << "seq " << s << " chunk " << t0 / 16;
+        }
+        for (int g = 0; g < group; ++g)
+          for (int t = 0; t < len; t += 97) {
+            double dot = 0.0;
+            for (int i = 0; i < d; ++i) dot += double(p.qf(s, 5 * group + g, i)) * p.kf(p.k, s, 5, t, i);
+            const float got = sc[(size_t(s) * n_heads + 5 * group + g) * stride + size_t(t)];
+            ASSERT_NEAR(got, dot, 2e-3 * (1.0 + std::fabs(dot))) << "seq " << s << " row " << g << " token " << t;
+          }
+      }
+      // Token reads of GQA-packed heads, per sequence.
+      const auto counted = to_host(reads_d, size_t(p.batch));
+      for (int s = 0; s < p.batch; ++s) {
+        uint64_t want = 0;
+        for (int h = 0; h < n_kv; ++h)
+          if (h != 3) want += reads[size_t(s * n_heads + h * group)].size();
+        EXPECT_EQ(counted[size_t(s)], want) << "seq " << s;
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ policies
+
+struct DefaultPair {
+  Checkpoint ck;
+  cpu::Model cpu_model;
+  cuda::GpuRunner runner;
+  explicit DefaultPair(const std::string& path)
+      : ck(Checkpoint::open(path)), cpu_model(ck.config(), HostWeights::load(ck)),
+        runner(cuda::upload_weights(ck), [] {
+          cuda::RunnerOptions o;
+          o.kv_memory_gib = 0.5;
+          o.max_context = 4096;
+          o.max_batch = 2;
+          return o;
+        }()) {}
+};
+
+std::vector<int32_t> prompt_ids(int n, int vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::mt19937 rng(42);
+  for (auto& t : ids) t = int32_t(rng() % uint32_t(vocab - 10)) + 5;
+  return ids;
+}
+
+// Logits after prefill + `steps` decode steps (teacher-forced tokens), and the stats.
+struct Trace {
+  std::vector<std::vector<float>> logits;
+  KvReadStats stats;
+};
+Trace run_session(Session& s, AttentionPolicy* policy, const std::vector<int32_t>& ids, int prefill) {
+  Trace t;
+  s.set_policy(policy);
+  s.feed(std::span<const int32_t>(ids).first(size_t(prefill)));
+  for (size_t i = size_t(prefill); i < ids.size(); ++i) {
+    s.feed(std::span<const int32_t>(&ids[i], 1));
+    auto l = s.logits();
+    t.logits.emplace_back(l.begin(), l.end());
+  }
+  t.stats = s.stats();
+  return t;
+}
+
+double rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0.0, r = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) e += (a[i] - b[i]) * double(a[i] - b[i]), r += double(b[i]) * b[i];
+  return std::sqrt(e / r);
+}
+
+std::vector<PolicyOptions> all_policies(const ModelConfig& c, int budget) {
+  std::vector<PolicyOptions> v;
+  PolicyOptions o;
+  v.push_back(o);
+  o.select.budget = budget;
+  o.kind = PolicyKind::kLychee;
+  v.push_back(o);
+  PolicyOptions tok = o;
+  tok.block_size = 1;
+  v.push_back(tok);
+  PolicyOptions b16 = o;
+  b16.block_size = 16;
+  b16.select.sink = 16;
+  b16.select.recent = 32;
+  v.push_back(b16);
+  PolicyOptions topp = o;
+  topp.select.strategy = SelectStrategy::kTopP;
+  topp.select.value = 0.9;
+  v.push_back(topp);
+  PolicyOptions thr = o;
+  thr.select.strategy = SelectStrategy::kThreshold;
+  thr.select.value = 0.001;
+  v.push_back(thr);
+  PolicyOptions ratio = o;
+  ratio.select.strategy = SelectStrategy::kRatio;
+  ratio.select.value = 0.2;
+  v.push_back(ratio);
+  o.kind = PolicyKind::kTidal;
+  v.push_back(o);
+  o.kind = PolicyKind::kQuest;
+  v.push_back(o);
+  o.kind = PolicyKind::kDuo;
+  o.duo_sink = 64;
+  o.duo_recent = budget - 64;
+  v.push_back(o);
+  (void)c;
+  return v;
+}
+
+// Every policy on the GPU against the CPU reference on the default model: logits within bf16
+// tolerance at every step, and the KV reads equal (the policies read the same number of tokens;
+// Tidal's and Quest's unions within 5%, their per-head sets depending on near-ties of bf16 q·k).
+TEST(HybridPolicies, EveryPolicyMatchesTheCpuReference) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  DefaultPair p(path);
+  const ModelConfig& c = p.ck.config();
+  const auto ids = prompt_ids(1400, c.vocab_size);
+  for (const PolicyOptions& o : all_policies(c, 512)) {
+    auto policy = make_policy(o, c);
+    CpuSession cpu(p.cpu_model, 2048);
+    GpuSession gpu(p.runner, 2048);
+    const Trace want = run_session(cpu, policy.get(), ids, 1392);
+    auto policy_gpu = make_policy(o, c);
+    const Trace got = run_session(gpu, policy_gpu.get(), ids, 1392);
+    for (size_t i = 0; i < want.logits.size(); ++i)
+      EXPECT_LT(rel(got.logits[i], want.logits[i]), 6e-2) << o.label() << " step " << i;
+    EXPECT_EQ(got.stats.decode_steps, want.stats.decode_steps) << o.label();
+    EXPECT_EQ(got.stats.dense_token_reads, want.stats.dense_token_reads) << o.label();
+    EXPECT_EQ(got.stats.metadata_bytes, want.stats.metadata_bytes) << o.label();
+    const double ratio = double(got.stats.token_reads) / double(want.stats.token_reads);
+    if (o.kind == PolicyKind::kTidal || o.kind == PolicyKind::kQuest ||
+        o.select.strategy == SelectStrategy::kTopP || o.select.strategy == SelectStrategy::kThreshold) {
+      EXPECT_NEAR(ratio, 1.0, 0.05) << o.label();
+    } else {
+      EXPECT_EQ(got.stats.token_reads, want.stats.token_reads) << o.label();
+    }
+  }
+}
+
+// Equalities on the GPU: LycheeDecode with every head retrieval, or with a budget covering the
+// sequence, reads exactly what full attention reads in the same splits: identical logits.
+// DuoAttention with windows covering the sequence, TidalDecode and Quest with covering budgets
+// read every token through token / chunk lists: equal within bf16 rounding of the split order.
+TEST(HybridPolicies, CoveringPoliciesReproduceFullAttention) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  DefaultPair p(path);
+  const ModelConfig& c = p.ck.config();
+  const auto ids = prompt_ids(900, c.vocab_size);
+  GpuSession full_s(p.runner, 1024);
+  FullPolicy full;
+  const Trace ref = run_session(full_s, &full, ids, 890);
+  std::vector<std::pair<PolicyOptions, bool>> cases;  // options, bit-exact
+  PolicyOptions o;
+  o.kind = PolicyKind::kLychee;
+  o.roles = make_head_roles(c);
+  std::fill(o.roles->retrieval.begin(), o.roles->retrieval.end(), uint8_t(1));
+  cases.push_back({o, true});
+  o.roles.reset();
+  o.select.budget = 4096;
+  cases.push_back({o, true});
+  o.kind = PolicyKind::kTidal;
+  cases.push_back({o, false});
+  o.kind = PolicyKind::kQuest;
+  cases.push_back({o, false});
+  o.kind = PolicyKind::kDuo;
+  o.duo_sink = 100;
+  o.duo_recent = 1000;
+  cases.push_back({o, false});
+  for (const auto& [opt, exact] : cases) {
+    auto policy = make_policy(opt, c);
+    GpuSession s(p.runner, 1024);
+    const Trace got = run_session(s, policy.get(), ids, 890);
+    for (size_t i = 0; i < ref.logits.size(); ++i) {
+      if (exact) {
+        ASSERT_EQ(got.logits[i], ref.logits[i]) << opt.label() << " step " << i;
+      } else {
+        EXPECT_LT(rel(got.logits[i], ref.logits[i]), 1e-2) << opt.label() << " step " << i;
+      }
+    }
+    EXPECT_EQ(got.stats.token_reads, ref.stats.token_reads) << opt.label();
+  }
+}
+
+TEST(HybridPolicies, UnsupportedGpuFormsAreClearErrors) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  DefaultPair p(path);
+  PolicyOptions o;
+  o.kind = PolicyKind::kLychee;
+  o.block_size = 48;
+  auto policy = make_policy(o, p.ck.config());
+  GpuSession s(p.runner, 512);
+  test::expect_error([&] { s.set_policy(policy.get()); }, ErrorCode::kUnsupported, {"--block-size 48", "--device cpu"});
+}
+
+}  // namespace
+}  // namespace lychee
+
+#else
+TEST(Hybrid, NotBuilt) { GTEST_SKIP() << "CUDA backend not built: GPU tests skipped"; }
+#endif  // LYCHEE_HAS_CUDA
