@@ -1,13 +1,19 @@
 // End-to-end decode time per output token (TPOT) on the GPU: a Llama-3-8B-shaped model with
 // random bf16 weights (no checkpoint needed: decode time does not depend on the values), or a
-// real checkpoint with -m, at several context lengths and batch sizes, against the bandwidth
-// bound (weight bytes + KV bytes read per step) / measured copy bandwidth.
+// real checkpoint with -m, at several context lengths and batch sizes, for each attention policy
+// through the hybrid-head kernel, against its bandwidth bound (weight bytes + the KV and metadata
+// bytes the policy's kernels read per step) / measured copy bandwidth.
 //   bench_e2e [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
+//             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--retrieval 32]
+// LycheeDecode and DuoAttention get --retrieval retrieval KV heads in all (layer 0's included,
+// the rest drawn with a fixed seed from layers 1..); every sparse policy reads --budget tokens per
+// sparse head (DuoAttention: sink 64 + recent budget - 64).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -17,6 +23,7 @@
 
 #include "cuda/common.h"
 #include "cuda/gpu_runner.h"
+#include <random>
 #include "model/checkpoint.h"
 
 namespace {
@@ -41,11 +48,76 @@ std::vector<int> parse_list(const std::string& s) {
   return v;
 }
 
+// The GPU policy of a name, for the model; retrieval heads: layer 0 and a seeded draw.
+cuda::GpuPolicy make_policy(const std::string& name, const ModelConfig& c, int budget, int n_retrieval) {
+  using Kind = cuda::GpuPolicy::Kind;
+  cuda::GpuPolicy p;
+  std::vector<uint8_t> roles(size_t(c.n_layers) * c.n_kv_heads, 0);
+  std::fill(roles.begin(), roles.begin() + c.n_kv_heads, uint8_t(1));
+  std::vector<int> rest(roles.size() - size_t(c.n_kv_heads));
+  for (size_t i = 0; i < rest.size(); ++i) rest[i] = int(i) + c.n_kv_heads;
+  std::mt19937 rng(7);
+  std::shuffle(rest.begin(), rest.end(), rng);
+  for (int i = 0; i < n_retrieval - c.n_kv_heads && i < int(rest.size()); ++i) roles[size_t(rest[size_t(i)])] = 1;
+  p.budget = budget;
+  if (name == "full") return p;
+  if (name == "lychee") {
+    p.kind = Kind::kLychee;
+    p.retrieval = roles;
+    p.unit = 64;
+  } else if (name == "tidal") {
+    p.kind = Kind::kTidal;
+    const int reselect = std::min(c.n_layers - 1, int(std::lround(13.0 * c.n_layers / 32.0)));
+    p.select_layers = {2, reselect};
+    p.dense_layers = 2;
+  } else if (name == "quest") {
+    p.kind = Kind::kQuest;
+    p.quest_page = 16;
+    p.dense_layers = 2;
+  } else if (name == "duo") {
+    p.kind = Kind::kDuo;
+    p.retrieval = roles;
+    p.window_sink = 64;
+    p.window_recent = budget - 64;
+  } else {
+    throw std::runtime_error("unknown policy " + name);
+  }
+  return p;
+}
+
+// Tokens of K/V (and Quest's metadata bytes) the policy's kernels read per step and sequence, as
+// run: per-query-head selections (TidalDecode, Quest) read their sets once per query head.
+std::pair<double, double> policy_reads(const std::string& name, const cuda::GpuPolicy& p, const ModelConfig& c,
+                                       double n) {
+  const double L = c.n_layers, KV = c.n_kv_heads, G = c.group_size(), B = std::min<double>(p.budget, n);
+  if (name == "lychee" || name == "duo") {
+    double r = 0;
+    for (uint8_t x : p.retrieval) r += x;
+    return {r * n + (L * KV - r) * (name == "duo" ? std::min<double>(p.window_sink + p.window_recent, n) : B), 0.0};
+  }
+  if (name == "tidal") {  // dense layers, two dense selection layers, the rest per query head
+    return {4 * KV * n + (L - 4) * KV * G * B, 0.0};
+  }
+  if (name == "quest") {
+    const double meta = (L - 2) * KV * G * std::ceil(n / 16.0) * 2 * c.head_dim * 2;
+    return {2 * KV * n + (L - 2) * KV * G * B, meta};
+  }
+  return {L * KV * n, 0.0};
+}
+
+std::vector<std::string> split_names(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) v.push_back(item);
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model;
-  int steps = 32;
+  int steps = 32, budget = 4096, n_retrieval = 32;
+  std::string policies = "full,lychee,tidal,quest,duo";
   bool graphs = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -56,6 +128,9 @@ int main(int argc, char** argv) try {
     else if (a == "--json") json_path = next();
     else if (a == "-m") model = next();
     else if (a == "--no-graphs") graphs = false;
+    else if (a == "--policies") policies = next();
+    else if (a == "--budget") budget = std::stoi(next());
+    else if (a == "--retrieval") n_retrieval = std::stoi(next());
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
   std::shared_ptr<const cuda::GpuWeights> w;
@@ -72,7 +147,8 @@ int main(int argc, char** argv) try {
   const auto& dev = cuda::device_info();
   std::printf("%s, %d SMs; copy bandwidth %.0f GB/s; model %s (%.2f GB of weights)\n", dev.name, dev.sm_count, bw,
               c.name.c_str(), double(cuda::weight_bytes(*w)) / 1e9);
-  std::printf("%6s %8s %10s %10s %10s %8s\n", "batch", "context", "TPOT ms", "bound ms", "% bound", "tok/s");
+  std::printf("%6s %8s %8s %10s %10s %10s %8s %9s\n", "batch", "context", "policy", "TPOT ms", "bound ms", "% bound",
+              "tok/s", "vs full");
   nlohmann::json rows = nlohmann::json::array();
   for (int batch : parse_list(batches)) {
     for (int ctx : parse_list(contexts)) {
@@ -92,40 +168,62 @@ int main(int argc, char** argv) try {
       o.cuda_graphs = graphs;
       cuda::GpuRunner r(w, o);
       r.fill_kv_random(99);
-      std::vector<cuda::GpuSeq> seqs(static_cast<size_t>(batch));
-      std::vector<cuda::GpuSeq*> ptrs;
-      for (auto& s : seqs) {
-        r.assume_filled(s, ctx);
-        ptrs.push_back(&s);
+      double full_ms = 0.0;
+      for (const std::string& name : split_names(policies)) {
+        const cuda::GpuPolicy pol = make_policy(name, c, budget, n_retrieval);
+        std::vector<cuda::GpuSeq> seqs(static_cast<size_t>(batch));
+        std::vector<cuda::GpuSeq*> ptrs;
+        for (auto& s : seqs) {
+          r.assume_filled(s, ctx);
+          ptrs.push_back(&s);
+        }
+        try {
+          r.set_policy(pol);
+          std::vector<int32_t> tokens(static_cast<size_t>(batch), 1000), out(static_cast<size_t>(batch));
+          r.decode(ptrs, tokens);
+          r.greedy(batch, out);
+          for (int i = 0; i < 3; ++i) {  // warm-up (captures the graph)
+            r.decode(ptrs, {});
+            r.greedy(batch, out);
+          }
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < steps; ++i) {
+            r.decode(ptrs, {});
+            r.greedy(batch, out);
+          }
+          const double ms =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+          const double mean_ctx = ctx + 4 + steps / 2.0;
+          const auto [tokens_read, meta_bytes] = policy_reads(name, pol, c, mean_ctx);
+          const double kv_bytes = double(batch) * (tokens_read * c.head_dim * 2.0 * 2.0 + meta_bytes);
+          const double bytes = double(cuda::weight_bytes_per_step(*w, batch)) + kv_bytes;
+          const double bound_ms = bytes / (bw * 1e9) * 1e3;
+          if (name == "full") full_ms = ms;
+          std::printf("%6d %8d %8s %10.3f %10.3f %9.1f%% %8.1f %8.2fx\n", batch, ctx, name.c_str(), ms, bound_ms,
+                      100.0 * bound_ms / ms, batch * 1e3 / ms, full_ms > 0 ? full_ms / ms : 0.0);
+          std::fflush(stdout);
+          rows.push_back({{"batch", batch}, {"context", ctx}, {"policy", name}, {"tpot_ms", ms}, {"bound_ms", bound_ms},
+                          {"weight_bytes", cuda::weight_bytes_per_step(*w, batch)}, {"kv_bytes", kv_bytes},
+                          {"tokens_per_s", batch * 1e3 / ms}, {"cuda_graphs", graphs},
+                          {"speedup_vs_full", full_ms > 0 ? full_ms / ms : 0.0}});
+        } catch (const std::exception& e) {
+          std::printf("%6d %8d %8s   skipped: %s\n", batch, ctx, name.c_str(), e.what());
+          rows.push_back({{"batch", batch}, {"context", ctx}, {"policy", name}, {"skipped", e.what()}});
+        }
+        for (auto& s : seqs) r.release(s);
       }
-      std::vector<int32_t> tokens(static_cast<size_t>(batch), 1000), out(static_cast<size_t>(batch));
-      r.decode(ptrs, tokens);
-      r.greedy(batch, out);
-      for (int i = 0; i < 3; ++i) {  // warm-up (captures the graph)
-        r.decode(ptrs, {});
-        r.greedy(batch, out);
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < steps; ++i) {
-        r.decode(ptrs, {});
-        r.greedy(batch, out);
-      }
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
-      const double mean_ctx = ctx + 4 + steps / 2.0;
-      const double kv_bytes = double(batch) * mean_ctx * c.n_layers * c.kv_dim() * 2.0 * 2.0;
-      const double bytes = double(cuda::weight_bytes_per_step(*w, batch)) + kv_bytes;
-      const double bound_ms = bytes / (bw * 1e9) * 1e3;
-      std::printf("%6d %8d %10.3f %10.3f %9.1f%% %8.1f\n", batch, ctx, ms, bound_ms, 100.0 * bound_ms / ms, batch * 1e3 / ms);
-      rows.push_back({{"batch", batch}, {"context", ctx}, {"tpot_ms", ms}, {"bound_ms", bound_ms},
-                      {"weight_bytes", cuda::weight_bytes_per_step(*w, batch)}, {"kv_bytes", kv_bytes},
-                      {"tokens_per_s", batch * 1e3 / ms}, {"cuda_graphs", graphs}});
     }
   }
   if (!json_path.empty()) {
     int driver = 0;
     cudaDriverGetVersion(&driver);
+    std::string command;
+    for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
     nlohmann::json j = {{"gpu", dev.name}, {"driver", driver}, {"copy_gbps", bw}, {"model", c.name},
-                        {"weight_bytes", cuda::weight_bytes(*w)}, {"steps", steps}, {"rows", rows}};
+                        {"weight_bytes", cuda::weight_bytes(*w)}, {"steps", steps}, {"budget", budget},
+                        {"retrieval_kv_heads", n_retrieval}, {"command", command},
+                        {"commit", std::getenv("LYCHEE_COMMIT") ? std::getenv("LYCHEE_COMMIT") : "unknown"},
+                        {"rows", rows}};
     std::ofstream(json_path) << j.dump(1) << "\n";
   }
   return 0;

@@ -3,7 +3,8 @@
 # included) and compute-sanitizer memcheck on the kernel tests, and the benchmarks, leaving logs
 # and JSON results under $OUT.
 #   scripts/gpu/run_all.sh stage-a|stage-b GGUF_PART   carry the default model in two halves
-#   scripts/gpu/run_all.sh build | test [FILTER] | memcheck | bench-kernels | bench-e2e | bench-model
+#   scripts/gpu/run_all.sh build | test [FILTER] | memcheck | bench-kernels | bench-hybrid | bench-e2e | bench-model
+#   scripts/gpu/run_all.sh eval-gpu          the accuracy table of the policies on the default model (GPU)
 #   scripts/gpu/run_all.sh train GATE STEPS [train-heads options]   head roles of the default model
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
 set -uo pipefail
@@ -43,7 +44,7 @@ case "${1:-}" in
     exit $rc ;;
   memcheck)
     compute-sanitizer --tool memcheck --error-exitcode 9 "$build/bin/lychee_tests" \
-      --gtest_filter='CudaOps*:Grid/DecodeAttentionKernel*d128*:PagedCausal/PrefillAttentionTest.*G4_D128_P64:CudaRunner.BatchedDecode*' \
+      --gtest_filter='CudaOps*:Grid/DecodeAttentionKernel*d128*:PagedCausal/PrefillAttentionTest.*G4_D128_P64:CudaRunner.BatchedDecode*:HybridSelect*:HybridKernel*' \
       > "$out/memcheck.log" 2>&1
     rc=$?
     grep -m8 -E "Invalid|ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log"
@@ -54,8 +55,23 @@ case "${1:-}" in
     python3 scripts/bench/torch_prefill_attention.py --json "$out/torch_prefill_attention.json" > "$out/torch_prefill.log" 2>&1
     "$build/bin/bench_prefill_attention" --commit "$commit" --json "$out/prefill_attention.json" > "$out/bench_prefill.log" 2>&1
     tail -20 "$out/torch_decode.log" "$out/bench_decode.log" "$out/torch_prefill.log" "$out/bench_prefill.log" ;;
+  bench-hybrid)
+    # The hybrid-head kernel (sparse-head share sweep) and torch's cuDNN SDPA decode, same run.
+    python3 scripts/bench/torch_decode_attention.py --batches 1,2,4,8 --backends cudnn \
+      --json "$out/torch_decode_attention.json" > "$out/torch_decode.log" 2>&1
+    "$build/bin/bench_decode_attention" --batches 1,2,4,8 --tag "commit $commit" --json "$out/hybrid_attention.json" \
+      > "$out/bench_hybrid.log" 2>&1
+    tail -3 "$out/torch_decode.log"; grep -E "^\|" "$out/bench_hybrid.log" | head -110 ;;
+  eval-gpu)
+    link_model
+    "$build/bin/lychee" eval --device cuda --lengths 2048,4096,8192 --depths 0.1,0.5,0.9 --samples 2 \
+      --budgets 256,512,1024 --heads docs/results/train/hardkuma/roles.json \
+      --json "$out/eval_gpu.json" --markdown "$out/eval_gpu.md" > "$out/eval_gpu.log" 2>&1
+    rc=$?
+    tail -40 "$out/eval_gpu.log"
+    exit $rc ;;
   bench-e2e)
-    "$build/bin/bench_e2e" --json "$out/e2e.json" 2>&1 | tee "$out/bench_e2e.log"
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --json "$out/e2e.json" 2>&1 | tee "$out/bench_e2e.log"
     python3 scripts/bench/hf_decode.py --json "$out/hf_decode.json" 2>&1 | tail -12 | tee "$out/hf_decode.log" ;;
   bench-model)
     link_model
