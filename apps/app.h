@@ -17,7 +17,9 @@ struct ModelArgs {
   double kv_memory_gib = 0.0;
   int max_context = 0;
   void add(CLI::App& cmd);
-  EngineOptions engine_options() const;
+  // `policy`: the attention policy options asked for; with --device auto a policy the GPU has no
+  // form of (a LycheeDecode block or Quest page that does not divide the KV page) runs on the CPU.
+  EngineOptions engine_options(const struct PolicyArgs* policy = nullptr) const;
 };
 
 struct SamplingArgs {

@@ -1,5 +1,7 @@
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "app.h"
 #include "core/log.h"
 
@@ -15,10 +17,30 @@ void ModelArgs::add(CLI::App& cmd) {
       ->check(CLI::NonNegativeNumber);
 }
 
-EngineOptions ModelArgs::engine_options() const {
+namespace {
+
+// Why the GPU's hybrid-head kernel cannot run these policy options, or "" when it can.
+std::string gpu_unsupported(const PolicyArgs& p, int page_size) {
+  auto fits = [&](int unit) { return unit >= 16 && unit <= page_size && page_size % unit == 0 && (unit & (unit - 1)) == 0; };
+  if (p.block_size != 1 && !fits(p.block_size)) return fmt::format("--block-size {}", p.block_size);
+  if (!fits(p.quest_page)) return fmt::format("quest page {}", p.quest_page);
+  return "";
+}
+
+}  // namespace
+
+EngineOptions ModelArgs::engine_options(const PolicyArgs* policy) const {
   EngineOptions o;
   o.model_path = model;
   o.device = device;
+  if (policy != nullptr && device == "auto") {
+    const std::string why = gpu_unsupported(*policy, o.page_size);
+    if (!why.empty()) {
+      LY_LOG_INFO("{} has no GPU form (the hybrid-head kernel reads blocks of 16 to {} tokens): using --device cpu",
+                  why, o.page_size);
+      o.device = "cpu";
+    }
+  }
   o.kv_memory_gib = kv_memory_gib;
   o.max_context = max_context;
   return o;

@@ -45,7 +45,7 @@ void assistant_turn(Engine& engine, Session& session, std::vector<ChatMessage>& 
 }
 
 void run_chat(const ChatArgs& a) {
-  Engine engine(a.model.engine_options());
+  Engine engine(a.model.engine_options(&a.policy));
   GenerateOptions options = a.sampling.generate_options(engine);
   options.correct_every = a.policy.correct_every;
   std::unique_ptr<Session> session = engine.new_session(a.ctx > 0 ? a.ctx : std::min(engine.config().max_context, 8192));

@@ -35,7 +35,7 @@ void run_generate(const GenerateArgs& a) {
   std::string text = a.prompt;
   if (!a.prompt_file.empty()) text = read_text_file(a.prompt_file);
   LY_CHECK(!text.empty(), ErrorCode::kInvalidArgument, "no prompt: pass -p TEXT or --prompt-file FILE");
-  Engine engine(a.model.engine_options());
+  Engine engine(a.model.engine_options(&a.policy));
   const Tokenizer& tok = engine.tokenizer();
   std::vector<int32_t> ids;
   if (a.chat) {

@@ -551,6 +551,32 @@ TEST(HybridPolicies, CoveringPoliciesReproduceFullAttention) {
   }
 }
 
+// A session reused across policies (eval truncates to the prompt and switches budgets) gets the
+// same logits as a fresh one: Quest's page metadata is rebuilt for each policy setting.
+TEST(HybridPolicies, SwitchingPoliciesOnALiveSessionKeepsQuestMetadataRight) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  DefaultPair p(path);
+  const ModelConfig& c = p.ck.config();
+  const auto ids = prompt_ids(1100, c.vocab_size);
+  PolicyOptions small, large;
+  small.kind = large.kind = PolicyKind::kQuest;
+  small.select.budget = 128;
+  large.select.budget = 512;
+  auto ps = make_policy(small, c), pl = make_policy(large, c);
+  GpuSession fresh(p.runner, 2048);
+  const Trace want = run_session(fresh, pl.get(), ids, 1090);
+  GpuSession reused(p.runner, 2048);
+  run_session(reused, ps.get(), ids, 1090);
+  reused.truncate(1090);
+  reused.set_policy(pl.get());
+  for (size_t i = 1090; i < ids.size(); ++i) {
+    reused.feed(std::span<const int32_t>(&ids[i], 1));
+    const auto l = reused.logits();
+    ASSERT_EQ(std::vector<float>(l.begin(), l.end()), want.logits[i - 1090]) << "step " << i - 1090;
+  }
+}
+
 TEST(HybridPolicies, UnsupportedGpuFormsAreClearErrors) {
   LY_REQUIRE_GPU();
   LY_REQUIRE_DEFAULT_MODEL(path);

@@ -64,7 +64,7 @@ case "${1:-}" in
     tail -3 "$out/torch_decode.log"; grep -E "^\|" "$out/bench_hybrid.log" | head -110 ;;
   eval-gpu)
     link_model
-    "$build/bin/lychee" eval --device cuda --lengths 2048,4096,8192 --depths 0.1,0.5,0.9 --samples 2 \
+    "$build/bin/lychee" eval --device cuda --lengths 2048,4096,8000 --depths 0.1,0.5,0.9 --samples 2 \
       --budgets 256,512,1024 --heads docs/results/train/hardkuma/roles.json \
       --json "$out/eval_gpu.json" --markdown "$out/eval_gpu.md" > "$out/eval_gpu.log" 2>&1
     rc=$?

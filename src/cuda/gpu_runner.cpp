@@ -112,6 +112,7 @@ struct GpuRunner::Impl {
   };
   GpuPolicy pol;
   bool policy_set = false;
+  int policy_epoch = 0;      // set_policy count: Quest's metadata is rebuilt per setting
   bool step_policy = false;  // the step being recorded uses the policy
   std::vector<std::vector<HeadSpec>> patterns;  // [pattern][kv head]; pattern 0 is dense
   std::vector<LayerPlan> layer_plans;
@@ -376,7 +377,7 @@ void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> t
     m.meta_host<int32_t>(m.meta.kv_page)[b] = s.pages[size_t(s.length / m.o.page_size)];
     m.meta_host<int32_t>(m.meta.kv_row)[b] = s.length % m.o.page_size;
     m.meta_host<int32_t>(m.meta.seq_lens)[b] = s.length + 1;
-    m.meta_host<int32_t>(m.meta.quest_from)[b] = std::min(s.quest_from, s.length);
+    m.meta_host<int32_t>(m.meta.quest_from)[b] = s.quest_epoch == m.policy_epoch ? std::min(s.quest_from, s.length) : 0;
     std::copy(s.pages.begin(), s.pages.end(), m.meta_host<int32_t>(m.meta.block_table) + size_t(b) * m.max_pages);
   }
   m.step_policy = use_policy && m.policy_set;
@@ -387,7 +388,10 @@ void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> t
   m.decode_forward(batch);
   for (GpuSeq* s : seqs) {
     s->length += 1;
-    if (m.step_policy && m.pol.kind == GpuPolicy::Kind::kQuest) s->quest_from = s->length;
+    if (m.step_policy && m.pol.kind == GpuPolicy::Kind::kQuest) {
+      s->quest_from = s->length;
+      s->quest_epoch = m.policy_epoch;
+    }
   }
 }
 
@@ -767,6 +771,7 @@ void GpuRunner::set_policy(const GpuPolicy& p) {
   }
   m.pol = p;
   m.policy_set = true;
+  ++m.policy_epoch;
   m.patterns = std::move(patterns);
   m.n_used_patterns = int(m.patterns.size());
   m.layer_plans = std::move(plans);

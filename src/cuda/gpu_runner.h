@@ -35,7 +35,8 @@ struct RunnerOptions {
 struct GpuSeq {
   std::vector<int32_t> pages;
   int length = 0;
-  int quest_from = 0;  // Quest: the first position whose chunk metadata is not final
+  int quest_from = 0;   // Quest: the first position whose chunk metadata is not final ...
+  int quest_epoch = -1; // ... as of this policy setting of the runner (set_policy starts a new one)
 };
 
 // A decode-attention policy for the hybrid-head kernel, as plain data (the runtime builds it from
