@@ -430,11 +430,7 @@ Trace run_session(Session& s, AttentionPolicy* policy, const std::vector<int32_t
   return t;
 }
 
-double rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double e = 0.0, r = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) e += (a[i] - b[i]) * double(a[i] - b[i]), r += double(b[i]) * b[i];
-  return std::sqrt(e / r);
-}
+using test::rel_error;
 
 std::vector<PolicyOptions> all_policies(const ModelConfig& c, int budget) {
   std::vector<PolicyOptions> v;
@@ -492,7 +488,7 @@ TEST(HybridPolicies, EveryPolicyMatchesTheCpuReference) {
     auto policy_gpu = make_policy(o, c);
     const Trace got = run_session(gpu, policy_gpu.get(), ids, 1392);
     for (size_t i = 0; i < want.logits.size(); ++i)
-      EXPECT_LT(rel(got.logits[i], want.logits[i]), 6e-2) << o.label() << " step " << i;
+      EXPECT_LT(rel_error(got.logits[i], want.logits[i]), 6e-2) << o.label() << " step " << i;
     EXPECT_EQ(got.stats.decode_steps, want.stats.decode_steps) << o.label();
     EXPECT_EQ(got.stats.dense_token_reads, want.stats.dense_token_reads) << o.label();
     EXPECT_EQ(got.stats.metadata_bytes, want.stats.metadata_bytes) << o.label();
@@ -544,7 +540,7 @@ TEST(HybridPolicies, CoveringPoliciesReproduceFullAttention) {
       if (exact) {
         ASSERT_EQ(got.logits[i], ref.logits[i]) << opt.label() << " step " << i;
       } else {
-        EXPECT_LT(rel(got.logits[i], ref.logits[i]), 1e-2) << opt.label() << " step " << i;
+        EXPECT_LT(rel_error(got.logits[i], ref.logits[i]), 1e-2) << opt.label() << " step " << i;
       }
     }
     EXPECT_EQ(got.stats.token_reads, ref.stats.token_reads) << opt.label();

@@ -66,15 +66,7 @@ std::vector<float> download_bf16(const cuda::DeviceBuffer<bf16>& d) {
   return h;
 }
 
-// ‖a - b‖ / ‖b‖, with the worst element reported by the caller on failure.
-double rel_error(std::span<const float> a, std::span<const float> b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
+using test::rel_error;
 
 TEST(CudaOps, AddRmsnormMatchesCpu) {
   LY_REQUIRE_GPU();

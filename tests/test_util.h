@@ -105,6 +105,16 @@ inline RunResult run_cli(const std::string& args) {
   return r;
 }
 
+// ‖a - b‖ / ‖b‖ (relative L2 error), with the worst element reported by the caller on failure.
+inline double rel_error(std::span<const float> a, std::span<const float> b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 // max |a - b| over max |b|, and the index of the worst element.
 struct Deviation {
   double max_abs = 0.0;

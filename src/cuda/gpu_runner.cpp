@@ -632,7 +632,7 @@ void GpuRunner::Impl::run_selection(int layer, int batch) {
 void GpuRunner::set_policy(const GpuPolicy& p) {
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
-  const int P = m.o.page_size, L = c.n_layers, KV = c.n_kv_heads, group = c.group_size();
+  const int P = m.o.page_size, L = c.n_layers, KV = c.n_kv_heads;
   using Kind = GpuPolicy::Kind;
   using HeadSpec = Impl::HeadSpec;
   LY_CHECK(p.kind == Kind::kFull || c.head_dim == 64 || c.head_dim == 128, ErrorCode::kUnsupported,
@@ -665,8 +665,8 @@ void GpuRunner::set_policy(const GpuPolicy& p) {
     case Kind::kLychee: {
       const int U = p.unit;
       LY_CHECK(is_pow2(U) && U <= P && (U == 1 || U >= 16), ErrorCode::kUnsupported,
-               "LycheeDecode on the GPU selects tokens (block size 1) or blocks of 16 to {} tokens that "
-               "divide the KV page ({}); got block size {} (use --device cpu)", P, P, U);
+               "--block-size {}: LycheeDecode on the GPU selects tokens (1) or blocks of a power of two from 16 "
+               "to the KV page size ({}); use one of those or --device cpu", U, P);
       LY_CHECK(p.strategy >= 0 && p.strategy <= 3, ErrorCode::kInvalidArgument, "GPU policy: strategy {}", p.strategy);
       const ScoreKind score = U == 1 ? ScoreKind::kGroupToken : ScoreKind::kGroupChunk16;
       sel_unit = U;
@@ -718,8 +718,8 @@ void GpuRunner::set_policy(const GpuPolicy& p) {
     case Kind::kQuest: {
       const int qp = p.quest_page;
       LY_CHECK(is_pow2(qp) && qp <= P, ErrorCode::kUnsupported,
-               "Quest on the GPU needs a page of a power of two up to the KV page ({}); got {} (use --device cpu)",
-               P, qp);
+               "quest page {}: Quest on the GPU needs a power of two that divides the KV page size ({}); use "
+               "--device cpu", qp, P);
       row_heads = c.n_heads;
       sel_unit = score_unit = qp;
       list_units = score_entries = ceil_div_int(max_ctx, qp) + 1;
@@ -747,7 +747,6 @@ void GpuRunner::set_policy(const GpuPolicy& p) {
     }
   }
   LY_ASSERT(int(patterns.size()) <= L + 1);
-  (void)group;
 
   // Buffers: rows for every (batch row, query head) serve KV-head rows too.
   LY_CUDA_CHECK(cudaStreamSynchronize(m.stream));

@@ -83,13 +83,13 @@ void GpuSession::truncate(int n) {
 
 void GpuSession::set_policy(AttentionPolicy* policy) {
   stats();  // reads of the previous policy's steps stay with it
-  runner_.set_policy(policy != nullptr ? to_gpu_policy(*policy, runner_.config(), runner_.page_size())
+  runner_.set_policy(policy != nullptr ? to_gpu_policy(*policy)
                                        : cuda::GpuPolicy{});
   policy_ = policy;
   if (policy_ != nullptr) policy_->reset();
 }
 
-cuda::GpuPolicy to_gpu_policy(const AttentionPolicy& policy, const ModelConfig& c, int page_size) {
+cuda::GpuPolicy to_gpu_policy(const AttentionPolicy& policy) {
   using Kind = cuda::GpuPolicy::Kind;
   cuda::GpuPolicy g;
   if (dynamic_cast<const FullPolicy*>(&policy) != nullptr) return g;
@@ -103,12 +103,6 @@ cuda::GpuPolicy to_gpu_policy(const AttentionPolicy& policy, const ModelConfig& 
     g.value = s.value;
     g.sink = s.sink;
     g.recent = s.recent;
-    LY_CHECK(g.unit == 1 || (g.unit >= 16 && g.unit <= page_size && page_size % g.unit == 0 &&
-                             (g.unit & (g.unit - 1)) == 0),
-             ErrorCode::kUnsupported,
-             "--block-size {}: LycheeDecode on the GPU selects tokens (1) or blocks of a power of two from 16 "
-             "to the KV page size ({}); use one of those or --device cpu",
-             g.unit, page_size);
     return g;
   }
   if (const auto* p = dynamic_cast<const TidalPolicy*>(&policy)) {
@@ -123,11 +117,6 @@ cuda::GpuPolicy to_gpu_policy(const AttentionPolicy& policy, const ModelConfig& 
     g.budget = p->budget();
     g.quest_page = p->page();
     g.dense_layers = p->dense_layers();
-    LY_CHECK(g.quest_page <= page_size && page_size % g.quest_page == 0 && (g.quest_page & (g.quest_page - 1)) == 0,
-             ErrorCode::kUnsupported,
-             "quest page {}: Quest on the GPU needs a power of two that divides the KV page size ({}); use "
-             "--device cpu",
-             g.quest_page, page_size);
     return g;
   }
   if (const auto* p = dynamic_cast<const DuoPolicy*>(&policy)) {
@@ -137,7 +126,6 @@ cuda::GpuPolicy to_gpu_policy(const AttentionPolicy& policy, const ModelConfig& 
     g.window_recent = p->recent();
     return g;
   }
-  (void)c;
   fail(ErrorCode::kUnsupported, "policy '{}' has no GPU form (use --device cpu)", policy.name());
 }
 

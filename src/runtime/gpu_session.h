@@ -37,10 +37,10 @@ class GpuSession final : public Session {
   bool logits_valid_ = false;
 };
 
-// The GPU form of a reference policy (Full, Lychee, Tidal, Quest, Duo); throws kUnsupported for
-// what the hybrid-head kernel does not run (e.g. a LycheeDecode block size that does not divide
-// the KV page), naming the option and the CPU alternative.
-cuda::GpuPolicy to_gpu_policy(const AttentionPolicy& policy, const ModelConfig& c, int page_size);
+// The GPU form of a reference policy (Full, Lychee, Tidal, Quest, Duo); kUnsupported for a policy
+// type with none. GpuRunner::set_policy rejects the settings the hybrid-head kernel does not run
+// (e.g. a LycheeDecode block size that does not divide the KV page), naming the option.
+cuda::GpuPolicy to_gpu_policy(const AttentionPolicy& policy);
 
 }  // namespace lychee
 
