@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -17,9 +18,10 @@ struct ModelArgs {
   double kv_memory_gib = 0.0;
   int max_context = 0;
   void add(CLI::App& cmd);
-  // `policy`: the attention policy options asked for; with --device auto a policy the GPU has no
-  // form of (a LycheeDecode block or Quest page that does not divide the KV page) runs on the CPU.
-  EngineOptions engine_options(const struct PolicyArgs* policy = nullptr) const;
+  // `policy` with the policies `kinds` (default: its --policy) that will run: with --device auto
+  // a policy the GPU has no form of (e.g. a LycheeDecode block that does not divide the KV page)
+  // runs on the CPU.
+  EngineOptions engine_options(const struct PolicyArgs* policy = nullptr, std::vector<std::string> kinds = {}) const;
 };
 
 struct SamplingArgs {
@@ -51,6 +53,14 @@ struct PolicyArgs {
   // The options for `kind`, with the head-role file (if any) loaded and checked against the model.
   PolicyOptions options(const ModelConfig& c, PolicyKind kind) const;
 };
+
+// Option checks whose errors read as a person writes numbers, e.g. "--budget: must be a
+// positive integer, got 0" (CLI11 prefixes the option name).
+CLI::Validator positive_int();
+CLI::Validator non_negative_int();
+CLI::Validator positive_real();
+CLI::Validator non_negative_real();
+CLI::Validator real_between(double lo, double hi);  // inclusive
 
 // Prints what decode steps read from the KV cache to stderr.
 void print_kv_stats(const KvReadStats& stats, const ModelConfig& c);

@@ -1,4 +1,7 @@
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -12,45 +15,59 @@ void ModelArgs::add(CLI::App& cmd) {
   cmd.add_option("--device", device, "cpu, cuda, or auto (the GPU when there is one)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd.add_option("--kv-memory", kv_memory_gib, "GPU KV-cache pool in GiB (default: sized from the context)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_real());
   cmd.add_option("--max-context", max_context, "GPU: longest sequence the KV pool serves (default: the model's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
+}
+
+EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<std::string> kinds) const {
+  EngineOptions o;
+  o.model_path = model;
+  o.device = device;
+  o.kv_memory_gib = kv_memory_gib;
+  o.max_context = max_context;
+  if (policy != nullptr) {
+    if (kinds.empty()) kinds.push_back(policy->policy);
+    o.policies = [args = *policy, kinds](const ModelConfig& c) {
+      std::vector<DecodeSpec> specs;
+      for (const std::string& k : kinds) specs.push_back(compile_policy(args.options(c, parse_policy_kind(k)), c));
+      return specs;
+    };
+  }
+  return o;
 }
 
 namespace {
 
-// Why the GPU's hybrid-head kernel cannot run these policy options, or "" when it can.
-std::string gpu_unsupported(const PolicyArgs& p, int page_size) {
-  auto fits = [&](int unit) { return unit >= 16 && unit <= page_size && page_size % unit == 0 && (unit & (unit - 1)) == 0; };
-  if (p.block_size != 1 && !fits(p.block_size)) return fmt::format("--block-size {}", p.block_size);
-  if (!fits(p.quest_page)) return fmt::format("quest page {}", p.quest_page);
-  return "";
+// CLI11 hands validators the option's text; "" accepts it.
+CLI::Validator number_check(const std::string& what, bool integer, double lo, bool lo_open, double hi) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool parsed = end != text.c_str() && *end == '\0' && errno == 0 && std::isfinite(v);
+        const bool ok = parsed && (!integer || v == std::floor(v)) && (lo_open ? v > lo : v >= lo) && v <= hi;
+        return ok ? std::string() : fmt::format("must be {}, got {}", what, text);
+      },
+      what);
 }
 
 }  // namespace
 
-EngineOptions ModelArgs::engine_options(const PolicyArgs* policy) const {
-  EngineOptions o;
-  o.model_path = model;
-  o.device = device;
-  if (policy != nullptr && device == "auto") {
-    const std::string why = gpu_unsupported(*policy, o.page_size);
-    if (!why.empty()) {
-      LY_LOG_INFO("{} has no GPU form (the hybrid-head kernel reads blocks of 16 to {} tokens): using --device cpu",
-                  why, o.page_size);
-      o.device = "cpu";
-    }
-  }
-  o.kv_memory_gib = kv_memory_gib;
-  o.max_context = max_context;
-  return o;
+CLI::Validator positive_int() { return number_check("a positive integer", true, 0, true, 2147483647.0); }
+CLI::Validator non_negative_int() { return number_check("a non-negative integer", true, 0, false, 2147483647.0); }
+CLI::Validator positive_real() { return number_check("a positive number", false, 0, true, HUGE_VAL); }
+CLI::Validator non_negative_real() { return number_check("a number >= 0", false, 0, false, HUGE_VAL); }
+CLI::Validator real_between(double lo, double hi) {
+  return number_check(fmt::format("a number from {} to {}", lo, hi), false, lo, false, hi);
 }
 
 void SamplingArgs::add(CLI::App& cmd) {
-  cmd.add_option("-n,--max-tokens", max_tokens, "Most tokens to generate")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--temp", temperature, "Sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--top-p", top_p, "Keep the smallest set with this probability (1 = off)")->check(CLI::Range(0.0, 1.0));
+  cmd.add_option("-n,--max-tokens", max_tokens, "Most tokens to generate")->check(non_negative_int());
+  cmd.add_option("--temp", temperature, "Sampling temperature (0 = greedy)")->check(non_negative_real());
+  cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)")->check(non_negative_int());
+  cmd.add_option("--top-p", top_p, "Keep the smallest set with this probability (1 = off)")->check(real_between(0.0, 1.0));
   cmd.add_option("--seed", seed, "Random seed for sampling");
 }
 
@@ -67,20 +84,20 @@ void PolicyArgs::add(CLI::App& cmd, bool policy_option) {
   if (policy_option)
     cmd.add_option("--policy", policy, "Decode attention: full, lychee, tidal, quest, duo")
         ->check(CLI::IsMember({"full", "lychee", "tidal", "quest", "duo"}));
-  cmd.add_option("--budget", budget, "Tokens a sparse head reads (lychee top-k, tidal, quest)")->check(CLI::PositiveNumber);
-  cmd.add_option("--block-size", block_size, "LycheeDecode selection unit in tokens (1 = token mode)")->check(CLI::PositiveNumber);
+  cmd.add_option("--budget", budget, "Tokens a sparse head reads (lychee top-k, tidal, quest)")->check(positive_int());
+  cmd.add_option("--block-size", block_size, "LycheeDecode selection unit in tokens (1 = token mode)")->check(positive_int());
   cmd.add_option("--select", select, "LycheeDecode selection: topk, topp, threshold, ratio")
       ->check(CLI::IsMember({"topk", "topp", "threshold", "ratio"}));
   cmd.add_option("--select-value", select_value, "p for topp, probability for threshold, fraction for ratio");
-  cmd.add_option("--sink", sink, "LycheeDecode: first tokens always kept")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--recent", recent, "LycheeDecode: last tokens always kept")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--sink", sink, "LycheeDecode: first tokens always kept")->check(non_negative_int());
+  cmd.add_option("--recent", recent, "LycheeDecode: last tokens always kept")->check(non_negative_int());
   cmd.add_option("--heads", heads, "Head-role file (lychee, duo); default: the TidalDecode-matched stand-in")->check(CLI::ExistingFile);
   cmd.add_option("--tidal-layers", tidal_layers, "TidalDecode selection layers (default 2 and round(13/32 L))")->delimiter(',');
-  cmd.add_option("--quest-page", quest_page, "Quest page size in tokens")->check(CLI::PositiveNumber);
-  cmd.add_option("--duo-sink", duo_sink, "DuoAttention streaming heads: sink tokens")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--duo-recent", duo_recent, "DuoAttention streaming heads: recent tokens")->check(CLI::PositiveNumber);
+  cmd.add_option("--quest-page", quest_page, "Quest page size in tokens")->check(positive_int());
+  cmd.add_option("--duo-sink", duo_sink, "DuoAttention streaming heads: sink tokens")->check(non_negative_int());
+  cmd.add_option("--duo-recent", duo_recent, "DuoAttention streaming heads: recent tokens")->check(positive_int());
   cmd.add_option("--correct-every", correct_every, "Cache correction: dense re-prefill every N decoded tokens (0 = off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
 }
 
 PolicyOptions PolicyArgs::options(const ModelConfig& c, PolicyKind kind) const {

@@ -90,10 +90,10 @@ void register_bench(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the bandwidth bound");
   args->model.add(*cmd);
-  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length")->check(CLI::PositiveNumber);
-  cmd->add_option("--gen-tokens", args->gen_tokens, "Tokens to decode")->check(CLI::PositiveNumber);
-  cmd->add_option("--repeats", args->repeats, "Runs (the best is reported)")->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", args->batch, "Also time batched decode of this many sequences (GPU)")->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length")->check(positive_int());
+  cmd->add_option("--gen-tokens", args->gen_tokens, "Tokens to decode")->check(positive_int());
+  cmd->add_option("--repeats", args->repeats, "Runs (the best is reported)")->check(positive_int());
+  cmd->add_option("--batch", args->batch, "Also time batched decode of this many sequences (GPU)")->check(positive_int());
   cmd->add_option("--json", args->json_path, "Also write the results as JSON to this file");
   cmd->callback([args] { run_bench(*args); });
 }

@@ -80,7 +80,7 @@ void register_chat(CLI::App& app) {
   args->policy.add(*cmd);
   cmd->add_option("-p,--prompt", args->prompt, "One user message; answer it and exit");
   cmd->add_option("--system", args->system, "System message");
-  cmd->add_option("--ctx", args->ctx, "KV cache capacity in tokens (default: min(context, 8192))")->check(CLI::PositiveNumber);
+  cmd->add_option("--ctx", args->ctx, "KV cache capacity in tokens (default: min(context, 8192))")->check(positive_int());
   cmd->callback([args] { run_chat(*args); });
 }
 

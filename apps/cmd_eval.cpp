@@ -95,7 +95,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--depths", args->depths, "Needle depths in [0, 1]")->delimiter(',');
   cmd->add_option("--policies", args->policies, "full, lychee, tidal, quest, duo")->delimiter(',');
   cmd->add_option("--budgets", args->budgets, "Token budgets for the sparse policies")->delimiter(',');
-  cmd->add_option("--samples", args->samples, "Samples per (task, length, depth)")->check(CLI::PositiveNumber);
+  cmd->add_option("--samples", args->samples, "Samples per (task, length, depth)")->check(positive_int());
   cmd->add_option("--seed", args->seed, "Seed of the task generators");
   cmd->add_option("--haystack", args->haystack, "essays (Paul Graham) or synthetic")
       ->check(CLI::IsMember({"essays", "synthetic"}));

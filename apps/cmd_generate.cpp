@@ -74,7 +74,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--prompt-file", args->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile);
   cmd->add_flag("--chat", args->chat, "Wrap the prompt as a user message in the model's chat template");
   cmd->add_option("--system", args->system, "System message (with --chat)");
-  cmd->add_option("--ctx", args->ctx, "KV cache capacity in tokens (default: prompt + max tokens)")->check(CLI::PositiveNumber);
+  cmd->add_option("--ctx", args->ctx, "KV cache capacity in tokens (default: prompt + max tokens)")->check(positive_int());
   cmd->add_flag("--stats", args->stats, "Print timing to stderr");
   cmd->callback([args] { run_generate(*args); });
 }

@@ -110,7 +110,7 @@ void register_heads(CLI::App& app) {
   CLI::Option* matrix = imp->add_option("--matrix", a->matrix, "Plain matrix: one line per layer of 0/1 values");
   duo->excludes(matrix);
   imp->add_option("--sparsity", a->sparsity, "With --duo: fraction of heads that become sparse (default 0.5)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(real_between(0.0, 1.0))
       ->needs(duo);
   imp->add_option("-m,--model", a->model, model_help);
   imp->add_option("-o,--output", a->out, "Role file to write")->required();

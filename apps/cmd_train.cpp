@@ -13,9 +13,6 @@
 #include "train/cpu_student.h"
 #include "train/data.h"
 #include "train/trainer.h"
-#ifdef LYCHEE_HAS_CUDA
-#include "cuda/train_student.h"
-#endif
 
 namespace lychee::app {
 
@@ -36,15 +33,8 @@ struct TrainArgs {
 };
 
 std::unique_ptr<train::Student> make_student(const std::string& device, const ModelConfig& c, const HostWeights& w,
-                                             const train::StudentOptions& so, int max_context,
-                                             [[maybe_unused]] int max_targets) {
-  if (device == "cuda") {
-#ifdef LYCHEE_HAS_CUDA
-    return std::make_unique<cuda::GpuStudent>(c, w, so, max_context, max_targets);
-#else
-    fail(ErrorCode::kUnsupported, "--device cuda: this build has no CUDA backend");
-#endif
-  }
+                                             const train::StudentOptions& so, int max_context, int max_targets) {
+  if (device == "cuda") return make_gpu_student(c, w, so, max_context, max_targets);
   return std::make_unique<train::CpuStudent<float>>(c, w, so, max_context);
 }
 
@@ -123,25 +113,25 @@ void register_train(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--retrieval-heads", args->retrieval_heads,
                   "Target number of retrieval KV heads in layers >= 1 (default: 1/8 of all KV heads)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
   cmd->add_option("--gate", args->gate, "hardkuma (the method), hardconcrete or direct (ablations)")
       ->check(CLI::IsMember({"hardkuma", "hardconcrete", "direct"}));
-  cmd->add_option("--steps", args->steps, "Training steps")->check(CLI::PositiveNumber);
-  cmd->add_option("--lr", args->lr, "AdamW learning rate of the gate parameters")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "Training steps")->check(positive_int());
+  cmd->add_option("--lr", args->lr, "AdamW learning rate of the gate parameters")->check(positive_real());
   cmd->add_option("--lambda-lr", args->lambda_lr, "Gradient-ascent step of the Lagrange multiplier")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--lambda-init", args->lambda_init, "Initial Lagrange multiplier")->check(CLI::NonNegativeNumber);
+      ->check(non_negative_real());
+  cmd->add_option("--lambda-init", args->lambda_init, "Initial Lagrange multiplier")->check(non_negative_real());
   cmd->add_option("--seed", args->seed, "Seed of the data and the gate noise");
   cmd->add_option("--data", args->data, "passkey (generated multi-passkey retrieval) or jsonl:PATH (HotpotQA-style)");
   cmd->add_option("--haystack", args->haystack, "Passkey filler: essays (Paul Graham) or synthetic")
       ->check(CLI::IsMember({"essays", "synthetic"}));
-  cmd->add_option("--min-len", args->min_len, "Shortest sample in tokens")->check(CLI::PositiveNumber);
+  cmd->add_option("--min-len", args->min_len, "Shortest sample in tokens")->check(positive_int());
   cmd->add_option("--max-len", args->max_len, "Longest sample in tokens, targets included (default: the model's context)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--passkeys", args->passkeys, "Passkeys per sample")->check(CLI::PositiveNumber);
-  cmd->add_option("--passkey-words", args->passkey_words, "NATO-alphabet words per passkey")->check(CLI::PositiveNumber);
+      ->check(non_negative_int());
+  cmd->add_option("--passkeys", args->passkeys, "Passkeys per sample")->check(positive_int());
+  cmd->add_option("--passkey-words", args->passkey_words, "NATO-alphabet words per passkey")->check(positive_int());
   cmd->add_option("--keep-ratio", args->keep_ratio, "Sparse heads keep this fraction of the visible tokens")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(real_between(0.0, 1.0));
   cmd->add_option("--propagate", args->propagate,
                   "Sets passed on in training: all (every head, the paper) or retrieval (only heads with z > 0.5, as inference)")
       ->check(CLI::IsMember({"all", "retrieval"}));
@@ -151,8 +141,8 @@ void register_train(CLI::App& app) {
       ->check(CLI::IsMember({"threshold", "top-n"}));
   cmd->add_option("-o,--out", args->out, "Output directory (default runs/heads-<model>-<gate>)");
   cmd->add_flag("--resume", args->resume, "Continue from <out>/checkpoint.json");
-  cmd->add_option("--log-every", args->log_every, "Progress line and CSV row every N steps")->check(CLI::PositiveNumber);
-  cmd->add_option("--checkpoint-every", args->checkpoint_every, "Checkpoint every N steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--log-every", args->log_every, "Progress line and CSV row every N steps")->check(positive_int());
+  cmd->add_option("--checkpoint-every", args->checkpoint_every, "Checkpoint every N steps")->check(positive_int());
   cmd->add_flag("!--no-tf32", args->tf32, "CUDA: exact fp32 matrix products instead of TF32 tensor cores");
   cmd->callback([args] { run(*args); });
 }

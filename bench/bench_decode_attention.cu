@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/common.h"
-#include "cuda/decode_attention.h"
-#include "cuda/device_buffer.h"
+#include "cuda/common/common.h"
+#include "cuda/kernels/decode_attention.h"
+#include "cuda/common/device_buffer.h"
 
 namespace {
 

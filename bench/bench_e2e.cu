@@ -21,9 +21,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cuda/common.h"
-#include "cuda/gpu_runner.h"
 #include <random>
+
+#include "attention/policies.h"
+#include "cuda/common/common.h"
+#include "cuda/runner/gpu_runner.h"
 #include "model/checkpoint.h"
 
 namespace {
@@ -48,52 +50,41 @@ std::vector<int> parse_list(const std::string& s) {
   return v;
 }
 
-// The GPU policy of a name, for the model; retrieval heads: layer 0 and a seeded draw.
-cuda::GpuPolicy make_policy(const std::string& name, const ModelConfig& c, int budget, int n_retrieval) {
-  using Kind = cuda::GpuPolicy::Kind;
-  cuda::GpuPolicy p;
-  std::vector<uint8_t> roles(size_t(c.n_layers) * c.n_kv_heads, 0);
-  std::fill(roles.begin(), roles.begin() + c.n_kv_heads, uint8_t(1));
-  std::vector<int> rest(roles.size() - size_t(c.n_kv_heads));
+// The decode spec of a policy name for the model (the same compilers the engine uses);
+// retrieval heads: layer 0 and a seeded draw.
+struct BenchPolicy {
+  DecodeSpec spec;
+  int n_retrieval = 0;  // retrieval KV heads of LycheeDecode / DuoAttention
+  int window = 0;       // DuoAttention: sink + recent
+};
+
+BenchPolicy make_policy(const std::string& name, const ModelConfig& c, int budget, int n_retrieval) {
+  HeadRoles roles = make_head_roles(c);
+  std::fill(roles.retrieval.begin(), roles.retrieval.begin() + c.n_kv_heads, uint8_t(1));
+  std::vector<int> rest(roles.retrieval.size() - size_t(c.n_kv_heads));
   for (size_t i = 0; i < rest.size(); ++i) rest[i] = int(i) + c.n_kv_heads;
   std::mt19937 rng(7);
   std::shuffle(rest.begin(), rest.end(), rng);
-  for (int i = 0; i < n_retrieval - c.n_kv_heads && i < int(rest.size()); ++i) roles[size_t(rest[size_t(i)])] = 1;
-  p.budget = budget;
-  if (name == "full") return p;
-  if (name == "lychee") {
-    p.kind = Kind::kLychee;
-    p.retrieval = roles;
-    p.unit = 64;
-  } else if (name == "tidal") {
-    p.kind = Kind::kTidal;
-    const int reselect = std::min(c.n_layers - 1, int(std::lround(13.0 * c.n_layers / 32.0)));
-    p.select_layers = {2, reselect};
-    p.dense_layers = 2;
-  } else if (name == "quest") {
-    p.kind = Kind::kQuest;
-    p.quest_page = 16;
-    p.dense_layers = 2;
-  } else if (name == "duo") {
-    p.kind = Kind::kDuo;
-    p.retrieval = roles;
-    p.window_sink = 64;
-    p.window_recent = budget - 64;
-  } else {
-    throw std::runtime_error("unknown policy " + name);
-  }
-  return p;
+  for (int i = 0; i < n_retrieval - c.n_kv_heads && i < int(rest.size()); ++i)
+    roles.retrieval[size_t(rest[size_t(i)])] = 1;
+  SelectParams select;
+  select.budget = budget;
+  if (name == "full") return {full_spec(c)};
+  if (name == "lychee") return {lychee_spec(c, roles, 64, select), roles.n_retrieval()};
+  if (name == "tidal") return {tidal_spec(c, budget, default_tidal_layers(c.n_layers), 2)};
+  if (name == "quest") return {quest_spec(c, budget, 16, 2)};
+  if (name == "duo") return {duo_spec(c, roles, 64, budget - 64), roles.n_retrieval(), budget};
+  throw std::runtime_error("unknown policy " + name);
 }
 
 // Tokens of K/V (and Quest's metadata bytes) the policy's kernels read per step and sequence, as
 // run: per-query-head selections (TidalDecode, Quest) read their sets once per query head.
-std::pair<double, double> policy_reads(const std::string& name, const cuda::GpuPolicy& p, const ModelConfig& c,
-                                       double n) {
-  const double L = c.n_layers, KV = c.n_kv_heads, G = c.group_size(), B = std::min<double>(p.budget, n);
+std::pair<double, double> policy_reads(const std::string& name, const BenchPolicy& p, const ModelConfig& c,
+                                       double n, int budget) {
+  const double L = c.n_layers, KV = c.n_kv_heads, G = c.group_size(), B = std::min<double>(budget, n);
   if (name == "lychee" || name == "duo") {
-    double r = 0;
-    for (uint8_t x : p.retrieval) r += x;
-    return {r * n + (L * KV - r) * (name == "duo" ? std::min<double>(p.window_sink + p.window_recent, n) : B), 0.0};
+    const double r = p.n_retrieval;
+    return {r * n + (L * KV - r) * (name == "duo" ? std::min<double>(p.window, n) : B), 0.0};
   }
   if (name == "tidal") {  // dense layers, two dense selection layers, the rest per query head
     return {4 * KV * n + (L - 4) * KV * G * B, 0.0};
@@ -170,7 +161,7 @@ int main(int argc, char** argv) try {
       r.fill_kv_random(99);
       double full_ms = 0.0;
       for (const std::string& name : split_names(policies)) {
-        const cuda::GpuPolicy pol = make_policy(name, c, budget, n_retrieval);
+        const BenchPolicy pol = make_policy(name, c, budget, n_retrieval);
         std::vector<cuda::GpuSeq> seqs(static_cast<size_t>(batch));
         std::vector<cuda::GpuSeq*> ptrs;
         for (auto& s : seqs) {
@@ -178,7 +169,7 @@ int main(int argc, char** argv) try {
           ptrs.push_back(&s);
         }
         try {
-          r.set_policy(pol);
+          r.set_policy(pol.spec);
           std::vector<int32_t> tokens(static_cast<size_t>(batch), 1000), out(static_cast<size_t>(batch));
           r.decode(ptrs, tokens);
           r.greedy(batch, out);
@@ -194,7 +185,7 @@ int main(int argc, char** argv) try {
           const double ms =
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
           const double mean_ctx = ctx + 4 + steps / 2.0;
-          const auto [tokens_read, meta_bytes] = policy_reads(name, pol, c, mean_ctx);
+          const auto [tokens_read, meta_bytes] = policy_reads(name, pol, c, mean_ctx, budget);
           const double kv_bytes = double(batch) * (tokens_read * c.head_dim * 2.0 * 2.0 + meta_bytes);
           const double bytes = double(cuda::weight_bytes_per_step(*w, batch)) + kv_bytes;
           const double bound_ms = bytes / (bw * 1e9) * 1e3;

@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/common.h"
-#include "cuda/device_buffer.h"
-#include "cuda/prefill_attention.h"
+#include "cuda/common/common.h"
+#include "cuda/common/device_buffer.h"
+#include "cuda/kernels/prefill_attention.h"
 
 using namespace lychee::cuda;
 using Backend = PrefillAttention::Backend;

@@ -35,8 +35,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cuda/common.h"
-#include "cuda/train_student.h"
+#include "cuda/common/common.h"
+#include "cuda/train/student.h"
 #include "model/config.h"
 
 namespace {

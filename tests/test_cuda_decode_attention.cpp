@@ -17,8 +17,8 @@
 #include "core/error.h"
 
 #ifdef LYCHEE_HAS_CUDA
-#include "cuda/decode_attention.h"
-#include "cuda/device_buffer.h"
+#include "cuda/kernels/decode_attention.h"
+#include "cuda/common/device_buffer.h"
 
 namespace lychee {
 namespace {

@@ -22,12 +22,12 @@
 
 #ifdef LYCHEE_HAS_CUDA
 #include "cpu/model.h"
-#include "cuda/common.h"
-#include "cuda/decode_attention.h"
-#include "cuda/device_buffer.h"
-#include "cuda/gpu_runner.h"
-#include "cuda/select.h"
-#include "runtime/gpu_session.h"
+#include "cuda/common/common.h"
+#include "cuda/kernels/decode_attention.h"
+#include "cuda/common/device_buffer.h"
+#include "cuda/runner/gpu_runner.h"
+#include "cuda/kernels/select.h"
+#include "runtime/cuda_session.h"
 #include "runtime/session.h"
 
 namespace lychee {
@@ -78,7 +78,7 @@ std::vector<int32_t> gpu_select(const SelectCase& c, const std::vector<float>& s
   a.counts = counts.data();
   a.unit_scores = scratch.data();
   a.list_stride = list_stride;
-  a.strategy = cuda::GpuSelect(int(c.params.strategy));
+  a.strategy = c.params.strategy;
   a.budget = c.params.budget;
   a.value = c.params.value;
   a.sink = c.params.sink;
@@ -513,7 +513,7 @@ TEST(HybridPolicies, CoveringPoliciesReproduceFullAttention) {
   const ModelConfig& c = p.ck.config();
   const auto ids = prompt_ids(900, c.vocab_size);
   GpuSession full_s(p.runner, 1024);
-  FullPolicy full;
+  SpecPolicy full(full_spec(c));
   const Trace ref = run_session(full_s, &full, ids, 890);
   std::vector<std::pair<PolicyOptions, bool>> cases;  // options, bit-exact
   PolicyOptions o;

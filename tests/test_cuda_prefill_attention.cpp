@@ -22,8 +22,8 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "cuda/device_buffer.h"
-#include "cuda/prefill_attention.h"
+#include "cuda/common/device_buffer.h"
+#include "cuda/kernels/prefill_attention.h"
 
 namespace lychee::cuda {
 namespace {

@@ -23,8 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "cuda/common.h"
-#include "cuda/train_student.h"
+#include "cuda/common/common.h"
+#include "cuda/train/student.h"
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
 #include "model/weight_table.h"

@@ -155,7 +155,7 @@ TEST(LycheePolicy, TokenModeSelectsTheGroupMeanTopK) {
   Synthetic s(50);
   SelectParams p;
   p.budget = 7;
-  LycheePolicy lychee(s.c, s.roles({{1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}}), 1, p);
+  SpecPolicy lychee(lychee_spec(s.c, s.roles({{1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}}), 1, p));
   lychee.begin_step(50);
   plan(lychee, 0, s);
   const auto reads = plan(lychee, 1, s);
@@ -179,7 +179,7 @@ TEST(LycheePolicy, SetsPropagateFromTheMostRecentRetrievalHeadOfTheSameIndex) {
   s2.view.k = s2.k.data();
   SelectParams p;
   p.budget = 5;
-  LycheePolicy lychee(s0.c, s0.roles({{1, 1, 1}, {1, 0, 0}, {0, 0, 0}}), 1, p);
+  SpecPolicy lychee(lychee_spec(s0.c, s0.roles({{1, 1, 1}, {1, 0, 0}, {0, 0, 0}}), 1, p));
   lychee.begin_step(64);
   plan(lychee, 0, s0);
   const auto set0_h0 = lychee.selection(0), set0_h1 = lychee.selection(1);
@@ -201,7 +201,7 @@ TEST(LycheePolicy, BlockModeReadsWholeBlocksPlusTheCurrentOne) {
   Synthetic s(100);
   SelectParams p;
   p.budget = 48;  // 3 blocks of 16
-  LycheePolicy lychee(s.c, s.roles({{1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}}), 16, p);
+  SpecPolicy lychee(lychee_spec(s.c, s.roles({{1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}}), 16, p));
   lychee.begin_step(100);
   plan(lychee, 0, s);
   const auto reads = plan(lychee, 1, s);
@@ -216,7 +216,7 @@ TEST(LycheePolicy, BlockModeReadsWholeBlocksPlusTheCurrentOne) {
 
 TEST(TidalPolicy, DenseLayersSelectionLayersAndSparseLayers) {
   Synthetic s(40, 6);
-  TidalPolicy tidal(s.c, 6, {2, 4}, 2);
+  SpecPolicy tidal(tidal_spec(s.c, 6, {2, 4}, 2));
   tidal.begin_step(40);
   for (int layer : {0, 1})
     for (const auto& r : plan(tidal, layer, s)) EXPECT_TRUE(r.dense) << layer;
@@ -241,7 +241,7 @@ TEST(TidalPolicy, DenseLayersSelectionLayersAndSparseLayers) {
 
 TEST(QuestPolicy, PageBoundsAreUpperBoundsAndTheLastPageIsRead) {
   Synthetic s(70, 3);
-  QuestPolicy quest(s.c, 32, 16, 2);
+  SpecPolicy quest(quest_spec(s.c, 32, 16, 2));
   for (int layer : {0, 1})
     for (const auto& r : plan(quest, layer, s)) EXPECT_TRUE(r.dense);
   const auto reads = plan(quest, 2, s);
@@ -257,7 +257,7 @@ TEST(QuestPolicy, PageBoundsAreUpperBoundsAndTheLastPageIsRead) {
       mn[size_t(i)] = std::min(mn[size_t(i)], s.k[size_t(t) * 8 + i]);
       mx[size_t(i)] = std::max(mx[size_t(i)], s.k[size_t(t) * 8 + i]);
     }
-  const float u = QuestPolicy::page_bound(s.q.data(), mn.data(), mx.data(), 8);
+  const float u = quest_page_bound(s.q.data(), mn.data(), mx.data(), 8);
   for (int t = 16; t < 32; ++t) {
     float dot = 0;
     for (int i = 0; i < 8; ++i) dot += s.q[size_t(i)] * s.k[size_t(t) * 8 + i];
@@ -269,7 +269,7 @@ TEST(QuestPolicy, PageBoundsAreUpperBoundsAndTheLastPageIsRead) {
 
 TEST(DuoPolicy, StreamingHeadsReadSinkAndRecent) {
   Synthetic s(100, 2);
-  DuoPolicy duo(s.c, s.roles({{1, 1, 1}, {1, 0, 1}}), 4, 8);
+  SpecPolicy duo(duo_spec(s.c, s.roles({{1, 1, 1}, {1, 0, 1}}), 4, 8));
   const auto reads = plan(duo, 1, s);
   EXPECT_TRUE(reads[0].dense && reads[4].dense);
   std::vector<int32_t> want = {0, 1, 2, 3};
@@ -319,7 +319,7 @@ class PolicyEquality : public ::testing::TestWithParam<std::string> {};
 TEST_P(PolicyEquality, EveryPolicyEqualsFullWhenItReadsEverything) {
   TinyModel t(GetParam());
   const ModelConfig& c = t.model.config();
-  FullPolicy full;
+  SpecPolicy full(full_spec(c));
   const auto want = decode_logits(t.model, &full, 40, 6);
   auto check = [&](AttentionPolicy& p, const char* what) {
     const auto got = decode_logits(t.model, &p, 40, 6);
@@ -329,19 +329,19 @@ TEST_P(PolicyEquality, EveryPolicyEqualsFullWhenItReadsEverything) {
   std::fill(all.retrieval.begin(), all.retrieval.end(), 1);
   SelectParams small;
   small.budget = 3;
-  LycheePolicy every_head_retrieval(c, all, 1, small);
+  SpecPolicy every_head_retrieval(lychee_spec(c, all, 1, small));
   check(every_head_retrieval, "lychee, every head retrieval");
   SelectParams big;
   big.budget = 64;  // >= the 46 tokens of the sequence
-  LycheePolicy lychee_tokens(c, head_roles_from_layers(c, {0}), 1, big);
+  SpecPolicy lychee_tokens(lychee_spec(c, head_roles_from_layers(c, {0}), 1, big));
   check(lychee_tokens, "lychee token mode, budget >= length");
-  LycheePolicy lychee_blocks(c, head_roles_from_layers(c, {0}), 16, big);
+  SpecPolicy lychee_blocks(lychee_spec(c, head_roles_from_layers(c, {0}), 16, big));
   check(lychee_blocks, "lychee block mode, budget >= length");
-  TidalPolicy tidal(c, 64, default_tidal_layers(c.n_layers), 2);
+  SpecPolicy tidal(tidal_spec(c, 64, default_tidal_layers(c.n_layers), 2));
   check(tidal, "tidal, budget >= length");
-  QuestPolicy quest(c, 64, 16, 2);
+  SpecPolicy quest(quest_spec(c, 64, 16, 2));
   check(quest, "quest, every page");
-  DuoPolicy duo(c, head_roles_from_layers(c, {0}), 8, 40);
+  SpecPolicy duo(duo_spec(c, head_roles_from_layers(c, {0}), 8, 40));
   check(duo, "duo, sink + recent >= length");
 }
 
@@ -353,18 +353,19 @@ TEST(PolicyEquality, SparsePoliciesDifferAndReadLess) {
   TinyModel t("llama31_untied_bf16_sharded");
   const ModelConfig& c = t.model.config();
   KvReadStats full_stats, lychee_stats;
-  FullPolicy full;
+  SpecPolicy full(full_spec(c));
   const auto want = decode_logits(t.model, &full, 60, 4, &full_stats);
   SelectParams p;
   p.budget = 8;
-  LycheePolicy lychee(c, head_roles_from_layers(c, {0}), 1, p);
+  SpecPolicy lychee(lychee_spec(c, head_roles_from_layers(c, {0}), 1, p));
   const auto got = decode_logits(t.model, &lychee, 60, 4, &lychee_stats);
   EXPECT_NE(got[0], want[0]);
   EXPECT_EQ(full_stats.token_reads, full_stats.dense_token_reads);
   EXPECT_EQ(full_stats.decode_steps, 4u);
-  // Per step: layer 0 reads everything (2 KV heads x n), layers 1-2 read 8 tokens per KV head.
+  // Per step: layer 0 reads everything (every KV head x n), the later layers 8 tokens per KV head.
   uint64_t want_reads = 0;
-  for (int step = 0; step < 4; ++step) want_reads += 2 * uint64_t(61 + step) + 2 * 2 * 8;
+  const uint64_t kv = uint64_t(c.n_kv_heads), later = uint64_t(c.n_layers - 1);
+  for (int step = 0; step < 4; ++step) want_reads += kv * uint64_t(61 + step) + later * kv * 8;
   EXPECT_EQ(lychee_stats.token_reads, want_reads);
   EXPECT_EQ(lychee_stats.dense_token_reads, full_stats.dense_token_reads);
   EXPECT_EQ(lychee_stats.kv_bytes(c.head_dim), want_reads * uint64_t(c.head_dim) * 2 * 2);
@@ -379,7 +380,7 @@ TEST(CacheCorrection, RestoresTheDenseKvExactly) {
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(i * 13 % 400);
   SelectParams p;
   p.budget = 4;
-  LycheePolicy lychee(c, head_roles_from_layers(c, {0}), 1, p);
+  SpecPolicy lychee(lychee_spec(c, head_roles_from_layers(c, {0}), 1, p));
 
   CpuSession sparse(t.model, 64), dense(t.model, 64);
   sparse.set_policy(&lychee);
@@ -411,7 +412,7 @@ TEST(CacheCorrection, GenerateCorrectsEveryNSteps) {
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(i * 7 % 400);
   SelectParams p;
   p.budget = 4;
-  LycheePolicy lychee(c, head_roles_from_layers(c, {0}), 1, p);
+  SpecPolicy lychee(lychee_spec(c, head_roles_from_layers(c, {0}), 1, p));
   GenerateOptions o;
   o.max_new_tokens = 9;
   o.correct_every = 4;

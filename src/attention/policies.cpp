@@ -1,5 +1,6 @@
 #include "attention/policies.h"
 
+#include <atomic>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -66,7 +67,10 @@ std::string PolicyOptions::label() const {
   return "?";
 }
 
-std::unique_ptr<AttentionPolicy> make_policy(const PolicyOptions& o, const ModelConfig& c) {
+DecodeSpec full_spec(const ModelConfig& c) { return DecodeSpecBuilder(c, "full").finish(); }
+
+// The method table: a new method is a compiler in its own file and one case here.
+DecodeSpec compile_policy(const PolicyOptions& o, const ModelConfig& c) {
   o.validate(c);
   auto roles = [&] {
     if (o.roles) return *o.roles;
@@ -74,22 +78,26 @@ std::unique_ptr<AttentionPolicy> make_policy(const PolicyOptions& o, const Model
     std::vector<int> layers;
     for (int l = 0; l < c.n_layers; ++l)
       if (stand_in.is_retrieval(l, 0)) layers.push_back(l);
-    LY_LOG_WARN("no head-role file given (--heads): using the TidalDecode-matched stand-in "
-                "(every KV head of layers {} is a retrieval head)", fmt::join(layers, ", "));
+    static std::atomic<bool> warned{false};  // once per process, however many specs are compiled
+    if (!warned.exchange(true))
+      LY_LOG_WARN("no head-role file given (--heads): using the TidalDecode-matched stand-in "
+                  "(every KV head of layers {} is a retrieval head)", fmt::join(layers, ", "));
     return stand_in;
   };
   switch (o.kind) {
-    case PolicyKind::kFull: return std::make_unique<FullPolicy>();
-    case PolicyKind::kLychee: return std::make_unique<LycheePolicy>(c, roles(), o.block_size, o.select);
+    case PolicyKind::kFull: return full_spec(c);
+    case PolicyKind::kLychee: return lychee_spec(c, roles(), o.block_size, o.select);
     case PolicyKind::kTidal:
-      return std::make_unique<TidalPolicy>(c, o.select.budget,
-                                           o.tidal_layers.empty() ? default_tidal_layers(c.n_layers) : o.tidal_layers,
-                                           o.tidal_dense_layers);
-    case PolicyKind::kQuest:
-      return std::make_unique<QuestPolicy>(c, o.select.budget, o.quest_page, o.quest_dense_layers);
-    case PolicyKind::kDuo: return std::make_unique<DuoPolicy>(c, roles(), o.duo_sink, o.duo_recent);
+      return tidal_spec(c, o.select.budget, o.tidal_layers.empty() ? default_tidal_layers(c.n_layers) : o.tidal_layers,
+                        o.tidal_dense_layers);
+    case PolicyKind::kQuest: return quest_spec(c, o.select.budget, o.quest_page, o.quest_dense_layers);
+    case PolicyKind::kDuo: return duo_spec(c, roles(), o.duo_sink, o.duo_recent);
   }
   fail(ErrorCode::kInternal, "unhandled policy kind");
+}
+
+std::unique_ptr<AttentionPolicy> make_policy(const PolicyOptions& o, const ModelConfig& c) {
+  return std::make_unique<SpecPolicy>(compile_policy(o, c));
 }
 
 }  // namespace lychee

@@ -1,4 +1,4 @@
-// The attention policies lychee compares, all through one interface (policy.h):
+// The attention policies lychee compares, each compiled into one DecodeSpec (decode_spec.h):
 //   full    every head reads every token
 //   lychee  LycheeDecode: retrieval heads read everything and select the critical set with the
 //           GQA group's mean query; sparse heads read the set last written at their KV-head index
@@ -14,6 +14,7 @@
 
 #include "attention/head_roles.h"
 #include "attention/policy.h"
+#include "attention/spec_policy.h"
 #include "attention/selection.h"
 #include "model/config.h"
 
@@ -42,105 +43,33 @@ struct PolicyOptions {
   std::string label() const;                  // e.g. "lychee topk 256 block 64"
 };
 
+// The policy's description (a pure function of the options and the model's shape; validates).
+DecodeSpec compile_policy(const PolicyOptions& options, const ModelConfig& c);
+// The CPU reference's executor of compile_policy(options, c).
 std::unique_ptr<AttentionPolicy> make_policy(const PolicyOptions& options, const ModelConfig& c);
+
+// One compiler per method, each in its own file (lychee.cpp, tidal.cpp, quest.cpp, duo.cpp).
+DecodeSpec full_spec(const ModelConfig& c);
+// LycheeDecode: layer 0 and the retrieval heads of `roles` read densely and select with the
+// group-mean query into the set of their KV-head index; the other heads read that set. The
+// last layer's retrieval heads do not score (no later layer reads their sets).
+DecodeSpec lychee_spec(const ModelConfig& c, const HeadRoles& roles, int block_size, const SelectParams& select);
+// TidalDecode: layers [0, dense_layers) dense; selection layers (>= dense_layers) dense plus a
+// per-query-head token top-k; later layers read the latest selection; layers between the dense
+// ones and the first selection layer stay dense.
+DecodeSpec tidal_spec(const ModelConfig& c, int budget, const std::vector<int>& selection_layers, int dense_layers);
+// Quest: layers [0, dense_layers) dense; the others rank pages of `page` tokens per query head
+// by the bound and read the top pages (the last page always).
+DecodeSpec quest_spec(const ModelConfig& c, int budget, int page, int dense_layers);
+// DuoAttention: retrieval heads dense, streaming heads read sink + recent.
+DecodeSpec duo_spec(const ModelConfig& c, const HeadRoles& roles, int sink, int recent);
+
+// Quest's upper bound of q·k over a page from its channel-wise min/max keys:
+// sum_i max(q_i M_i, q_i m_i), accumulated in double.
+float quest_page_bound(const float* q, const float* kmin, const float* kmax, int head_dim);
 
 // The default selection layers of TidalDecode for a model of n_layers (2 and the re-selection
 // layer, 13 of 32 in the paper's Llama-3-8B setup, scaled).
 std::vector<int> default_tidal_layers(int n_layers);
-
-class FullPolicy final : public AttentionPolicy {
- public:
-  std::string name() const override { return "full"; }
-  void reset() override {}
-  void begin_step(int) override {}
-  void plan_layer(int, const float*, const LayerKvView&, std::span<HeadRead>) override {}
-};
-
-class LycheePolicy final : public AttentionPolicy {
- public:
-  LycheePolicy(const ModelConfig& c, HeadRoles roles, int block_size, SelectParams select);
-  std::string name() const override { return "lychee"; }
-  void reset() override;
-  void begin_step(int n_ctx) override;
-  void plan_layer(int layer, const float* q, const LayerKvView& kv, std::span<HeadRead> reads) override;
-  // The set (unit ids) currently stored at a KV-head index.
-  const std::vector<int32_t>& selection(int kv_head) const { return sets_[size_t(kv_head)]; }
-  const HeadRoles& roles() const { return roles_; }
-  int block_size() const { return block_; }
-  const SelectParams& select() const { return select_; }
-
- private:
-  void select_for_head(int kv_head, const float* q, const LayerKvView& kv);
-
-  int n_heads_, n_kv_heads_, head_dim_;
-  HeadRoles roles_;
-  int block_;
-  SelectParams select_;
-  std::vector<std::vector<int32_t>> sets_;  // [n_kv_heads] selected units
-  std::vector<float> qbar_, token_scores_, unit_scores_;
-};
-
-class TidalPolicy final : public AttentionPolicy {
- public:
-  TidalPolicy(const ModelConfig& c, int budget, std::vector<int> selection_layers, int dense_layers);
-  std::string name() const override { return "tidal"; }
-  void reset() override;
-  void begin_step(int n_ctx) override;
-  void plan_layer(int layer, const float* q, const LayerKvView& kv, std::span<HeadRead> reads) override;
-  const std::vector<int32_t>& selection(int q_head) const { return sets_[size_t(q_head)]; }
-  int budget() const { return budget_; }
-  const std::vector<int>& selection_layers() const { return selection_layers_; }
-  int dense_layers() const { return dense_layers_; }
-
- private:
-  int n_heads_, head_dim_, group_;
-  int budget_;
-  std::vector<int> selection_layers_;
-  int dense_layers_;
-  std::vector<std::vector<int32_t>> sets_;  // [n_heads] token positions
-  std::vector<float> scores_;
-};
-
-class QuestPolicy final : public AttentionPolicy {
- public:
-  QuestPolicy(const ModelConfig& c, int budget, int page_size, int dense_layers);
-  std::string name() const override { return "quest"; }
-  void reset() override;
-  void begin_step(int) override {}
-  void plan_layer(int layer, const float* q, const LayerKvView& kv, std::span<HeadRead> reads) override;
-  uint64_t metadata_bytes(int layer, int n_ctx) const override;
-  // Upper bound of q·k over a page from its channel-wise min/max keys: sum_i max(q_i M_i, q_i m_i).
-  static float page_bound(const float* q, const float* kmin, const float* kmax, int head_dim);
-  int budget() const { return budget_; }
-  int page() const { return page_; }
-  int dense_layers() const { return dense_layers_; }
-
- private:
-  void update_metadata(int layer, const LayerKvView& kv);
-
-  int n_heads_, n_kv_heads_, head_dim_, group_;
-  int budget_, page_, dense_layers_;
-  // Per layer: [n_pages][n_kv_heads][head_dim] min and max keys, and tokens folded in so far.
-  std::vector<std::vector<float>> kmin_, kmax_;
-  std::vector<int> n_seen_;
-  std::vector<float> scores_;
-};
-
-class DuoPolicy final : public AttentionPolicy {
- public:
-  DuoPolicy(const ModelConfig& c, HeadRoles roles, int sink, int recent);
-  std::string name() const override { return "duo"; }
-  void reset() override {}
-  void begin_step(int) override {}
-  void plan_layer(int layer, const float* q, const LayerKvView& kv, std::span<HeadRead> reads) override;
-  const HeadRoles& roles() const { return roles_; }
-  int sink() const { return sink_; }
-  int recent() const { return recent_; }
-
- private:
-  int n_kv_heads_, group_;
-  HeadRoles roles_;
-  int sink_, recent_;
-};
 
 }  // namespace lychee

@@ -1,13 +1,15 @@
-// The attention-policy interface: for each decode step, layer and query head, a policy decides
-// which cached tokens the head reads. Backends call it and do the arithmetic; policies never do.
-// Implementations (Full, Lychee, Tidal, Quest, Duo) live beside this file and include no
-// backend header.
+// The attention-policy interface the CPU reference calls: for each decode step, layer and query
+// head, which cached tokens the head reads. Backends do the arithmetic; policies never do. Every
+// policy is a compiled DecodeSpec (decode_spec.h) executed by SpecPolicy (spec_policy.h); the
+// GPU runs the same spec. Policies include no backend header.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "attention/decode_spec.h"
 
 namespace lychee {
 
@@ -56,6 +58,8 @@ class AttentionPolicy {
  public:
   virtual ~AttentionPolicy() = default;
   virtual std::string name() const = 0;
+  // The description both backends execute.
+  virtual const DecodeSpec& spec() const = 0;
   // A new sequence starts (its prompt is prefilled densely).
   virtual void reset() = 0;
   // A decode step starts; n_ctx counts the cached tokens including the one being decoded.

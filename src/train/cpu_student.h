@@ -22,7 +22,7 @@
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "train/backward_ops.h"
-#include "train/student.h"
+#include "model/student.h"
 
 namespace lychee::train {
 

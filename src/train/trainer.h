@@ -16,7 +16,7 @@
 #include "model/config.h"
 #include "train/data.h"
 #include "train/gates.h"
-#include "train/student.h"
+#include "model/student.h"
 
 namespace lychee::train {
 

@@ -1,0 +1,49 @@
+// Shared CUDA helpers: error checking that throws lychee::Error(kCuda) naming the call, file and
+// line, the bf16 type, and device facts. Kept free of fmt so every .cu file can include it.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace lychee::cuda {
+
+using bf16 = __nv_bfloat16;
+
+[[noreturn]] void fail_cuda(cudaError_t err, const char* expr, const char* file, int line);
+[[noreturn]] void fail_cuda_msg(const char* what, int code, const char* file, int line);
+
+struct DeviceInfo {
+  int device = 0;
+  int sm_count = 0;
+  size_t l2_bytes = 0;
+  size_t smem_per_block_optin = 0;
+  size_t total_memory = 0;
+  int cc_major = 0, cc_minor = 0;
+  char name[256] = {};
+};
+
+// The current device's properties (queried once).
+const DeviceInfo& device_info();
+// Whether a CUDA device is usable in this process.
+bool cuda_available();
+// "" when a CUDA device is usable, else why not (the CUDA error's name and text, or "no CUDA
+// device"), so that a run that requires a GPU can say what failed.
+std::string cuda_device_status();
+// Device-to-device copy bandwidth in GB/s counting bytes read plus written (1 GiB copies, median).
+double device_copy_bandwidth_gbps();
+
+}  // namespace lychee::cuda
+
+#define LY_CUDA_CHECK(expr)                                                 \
+  do {                                                                      \
+    cudaError_t ly_err_ = (expr);                                           \
+    if (ly_err_ != cudaSuccess)                                             \
+      ::lychee::cuda::fail_cuda(ly_err_, #expr, __FILE__, __LINE__);        \
+  } while (0)
+
+// After a kernel launch: catches launch-configuration errors without synchronising.
+#define LY_CUDA_CHECK_LAUNCH() LY_CUDA_CHECK(cudaGetLastError())

@@ -1,0 +1,610 @@
+// Split-KV paged decode attention for Hopper (sm_90a): kernels, launchers and dispatch.
+// Design, byte count, napkin math and lab notes: docs/kernels/decode-attention.md.
+//
+// Main kernel: one CTA (4 warps) per work item = an entry range of one head's list (dense pages,
+// selected pages, selected tokens or a window; all of a KV head's query rows or one). The CTA
+// streams that range through shared memory in tiles of 64 tokens (K and V, 16-byte cp.async.cg,
+// XOR-swizzled, kStages deep) and every warp attends to its own 16 tokens of each tile with
+// mma.sync m16n8k16: S = Q K^T with the group's query heads as the 16 rows (rows >= group are
+// zero), an online softmax in the log2 domain, O += P V with P taken straight from S's
+// accumulators. The 4 warps' (m, l, O) are merged through shared memory at the end; the item
+// writes `out` (bf16) when it is its head's only item, else a normalised partial O and its LSE.
+// Retrieval items also write their page (or token) scores from the same S accumulators: no
+// second read of K. Merge kernel: one CTA per (sequence, query head) combines the partials.
+#include "cuda/kernels/decode_attention.h"
+#include "cuda/common/ptx.cuh"
+
+#include <cstdint>
+#include <cstdlib>
+#include <type_traits>
+
+namespace lychee::cuda {
+namespace {
+
+constexpr int kThreads = 128;     // 4 warps per CTA
+constexpr int kWarps = kThreads / 32;
+constexpr int kTileTokens = 64;   // tokens per pipeline stage: 16 per warp, one mma k-step of P V
+constexpr int kMaxGroup = 8;      // query heads per KV head: mma rows 0..7, rows 8..15 are padding
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Tile sizes per head dim (one traits struct, as TK does).
+template <int HeadDim>
+struct DecodeTraits {
+  static constexpr int kRowBytes = HeadDim * 2;                // one token of K (or V), bf16
+  static constexpr int kChunksPerRow = HeadDim / 8;            // 16-byte chunks per token
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow; // rows one cp.async per thread covers
+  static constexpr int kPasses = kTileTokens / kRowsPerPass;
+  static constexpr int kTileBytes = kTileTokens * kRowBytes;   // K (or V) of one tile
+  static constexpr int kStageBytes = 2 * kTileBytes;           // K then V
+  // 96 KiB of stages per CTA, two CTAs per SM: up to 4 tiles (128 KiB at d=128) in flight per SM,
+  // several times the bandwidth-latency product (3 TB/s / 132 SMs x ~1 us = 23 KB).
+  static constexpr int kStages = (96 * 1024) / kStageBytes;    // 3 at d=128, 6 at d=64
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+  static constexpr int kKSteps = HeadDim / 16;                 // mma k-steps of Q K^T
+  static constexpr int kDimTiles = HeadDim / 8;                // mma n-tiles of P V
+  static constexpr int kOutStride = HeadDim + 8;               // epilogue row, padded (floats)
+  static_assert(kChunksPerRow >= 8, "the XOR swizzle needs at least 8 chunks per row");
+  static_assert(kStages >= 2, "the pipeline needs two stages");
+  static_assert(kWarps * kMaxGroup * kOutStride * 4 <= kSmemBytes, "epilogue reuses the stages");
+};
+
+using namespace ptx;
+
+// Byte offset of 16-byte chunk `chunk` of token row `row` in a K or V tile. XOR-ing the chunk with
+// row % 8 puts the 8 rows of every ldmatrix phase (and of every cp.async phase) in distinct banks.
+__host__ __device__ constexpr uint32_t tile_offset(int row, int chunk, int row_bytes) {
+  return uint32_t(row * row_bytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// ------------------------------------------------------------------------------ main kernel
+
+// An item's geometry, resolved once at the start of the CTA.
+struct ItemView {
+  const int32_t* bt;    // the sequence's block-table row
+  const int32_t* list;  // kUnits: the head's unit list
+  ListKind kind;
+  int begin;            // first entry
+  int unit, unit_shift; // tokens per entry (a power of two) and its log2
+  int n_tok;            // tokens the item reads (0: empty, past the device-side length)
+  int len;              // sequence length
+  int sink, recent;     // kWindow: effective sink and recent counts
+};
+
+// The unit id of entry e (absolute entry index).
+__device__ __forceinline__ int unit_of_entry(const ItemView& v, int e) {
+  if (v.kind == ListKind::kUnits) return __ldg(v.list + e);
+  if (v.kind == ListKind::kWindow) return e < v.sink ? e : v.len - v.recent + (e - v.sink);
+  return e;
+}
+
+__device__ __forceinline__ ItemView make_view(const DecodeAttentionArgs& a, const DecodeWorkItem& item) {
+  ItemView v;
+  v.bt = a.block_table + size_t(item.seq) * a.max_pages;
+  v.list = item.kind == ListKind::kUnits ? a.unit_lists + item.list : nullptr;
+  v.kind = item.kind;
+  v.begin = item.begin;
+  v.unit = item.unit;
+  v.unit_shift = __ffs(item.unit) - 1;
+  v.len = a.seq_lens[item.seq];
+  v.sink = min(a.window_sink, v.len);
+  v.recent = min(a.window_recent, v.len - v.sink);
+  const int last_unit = (v.len - 1) >> v.unit_shift;
+  int count = last_unit + 1;
+  if (item.kind == ListKind::kUnits) count = a.list_counts[item.count];
+  else if (item.kind == ListKind::kWindow) count = v.sink + v.recent;
+  // Every list ends with the sequence's last unit, the only one that can be partial.
+  const int e_end = min(item.end, count);
+  v.n_tok = e_end > item.begin
+                ? ((e_end - item.begin) << v.unit_shift) - (e_end == count ? ((last_unit + 1) << v.unit_shift) - v.len : 0)
+                : 0;
+  return v;
+}
+
+// Copies tiles of an item's K and V into shared memory. Tile t holds the item's tokens
+// [64 t, 64 t + 64); thread `tid` copies chunk tid % kChunksPerRow of rows tid / kChunksPerRow
+// + kRowsPerPass * i. Two ways to find a row: the page path (entries are whole pages: one
+// block-table lookup per page and tile, every warp instruction reads 512 contiguous bytes) and
+// the gather path (entries of 1, 16 or 32 tokens: a lookup per row). Both fetch the lookups of
+// a tile one tile ahead of its copies, so their latency hides behind the pipeline.
+template <int HeadDim, int PageSize>
+struct PageLoader {
+  using Tr = DecodeTraits<HeadDim>;
+  static constexpr int kPagesPerTile = PageSize >= kTileTokens ? 1 : kTileTokens / PageSize;
+  static_assert(PageSize % Tr::kRowsPerPass == 0, "a pass must not straddle pages");
+
+  const bf16* k;          // this KV head's rows in page 0 of the K pool
+  const bf16* v;
+  int64_t page_stride;    // elements from one page to the next: n_kv_heads * PageSize * HeadDim
+  ItemView iv;
+  int row0, chunk;
+  int ids[kPagesPerTile];
+
+  __device__ __forceinline__ void fetch(int t) {
+    const int first = t * kTileTokens / PageSize;  // item-relative entry
+#pragma unroll
+    for (int j = 0; j < kPagesPerTile; ++j)
+      ids[j] = (first + j) * PageSize < iv.n_tok ? __ldg(iv.bt + unit_of_entry(iv, iv.begin + first + j)) : 0;
+  }
+
+  __device__ __forceinline__ void issue(uint32_t stage, int t) const {
+#pragma unroll
+    for (int i = 0; i < Tr::kPasses; ++i) {
+      const int row = row0 + i * Tr::kRowsPerPass;
+      const int tok = t * kTileTokens + row;                  // item-relative token
+      const int j = PageSize >= kTileTokens ? 0 : (i * Tr::kRowsPerPass) / PageSize;
+      const int64_t off = int64_t(ids[j]) * page_stride + (tok % PageSize) * HeadDim + chunk * 8;
+      const bool ok = tok < iv.n_tok;
+      const uint32_t dst = stage + tile_offset(row, chunk, Tr::kRowBytes);
+      cp_async_16(dst, ok ? k + off : k, ok ? 16 : 0);
+      cp_async_16(dst + Tr::kTileBytes, ok ? v + off : v, ok ? 16 : 0);
+    }
+  }
+};
+
+template <int HeadDim, int PageSize>
+struct GatherLoader {
+  using Tr = DecodeTraits<HeadDim>;
+  const bf16* k;
+  const bf16* v;
+  int64_t page_stride;
+  ItemView iv;
+  int row0, chunk;
+  int64_t offs[Tr::kPasses];  // element offset of each of this thread's rows, -1 past the item
+
+  __device__ __forceinline__ void fetch(int t) {
+#pragma unroll
+    for (int i = 0; i < Tr::kPasses; ++i) {
+      const int tok = t * kTileTokens + row0 + i * Tr::kRowsPerPass;
+      offs[i] = -1;
+      if (tok < iv.n_tok) {
+        const int e = iv.begin + (tok >> iv.unit_shift);
+        const int pos = (unit_of_entry(iv, e) << iv.unit_shift) + (tok & (iv.unit - 1));
+        offs[i] = int64_t(__ldg(iv.bt + pos / PageSize)) * page_stride + (pos % PageSize) * HeadDim + chunk * 8;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void issue(uint32_t stage, int) const {
+#pragma unroll
+    for (int i = 0; i < Tr::kPasses; ++i) {
+      const int row = row0 + i * Tr::kRowsPerPass;
+      const bool ok = offs[i] >= 0;
+      const uint32_t dst = stage + tile_offset(row, chunk, Tr::kRowBytes);
+      cp_async_16(dst, ok ? k + offs[i] : k, ok ? 16 : 0);
+      cp_async_16(dst + Tr::kTileBytes, ok ? v + offs[i] : v, ok ? 16 : 0);
+    }
+  }
+};
+
+// Where a scoring item writes (fused scoring of retrieval heads; see ScoreKind).
+struct ScoreSink {
+  ScoreKind kind;
+  float* row;       // group kinds: the (seq, kv head) row; kRowToken: the row of the item's first query row
+  int stride;       // floats between rows (kRowToken)
+  int pos0;         // position of the item's token 0
+  int n_rows;
+  float inv_rows;   // 1 / n_rows: the group mean
+};
+
+// One warp, one tile: its 16 tokens [tok0, tok0 + 16) against the group's queries. (m, l) are the
+// running max (log2 domain, scaled) and sum of row g = lane / 4; o holds rows g (c0, c1) and the
+// zero padding rows g + 8 (c2, c3).
+template <int HeadDim>
+__device__ __forceinline__ void attend_tile(uint32_t k_tile, uint32_t v_tile,
+                                            const uint32_t (&qf)[DecodeTraits<HeadDim>::kKSteps][2],
+                                            float (&o)[DecodeTraits<HeadDim>::kDimTiles][4], float& m,
+                                            float& l, int tok0, int n_tok, float scale_log2,
+                                            const ScoreSink& sc) {
+  using Tr = DecodeTraits<HeadDim>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int r8 = lane & 7, t4 = lane & 3;
+
+  // S = Q K^T. ldmatrix matrices: (tokens 0-7 | 8-15 of the warp) x (dims lo | hi of the k-step).
+  const uint32_t k_row = k_tile + (warp * 16 + ((lane >> 4) << 3) + r8) * Tr::kRowBytes;
+  const int k_hi = (lane >> 3) & 1;
+  float s[2][4] = {};
+#pragma unroll
+  for (int ks = 0; ks < Tr::kKSteps; ++ks) {
+    uint32_t b[4];
+    ldmatrix_x4(b, k_row + (((2 * ks + k_hi) ^ r8) << 4));
+    mma_bf16(s[0], qf[ks][0], 0u, qf[ks][1], 0u, b[0], b[1]);
+    mma_bf16(s[1], qf[ks][0], 0u, qf[ks][1], 0u, b[2], b[3]);
+  }
+
+  // Fused scoring from the raw logits, before any scaling: the sum over the group's rows (rows
+  // past n_rows have a zero query) lies in the lanes of one t4 column (lane bits 2..4).
+  if (sc.kind != ScoreKind::kNone) {
+    const int g = lane >> 2;
+    if (sc.kind == ScoreKind::kRowToken) {
+      if (g < sc.n_rows)
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int tok = tok0 + 8 * n + 2 * t4 + i;
+            if (tok < n_tok) sc.row[size_t(g) * sc.stride + sc.pos0 + tok] = s[n][i];
+          }
+    } else {
+      float mean[2][2];
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float x = s[n][i];
+          x += __shfl_xor_sync(0xffffffffu, x, 4);
+          x += __shfl_xor_sync(0xffffffffu, x, 8);
+          x += __shfl_xor_sync(0xffffffffu, x, 16);
+          mean[n][i] = x * sc.inv_rows;
+        }
+      if (sc.kind == ScoreKind::kGroupToken) {
+        if (g == 0)
+#pragma unroll
+          for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              const int tok = tok0 + 8 * n + 2 * t4 + i;
+              if (tok < n_tok) sc.row[sc.pos0 + tok] = mean[n][i];
+            }
+      } else {  // kGroupChunk16: the max over the warp's 16 tokens (one aligned chunk)
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+            if (tok0 + 8 * n + 2 * t4 + i < n_tok) mx = fmaxf(mx, mean[n][i]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        if (lane == 0) sc.row[(sc.pos0 + tok0) >> 4] = mx;
+      }
+    }
+  }
+
+  // Online softmax of row g over this thread's 4 scores (tokens tok0 + 8n + 2 t4 + i); the row's
+  // 4 threads are one quad.
+  float mx = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int tok = tok0 + 8 * n + 2 * t4 + i;
+      s[n][i] = tok < n_tok ? s[n][i] * scale_log2 : -INFINITY;
+      mx = fmaxf(mx, s[n][i]);
+    }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const float m_new = fmaxf(m, mx);
+  const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing valid yet: keep exp2 off NaN
+  const float alpha = ex2(m - m_use);                     // m == -inf gives 0; o and l are 0 then
+  float p[2][2], p_sum = 0.0f;
+#pragma unroll
+  for (int n = 0; n < 2; ++n)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      p[n][i] = ex2(s[n][i] - m_use);
+      p_sum += p[n][i];
+    }
+  l = l * alpha + p_sum;
+  m = m_new;
+#pragma unroll
+  for (int j = 0; j < Tr::kDimTiles; ++j) {
+    o[j][0] *= alpha;
+    o[j][1] *= alpha;
+  }
+
+  // O += P V. S's accumulators are P's A fragment (k = the warp's 16 tokens). ldmatrix.trans
+  // matrices: (tokens 0-7 | 8-15) x (dims of n-tile 2 np | 2 np + 1).
+  const uint32_t pa0 = pack_bf16x2(p[0][0], p[0][1]), pa2 = pack_bf16x2(p[1][0], p[1][1]);
+  const uint32_t v_row = v_tile + (warp * 16 + (((lane >> 3) & 1) << 3) + r8) * Tr::kRowBytes;
+  const int v_hi = lane >> 4;
+#pragma unroll
+  for (int np = 0; np < Tr::kDimTiles / 2; ++np) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, v_row + (((2 * np + v_hi) ^ r8) << 4));
+    mma_bf16(o[2 * np], pa0, 0u, pa2, 0u, b[0], b[1]);
+    mma_bf16(o[2 * np + 1], pa0, 0u, pa2, 0u, b[2], b[3]);
+  }
+}
+
+// Merges the 4 warps' states and writes the item's result: bf16 `out` rows when it is its head's
+// only item, else the normalised partial O and the natural-log LSE of its slot.
+template <int HeadDim>
+__device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const DecodeWorkItem& item,
+                                           int group, uint8_t* smem,
+                                           const float (&o)[DecodeTraits<HeadDim>::kDimTiles][4], float m,
+                                           float l) {
+  using Tr = DecodeTraits<HeadDim>;
+  __shared__ float s_m[kWarps][kMaxGroup], s_l[kWarps][kMaxGroup], s_inv[kMaxGroup], s_lse[kMaxGroup];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (t4 == 0) {
+    s_m[warp][g] = m;
+    s_l[warp][g] = l;
+  }
+  __syncthreads();
+  float m_max = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) m_max = fmaxf(m_max, s_m[w][g]);
+  // A warp that saw no valid token has m == -inf and contributes nothing (no -inf - -inf).
+  const float f = m == -INFINITY ? 0.0f : ex2(m - m_max);
+  float* s_o = reinterpret_cast<float*>(smem);  // [kWarps][kMaxGroup][kOutStride] f32
+#pragma unroll
+  for (int j = 0; j < Tr::kDimTiles; ++j)
+    *reinterpret_cast<float2*>(s_o + (warp * kMaxGroup + g) * Tr::kOutStride + 8 * j + 2 * t4) =
+        make_float2(o[j][0] * f, o[j][1] * f);
+  if (warp == 0 && t4 == 0) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      if (s_m[w][g] != -INFINITY) sum += s_l[w][g] * ex2(s_m[w][g] - m_max);
+    s_inv[g] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    s_lse[g] = sum > 0.0f ? (m_max + __log2f(sum)) * kLn2 : -INFINITY;
+  }
+  __syncthreads();
+
+  constexpr int kVec = HeadDim / 4;  // 4 dims per thread and step
+  const int n_rows = item.n_rows, row_begin = item.row_begin;
+  for (int idx = threadIdx.x; idx < n_rows * kVec; idx += kThreads) {
+    const int r = idx / kVec, c = (idx % kVec) * 4;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float4 x = *reinterpret_cast<const float4*>(s_o + (w * kMaxGroup + r) * Tr::kOutStride + c);
+      acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+    }
+    const float inv = s_inv[r];
+    acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
+    if (item.slot < 0) {
+      const size_t row = size_t(item.seq) * a.n_heads + size_t(item.kv_head) * group + row_begin + r;
+      *reinterpret_cast<uint2*>(a.out + row * HeadDim + c) = pack_bf16x4(acc);
+    } else {
+      *reinterpret_cast<float4*>(a.partial_o + (size_t(item.slot) * group + row_begin + r) * HeadDim + c) = acc;
+    }
+  }
+  if (item.slot >= 0 && int(threadIdx.x) < n_rows)
+    a.partial_lse[size_t(item.slot) * group + row_begin + threadIdx.x] = s_lse[threadIdx.x];
+}
+
+// The pipeline over one item's tiles with either loader, then the epilogue.
+template <int HeadDim, typename Loader>
+__device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const DecodeWorkItem& item, Loader& ld,
+                                         const ScoreSink& sc, uint8_t* smem) {
+  using Tr = DecodeTraits<HeadDim>;
+  const int group = a.n_heads / a.n_kv_heads;
+  const int n_tok = ld.iv.n_tok;
+  const int n_tiles = n_tok > 0 ? (n_tok + kTileTokens - 1) / kTileTokens : 0;
+
+  const uint32_t smem0 = smem_u32(smem);
+#pragma unroll
+  for (int s = 0; s < Tr::kStages - 1; ++s) {
+    if (s < n_tiles) {
+      ld.fetch(s);
+      ld.issue(smem0 + s * Tr::kStageBytes, s);
+    }
+    cp_async_commit();
+  }
+  if (Tr::kStages - 1 < n_tiles) ld.fetch(Tr::kStages - 1);  // one tile ahead of its issue
+
+  // Q as A fragments, loaded while the first tiles are in flight: row g = query head
+  // kv_head * group + row_begin + g (zero for g >= n_rows), k = dims.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  uint32_t qf[Tr::kKSteps][2];
+  const bool q_ok = g < item.n_rows;
+  const uint32_t* q_row = reinterpret_cast<const uint32_t*>(
+      a.q + (size_t(item.seq) * a.n_heads + size_t(item.kv_head) * group + item.row_begin + (q_ok ? g : 0)) * HeadDim);
+#pragma unroll
+  for (int ks = 0; ks < Tr::kKSteps; ++ks) {
+    qf[ks][0] = q_ok ? __ldg(q_row + 8 * ks + t4) : 0u;
+    qf[ks][1] = q_ok ? __ldg(q_row + 8 * ks + 4 + t4) : 0u;
+  }
+  const float scale_log2 = a.scale * kLog2e;
+
+  float o[Tr::kDimTiles][4] = {};
+  float m = -INFINITY, l = 0.0f;
+  int stage = 0;  // stage holding tile t
+  for (int t = 0; t < n_tiles; ++t) {
+    cp_async_wait<Tr::kStages - 2>();
+    __syncthreads();  // tile t is visible to all warps, and all are done with tile t - 1's stage
+    const int t_next = t + Tr::kStages - 1;
+    const int fill = stage == 0 ? Tr::kStages - 1 : stage - 1;  // tile t - 1's stage
+    if (t_next < n_tiles) {
+      ld.issue(smem0 + fill * Tr::kStageBytes, t_next);
+      if (t_next + 1 < n_tiles) ld.fetch(t_next + 1);
+    }
+    cp_async_commit();  // possibly empty: keeps wait_group's count uniform
+    const int tok0 = t * kTileTokens + warp * 16;
+    if (tok0 < n_tok) {
+      const uint32_t k_tile = smem0 + stage * Tr::kStageBytes;
+      attend_tile<HeadDim>(k_tile, k_tile + Tr::kTileBytes, qf, o, m, l, tok0, n_tok, scale_log2, sc);
+    }
+    stage = stage + 1 == Tr::kStages ? 0 : stage + 1;
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stages are free for the epilogue
+  write_item<HeadDim>(a, item, group, smem, o, m, l);
+}
+
+template <int HeadDim, int PageSize>
+__global__ void __launch_bounds__(kThreads, 2) decode_attention_kernel(const DecodeAttentionArgs a) {
+  using Tr = DecodeTraits<HeadDim>;
+  extern __shared__ __align__(128) uint8_t smem[];  // [kStages][K tile, V tile] bf16, swizzled
+
+  grid_dependency_wait();  // q, the KV pools, the lists and the plan come from earlier work in the stream
+  grid_launch_dependents();
+  if (int(blockIdx.x) >= *a.n_items) return;
+  const DecodeWorkItem item = a.items[(a.item_offset != nullptr ? *a.item_offset : 0) + int(blockIdx.x)];
+  const int group = a.n_heads / a.n_kv_heads;
+  const ItemView iv = make_view(a, item);
+  if (a.token_reads != nullptr && threadIdx.x == 0 && item.n_rows == group && iv.n_tok > 0)
+    atomicAdd(a.token_reads + item.seq, (unsigned long long)iv.n_tok);
+
+  ScoreSink sc{item.score, nullptr, a.score_stride, item.begin * item.unit, item.n_rows, 1.0f / float(item.n_rows)};
+  if (item.score == ScoreKind::kRowToken)
+    sc.row = a.scores + (size_t(item.seq) * a.n_heads + size_t(item.kv_head) * group + item.row_begin) * a.score_stride;
+  else if (item.score != ScoreKind::kNone)
+    sc.row = a.scores + (size_t(item.seq) * a.n_kv_heads + item.kv_head) * a.score_stride;
+
+  const int64_t head_rows = int64_t(item.kv_head) * PageSize * HeadDim;
+  const int row0 = threadIdx.x / Tr::kChunksPerRow, chunk = threadIdx.x % Tr::kChunksPerRow;
+  const int64_t page_stride = int64_t(a.n_kv_heads) * PageSize * HeadDim;
+  if (item.unit == PageSize) {
+    PageLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
+    run_item<HeadDim>(a, item, ld, sc, smem);
+  } else {
+    GatherLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
+    run_item<HeadDim>(a, item, ld, sc, smem);
+  }
+}
+
+// ------------------------------------------------------------------------------ merge kernel
+
+// One CTA per (sequence, query head): out = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M) over
+// the head's slots. kSlotLanes slots are combined in parallel, each by HeadDim / 4 threads.
+template <int HeadDim>
+__global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeAttentionArgs a) {
+  constexpr int kVec = HeadDim / 4;
+  constexpr int kSlotLanes = kThreads / kVec;
+  __shared__ float s_max[kWarps];
+  __shared__ float4 s_acc[kSlotLanes][kVec];
+  __shared__ float s_w[kSlotLanes];
+
+  grid_dependency_wait();  // the partials of the attention kernel
+  const int group = a.n_heads / a.n_kv_heads;
+  const int seq = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
+  const int mi = seq * a.n_heads + h, r = h % group;
+  const int count = a.merge_count[mi];
+  if (count <= 0) return;  // written directly by its only item
+  const int begin = a.merge_begin[mi];
+
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < count; i += kThreads) m = fmaxf(m, a.partial_lse[size_t(begin + i) * group + r]);
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+  if ((threadIdx.x & 31) == 0) s_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) m = fmaxf(m, s_max[w]);
+
+  // An empty split has lse = -inf and weight 0; when all are empty the output is 0, never NaN.
+  const int vec = threadIdx.x % kVec, lanes = threadIdx.x / kVec;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float w_sum = 0.0f;
+#pragma unroll 4
+  for (int i = lanes; i < count; i += kSlotLanes) {
+    const size_t row = size_t(begin + i) * group + r;
+    const float lse = a.partial_lse[row];
+    if (lse == -INFINITY) continue;  // an empty split: weight 0, and its o is never read
+    const float w = __expf(lse - m);
+    const float4 x = reinterpret_cast<const float4*>(a.partial_o + row * HeadDim)[vec];
+    acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
+    w_sum += w;
+  }
+  s_acc[lanes][vec] = acc;
+  if (vec == 0) s_w[lanes] = w_sum;
+  __syncthreads();
+  if (lanes != 0) return;
+  float total = 0.0f;
+#pragma unroll
+  for (int j = 1; j < kSlotLanes; ++j) {
+    const float4 x = s_acc[j][vec];
+    acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+  }
+#pragma unroll
+  for (int j = 0; j < kSlotLanes; ++j) total += s_w[j];
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
+  *reinterpret_cast<uint2*>(a.out + (size_t(seq) * a.n_heads + h) * HeadDim + 4 * vec) = pack_bf16x4(acc);
+}
+
+// ------------------------------------------------------------------------------ launchers
+
+// Launch with programmatic stream serialisation (PDL): the grid may start while the previous
+// kernel drains; griddepcontrol.wait inside the kernels keeps the data order (and is a no-op
+// without PDL). LYCHEE_NO_PDL=1 in the environment launches plainly, for A/B timing.
+template <typename... Params>
+void launch_pdl(void (*kernel)(Params...), int grid, size_t smem_bytes, cudaStream_t stream,
+                const DecodeAttentionArgs& a) {
+  static const bool use_pdl = std::getenv("LYCHEE_NO_PDL") == nullptr;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(grid));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  cfg.attrs = use_pdl ? &attr : nullptr;
+  cfg.numAttrs = use_pdl ? 1 : 0;
+  LY_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+}
+
+// The attention kernel for one (head_dim, page_size), its shared-memory limit raised once.
+template <int HeadDim, int PageSize>
+auto attention_kernel() {
+  auto* kernel = decode_attention_kernel<HeadDim, PageSize>;
+  static const bool configured = [kernel] {
+    LY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       DecodeTraits<HeadDim>::kSmemBytes));
+    LY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       int(cudaSharedmemCarveoutMaxShared)));
+    return true;
+  }();
+  (void)configured;
+  return kernel;
+}
+
+template <int HeadDim, int PageSize>
+void launch_decode(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  if (a.max_items > 0) launch_pdl(attention_kernel<HeadDim, PageSize>(), a.max_items, DecodeTraits<HeadDim>::kSmemBytes, stream, a);
+  LY_CUDA_CHECK_LAUNCH();
+  if (a.batch > 0) launch_pdl(decode_merge_kernel<HeadDim>, a.batch * a.n_heads, 0, stream, a);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+template <int HeadDim, int PageSize>
+int ctas_per_sm() {
+  int n = 0;
+  LY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<HeadDim, PageSize>(), kThreads,
+                                                              DecodeTraits<HeadDim>::kSmemBytes));
+  return n;
+}
+
+// Small, closed dispatch over (head_dim, page_size); check_decode_args has rejected the rest.
+// f receives both as std::integral_constant.
+template <int HeadDim, typename F>
+auto with_page_size(int page_size, F&& f) {
+  using std::integral_constant;
+  switch (page_size) {
+    case 16: return f(integral_constant<int, HeadDim>{}, integral_constant<int, 16>{});
+    case 32: return f(integral_constant<int, HeadDim>{}, integral_constant<int, 32>{});
+    case 64: return f(integral_constant<int, HeadDim>{}, integral_constant<int, 64>{});
+    default: return f(integral_constant<int, HeadDim>{}, integral_constant<int, 128>{});
+  }
+}
+template <typename F>
+auto with_variant(int head_dim, int page_size, F&& f) {
+  if (head_dim == 64) return with_page_size<64>(page_size, f);
+  return with_page_size<128>(page_size, f);
+}
+
+}  // namespace
+
+void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  check_decode_args(a);
+  with_variant(a.head_dim, a.page_size, [&](auto d, auto p) { launch_decode<d.value, p.value>(a, stream); });
+}
+
+int decode_attention_ctas_per_sm(int head_dim, int page_size) {
+  const bool supported = (head_dim == 64 || head_dim == 128) &&
+                         (page_size == 16 || page_size == 32 || page_size == 64 || page_size == 128);
+  if (!supported) {  // the same "unsupported ..." message a launch would give
+    DecodeAttentionArgs probe{};
+    probe.head_dim = head_dim;
+    probe.page_size = page_size;
+    check_decode_args(probe);
+  }
+  return with_variant(head_dim, page_size, [](auto d, auto p) { return ctas_per_sm<d.value, p.value>(); });
+}
+
+}  // namespace lychee::cuda

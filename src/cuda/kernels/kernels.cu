@@ -1,0 +1,379 @@
+#include "cuda/kernels/kernels.h"
+
+#include <curand_kernel.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+namespace lychee::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, <= 1024); every thread gets it.
+__device__ float block_sum(float v) {
+  __shared__ float part[32];
+  __shared__ float total;
+  v = warp_sum(v);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < int(blockDim.x / kWarp) ? part[lane] : 0.0f;
+    s = warp_sum(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  const float r = total;
+  __syncthreads();  // part/total may be reused by the next call
+  return r;
+}
+
+__global__ void embed_kernel(const int32_t* __restrict__ tokens, const bf16* __restrict__ table,
+                             float* __restrict__ x, int d) {
+  const int t = blockIdx.x;
+  const bf16* row = table + size_t(tokens[t]) * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) x[size_t(t) * d + i] = __bfloat162float(row[i]);
+}
+
+__global__ void add_rmsnorm_kernel(float* __restrict__ x, const bf16* __restrict__ delta,
+                                   const float* __restrict__ bias, const float* __restrict__ w,
+                                   bf16* __restrict__ out, int d, float eps) {
+  const size_t row = size_t(blockIdx.x) * d;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = x[row + i];
+    if (delta != nullptr) v += __bfloat162float(delta[row + i]);
+    if (bias != nullptr) v += bias[i];
+    x[row + i] = v;
+    ss += v * v;
+  }
+  const float r = rsqrtf(block_sum(ss) / float(d) + eps);
+  for (int i = threadIdx.x; i < d; i += blockDim.x) out[row + i] = __float2bfloat16(w[i] * (x[row + i] * r));
+}
+
+// One warp per head of one token; each lane holds the pairs (i, i + hd/2), i = lane + 32 k.
+template <int kPairsPerLane>
+__global__ void qkv_rope_append_kernel(QkvArgs a) {
+  const int t = blockIdx.x;
+  const int lane = threadIdx.x % kWarp;
+  const int n_warps = blockDim.x / kWarp;
+  const int hd = a.head_dim, half = hd / 2;
+  const int qkv_dim = (a.n_heads + 2 * a.n_kv_heads) * hd;
+  const bf16* row = a.qkv + size_t(t) * qkv_dim;
+  const float pos = float(a.positions[t]);
+  for (int head = threadIdx.x / kWarp; head < a.n_heads + 2 * a.n_kv_heads; head += n_warps) {
+    const bool is_q = head < a.n_heads;
+    const bool is_v = head >= a.n_heads + a.n_kv_heads;
+    float lo[kPairsPerLane], hi[kPairsPerLane];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPairsPerLane; ++k) {
+      const int i = lane + k * kWarp;
+      lo[k] = hi[k] = 0.0f;
+      if (i < half) {
+        const int c0 = head * hd + i, c1 = c0 + half;
+        lo[k] = __bfloat162float(row[c0]);
+        hi[k] = __bfloat162float(row[c1]);
+        if (a.bias != nullptr) {
+          lo[k] += a.bias[c0];
+          hi[k] += a.bias[c1];
+        }
+        ss += lo[k] * lo[k] + hi[k] * hi[k];
+      }
+    }
+    const float* norm_w = is_v ? nullptr : (is_q ? a.q_norm : a.k_norm);
+    float r = 1.0f;
+    if (norm_w != nullptr) r = rsqrtf(warp_sum(ss) / float(hd) + a.eps);
+    bf16* dst;
+    if (is_q) {
+      dst = a.q_out + (size_t(t) * a.n_heads + head) * hd;
+    } else {
+      const int kvh = is_v ? head - a.n_heads - a.n_kv_heads : head - a.n_heads;
+      bf16* pool = is_v ? a.v_pool : a.k_pool;
+      dst = pool + ((size_t(a.kv_page[t]) * a.n_kv_heads + kvh) * a.page_size + a.kv_row[t]) * hd;
+    }
+#pragma unroll
+    for (int k = 0; k < kPairsPerLane; ++k) {
+      const int i = lane + k * kWarp;
+      if (i >= half) continue;
+      float x0 = lo[k], x1 = hi[k];
+      if (norm_w != nullptr) {
+        x0 = norm_w[i] * (x0 * r);
+        x1 = norm_w[i + half] * (x1 * r);
+      }
+      if (!is_v) {
+        float s, c;
+        sincosf(pos * a.inv_freq[i], &s, &c);
+        const float y0 = x0 * c - x1 * s;
+        const float y1 = x1 * c + x0 * s;
+        x0 = y0;
+        x1 = y1;
+      }
+      dst[i] = __float2bfloat16(x0);
+      dst[i + half] = __float2bfloat16(x1);
+    }
+  }
+}
+
+__global__ void silu_mul_kernel(const bf16* __restrict__ gu, const float* __restrict__ bias,
+                                bf16* __restrict__ out, int n, int ff) {
+  const size_t total = size_t(n) * ff;
+  for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += size_t(gridDim.x) * blockDim.x) {
+    const size_t t = idx / ff, j = idx % ff;
+    float g = __bfloat162float(gu[t * 2 * ff + j]);
+    float u = __bfloat162float(gu[t * 2 * ff + ff + j]);
+    if (bias != nullptr) {
+      g += bias[j];
+      u += bias[ff + j];
+    }
+    out[idx] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
+  }
+}
+
+struct ArgMax {
+  float v;
+  int32_t i;
+};
+
+__device__ __forceinline__ ArgMax better(ArgMax a, ArgMax b) {
+  if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;
+  return a;
+}
+
+constexpr int kReduceThreads = 1024;
+
+__global__ void __launch_bounds__(kReduceThreads) argmax_kernel(const float* __restrict__ logits,
+                                                                int32_t* __restrict__ out, int vocab) {
+  const float* row = logits + size_t(blockIdx.x) * vocab;
+  ArgMax best{-INFINITY, vocab};
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) best = better(best, ArgMax{row[i], i});
+  using Reduce = cub::BlockReduce<ArgMax, kReduceThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const ArgMax r = Reduce(tmp).Reduce(best, [](ArgMax a, ArgMax b) { return better(a, b); });
+  if (threadIdx.x == 0) out[blockIdx.x] = r.i < vocab ? r.i : 0;
+}
+
+// Order-preserving map of a float to uint32 (larger float -> larger key).
+__device__ __forceinline__ uint32_t float_key(float f) {
+  const uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// The key of the k-th largest value of row[vocab] (radix select, 8 bits at a time).
+__device__ uint32_t kth_largest_key(const float* row, int vocab, int k) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t prefix, prefix_mask;
+  __shared__ int remaining;
+  if (threadIdx.x == 0) {
+    prefix = 0;
+    prefix_mask = 0;
+    remaining = k;
+  }
+  __syncthreads();
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const uint32_t key = float_key(row[i]);
+      if ((key & prefix_mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int left = remaining;
+      for (int digit = 255; digit >= 0; --digit) {
+        if (int(hist[digit]) >= left) {
+          prefix |= uint32_t(digit) << shift;
+          prefix_mask |= 0xffu << shift;
+          remaining = left;
+          break;
+        }
+        left -= int(hist[digit]);
+      }
+    }
+    __syncthreads();
+  }
+  return prefix;
+}
+
+__global__ void __launch_bounds__(kReduceThreads)
+    sample_kernel(const float* __restrict__ logits, int32_t* __restrict__ out, int vocab, float inv_temp,
+                  int top_k, float top_p, uint64_t seed, const uint64_t* __restrict__ step) {
+  const float* row = logits + size_t(blockIdx.x) * vocab;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) mx = fmaxf(mx, row[i]);
+  using Reduce = cub::BlockReduce<float, kReduceThreads>;
+  __shared__ typename Reduce::TempStorage rtmp;
+  __shared__ float s_mx;
+  const float bmx = Reduce(rtmp).Reduce(mx, [](float a, float b) { return fmaxf(a, b); });
+  if (threadIdx.x == 0) s_mx = bmx;
+  __syncthreads();
+  mx = s_mx;
+  const uint32_t min_key = (top_k > 0 && top_k < vocab) ? kth_largest_key(row, vocab, top_k) : 0u;
+  auto weight = [&](int i) {  // unnormalised probability of token i, 0 if cut by top-k
+    const float v = row[i];
+    return float_key(v) >= min_key ? __expf((v - mx) * inv_temp) : 0.0f;
+  };
+  float total = 0.0f;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) total += weight(i);
+  total = block_sum(total);
+  // Top-p: the largest threshold tau whose set {w >= tau} keeps mass >= top_p (bisection).
+  float tau = 0.0f;
+  if (top_p < 1.0f) {
+    float lo = 0.0f, hi = 1.0f + 1e-6f;
+    for (int it = 0; it < 32; ++it) {
+      const float mid = 0.5f * (lo + hi);
+      float mass = 0.0f;
+      for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float w = weight(i);
+        mass += w >= mid ? w : 0.0f;
+      }
+      if (block_sum(mass) >= top_p * total) lo = mid; else hi = mid;
+    }
+    tau = lo;
+  }
+  float kept = 0.0f;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float w = weight(i);
+    kept += w >= tau ? w : 0.0f;
+  }
+  kept = block_sum(kept);
+  __shared__ float s_u;
+  if (threadIdx.x == 0) {
+    curandStatePhilox4_32_10_t st;
+    curand_init(seed, blockIdx.x, *step * 4, &st);
+    s_u = curand_uniform(&st) * kept;  // in (0, kept]
+  }
+  __syncthreads();
+  const float u = s_u;
+  // The first token (in index order) where the running sum of kept weights reaches u.
+  using Scan = cub::BlockScan<float, kReduceThreads>;
+  __shared__ typename Scan::TempStorage stmp;
+  __shared__ float carry;
+  __shared__ int chosen;
+  if (threadIdx.x == 0) {
+    carry = 0.0f;
+    chosen = -1;
+  }
+  __syncthreads();
+  int last_kept = 0;
+  for (int base = 0; base < vocab; base += blockDim.x) {
+    const int i = base + threadIdx.x;
+    float w = i < vocab ? weight(i) : 0.0f;
+    if (w < tau) w = 0.0f;
+    if (w > 0.0f) last_kept = i;
+    float incl;
+    Scan(stmp).InclusiveSum(w, incl);
+    incl += carry;
+    if (w > 0.0f && incl >= u && incl - w < u) atomicCAS(&chosen, -1, i);
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) carry = incl;
+    __syncthreads();
+    if (chosen >= 0) break;
+  }
+  // Rounding can leave u just above the final sum: take the last kept token then.
+  const int fallback = Reduce(rtmp).Reduce(float(last_kept), [](float a, float b) { return fmaxf(a, b); });
+  if (threadIdx.x == 0) out[blockIdx.x] = chosen >= 0 ? chosen : int(fallback);
+}
+
+__global__ void increment_kernel(uint64_t* step) { *step += 1; }
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void fill_normal_kernel(bf16* p, size_t n, uint64_t seed, float std) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = splitmix64(seed ^ (i * 0xd1b54a32d192ed03ull));
+    const float u1 = (float((h >> 40) & 0xffffffu) + 1.0f) * (1.0f / 16777217.0f);
+    const float u2 = float(h & 0xffffffu) * (1.0f / 16777216.0f);
+    p[i] = __float2bfloat16(std * sqrtf(-2.0f * __logf(u1)) * __cosf(6.2831853f * u2));
+  }
+}
+
+__global__ void fill_const_kernel(float* p, size_t n, float v) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
+}
+
+__global__ void f32_to_bf16_kernel(const float* in, bf16* out, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16(in[i]);
+}
+
+int grid_for(size_t n, int threads) {
+  const size_t blocks = (n + size_t(threads) - 1) / size_t(threads);
+  return int(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
+}
+
+}  // namespace
+
+void embed(const int32_t* tokens, const bf16* table, float* x, int n, int d, cudaStream_t s) {
+  embed_kernel<<<n, 256, 0, s>>>(tokens, table, x, d);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void add_rmsnorm(float* x, const bf16* delta, const float* bias, const float* w, bf16* out, int n,
+                 int d, float eps, cudaStream_t s) {
+  const int threads = d >= 2048 ? 1024 : (d >= 512 ? 512 : 256);
+  add_rmsnorm_kernel<<<n, threads, 0, s>>>(x, delta, bias, w, out, d, eps);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void qkv_rope_append(const QkvArgs& a, cudaStream_t s) {
+  const int half = a.head_dim / 2;
+  if (half <= 32) {
+    qkv_rope_append_kernel<1><<<a.n, 256, 0, s>>>(a);
+  } else if (half <= 64) {
+    qkv_rope_append_kernel<2><<<a.n, 256, 0, s>>>(a);
+  } else if (half <= 128) {
+    qkv_rope_append_kernel<4><<<a.n, 256, 0, s>>>(a);
+  } else {
+    fail_cuda_msg("qkv_rope_append: head_dim above 256 is unsupported", a.head_dim, __FILE__, __LINE__);
+  }
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul(const bf16* gu, const float* bias, bf16* out, int n, int ff, cudaStream_t s) {
+  silu_mul_kernel<<<grid_for(size_t(n) * ff, 256), 256, 0, s>>>(gu, bias, out, n, ff);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void argmax(const float* logits, int32_t* out, int batch, int vocab, cudaStream_t s) {
+  argmax_kernel<<<batch, kReduceThreads, 0, s>>>(logits, out, vocab);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void sample(const float* logits, int32_t* out, int batch, int vocab, float temperature, int top_k,
+            float top_p, uint64_t seed, uint64_t* step, cudaStream_t s) {
+  sample_kernel<<<batch, kReduceThreads, 0, s>>>(logits, out, vocab, 1.0f / temperature, top_k, top_p, seed, step);
+  LY_CUDA_CHECK_LAUNCH();
+  increment_kernel<<<1, 1, 0, s>>>(step);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float std, cudaStream_t s) {
+  fill_normal_kernel<<<grid_for(n, 256), 256, 0, s>>>(p, n, seed, std);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void fill_const_f32(float* p, size_t n, float value, cudaStream_t s) {
+  fill_const_kernel<<<grid_for(n, 256), 256, 0, s>>>(p, n, value);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void convert_f32_to_bf16(const float* in, bf16* out, size_t n, cudaStream_t s) {
+  f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(in, out, n);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lychee::cuda

@@ -1,0 +1,59 @@
+// The GPU model's small fused kernels (everything but the matrix products and attention).
+// bf16 activations into the matrix products, fp32 residual stream and accumulation.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/common.h"
+
+namespace lychee::cuda {
+
+// x[n][d] f32 = rows of table[vocab][d] bf16 picked by tokens[n].
+void embed(const int32_t* tokens, const bf16* table, float* x, int n, int d, cudaStream_t s);
+
+// x[n][d] += delta[n][d] (bf16, may be null) + bias[d] (f32, may be null); then
+// out[n][d] = x / sqrt(mean(x²) + eps) * w[d] in bf16.
+void add_rmsnorm(float* x, const bf16* delta, const float* bias, const float* w, bf16* out, int n,
+                 int d, float eps, cudaStream_t s);
+
+// Per token: adds the q/k/v biases (f32, may be null), applies per-head RMSNorm to q and k
+// (q_norm/k_norm f32 [head_dim], may be null), rotates q and k (rotate-half RoPE, angle =
+// pos * inv_freq[i] in f32), writes q to q_out and k, v into the paged cache.
+struct QkvArgs {
+  const bf16* qkv;          // [n][q_dim + 2 * kv_dim], the fused projection's output
+  const float* bias;        // [q_dim + 2 * kv_dim] or null
+  const float* q_norm;      // [head_dim] or null
+  const float* k_norm;      // [head_dim] or null
+  float eps;
+  const int32_t* positions; // [n]
+  const int32_t* kv_page;   // [n] page id that receives the token's K/V
+  const int32_t* kv_row;    // [n] row in that page
+  const float* inv_freq;    // [head_dim / 2]
+  bf16* q_out;              // [n][n_heads][head_dim]
+  bf16* k_pool;             // [n_pages][n_kv_heads][page_size][head_dim]
+  bf16* v_pool;
+  int n, n_heads, n_kv_heads, head_dim, page_size;
+};
+void qkv_rope_append(const QkvArgs& a, cudaStream_t s);
+
+// out[n][ff] = silu(gu[n][j] + b[j]) * (gu[n][ff + j] + b[ff + j]); gu is [n][2 * ff] (gate rows,
+// then up rows); bias f32 [2 * ff] or null.
+void silu_mul(const bf16* gu, const float* bias, bf16* out, int n, int ff, cudaStream_t s);
+
+// out[b] = argmax of logits[b][vocab] (lowest index among equal maxima).
+void argmax(const float* logits, int32_t* out, int batch, int vocab, cudaStream_t s);
+
+// Samples out[b] from softmax(logits[b] / temperature) restricted to the top_k largest (0 = all)
+// and to the smallest set of probability >= top_p. Random numbers: Philox(seed, *step, b);
+// *step is incremented once per call by the kernel (so graph replays draw fresh numbers).
+void sample(const float* logits, int32_t* out, int batch, int vocab, float temperature, int top_k,
+            float top_p, uint64_t seed, uint64_t* step, cudaStream_t s);
+
+// Fills p[n] with N(0, std²) values (a counter-based hash, deterministic in seed).
+void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float std, cudaStream_t s);
+void fill_const_f32(float* p, size_t n, float value, cudaStream_t s);
+
+// Converts f32 to bf16 (round to nearest even).
+void convert_f32_to_bf16(const float* in, bf16* out, size_t n, cudaStream_t s);
+
+}  // namespace lychee::cuda

@@ -1,0 +1,293 @@
+// The fallback prefill attention: FA2-style causal attention over the paged KV cache.
+//
+// One block = 64 queries of one (sequence, query head); 4 warps, 16 query rows each. K/V tiles of
+// 64 keys are gathered page by page with cp.async into a double buffer (the next tile loads while
+// this one is used); S = Q K^T and O += P V run on mma.sync m16n8k16 bf16 with f32 accumulators;
+// softmax is online (running max and sum per row, in base 2). GQA: query head h reads KV head
+// h / (n_heads / n_kv_heads); neighbouring heads of a group run as neighbouring blocks and share
+// the KV tiles through L2.
+//
+// Napkin math (one sequence, L = q_len = kv_len, H query heads, d = head_dim): 4·L²·d·H/2 causal
+// FLOPs; K/V are re-read once per 64-query tile, L/64 · L·d·2·2 B per head (≈ L²·d/16 B), which
+// L2 absorbs for GQA neighbours. It is compute bound; the ceiling is the mma.sync rate, well under
+// Hopper's wgmma rate, which is why cuDNN is the default (bench/bench_prefill_attention.cu).
+#include <cstdint>
+
+#include "cuda/kernels/prefill_attention.h"
+#include "cuda/common/ptx.cuh"
+
+namespace lychee::cuda {
+namespace {
+
+constexpr int kTileQ = 64;      // queries per block
+constexpr int kTileK = 64;      // keys per K/V tile
+constexpr int kThreads = 128;   // 4 warps x 16 query rows
+
+template <int D>
+struct Tile {
+  static constexpr int kChunks = D / 8;             // 16-byte chunks per row
+  static constexpr int kBytes = kTileQ * D * 2;     // one [64][D] bf16 tile
+  static constexpr int kSmemBytes = 5 * kBytes;     // Q, K[2], V[2]
+};
+
+using namespace ptx;
+
+// Byte offset of 16-byte chunk c of row r in a [64][D] tile. The chunk index is XORed with r % 8 so
+// that the 8 rows one ldmatrix phase reads (same logical chunk) land in 8 different bank groups.
+template <int D>
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  return uint32_t((r * Tile<D>::kChunks + (c ^ (r & 7))) * 16);
+}
+
+// Epilogue of one warp: divides its 16 rows by their softmax sums (l: per-thread partial sums),
+// stages them in its own 16 rows of the Q tile (only this warp read those), then writes whole
+// 16-byte chunks of the rows below n_rows. out points at the tile's first row.
+template <int D>
+__device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], float (&l)[2], uint32_t sq, int warp,
+                                           int lane, bf16* out, size_t row_stride, int n_rows) {
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+  }
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int nd = 0; nd < D / 8; ++nd) {
+    const uint32_t lo = pack_bf16x2(o[nd][0] * inv[0], o[nd][1] * inv[0]);
+    const uint32_t hi = pack_bf16x2(o[nd][2] * inv[1], o[nd][3] * inv[1]);
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sq + swz<D>(warp * 16 + g, nd) + t4 * 4), "r"(lo) : "memory");
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sq + swz<D>(warp * 16 + g + 8, nd) + t4 * 4), "r"(hi)
+                 : "memory");
+  }
+  __syncwarp();
+  for (int c = lane; c < 16 * Tile<D>::kChunks; c += 32) {
+    const int r = warp * 16 + c / Tile<D>::kChunks, ch = c % Tile<D>::kChunks;
+    if (r >= n_rows) continue;
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(sq + swz<D>(r, ch))
+                 : "memory");
+    *reinterpret_cast<uint4*>(out + size_t(r) * row_stride + ch * 8) = v;
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    prefill_fallback_kernel(const PrefillAttentionArgs a, const float scale_log2) {
+  using T = Tile<D>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sq = smem_u32(smem);             // [64][D] Q, later the output staging
+  const uint32_t sk = sq + T::kBytes;             // [2][64][D]
+  const uint32_t sv = sk + 2 * T::kBytes;         // [2][64][D]
+
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kTileQ;  // longest rows (most keys) first
+  const int q_len = a.q_lens[b], kv_len = a.kv_lens[b];
+  if (q0 >= q_len) return;
+  const int offset = kv_len - q_len;                  // query i sees keys t <= offset + i
+  const int kv_end = offset + min(q0 + kTileQ, q_len);  // keys any valid row of the tile sees
+  const int n_tiles = (kv_end + kTileK - 1) / kTileK;
+  const int kvh = h / (a.n_heads / a.n_kv_heads);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  // Q tile, rows past q_len zero-filled.
+  const size_t q_row = size_t(a.n_heads) * D;
+  const bf16* qb = a.q + (size_t(b) * a.q_len_max * a.n_heads + h) * D;
+  for (int c = tid; c < kTileQ * T::kChunks; c += kThreads) {
+    const int r = c / T::kChunks, ch = c % T::kChunks;
+    const bool valid = q0 + r < q_len;
+    cp_async_16(sq + swz<D>(r, ch), valid ? qb + size_t(q0 + r) * q_row + ch * 8 : a.q, valid ? 16 : 0);
+  }
+  cp_async_commit();
+
+  const int32_t* table = a.page_table + size_t(b) * a.max_pages;
+  auto load_kv = [&](int tile, int buf) {
+    const int k0 = tile * kTileK;
+    for (int c = tid; c < kTileK * T::kChunks; c += kThreads) {
+      const int r = c / T::kChunks, ch = c % T::kChunks;
+      const int t = k0 + r;
+      // Keys past kv_end are zero-filled (finite scores, masked below) and their table entries
+      // never read: a zero V row keeps stale shared memory (possibly NaN) out of P V.
+      const bool valid = t < kv_end;
+      size_t off = 0;
+      if (valid) {
+        const int page = table[t / a.page_size];
+        off = ((size_t(page) * a.n_kv_heads + kvh) * a.page_size + t % a.page_size) * D + ch * 8;
+      }
+      cp_async_16(sk + buf * T::kBytes + swz<D>(r, ch), a.k_pool + off, valid ? 16 : 0);
+      cp_async_16(sv + buf * T::kBytes + swz<D>(r, ch), a.v_pool + off, valid ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+  load_kv(0, 0);
+
+  cp_async_wait<1>();  // Q landed (tile 0 may still be in flight)
+  __syncthreads();
+  uint32_t qf[D / 16][4];  // this warp's 16 rows as A fragments, one per 16 columns of d
+#pragma unroll
+  for (int kb = 0; kb < D / 16; ++kb)
+    ldmatrix_x4(qf[kb], sq + swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, kb * 2 + (lane >> 4)));
+
+  float o[D / 8][4] = {};  // rows g = lane / 4 and g + 8; columns 8 nd + 2 (lane % 4) + {0, 1}
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int row0 = q0 + warp * 16 + (lane >> 2);  // query index of o[.][0..1]; row0 + 8 for [2..3]
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int buf = j & 1;
+    cp_async_wait<0>();
+    __syncthreads();  // tile j visible to all; everyone is done with tile j - 1's buffer
+    if (j + 1 < n_tiles) load_kv(j + 1, buf ^ 1);
+
+    float s[kTileK / 8][4] = {};
+#pragma unroll
+    for (int kb = 0; kb < D / 16; ++kb) {
+#pragma unroll
+      for (int np = 0; np < kTileK / 16; ++np) {
+        uint32_t kf[4];
+        ldmatrix_x4(kf, sk + buf * T::kBytes +
+                            swz<D>(np * 16 + (lane & 7) + (lane >> 4) * 8, kb * 2 + ((lane >> 3) & 1)));
+        mma_bf16(s[2 * np], qf[kb], kf[0], kf[1]);
+        mma_bf16(s[2 * np + 1], qf[kb], kf[2], kf[3]);
+      }
+    }
+
+    const int k0 = j * kTileK;
+    if (k0 + kTileK - 1 > offset + q0 + warp * 16) {  // the diagonal crosses this warp's rows
+#pragma unroll
+      for (int nb = 0; nb < kTileK / 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = k0 + nb * 8 + (lane & 3) * 2 + (e & 1);
+          if (key > offset + row0 + (e >> 1) * 8) s[nb][e] = -INFINITY;
+        }
+    }
+
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nb = 0; nb < kTileK / 8; ++nb) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[nb][0], s[nb][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[nb][2], s[nb][3]));
+    }
+    float ref[2], corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m[r], mx[r] * scale_log2);
+      ref[r] = m_new == -INFINITY ? 0.0f : m_new;  // a fully masked row so far: avoid -inf - -inf
+      corr[r] = exp2f(m[r] - ref[r]);
+      m[r] = m_new;
+    }
+
+    uint32_t pf[kTileK / 16][4];  // P as A fragments, one per 16 keys
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nb = 0; nb < kTileK / 8; ++nb) {
+      const float p0 = exp2f(fmaf(s[nb][0], scale_log2, -ref[0]));
+      const float p1 = exp2f(fmaf(s[nb][1], scale_log2, -ref[0]));
+      const float p2 = exp2f(fmaf(s[nb][2], scale_log2, -ref[1]));
+      const float p3 = exp2f(fmaf(s[nb][3], scale_log2, -ref[1]));
+      rs[0] += p0 + p1;
+      rs[1] += p2 + p3;
+      pf[nb >> 1][(nb & 1) * 2 + 0] = pack_bf16x2(p0, p1);
+      pf[nb >> 1][(nb & 1) * 2 + 1] = pack_bf16x2(p2, p3);
+    }
+    // Per-thread partial sums: the correction is uniform along a row, so the four threads of a
+    // row reduce their sums once, after the last tile.
+    l[0] = l[0] * corr[0] + rs[0];
+    l[1] = l[1] * corr[1] + rs[1];
+#pragma unroll
+    for (int nd = 0; nd < D / 8; ++nd) {
+      o[nd][0] *= corr[0];
+      o[nd][1] *= corr[0];
+      o[nd][2] *= corr[1];
+      o[nd][3] *= corr[1];
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, sv + buf * T::kBytes +
+                                  swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 2 + (lane >> 4)));
+        mma_bf16(o[2 * dp], pf[kk], vf[0], vf[1]);
+        mma_bf16(o[2 * dp + 1], pf[kk], vf[2], vf[3]);
+      }
+    }
+  }
+
+  bf16* ob = a.out + (size_t(b) * a.q_len_max * a.n_heads + h) * D;
+  store_rows<D>(o, l, sq, warp, lane, ob + size_t(q0) * q_row, q_row, q_len - q0);
+}
+
+template <int D>
+void launch(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  static const bool smem_set = [] {
+    LY_CUDA_CHECK(cudaFuncSetAttribute(prefill_fallback_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Tile<D>::kSmemBytes));
+    return true;
+  }();
+  (void)smem_set;
+  const dim3 grid((a.q_len_max + kTileQ - 1) / kTileQ, a.n_heads, a.batch);
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+  prefill_fallback_kernel<D><<<grid, kThreads, Tile<D>::kSmemBytes, stream>>>(a, scale_log2);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+__global__ void fill_offsets_kernel(int32_t* out, int n, int32_t stride) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = i * stride;
+}
+
+}  // namespace
+
+namespace detail {
+// (fmt does not compile under nvcc, so the error for other head dims is raised by the caller.)
+bool launch_prefill_fallback(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  switch (a.head_dim) {
+    case 64: launch<64>(a, stream); return true;
+    case 128: launch<128>(a, stream); return true;
+    default: return false;
+  }
+}
+
+void fill_ragged_offsets(int32_t* out, int n, int32_t stride, cudaStream_t stream) {
+  fill_offsets_kernel<<<(n + 255) / 256, 256, 0, stream>>>(out, n, stride);
+  LY_CUDA_CHECK_LAUNCH();
+}
+}  // namespace detail
+
+namespace {
+
+// One block per (sequence, KV head, page): 16-byte copies of the page's rows.
+__global__ void gather_pages_kernel(PrefillAttentionArgs a, int kv_bucket, bf16* k_out, bf16* v_out) {
+  const int p = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int page = a.page_table[size_t(b) * a.max_pages + p];
+  const size_t src = (size_t(page) * a.n_kv_heads + h) * a.page_size * a.head_dim;
+  const size_t dst = ((size_t(b) * a.n_kv_heads + h) * kv_bucket + size_t(p) * a.page_size) * a.head_dim;
+  const int n = a.page_size * a.head_dim / 8;  // uint4 = 8 bf16
+  const uint4* ks = reinterpret_cast<const uint4*>(a.k_pool + src);
+  const uint4* vs = reinterpret_cast<const uint4*>(a.v_pool + src);
+  uint4* kd = reinterpret_cast<uint4*>(k_out + dst);
+  uint4* vd = reinterpret_cast<uint4*>(v_out + dst);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    kd[i] = ks[i];
+    vd[i] = vs[i];
+  }
+}
+
+}  // namespace
+
+namespace detail {
+void gather_pages(const PrefillAttentionArgs& a, int kv_bucket, bf16* k_out, bf16* v_out, cudaStream_t stream) {
+  const dim3 grid(unsigned(kv_bucket / a.page_size), unsigned(a.n_kv_heads), unsigned(a.batch));
+  gather_pages_kernel<<<grid, 256, 0, stream>>>(a, kv_bucket, k_out, v_out);
+  LY_CUDA_CHECK_LAUNCH();
+}
+}  // namespace detail
+
+}  // namespace lychee::cuda

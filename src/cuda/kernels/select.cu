@@ -1,0 +1,319 @@
+// Selection kernels of the hybrid-head decode (select.h). One CTA per selector (sequence, head):
+// unit scores from the fused scores, then the strategy, then an ordered compaction into an
+// ascending list. Top-k is an exact radix select on order-preserving 32-bit keys with ties to the
+// lower index (the CPU reference's stable sort); top-p is the same radix walk weighted by
+// probability mass.
+#include "cuda/kernels/select.h"
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include <cmath>
+
+
+namespace lychee::cuda {
+namespace {
+
+constexpr int kSelThreads = 512;
+
+// Larger float -> larger key (IEEE total order for non-NaN values).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t b = __float_as_uint(f);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+struct Forced {
+  int sink_units, recent_from, last;
+  __device__ bool operator()(int u) const { return u < sink_units || u >= recent_from || u == last; }
+};
+
+__global__ void __launch_bounds__(kSelThreads) select_kernel(const SelectArgs a) {
+  using Reduce = cub::BlockReduce<float, kSelThreads>;
+  using Scan = cub::BlockScan<int, kSelThreads>;
+  __shared__ union {
+    typename Reduce::TempStorage reduce;
+    typename Scan::TempStorage scan;
+  } tmp;
+  __shared__ uint32_t hist[256];
+  __shared__ float mass[256];
+  __shared__ uint32_t s_prefix;
+  __shared__ float s_rem_mass;
+  __shared__ int s_rem, s_base, s_eq_base;
+  __shared__ float s_max, s_sum;
+
+  const int seq = blockIdx.y, head = a.heads[blockIdx.x];
+  const size_t row = size_t(seq) * a.row_heads + head;
+  const int n = a.seq_lens[seq];
+  const int U = a.unit, per_unit = a.unit / a.score_unit;
+  const int n_units = (n + U - 1) / U, n_score = (n + a.score_unit - 1) / a.score_unit;
+  const float* sc = a.scores + row * a.score_stride;
+  float* us = a.unit_scores + row * a.list_stride;
+  int32_t* out = a.lists + row * a.list_stride;
+  const Forced forced{(min(a.sink, n) + U - 1) / U, max(0, n - a.recent) / U, n_units - 1};
+  const int b0 = min(forced.recent_from, n_units - 1);
+  const int n_forced = min(n_units, forced.sink_units + n_units - b0);
+
+  float local_max = -INFINITY;
+  for (int u = threadIdx.x; u < n_units; u += kSelThreads) {
+    float m = -INFINITY;
+    for (int j = 0; j < per_unit && u * per_unit + j < n_score; ++j) m = fmaxf(m, sc[u * per_unit + j]);
+    us[u] = m;
+    local_max = fmaxf(local_max, m);
+  }
+  const float mx = Reduce(tmp.reduce).Reduce(local_max, MaxOp{});
+  if (threadIdx.x == 0) s_max = mx;
+  __syncthreads();  // us is visible to the block; s_max set
+
+  // mode: 0 = forced only, 1 = everything, 2 = rank by key (top-k / top-p), 3 = threshold
+  int mode = 2;
+  uint32_t threshold_key = 0;
+  int eq_take = 0;
+  float sum = 0.0f;
+  const float ms = s_max * a.scale;
+  if (a.strategy == SelectStrategy::kTopP || a.strategy == SelectStrategy::kThreshold) {
+    float local = 0.0f;
+    for (int u = threadIdx.x; u < n_units; u += kSelThreads) local += __expf(us[u] * a.scale - ms);
+    const float total = Reduce(tmp.reduce).Sum(local);
+    if (threadIdx.x == 0) s_sum = total;
+    __syncthreads();
+    sum = s_sum;
+  }
+  if (a.strategy == SelectStrategy::kThreshold) {
+    mode = 3;
+  } else if (a.strategy == SelectStrategy::kTopK || a.strategy == SelectStrategy::kRatio) {
+    const double tokens = a.strategy == SelectStrategy::kRatio ? ceil(a.value * double(n)) : double(a.budget);
+    const int k_units = max(1, int(tokens) / U);
+    const int left = k_units - n_forced;
+    if (left <= 0) mode = 0;
+    else if (left >= n_units - n_forced) mode = 1;
+    else {
+      // The left-th largest key among the non-forced units, one byte at a time.
+      uint32_t prefix = 0, mask = 0;
+      int rem = left;
+      for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += kSelThreads) hist[i] = 0;
+        __syncthreads();
+        for (int u = threadIdx.x; u < n_units; u += kSelThreads) {
+          if (forced(u)) continue;
+          const uint32_t key = order_key(us[u]);
+          if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          int cum = 0, b = 255;
+          for (; b > 0; --b) {
+            if (cum + int(hist[b]) >= rem) break;
+            cum += int(hist[b]);
+          }
+          s_prefix = prefix | (uint32_t(b) << shift);
+          s_rem = rem - cum;
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        rem = s_rem;
+        mask |= 255u << shift;
+        __syncthreads();
+      }
+      threshold_key = prefix;
+      eq_take = rem;
+    }
+  } else {  // top-p over every unit (forced ones count where they fall in the order)
+    if (a.value >= 1.0) mode = 1;
+    else {
+      uint32_t prefix = 0, mask = 0;
+      float rem = float(a.value) * sum;
+      for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += kSelThreads) hist[i] = 0, mass[i] = 0.0f;
+        __syncthreads();
+        for (int u = threadIdx.x; u < n_units; u += kSelThreads) {
+          const uint32_t key = order_key(us[u]);
+          if ((key & mask) == prefix) {
+            atomicAdd(&hist[(key >> shift) & 255u], 1u);
+            atomicAdd(&mass[(key >> shift) & 255u], __expf(us[u] * a.scale - ms));
+          }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          // The bucket where the running mass from the top reaches rem; rounding may leave it
+          // unreached: then the lowest non-empty bucket (everything is taken).
+          float cum = 0.0f;
+          int b = 255, lowest = 0;
+          for (int i = 0; i < 256; ++i)
+            if (hist[i] > 0) { lowest = i; break; }
+          for (; b > lowest; --b) {
+            if (hist[b] > 0 && cum + mass[b] >= rem) break;
+            cum += mass[b];
+          }
+          s_prefix = prefix | (uint32_t(b) << shift);
+          s_rem_mass = rem - cum;
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        rem = s_rem_mass;
+        mask |= 255u << shift;
+        __syncthreads();
+      }
+      threshold_key = prefix;
+      const float w = __expf(key_value(prefix) * a.scale - ms);
+      eq_take = max(1, int(ceilf(rem / w)));
+    }
+  }
+
+  // Ordered compaction: rank the threshold ties by index, then the selected units.
+  if (threadIdx.x == 0) s_base = 0, s_eq_base = 0;
+  __syncthreads();
+  const double thr = a.value;
+  for (int base = 0; base < n_units; base += kSelThreads) {
+    const int u = base + threadIdx.x;
+    const bool valid = u < n_units;
+    const bool f = valid && forced(u);
+    bool sel = false, eq = false;
+    if (valid) {
+      if (mode == 0) sel = f;
+      else if (mode == 1) sel = true;
+      else if (mode == 3) sel = f || double(__expf(us[u] * a.scale - ms)) / double(sum) > thr;
+      else {
+        const uint32_t key = order_key(us[u]);
+        const bool candidate = a.strategy == SelectStrategy::kTopP || !f;  // top-k ranks the non-forced only
+        sel = f || (candidate && key > threshold_key);
+        eq = candidate && key == threshold_key;
+      }
+    }
+    int eq_rank = 0, eq_total = 0;
+    Scan(tmp.scan).ExclusiveSum(eq ? 1 : 0, eq_rank, eq_total);
+    __syncthreads();
+    if (eq && !sel && s_eq_base + eq_rank < eq_take) sel = true;
+    int pos = 0, total = 0;
+    Scan(tmp.scan).ExclusiveSum(sel ? 1 : 0, pos, total);
+    if (sel) out[s_base + pos] = u;
+    __syncthreads();
+    if (threadIdx.x == 0) s_base += total, s_eq_base += eq_total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) a.counts[row] = s_base;
+}
+
+__global__ void __launch_bounds__(256) union_reads_kernel(const UnionReadsArgs a) {
+  extern __shared__ uint32_t bits[];
+  const int kv = blockIdx.x, seq = blockIdx.y, group = a.n_heads / a.n_kv_heads;
+  const int n = a.seq_lens[seq];
+  const int n_units = (n + a.unit - 1) / a.unit, words = (n_units + 31) / 32;
+  for (int w = threadIdx.x; w < words; w += blockDim.x) bits[w] = 0;
+  __syncthreads();
+  for (int g = 0; g < group; ++g) {
+    const size_t row = size_t(seq) * a.n_heads + size_t(kv) * group + g;
+    const int count = a.counts[row];
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+      const int u = a.lists[row * a.list_stride + i];
+      atomicOr(&bits[u >> 5], 1u << (u & 31));
+    }
+  }
+  __syncthreads();
+  unsigned long long local = 0;
+  for (int w = threadIdx.x; w < words; w += blockDim.x) local += __popc(bits[w]);
+  using Reduce = cub::BlockReduce<unsigned long long, 256>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const unsigned long long units = Reduce(tmp).Sum(local);
+  if (threadIdx.x == 0) {
+    const int last = n_units - 1;
+    const bool has_last = (bits[last >> 5] >> (last & 31)) & 1u;
+    const unsigned long long tokens = units * a.unit - (has_last ? uint64_t(n_units) * a.unit - n : 0);
+    atomicAdd(a.token_reads + seq, tokens);
+  }
+}
+
+// One warp per (seq, chunk, kv head) to recompute; lanes over the head dims.
+__global__ void __launch_bounds__(256) quest_update_kernel(const QuestArgs a, int batch) {
+  const int warps = gridDim.x * (blockDim.x / 32);
+  const int lane = threadIdx.x & 31;
+  const int chunks_per_page = a.page_size / a.qpage;
+  const int64_t first = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  for (int s = 0; s < batch; ++s) {
+    const int n = a.seq_lens[s];
+    const int c0 = min(a.from[s], n) / a.qpage, c1 = (n + a.qpage - 1) / a.qpage;
+    const int64_t work = int64_t(c1 - c0) * a.n_kv_heads;
+    for (int64_t w = first; w < work; w += warps) {
+      const int c = c0 + int(w / a.n_kv_heads), kv = int(w % a.n_kv_heads);
+      const int pos0 = c * a.qpage, pos1 = min(n, pos0 + a.qpage);
+      const int page = a.block_table[size_t(s) * a.max_pages + pos0 / a.page_size];
+      const bf16* k = a.k_pool + ((int64_t(page) * a.n_kv_heads + kv) * a.page_size) * a.head_dim;
+      const size_t meta = ((size_t(page) * a.n_kv_heads + kv) * chunks_per_page + (pos0 % a.page_size) / a.qpage) * a.head_dim;
+      for (int i = lane; i < a.head_dim; i += 32) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int p = pos0; p < pos1; ++p) {
+          const float x = __bfloat162float(k[size_t(p % a.page_size) * a.head_dim + i]);
+          lo = fminf(lo, x);
+          hi = fmaxf(hi, x);
+        }
+        a.kmin[meta + i] = __float2bfloat16(lo);
+        a.kmax[meta + i] = __float2bfloat16(hi);
+      }
+    }
+  }
+}
+
+// One warp per (seq, query head, chunk).
+__global__ void __launch_bounds__(256) quest_scores_kernel(const QuestArgs a, int batch) {
+  const int warps = gridDim.x * (blockDim.x / 32);
+  const int lane = threadIdx.x & 31, group = a.n_heads / a.n_kv_heads;
+  const int chunks_per_page = a.page_size / a.qpage;
+  const int64_t first = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  for (int s = 0; s < batch; ++s) {
+    const int n_chunks = (a.seq_lens[s] + a.qpage - 1) / a.qpage;
+    const int64_t work = int64_t(n_chunks) * a.n_heads;
+    for (int64_t w = first; w < work; w += warps) {
+      const int h = int(w / n_chunks), c = int(w % n_chunks), kv = h / group;
+      const int pos0 = c * a.qpage;
+      const int page = a.block_table[size_t(s) * a.max_pages + pos0 / a.page_size];
+      const size_t meta = ((size_t(page) * a.n_kv_heads + kv) * chunks_per_page + (pos0 % a.page_size) / a.qpage) * a.head_dim;
+      const bf16* q = a.q + (size_t(s) * a.n_heads + h) * a.head_dim;
+      float acc = 0.0f;
+      for (int i = lane; i < a.head_dim; i += 32) {
+        const float qi = __bfloat162float(q[i]);
+        acc += fmaxf(qi * __bfloat162float(a.kmax[meta + i]), qi * __bfloat162float(a.kmin[meta + i]));
+      }
+#pragma unroll
+      for (int d = 16; d > 0; d >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, d);
+      if (lane == 0) a.scores[(size_t(s) * a.n_heads + h) * a.score_stride + c] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+void select_units(const SelectArgs& a, int batch, cudaStream_t stream) {
+  check_select_args(a);
+  if (a.n_select == 0 || batch == 0) return;
+  select_kernel<<<dim3(unsigned(a.n_select), unsigned(batch)), kSelThreads, 0, stream>>>(a);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void count_union_reads(const UnionReadsArgs& a, int batch, cudaStream_t stream) {
+  if (batch == 0) return;
+  check_union_args(a);
+  const size_t smem = size_t((a.max_units + 31) / 32) * 4;
+  union_reads_kernel<<<dim3(unsigned(a.n_kv_heads), unsigned(batch)), 256, smem, stream>>>(a);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void quest_update(const QuestArgs& a, int batch, cudaStream_t stream) {
+  check_quest_args(a);
+  if (batch == 0) return;
+  quest_update_kernel<<<264, 256, 0, stream>>>(a, batch);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void quest_scores(const QuestArgs& a, int batch, cudaStream_t stream) {
+  if (batch == 0) return;
+  quest_scores_kernel<<<528, 256, 0, stream>>>(a, batch);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lychee::cuda

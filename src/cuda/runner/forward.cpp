@@ -1,0 +1,168 @@
+// The forward pass of the GPU runner: per layer the fused QKV product, bias/q-k norm/RoPE/KV
+// append, attention (cuDNN prefill, or the hybrid-head decode kernel with the policy's plans and
+// selections), the output product and the SwiGLU MLP.
+#include <cmath>
+
+#include "cuda/kernels/decode_attention.h"
+#include "cuda/kernels/kernels.h"
+#include "cuda/kernels/select.h"
+#include "cuda/runner/runner_impl.h"
+
+namespace lychee::cuda {
+
+void GpuRunner::Impl::decode_attention_layer(int layer, int batch) {
+  const int pat = pattern_of(layer);
+  const bool window = step_policy && policy->spec.window_recent > 0;
+  DecodeAttentionArgs a{};
+  a.q = q.data();
+  a.k_pool = pool->k(layer);
+  a.v_pool = pool->v(layer);
+  a.block_table = meta_dev<int32_t>(meta.block_table);
+  a.max_pages = max_pages;
+  a.unit_lists = lists.data();
+  a.list_counts = list_counts.data();
+  a.seq_lens = meta_dev<int32_t>(meta.seq_lens);
+  a.items = meta_dev<DecodeWorkItem>(meta.items);
+  a.item_offset = meta_dev<int32_t>(meta.item_offset) + pat;
+  a.n_items = meta_dev<int32_t>(meta.n_items) + pat;
+  a.merge_begin = meta_dev<int32_t>(meta.merge_begin) + size_t(pat) * meta.merge_stride;
+  a.merge_count = meta_dev<int32_t>(meta.merge_count) + size_t(pat) * meta.merge_stride;
+  a.scores = scores.data();
+  a.score_stride = policy ? policy->score_stride : 1;
+  a.token_reads = step_policy ? token_reads.data() : nullptr;
+  a.window_sink = window ? policy->spec.window_sink : 0;
+  a.window_recent = window ? policy->spec.window_recent : 0;
+  a.partial_o = partial_o.data();
+  a.partial_lse = partial_lse.data();
+  a.out = att.data();
+  a.batch = batch;
+  a.n_heads = c.n_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.head_dim = c.head_dim;
+  a.page_size = o.page_size;
+  a.max_items = max_items;
+  a.scale = 1.0f / std::sqrt(float(c.head_dim));
+  decode_attention(a, stream);
+}
+
+void GpuRunner::Impl::attention(int layer, bool decode, int batch, int q_len, int max_kv_len) {
+  if (decode) return decode_attention_layer(layer, batch);
+  PrefillAttentionArgs a{};
+  a.q = q.data();
+  a.k_pool = pool->k(layer);
+  a.v_pool = pool->v(layer);
+  a.page_table = meta_dev<int32_t>(meta.block_table);
+  a.q_lens = meta_dev<int32_t>(meta.q_lens);
+  a.kv_lens = meta_dev<int32_t>(meta.seq_lens);
+  a.out = att.data();
+  a.batch = 1;
+  a.q_len_max = q_len;
+  a.max_kv_len = max_kv_len;
+  a.n_heads = c.n_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.head_dim = c.head_dim;
+  a.page_size = o.page_size;
+  a.n_pages = pool->n_pages();
+  a.max_pages = max_pages;
+  a.scale = 1.0f / std::sqrt(float(c.head_dim));
+  prefill_attn->run(a, stream);
+}
+
+// n tokens through every layer; the logits of the last `decode ? n : 1` rows.
+void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_kv_len) {
+  const int d = c.d_model, qkv_dim = c.q_dim() + 2 * c.kv_dim(), ff = c.d_ff;
+  embed(meta_dev<int32_t>(meta.tokens), w->embed, x.data(), n, d, stream);
+  add_rmsnorm(x.data(), nullptr, nullptr, w->layers[0].attn_norm, h.data(), n, d, c.rms_eps, stream);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const GpuLayerWeights& L = w->layers[size_t(l)];
+    gemm->bf16_out(h.data(), L.wqkv, qkv.data(), n, d, qkv_dim);
+    QkvArgs qa{qkv.data(), L.bqkv, L.q_norm, L.k_norm, c.rms_eps, meta_dev<int32_t>(meta.positions),
+               meta_dev<int32_t>(meta.kv_page), meta_dev<int32_t>(meta.kv_row), w->inv_freq, q.data(),
+               pool->k(l), pool->v(l), n, c.n_heads, c.n_kv_heads, c.head_dim, o.page_size};
+    qkv_rope_append(qa, stream);
+    if (decode && step_policy) select_before(l, batch);
+    attention(l, decode, batch, q_len, max_kv_len);
+    if (decode && step_policy) select_after(l, batch);
+    gemm->bf16_out(att.data(), L.wo, o_buf.data(), n, c.q_dim(), d);
+    add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, d, c.rms_eps, stream);
+    gemm->bf16_out(h.data(), L.w_gate_up, gu.data(), n, d, 2 * ff);
+    silu_mul(gu.data(), L.b_gate_up, act.data(), n, ff, stream);
+    gemm->bf16_out(act.data(), L.w_down, o_buf.data(), n, ff, d);
+    const float* next_norm = l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
+    add_rmsnorm(x.data(), o_buf.data(), L.b_down, next_norm, h.data(), n, d, c.rms_eps, stream);
+  }
+  const int rows = decode ? n : 1;
+  gemm->f32_out(h.data() + size_t(n - rows) * d, w->output, logits.data(), rows, d, c.vocab_size);
+}
+
+// Page bounds (Quest): the page metadata of the chunks that changed, the bound scores, and the
+// per-query-head selection this layer reads.
+void GpuRunner::Impl::select_before(int layer, int batch) {
+  if (!policy->layers[size_t(layer)].page_bound) return;
+  QuestArgs qa{};
+  qa.k_pool = pool->k(layer);
+  qa.kmin = quest_min.data() + size_t(layer) * quest_layer_elems;
+  qa.kmax = quest_max.data() + size_t(layer) * quest_layer_elems;
+  qa.block_table = meta_dev<int32_t>(meta.block_table);
+  qa.max_pages = max_pages;
+  qa.seq_lens = meta_dev<int32_t>(meta.seq_lens);
+  qa.from = meta_dev<int32_t>(meta.quest_from);
+  qa.q = q.data();
+  qa.scores = scores.data();
+  qa.score_stride = policy->score_stride;
+  qa.n_heads = c.n_heads;
+  qa.n_kv_heads = c.n_kv_heads;
+  qa.head_dim = c.head_dim;
+  qa.page_size = o.page_size;
+  qa.qpage = policy->spec.unit;
+  quest_update(qa, batch, stream);
+  quest_scores(qa, batch, stream);
+  run_selection(layer, batch);
+}
+
+// After the layer's attention: the selections of its selector heads (from the scores the
+// attention kernel just wrote), and the union count of per-query-head reads.
+void GpuRunner::Impl::select_after(int layer, int batch) {
+  const KernelLayer& kl = policy->layers[size_t(layer)];
+  if (!kl.page_bound) run_selection(layer, batch);
+  if (!kl.union_count) return;
+  UnionReadsArgs ua{};
+  ua.lists = lists.data();
+  ua.counts = list_counts.data();
+  ua.list_stride = policy->list_stride;
+  ua.unit = policy->spec.unit;
+  ua.max_units = policy->list_stride;
+  ua.seq_lens = meta_dev<int32_t>(meta.seq_lens);
+  ua.n_heads = c.n_heads;
+  ua.n_kv_heads = c.n_kv_heads;
+  ua.token_reads = token_reads.data();
+  count_union_reads(ua, batch, stream);
+}
+
+void GpuRunner::Impl::run_selection(int layer, int batch) {
+  const KernelLayer& kl = policy->layers[size_t(layer)];
+  if (kl.n_sel == 0) return;
+  const SelectParams& p = policy->spec.select;
+  SelectArgs sa{};
+  sa.scores = scores.data();
+  sa.score_stride = policy->score_stride;
+  sa.score_unit = policy->score_unit;
+  sa.unit = policy->spec.unit;
+  sa.seq_lens = meta_dev<int32_t>(meta.seq_lens);
+  sa.heads = sel_heads.data() + kl.sel_offset;
+  sa.n_select = kl.n_sel;
+  sa.row_heads = policy->row_heads;
+  sa.lists = lists.data();
+  sa.counts = list_counts.data();
+  sa.unit_scores = unit_scores.data();
+  sa.list_stride = policy->list_stride;
+  sa.strategy = p.strategy;
+  sa.budget = p.budget;
+  sa.value = p.value;
+  sa.sink = p.sink;
+  sa.recent = p.recent;
+  sa.scale = policy->spec.prob_scale;
+  select_units(sa, batch, stream);
+}
+
+}  // namespace lychee::cuda

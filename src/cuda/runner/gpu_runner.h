@@ -1,0 +1,97 @@
+// The GPU forward pass over the paged KV cache: dense prefill in chunks, batched decode steps
+// (one token per sequence, sequences of different lengths), optionally replayed from a CUDA
+// graph per batch size, and sampling on the device. The interface has no CUDA types, so the
+// runtime layer can hold a runner without including CUDA headers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "attention/decode_spec.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+
+namespace lychee::cuda {
+
+class GpuWeights;
+
+std::shared_ptr<const GpuWeights> upload_weights(const Checkpoint& ck);
+std::shared_ptr<const GpuWeights> random_weights(const ModelConfig& c, uint64_t seed);
+// Bytes of weights a decode step of `batch` sequences reads.
+uint64_t weight_bytes_per_step(const GpuWeights& w, int batch);
+size_t weight_bytes(const GpuWeights& w);
+
+struct RunnerOptions {
+  int page_size = 64;
+  double kv_memory_gib = 0.0;  // 0: what max_batch sequences of max_context tokens need, capped by free memory
+  int max_batch = 8;
+  int max_prefill_tokens = 2048;  // tokens per prefill forward (longer prompts are chunked)
+  int max_context = 0;            // 0: the model's
+  bool cuda_graphs = true;
+};
+
+// A sequence's state: its pages (block table row) and length.
+struct GpuSeq {
+  std::vector<int32_t> pages;
+  int length = 0;
+  int quest_from = 0;   // page-bound metadata: the first position whose chunk metadata is not final ...
+  int quest_epoch = -1; // ... as of this policy setting of the runner (set_policy starts a new one)
+};
+
+class GpuRunner {
+ public:
+  GpuRunner(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& options);
+  ~GpuRunner();
+  GpuRunner(const GpuRunner&) = delete;
+  GpuRunner& operator=(const GpuRunner&) = delete;
+
+  const ModelConfig& config() const;
+  const RunnerOptions& options() const;
+  int max_context() const;
+
+  // Appends `tokens` to seq (dense causal attention, chunked); the last token's logits go to
+  // logits row 0.
+  void prefill(GpuSeq& seq, std::span<const int32_t> tokens);
+  // One decode step: seqs[b] is fed tokens[b]; logits rows 0..B-1. With `tokens` empty, each
+  // sequence is fed the token sampled for its row by the previous greedy()/sample() call (stays
+  // on the device). With use_policy false the step attends densely whatever the policy.
+  void decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy = true);
+
+  // The decode-attention policy of later steps (Full by default), as the backend-neutral
+  // description every policy compiles to. Throws kUnsupported naming what the GPU path cannot
+  // do (e.g. a LycheeDecode block size that does not divide the page), kInvalidArgument for a
+  // spec that does not fit the model.
+  void set_policy(const DecodeSpec& spec);
+  // How many times decode steps rebuilt their split plans (they are reused while every head's
+  // work is unchanged).
+  int replans() const;
+  // Tokens the policy's decode steps read per batch row since the last call (per layer and KV
+  // head, the union over its query heads, as KvReadStats counts them); zeroes the counters.
+  // Synchronises.
+  std::vector<uint64_t> take_token_reads();
+
+  // Device-side choice of the next token of rows 0..batch-1; copies the tokens to out.
+  void greedy(int batch, std::span<int32_t> out);
+  void sample(int batch, float temperature, int top_k, float top_p, uint64_t seed, std::span<int32_t> out);
+  // Copies logits row `row` ([vocab] f32) to the host.
+  void copy_logits(int row, std::span<float> out);
+
+  // Benchmarks only: take pages for `length` tokens without computing their K/V (the pool's
+  // contents stand in; fill_kv_random makes them non-zero). Decode time does not depend on them.
+  void assume_filled(GpuSeq& seq, int length);
+  void fill_kv_random(uint64_t seed);
+
+  void release(GpuSeq& seq);           // returns its pages to the pool
+  void truncate(GpuSeq& seq, int n);   // keeps the first n tokens
+
+  int n_free_pages() const;
+  int n_pages() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lychee::cuda

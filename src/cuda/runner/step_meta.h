@@ -1,0 +1,58 @@
+// The per-step metadata of a forward pass, host side and pure: one contiguous block (tokens,
+// positions, where each token's K/V go, lengths, block tables, then the decode plans of the
+// step's layer patterns) that the runner copies to the device with one asynchronous copy, and
+// the planner that fills the plan section. Plans are rebuilt only when the work changes (batch
+// membership, policy, or a head's entry count, i.e. a page or selection unit boundary crossed);
+// otherwise only the small per-step section is written and uploaded.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cuda/kernels/decode_attention.h"
+#include "cuda/runner/policy_plan.h"
+
+namespace lychee::cuda {
+
+// Byte offsets of the fields in the metadata block (each 16-byte aligned).
+struct MetaLayout {
+  size_t tokens, positions, kv_page, kv_row, seq_lens, q_lens, quest_from, block_table;  // per step
+  size_t n_items, item_offset, merge_begin, merge_count, items, total;                  // plans
+  int merge_stride;  // ints per pattern in merge_begin / merge_count
+  MetaLayout(int max_tokens, int max_batch, int max_pages, int max_items, int n_heads, int n_patterns);
+  size_t step_bytes() const { return n_items; }  // the per-step section is everything before the plans
+};
+
+struct PlannerShape {
+  int n_heads = 1, n_kv_heads = 1, page_size = 64;
+  int sm_count = 1, ctas_per_sm = 2;
+  int max_items = 1;
+};
+
+// Fills the plan section of the metadata block for decode steps.
+class StepPlanner {
+ public:
+  StepPlanner(const PlannerShape& shape, const MetaLayout& layout);
+  // The plans of patterns [0, n_patterns) of `policy` (null: dense only) for sequences of
+  // `lens` tokens (the current one included), written into `meta` (the host block). Returns the
+  // bytes of the block the next upload must cover: the whole plan section when it replanned,
+  // only the per-step section when every head's work equals the last call's.
+  size_t plan(const GpuPolicyPlan* policy, std::span<const int> lens, uint8_t* meta);
+  // Forget the cached plans (the next plan() rebuilds them).
+  void invalidate() { last_heads_.clear(); }
+  int replans() const { return replans_; }
+
+ private:
+  void heads_of(const GpuPolicyPlan* policy, int pattern, std::span<const int> lens, int list_stride,
+                std::vector<DecodeHeadWork>& out) const;
+
+  PlannerShape s_;
+  MetaLayout m_;
+  std::vector<std::vector<DecodeHeadWork>> last_heads_;  // [pattern] the heads last planned
+  size_t last_bytes_ = 0;
+  int replans_ = 0;
+};
+
+}  // namespace lychee::cuda

@@ -1,0 +1,444 @@
+// The trainer's attention rows (declared in cuda/train_kernels.h): materialised rows of one layer
+// (dense softmax, the student's top-k selection and dense/sparse mix, and their backward). The
+// TF32 flash forward for the dense prefill and the teacher is in train_flash.cu.
+//
+// Rows kernels: one block per (target row t, KV head h) handles the group's query rows. The
+// logits rows are read twice (statistics, then output), the second read mostly from L2; the
+// selection works on the group-summed logits staged in shared memory (4 bytes per key).
+#include <algorithm>
+#include <cfloat>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/train/kernels.h"
+
+namespace lychee::cuda::train_ops {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kFwdThreads = 512;
+constexpr int kBwdThreads = 512;  // fewer rows in flight: the second read of a row hits L2
+
+// Online softmax state (max, sum of exp(x − max)) of a set of values.
+__device__ __forceinline__ void softmax_push(float& m, float& l, float x) {
+  if (x > m) {
+    l = l * expf(m - x) + 1.0f;
+    m = x;
+  } else {
+    l += expf(x - m);
+  }
+}
+
+__device__ __forceinline__ float2 softmax_merge(float m1, float l1, float m2, float l2) {
+  const float m = fmaxf(m1, m2);
+  if (m == -INFINITY) return make_float2(m, 0.0f);
+  return make_float2(m, l1 * expf(m1 - m) + l2 * expf(m2 - m));
+}
+
+// (dense max, dense sum, sparse max, sparse sum) merged over the block; every thread gets it.
+__device__ float4 block_merge_stats(float4 v) {
+  __shared__ float4 part[32];
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const float4 w = make_float4(__shfl_xor_sync(kFull, v.x, o), __shfl_xor_sync(kFull, v.y, o),
+                                 __shfl_xor_sync(kFull, v.z, o), __shfl_xor_sync(kFull, v.w, o));
+    const float2 d = softmax_merge(v.x, v.y, w.x, w.y), s = softmax_merge(v.z, v.w, w.z, w.w);
+    v = make_float4(d.x, d.y, s.x, s.y);
+  }
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < int(blockDim.x / kWarp) ? part[lane] : make_float4(-INFINITY, 0.0f, -INFINITY, 0.0f);
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      const float4 w = make_float4(__shfl_xor_sync(kFull, v.x, o), __shfl_xor_sync(kFull, v.y, o),
+                                   __shfl_xor_sync(kFull, v.z, o), __shfl_xor_sync(kFull, v.w, o));
+      const float2 d = softmax_merge(v.x, v.y, w.x, w.y), s = softmax_merge(v.z, v.w, w.z, w.w);
+      v = make_float4(d.x, d.y, s.x, s.y);
+    }
+    if (lane == 0) part[0] = v;
+  }
+  __syncthreads();
+  const float4 r = part[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ float2 block_sum2(float2 v) {
+  __shared__ float2 part[32];
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    v.x += __shfl_xor_sync(kFull, v.x, o);
+    v.y += __shfl_xor_sync(kFull, v.y, o);
+  }
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < int(blockDim.x / kWarp) ? part[lane] : make_float2(0.0f, 0.0f);
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+      v.x += __shfl_xor_sync(kFull, v.x, o);
+      v.y += __shfl_xor_sync(kFull, v.y, o);
+    }
+    if (lane == 0) part[0] = v;
+  }
+  __syncthreads();
+  const float2 r = part[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ __forceinline__ bool bit_set(const uint32_t* mask, int j) { return (mask[j >> 5] >> (j & 31)) & 1u; }
+
+// Rows are read as float4 (rows start 16-byte aligned: ld is a multiple of 4) with kUnroll loads
+// in flight per thread before any is used: one 4-byte load at a time per thread left the rows
+// kernels at a third of the memory bandwidth (latency-bound).
+constexpr int kUnroll = 4;
+__device__ __forceinline__ void unpack(const float4 v, float (&e)[4]) {
+  e[0] = v.x;
+  e[1] = v.y;
+  e[2] = v.z;
+  e[3] = v.w;
+}
+__device__ __forceinline__ float4 add4(const float4 a, const float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
+// Writes the new set of one (h, t) row: {p} ∪ the `want` positions j < p with the largest
+// group-summed logit acc[j] (ties: lower position first), as bits into out[0 .. p / 32].
+// A radix select on order-preserving 32-bit keys (4 passes of 8 bits, warp-aggregated
+// shared-memory histograms) finds the threshold key τ and how many keys equal to τ to take;
+// those are taken in position order by a block-wide pass over the mask words.
+__device__ void select_top(float* acc, int p, int want, uint32_t* out) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t sel_bin, sel_remaining, sel_count;
+  __shared__ uint32_t warp_count[kFwdThreads / kWarp];
+  const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp, n_warps = blockDim.x / kWarp;
+  const int n_words = p / 32 + 1;
+  const uint32_t own_bit = 1u << (p & 31);
+  if (want == 0 || want >= p) {  // only the current token, or every earlier one too
+    for (int w = tid; w < n_words; w += blockDim.x) {
+      uint32_t bits = 0;
+      if (want > 0) bits = w < p / 32 ? kFull : own_bit - 1u;
+      out[w] = bits | (w == p / 32 ? own_bit : 0u);
+    }
+    return;
+  }
+  uint32_t* keys = reinterpret_cast<uint32_t*>(acc);
+  for (int j = tid; j < p; j += blockDim.x) {
+    const uint32_t b = __float_as_uint(acc[j] + 0.0f);  // + 0 turns −0 into +0: they tie
+    keys[j] = (b >> 31) != 0u ? ~b : (b | 0x80000000u);
+  }
+  uint32_t prefix = 0, prefix_mask = 0, remaining = uint32_t(want), count_eq = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (int j0 = 0; j0 < p; j0 += blockDim.x) {
+      const int j = j0 + tid;
+      bool active = false;
+      uint32_t bin = 0;
+      if (j < p) {
+        const uint32_t key = keys[j];
+        active = (key & prefix_mask) == prefix;
+        bin = (key >> shift) & 0xFFu;
+      }
+      if (!__any_sync(kFull, active)) continue;  // after the first pass most warps hold no candidate
+      const uint32_t peers = __match_any_sync(kFull, active ? bin : 0x100u);
+      if (active && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], uint32_t(__popc(peers)));
+    }
+    __syncthreads();
+    if (warp == 0) {  // lane l owns bins 255 − 8l down to 248 − 8l; find the bin of rank `remaining`
+      uint32_t c[8], sum = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        c[i] = hist[255 - 8 * lane - i];
+        sum += c[i];
+      }
+      uint32_t incl = sum;
+      for (int o = 1; o < kWarp; o <<= 1) {
+        const uint32_t v = __shfl_up_sync(kFull, incl, o);
+        if (lane >= o) incl += v;
+      }
+      uint32_t before = incl - sum;
+      if (before < remaining && remaining <= incl) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          if (remaining <= before + c[i]) {
+            sel_bin = uint32_t(255 - 8 * lane - i);
+            sel_remaining = remaining - before;
+            sel_count = c[i];
+            break;
+          }
+          before += c[i];
+        }
+      }
+    }
+    __syncthreads();
+    prefix |= sel_bin << shift;
+    prefix_mask |= 0xFFu << shift;
+    remaining = sel_remaining;
+    count_eq = sel_count;
+  }
+  const uint32_t tau = prefix;  // take every key > τ and the first `remaining` keys == τ
+  if (remaining == count_eq) {
+    for (int w = warp; w < n_words; w += n_warps) {
+      const int j = 32 * w + lane;
+      const uint32_t bits = __ballot_sync(kFull, j < p && keys[j] >= tau);
+      if (lane == 0) out[w] = bits | (w == p / 32 ? own_bit : 0u);
+    }
+    return;
+  }
+  uint32_t carry = 0;  // keys == τ in the words of earlier rounds
+  for (int w0 = 0; w0 < n_words; w0 += n_warps) {
+    const int w = w0 + warp;
+    uint32_t gt = 0, eq = 0;
+    if (w < n_words) {
+      const int j = 32 * w + lane;
+      const uint32_t key = j < p ? keys[j] : 0u;
+      gt = __ballot_sync(kFull, j < p && key > tau);
+      eq = __ballot_sync(kFull, j < p && key == tau);
+    }
+    if (lane == 0) warp_count[warp] = uint32_t(__popc(eq));
+    __syncthreads();
+    uint32_t before = carry, round = 0;
+    for (int i = 0; i < n_warps; ++i) {
+      if (i < warp) before += warp_count[i];
+      round += warp_count[i];
+    }
+    if (w < n_words && lane == 0) {
+      int allow = int(remaining) - int(before);
+      uint32_t take = 0, m = eq;
+      for (; allow > 0 && m != 0u; --allow) {
+        take |= m & (~m + 1u);  // lowest remaining position
+        m &= m - 1u;
+      }
+      out[w] = gt | take | (w == p / 32 ? own_bit : 0u);
+    }
+    carry += round;
+    __syncthreads();
+  }
+}
+
+// Per query row g of the group: statistics of both softmaxes (and the group sum of the logits
+// for the selection), then at once the mixed weights, re-reading the row while it is in L1/L2.
+// The selection comes last: it needs only the group sum in shared memory, not the logits.
+__global__ void __launch_bounds__(kFwdThreads) attention_forward_kernel(AttnForwardArgs a) {
+  extern __shared__ uint32_t smem[];  // [mask_words] the input set, then [n_cols] selection keys
+  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int group = a.n_heads / a.n_kv_heads;
+  const int p = a.pos0 + t;
+  const int n_words = p / 32 + 1;
+  const bool sparse = a.mask_in != nullptr;
+  const bool select = a.mask_out != nullptr && (a.select_z == nullptr || a.select_z[h] > 0.5f);
+  const size_t mask_row = (size_t(h) * a.n + t) * a.mask_words;
+  uint32_t* mask = smem;
+  float4* acc4 = reinterpret_cast<float4*>(smem + (a.mask_words + 3) / 4 * 4);
+  if (sparse)
+    for (int w = tid; w < n_words; w += blockDim.x) mask[w] = a.mask_in[mask_row + w];
+  __syncthreads();
+
+  const float z = sparse ? a.z[h] : 1.0f;
+  const int n4_vis = (p + 4) / 4, n4_all = (a.n_cols + 3) / 4;  // float4s covering 0 .. p, all columns
+  const int step = kUnroll * blockDim.x;
+  for (int g = 0; g < group; ++g) {
+    const size_t off = (size_t(h * group + g) * a.n + t) * a.ld;
+    const float4* s4 = reinterpret_cast<const float4*>(a.s + off);
+    float4* w4 = reinterpret_cast<float4*>(a.w + off);
+    float md = -INFINITY, ld = 0.0f, ms = -INFINITY, ls = 0.0f;
+    for (int i0 = tid; i0 < n4_vis; i0 += step) {
+      float4 v[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int i = i0 + k * blockDim.x;
+        v[k] = i < n4_vis ? s4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int i = i0 + k * blockDim.x;
+        if (i >= n4_vis) break;
+        if (select) acc4[i] = g == 0 ? v[k] : add4(acc4[i], v[k]);  // entries >= p are never read
+        float e[4];
+        unpack(v[k], e);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int j = 4 * i + c;
+          if (j > p) break;
+          const float x = e[c] * a.scale;
+          softmax_push(md, ld, x);
+          if (sparse && bit_set(mask, j)) softmax_push(ms, ls, x);
+        }
+      }
+    }
+    const float4 st = block_merge_stats(make_float4(md, ld, ms, ls));
+    if (tid == 0 && a.stats != nullptr) a.stats[size_t(h * group + g) * a.n + t] = st;
+    const float inv_d = 1.0f / st.y, inv_s = sparse ? 1.0f / st.w : 0.0f;
+    for (int i0 = tid; i0 < n4_all; i0 += step) {  // w may be s: each float4 read, then written
+      float4 v[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int i = i0 + k * blockDim.x;
+        v[k] = i < n4_vis ? s4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int i = i0 + k * blockDim.x;
+        if (i >= n4_all) break;
+        float e[4];
+        unpack(v[k], e);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int j = 4 * i + c;
+          float w = 0.0f;
+          if (j <= p) {
+            const float x = e[c] * a.scale;
+            w = expf(x - st.x) * inv_d;
+            if (sparse) {
+              const float ps = bit_set(mask, j) ? expf(x - st.z) * inv_s : 0.0f;
+              w = z * w + (1.0f - z) * ps;
+            }
+          }
+          e[c] = w;
+        }
+        w4[i] = make_float4(e[0], e[1], e[2], e[3]);
+      }
+    }
+  }
+  __syncthreads();
+  float* acc = reinterpret_cast<float*>(acc4);
+
+  if (a.mask_out != nullptr) {
+    uint32_t* out = a.mask_out + mask_row;
+    if (select) {
+      const int k = max(1, int(ceil(a.keep_ratio * double(p + 1))));
+      select_top(acc, p, k - 1, out);
+    } else if (sparse) {  // this head keeps the set it was given
+      for (int w = tid; w < n_words; w += blockDim.x) out[w] = mask[w];
+    }
+  }
+}
+
+// d out / d(scaled logit j) of the mix: z·p_j·(g_j − δ) + (1 − z)·p̃_j·(g_j − δ̃) with
+// g_j = dout·v_j, δ = Σ p g (dense), δ̃ = Σ p̃ g (sparse); dz gets Σ_group (δ − δ̃).
+__global__ void __launch_bounds__(kBwdThreads) attention_backward_kernel(AttnBackwardArgs a) {
+  extern __shared__ uint32_t mask[];  // [mask_words]
+  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int group = a.n_heads / a.n_kv_heads;
+  const int p = a.pos0 + t;
+  const bool sparse = a.mask_in != nullptr;
+  if (sparse) {
+    const size_t mask_row = (size_t(h) * a.n + t) * a.mask_words;
+    for (int w = tid; w <= p / 32; w += blockDim.x) mask[w] = a.mask_in[mask_row + w];
+  }
+  __syncthreads();
+  const float z = sparse ? a.z[h] : 1.0f;
+  const int n4_vis = (p + 4) / 4, n4_all = (a.n_cols + 3) / 4;
+  const int step = kUnroll * blockDim.x;
+  float dz = 0.0f;
+  for (int g = 0; g < group; ++g) {
+    const int b = h * group + g;
+    const size_t off = (size_t(b) * a.n + t) * a.ld;
+    const float4* s4 = reinterpret_cast<const float4*>(a.s + off);
+    float4* g4 = reinterpret_cast<float4*>(a.g + off);
+    const float4 st = a.stats[size_t(b) * a.n + t];
+    const float inv_d = 1.0f / st.y, inv_s = sparse ? 1.0f / st.w : 0.0f;
+    float dd = 0.0f, ds = 0.0f;
+    for (int i0 = tid; i0 < n4_vis; i0 += step) {
+      float4 sv[kUnroll], gv[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int i = i0 + k * blockDim.x;
+        sv[k] = i < n4_vis ? s4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        gv[k] = i < n4_vis ? g4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int i = i0 + k * blockDim.x;
+        if (i >= n4_vis) break;
+        float se[4], ge[4];
+        unpack(sv[k], se);
+        unpack(gv[k], ge);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int j = 4 * i + c;
+          if (j > p) break;
+          const float x = se[c] * a.scale;
+          dd += expf(x - st.x) * inv_d * ge[c];
+          if (sparse && bit_set(mask, j)) ds += expf(x - st.z) * inv_s * ge[c];
+        }
+      }
+    }
+    const float2 delta = block_sum2(make_float2(dd, ds));
+    dz += delta.x - delta.y;
+    float* tail = a.w_tail + (size_t(b) * a.n + t) * a.n;
+    for (int i0 = tid; i0 < n4_all; i0 += step) {  // g is overwritten: each float4 read, then written
+      float4 sv[kUnroll], gv[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int i = i0 + k * blockDim.x;
+        sv[k] = i < n4_vis ? s4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        gv[k] = i < n4_vis ? g4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int i = i0 + k * blockDim.x;
+        if (i >= n4_all) break;
+        float se[4], ge[4];
+        unpack(sv[k], se);
+        unpack(gv[k], ge);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int j = 4 * i + c;
+          float du = 0.0f, w = 0.0f;
+          if (j <= p) {
+            const float x = se[c] * a.scale;
+            const float pd = expf(x - st.x) * inv_d;
+            if (sparse) {
+              const float ps = bit_set(mask, j) ? expf(x - st.z) * inv_s : 0.0f;
+              w = z * pd + (1.0f - z) * ps;
+              du = z * pd * (ge[c] - delta.x) + (1.0f - z) * ps * (ge[c] - delta.y);
+            } else {
+              w = pd;
+              du = pd * (ge[c] - delta.x);
+            }
+          }
+          ge[c] = a.scale * du;
+          if (j >= a.pos0 && j < a.n_cols) tail[j - a.pos0] = w;
+        }
+        g4[i] = make_float4(ge[0], ge[1], ge[2], ge[3]);
+      }
+    }
+  }
+  if (sparse && tid == 0) a.dz_part[size_t(h) * a.n + t] = dz;
+}
+
+}  // namespace
+
+size_t attention_forward_smem_bytes(int n_cols, int mask_words, bool select) {
+  const size_t mask = (size_t(mask_words) + 3) / 4 * 4, keys = select ? (size_t(n_cols) + 3) / 4 * 4 : 0;
+  return sizeof(uint32_t) * (mask + keys);  // each part padded to 16 bytes (float4 accesses)
+}
+
+void attention_forward_rows(const AttnForwardArgs& a, cudaStream_t s) {
+  static size_t configured = 48 * 1024;  // the kernel's dynamic shared-memory limit so far
+  const size_t smem = attention_forward_smem_bytes(a.n_cols, a.mask_words, a.mask_out != nullptr);
+  if (smem > configured) {
+    LY_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(smem)));
+    configured = smem;
+  }
+  attention_forward_kernel<<<dim3(a.n, a.n_kv_heads), kFwdThreads, smem, s>>>(a);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void attention_backward_rows(const AttnBackwardArgs& a, cudaStream_t s) {
+  static size_t configured = 48 * 1024;
+  const size_t smem = sizeof(uint32_t) * size_t(a.mask_words);
+  if (smem > configured) {
+    LY_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(smem)));
+    configured = smem;
+  }
+  attention_backward_kernel<<<dim3(a.n, a.n_kv_heads), kBwdThreads, smem, s>>>(a);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace lychee::cuda::train_ops

@@ -1,0 +1,98 @@
+// The student/teacher pass of head-role training on the GPU (docs/trainer.md, "The pass";
+// the semantics are train::Student's): fp32 weights and activations, cuBLAS matrix products
+// (TF32 tensor cores when options.tf32, pedantic fp32 otherwise), materialised attention rows
+// for the student (top-k selection and dense/sparse mix on the device), hand-written backward
+// with respect to activations. The interface has no CUDA types (like gpu_runner.h).
+//
+// Device memory is reserved at construction from max_context (longest context + targets) and
+// max_targets; nothing is allocated per step. The largest parts, in fp32 (see memory_bytes()):
+// weights; K/V of every layer [n_layers][2][n_kv_heads][max_context][head_dim]; two attention
+// scratch buffers [n_heads][max(max_targets, 256)][max_context]; the student's per-layer
+// activations [n_layers][max_targets][d + d + (q_dim + 2 kv_dim) + q_dim + 2 d_ff]; the logits
+// of teacher and student [max_targets][vocab] each; the selected sets as bit masks
+// [n_layers][n_kv_heads][max_targets][max_context / 32] u32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/weight_table.h"
+#include "model/student.h"
+
+namespace lychee::cuda {
+
+// An f32 weight in Hugging Face layout, nullptr when absent; kOutput may return the embedding
+// (tied), as HostWeights::get does.
+using WeightSource = std::function<const float*(WeightId id, int layer)>;
+
+// GPU-only choices (the semantics do not depend on them).
+struct GpuStudentTuning {
+  // Keep every layer's raw attention logits from the student forward for its backward
+  // (+ n_layers × n_heads × max_targets × max_context × 4 bytes) instead of recomputing them
+  // with one matrix product per layer.
+  bool store_logits = false;
+  // Dense prefill and teacher attention with the TF32 flash kernel when options.tf32 and
+  // head_dim is 64 or 128 (otherwise materialised rows, like the student).
+  bool flash = true;
+  // >= 0: CUDA events around the ops of this layer in teacher() and student() (a few µs of
+  // overhead), reported in GpuStudentTimes::layer_ops.
+  int profile_layer = -1;
+};
+
+// Device time (CUDA events) of the phases of the last set_context / teacher / student calls.
+struct GpuStudentTimes {
+  double context_ms = 0.0;
+  double teacher_ms = 0.0;
+  double student_forward_ms = 0.0;   // embedding to final norm
+  double student_loss_ms = 0.0;      // LM head, loss, its gradient back to the final norm
+  double student_backward_ms = 0.0;  // the layers' backward and dz
+  // With GpuStudentTuning::profile_layer: (op, ms) of that layer in the last teacher() and the
+  // student() after it.
+  std::vector<std::pair<std::string, double>> layer_ops;
+};
+
+class GpuStudent final : public train::Student {
+ public:
+  // max_context: the longest context + targets (<= config.max_context); max_targets: the most
+  // targets of one sample (<= max_context).
+  GpuStudent(const ModelConfig& config, const HostWeights& weights,
+             const train::StudentOptions& options, int max_context, int max_targets,
+             const GpuStudentTuning& tuning = {});
+  GpuStudent(const ModelConfig& config, const WeightSource& weights,
+             const train::StudentOptions& options, int max_context, int max_targets,
+             const GpuStudentTuning& tuning = {});
+  ~GpuStudent() override;
+  GpuStudent(const GpuStudent&) = delete;
+  GpuStudent& operator=(const GpuStudent&) = delete;
+
+  void set_context(std::span<const int32_t> tokens) override;
+  void teacher(std::span<const int32_t> targets) override;
+  double student(std::span<const float> z, std::span<float> dz) override;
+  const train::StudentOptions& options() const override;
+
+  // The teacher's outputs of the last teacher() call: [T][vocab] logits or [T][d] final-norm
+  // hidden states (per options().loss).
+  std::vector<float> teacher_outputs() const;
+  // The sets the last student() pass used in `layer` (1 <= layer < n_layers): for KV head h
+  // and target row t, entry [h * T + t] holds its positions, ascending.
+  std::vector<std::vector<int32_t>> selected_sets(int layer) const;
+  // Device bytes reserved at construction.
+  size_t memory_bytes() const;
+  // Waits for the device and returns the phase times of the last calls.
+  GpuStudentTimes last_times() const;
+  void synchronize() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lychee::cuda

@@ -1,0 +1,229 @@
+// GpuStudent's construction: checks, the weights' upload (fused Q/K/V and gate/up, the RoPE
+// table) and every device buffer, reserved once from max_context and max_targets.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <utility>
+
+#include "cuda/train/student_impl.h"
+
+namespace lychee::cuda {
+
+GpuStudent::Impl::Impl(const ModelConfig& config, const WeightSource& ws, const train::StudentOptions& o,
+                       int mc, int mt, const GpuStudentTuning& tu)
+    : c(config), opt(o), tuning(tu), max_context(mc), max_targets(mt) {
+  LY_CHECK(c.n_layers > 0 && c.n_heads > 0 && c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0 &&
+               c.head_dim > 0 && c.head_dim % 2 == 0,
+           ErrorCode::kInvalidArgument, "GpuStudent: bad model shape ({} layers, {} heads, {} KV heads, head_dim {})",
+           c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim);
+  LY_CHECK(max_context >= 2 && max_context <= c.max_context, ErrorCode::kInvalidArgument,
+           "GpuStudent: max_context {} must be in [2, {}] (the model's context)", max_context, c.max_context);
+  LY_CHECK(max_targets >= 1 && max_targets <= max_context, ErrorCode::kInvalidArgument,
+           "GpuStudent: max_targets {} must be in [1, max_context {}]", max_targets, max_context);
+  LY_CHECK(std::isfinite(opt.keep_ratio) && opt.keep_ratio > 0.0 && opt.keep_ratio <= 1.0,
+           ErrorCode::kInvalidArgument, "GpuStudent: keep_ratio {} must be in (0, 1]", opt.keep_ratio);
+  d = c.d_model, hd = c.head_dim, n_heads = c.n_heads, n_kv = c.n_kv_heads, group = c.group_size();
+  q_dim = c.q_dim(), kv_dim = c.kv_dim(), qkv_dim = q_dim + 2 * kv_dim, ff = c.d_ff;
+  vocab = c.vocab_size, n_layers = c.n_layers;
+  scale = 1.0f / std::sqrt(float(hd));
+  ld_max = int(round_up(size_t(max_context), 4));
+  mask_words = (max_context + 31) / 32;
+  use_flash = tuning.flash && opt.tf32 && ops::flash_supported(hd);
+  rows_mat = std::max(max_targets, std::min(kMinMaterialisedRows, max_context));
+  act_rows = std::max(rows_mat, use_flash ? std::min(kContextChunk, max_context) : 0);
+  const size_t sel_smem = ops::attention_forward_smem_bytes(max_context, mask_words, true);
+  LY_CHECK(sel_smem <= device_info().smem_per_block_optin, ErrorCode::kUnsupported,
+           "GpuStudent: max_context {} needs {} KiB of shared memory per block for the selection; "
+           "this GPU has {} KiB", max_context, sel_smem >> 10, device_info().smem_per_block_optin >> 10);
+
+  LY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (cudaEvent_t& e : ev) LY_CUDA_CHECK(cudaEventCreate(&e));
+  if (tuning.profile_layer >= 0)
+    for (cudaEvent_t& e : marks) LY_CUDA_CHECK(cudaEventCreate(&e));
+  check_blas(cublasCreate(&blas), "cublasCreate", __LINE__);
+  check_blas(cublasSetStream(blas, stream), "cublasSetStream", __LINE__);
+  blas_ws = DeviceBuffer<uint8_t>(kBlasWorkspaceBytes);
+  check_blas(cublasSetWorkspace(blas, blas_ws.data(), blas_ws.bytes()), "cublasSetWorkspace", __LINE__);
+  check_blas(cublasSetMathMode(blas, opt.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
+             "cublasSetMathMode", __LINE__);
+  try {
+    upload_weights(ws);
+    allocate();
+  } catch (...) {  // a missing weight or no memory: the destructor of a half-built Impl never runs
+    release();
+    throw;
+  }
+}
+
+GpuStudent::Impl::~Impl() { release(); }
+
+void GpuStudent::Impl::release() {
+  if (stream != nullptr) cudaStreamSynchronize(stream);
+  if (blas != nullptr) cublasDestroy(blas);
+  for (cudaEvent_t e : ev)
+    if (e != nullptr) cudaEventDestroy(e);
+  for (cudaEvent_t e : marks)
+    if (e != nullptr) cudaEventDestroy(e);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+  blas = nullptr, stream = nullptr;
+  for (cudaEvent_t& e : ev) e = nullptr;
+  for (cudaEvent_t& e : marks) e = nullptr;
+}
+
+// One arena: fused Q/K/V and gate/up rows, biases fused with zeros for absent parts.
+void GpuStudent::Impl::upload_weights(const WeightSource& ws) {
+  auto need = [&](WeightId id, int layer) {
+    const float* p = ws(id, layer);
+    LY_CHECK(p != nullptr, ErrorCode::kNotFound, "GpuStudent: weight {} of layer {} is missing",
+             weight_hf_name(weight_spec(id), layer), layer);
+    return p;
+  };
+  struct Piece { const float* src; size_t n; size_t offset; };  // src null: zeros
+  std::vector<Piece> pieces;
+  size_t total = 0;
+  auto take = [&](std::initializer_list<std::pair<const float*, size_t>> parts) {
+    const size_t start = total;
+    for (const auto& [src, n] : parts) {
+      pieces.push_back({src, n, total});
+      total += n;
+    }
+    total = round_up(total, 64);  // 256-byte aligned tensors
+    return start;
+  };
+  const size_t sd = size_t(d), sq = size_t(q_dim), skv = size_t(kv_dim), sff = size_t(ff), shd = size_t(hd);
+  const float* emb_src = need(WeightId::kTokEmbd, 0);
+  const float* out_src = need(WeightId::kOutput, 0);
+  const size_t o_embed = take({{emb_src, size_t(vocab) * sd}});
+  const size_t o_output = out_src == emb_src ? o_embed : take({{out_src, size_t(vocab) * sd}});
+  const size_t o_onorm = take({{need(WeightId::kOutputNorm, 0), sd}});
+  std::vector<std::array<size_t, 12>> lo(static_cast<size_t>(n_layers));
+  constexpr size_t kAbsent = ~size_t(0);
+  for (int l = 0; l < n_layers; ++l) {
+    auto opt_w = [&](WeightId id) { return ws(id, l); };
+    const float *bq = opt_w(WeightId::kBq), *bk = opt_w(WeightId::kBk), *bv = opt_w(WeightId::kBv);
+    const float *bg = opt_w(WeightId::kBGate), *bu = opt_w(WeightId::kBUp);
+    auto& o = lo[size_t(l)];
+    o[0] = take({{need(WeightId::kAttnNorm, l), sd}});
+    o[1] = take({{need(WeightId::kWq, l), sq * sd}, {need(WeightId::kWk, l), skv * sd}, {need(WeightId::kWv, l), skv * sd}});
+    o[2] = bq || bk || bv ? take({{bq, sq}, {bk, skv}, {bv, skv}}) : kAbsent;
+    o[3] = c.qk_norm ? take({{need(WeightId::kQNorm, l), shd}}) : kAbsent;
+    o[4] = c.qk_norm ? take({{need(WeightId::kKNorm, l), shd}}) : kAbsent;
+    o[5] = take({{need(WeightId::kWo, l), sd * sq}});
+    o[6] = opt_w(WeightId::kBo) ? take({{opt_w(WeightId::kBo), sd}}) : kAbsent;
+    o[7] = take({{need(WeightId::kFfnNorm, l), sd}});
+    o[8] = take({{need(WeightId::kWGate, l), sff * sd}, {need(WeightId::kWUp, l), sff * sd}});
+    o[9] = bg || bu ? take({{bg, sff}, {bu, sff}}) : kAbsent;
+    o[10] = take({{need(WeightId::kWDown, l), sd * sff}});
+    o[11] = opt_w(WeightId::kBDown) ? take({{opt_w(WeightId::kBDown), sd}}) : kAbsent;
+  }
+  weights = DeviceBuffer<float>(total);
+  for (const Piece& p : pieces) {
+    if (p.src != nullptr) {
+      LY_CUDA_CHECK(cudaMemcpy(weights.data() + p.offset, p.src, p.n * sizeof(float), cudaMemcpyHostToDevice));
+    } else {
+      LY_CUDA_CHECK(cudaMemset(weights.data() + p.offset, 0, p.n * sizeof(float)));
+    }
+  }
+  const float* base = weights.data();
+  auto at = [&](size_t off) { return off == kAbsent ? nullptr : base + off; };
+  embed = at(o_embed), output = at(o_output), out_norm = at(o_onorm);
+  lw.resize(size_t(n_layers));
+  for (int l = 0; l < n_layers; ++l) {
+    const auto& o = lo[size_t(l)];
+    lw[size_t(l)] = {at(o[0]), at(o[1]), at(o[2]), at(o[3]), at(o[4]), at(o[5]),
+                     at(o[6]), at(o[7]), at(o[8]), at(o[9]), at(o[10]), at(o[11])};
+  }
+
+  // RoPE table: angle pos · inv_freq in double (as the fp64 oracle CpuStudent<double>; the f32
+  // product of transformers differs by up to half an f32 ulp of the angle, 3e-5 rad at 700).
+  std::vector<float> inv_freq = rope_inv_freq(c);
+  if (const float* factors = ws(WeightId::kRopeFreqs, 0))  // GGUF llama3 frequency factors
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= factors[i];
+  const int half = hd / 2;
+  std::vector<float> cs(size_t(max_context) * half), sn(cs.size());
+  for (int pos = 0; pos < max_context; ++pos)
+    for (int i = 0; i < half; ++i) {
+      const double angle = double(pos) * double(inv_freq[size_t(i)]);
+      cs[size_t(pos) * half + i] = float(std::cos(angle));
+      sn[size_t(pos) * half + i] = float(std::sin(angle));
+    }
+  rope_cos = DeviceBuffer<float>(cs.size());
+  rope_sin = DeviceBuffer<float>(sn.size());
+  LY_CUDA_CHECK(cudaMemcpy(rope_cos.data(), cs.data(), cs.size() * sizeof(float), cudaMemcpyHostToDevice));
+  LY_CUDA_CHECK(cudaMemcpy(rope_sin.data(), sn.data(), sn.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+void GpuStudent::Impl::allocate() {
+  const size_t R = size_t(act_rows), Tm = size_t(max_targets), NL = size_t(n_layers);
+  kv = DeviceBuffer<float>(NL * 2 * n_kv * size_t(max_context) * hd);
+  x = DeviceBuffer<float>(R * d);
+  h = DeviceBuffer<float>(R * d);
+  qkv = DeviceBuffer<float>(R * qkv_dim);
+  q = DeviceBuffer<float>(R * q_dim);
+  att = DeviceBuffer<float>(R * q_dim);
+  gu = DeviceBuffer<float>(R * 2 * ff);
+  m = DeviceBuffer<float>(R * ff);
+  s_buf = DeviceBuffer<float>(size_t(n_heads) * rows_mat * ld_max);
+  if (use_flash) flash_scratch = DeviceBuffer<float>(size_t(ops::kMaxFlashSplits) * Tm * (q_dim + 2 * n_heads));
+  g_buf = DeviceBuffer<float>(size_t(n_heads) * Tm * ld_max);
+  if (tuning.store_logits) s_store = DeviceBuffer<float>(NL * n_heads * Tm * ld_max);
+  xs = DeviceBuffer<float>((NL + 1) * Tm * d);
+  x2s = DeviceBuffer<float>(NL * Tm * d);
+  qkvs = DeviceBuffer<float>(NL * Tm * qkv_dim);
+  qs = DeviceBuffer<float>(NL * Tm * q_dim);
+  gus = DeviceBuffer<float>(NL * Tm * 2 * ff);
+  stats = DeviceBuffer<float4>(NL * n_heads * Tm);
+  masks = DeviceBuffer<uint32_t>(NL * n_kv * Tm * mask_words);
+  hfin = DeviceBuffer<float>(Tm * d);
+  const size_t out_width = opt.loss == train::DistillLoss::kLogits ? size_t(vocab) : size_t(d);
+  if (opt.loss == train::DistillLoss::kLogits) logits = DeviceBuffer<float>(Tm * vocab);
+  teacher_out = DeviceBuffer<float>(Tm * out_width);
+  dx = DeviceBuffer<float>(Tm * d);
+  dh = DeviceBuffer<float>(Tm * d);
+  dqkv = DeviceBuffer<float>(Tm * qkv_dim);
+  da = DeviceBuffer<float>(Tm * q_dim);
+  dgu = DeviceBuffer<float>(Tm * 2 * ff);
+  dm = DeviceBuffer<float>(Tm * ff);
+  dq = DeviceBuffer<float>(Tm * q_dim);
+  dk = DeviceBuffer<float>(Tm * kv_dim);
+  dv = DeviceBuffer<float>(Tm * kv_dim);
+  w_tail = DeviceBuffer<float>(size_t(n_heads) * Tm * Tm);
+  dz_part = DeviceBuffer<float>(size_t(n_kv) * Tm);
+  dz_dev = DeviceBuffer<float>(NL * n_kv);
+  z_dev = DeviceBuffer<float>(NL * n_kv);
+  loss_partials = DeviceBuffer<double>(ops::kLossBlocks);
+  loss_dev = DeviceBuffer<double>(1);
+  ctx_tokens = DeviceBuffer<int32_t>(size_t(max_context));
+  tgt_tokens = DeviceBuffer<int32_t>(Tm);
+  ctx_pinned = PinnedBuffer<int32_t>(size_t(max_context));
+  tgt_pinned = PinnedBuffer<int32_t>(Tm);
+  z_pinned = PinnedBuffer<float>(NL * n_kv);
+  dz_pinned = PinnedBuffer<float>(NL * n_kv);
+  loss_pinned = PinnedBuffer<double>(1);
+}
+
+GpuStudent::GpuStudent(const ModelConfig& config, const HostWeights& weights, const train::StudentOptions& options,
+                       int max_context, int max_targets, const GpuStudentTuning& tuning)
+    : GpuStudent(config, WeightSource([&weights](WeightId id, int layer) { return weights.get(id, layer); }),
+                 options, max_context, max_targets, tuning) {}
+
+GpuStudent::GpuStudent(const ModelConfig& config, const WeightSource& weights, const train::StudentOptions& options,
+                       int max_context, int max_targets, const GpuStudentTuning& tuning)
+    : impl_(std::make_unique<Impl>(config, weights, options, max_context, max_targets, tuning)) {}
+
+GpuStudent::~GpuStudent() = default;
+
+size_t GpuStudent::memory_bytes() const {
+  const Impl& s = *impl_;
+  size_t total = s.blas_ws.bytes() + s.weights.bytes() + s.rope_cos.bytes() + s.rope_sin.bytes() + s.kv.bytes();
+  for (const DeviceBuffer<float>* b : {&s.x, &s.h, &s.qkv, &s.q, &s.att, &s.gu, &s.m, &s.s_buf, &s.g_buf,
+                                       &s.s_store, &s.xs, &s.x2s, &s.qkvs, &s.qs, &s.gus, &s.hfin, &s.logits,
+                                       &s.teacher_out, &s.dx, &s.dh, &s.dqkv, &s.da, &s.dgu, &s.dm, &s.dq, &s.dk,
+                                       &s.dv, &s.w_tail, &s.dz_part, &s.dz_dev, &s.z_dev, &s.flash_scratch})
+    total += b->bytes();
+  return total + s.stats.bytes() + s.masks.bytes() + s.ctx_tokens.bytes() + s.tgt_tokens.bytes();
+}
+
+}  // namespace lychee::cuda

@@ -1,0 +1,66 @@
+// A Backend runs one loaded model on one device: it opens sessions (sequences in its KV cache),
+// says how many bytes a decode step reads and how fast the device can read them, and times
+// batched decoding. The CPU reference and the CUDA backend implement it; the Engine holds one.
+// backends.cpp is the one file that knows which backends this build has.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "attention/decode_spec.h"
+#include "model/checkpoint.h"
+#include "model/student.h"
+#include "runtime/session.h"
+
+namespace lychee {
+
+struct BackendOptions {
+  // CUDA backend only.
+  double kv_memory_gib = 0.0;  // 0 = sized from max_batch x max_context, capped by free memory
+  int max_context = 0;         // 0 = the model's context length
+  int max_batch = 8;
+  int page_size = 64;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;  // "cpu" or "cuda"
+  // A new sequence able to hold `capacity` tokens (<= the model's context).
+  virtual std::unique_ptr<Session> new_session(int capacity) = 0;
+  // Bytes of weights a decode step of one sequence reads.
+  virtual uint64_t weight_bytes_per_token() const = 0;
+  // The memory bandwidth that bounds a decode step on this device, GB/s (measured, ~1 s).
+  virtual double measure_bandwidth_gbps() const = 0;
+  // `batch` sequences each prefilled with `prompt`, then `steps` greedy decode steps of the
+  // whole batch; returns the seconds the steps took.
+  virtual double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps) = 0;
+  // Why this backend cannot run `spec` (naming the option), or "" when it can.
+  virtual std::string unsupported(const DecodeSpec& spec) const = 0;
+};
+
+// "cpu", "cuda", or "auto" resolved on this machine (cuda when this build has it and a device is
+// usable). Error(kUnsupported) for "cuda" without one, naming why.
+std::string resolve_device(const std::string& requested);
+// Whether a usable CUDA device is present ("" if so), else why not (the CUDA error, or that the
+// build has no CUDA backend).
+std::string cuda_device_status();
+
+// The backend for a resolved device ("cpu" or "cuda"), weights loaded from `ck`.
+std::unique_ptr<Backend> make_backend(const std::string& device, const Checkpoint& ck, const BackendOptions& o);
+// Why the CUDA backend cannot run `spec` on model c with KV pages of `page_size` tokens, or "".
+// Pure host code; in a build without CUDA it says so.
+std::string cuda_unsupported(const DecodeSpec& spec, const ModelConfig& c, int page_size);
+
+// The head-role trainer's student/teacher pass on the GPU (model/student.h; the CPU one is the
+// trainer's own oracle, train/cpu_student.h). Error(kUnsupported) in a build without CUDA.
+std::unique_ptr<train::Student> make_gpu_student(const ModelConfig& c, const HostWeights& w,
+                                                 const train::StudentOptions& options, int max_context,
+                                                 int max_targets);
+
+// The CPU reference backend (cpu_backend.cpp).
+std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck);
+
+}  // namespace lychee

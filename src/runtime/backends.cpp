@@ -1,0 +1,61 @@
+// Which backends this build has: the one file that knows whether the CUDA backend was compiled
+// (LYCHEE_HAS_CUDA is defined for this layer only when it was; see src/CMakeLists.txt).
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "runtime/backend.h"
+#ifdef LYCHEE_HAS_CUDA
+#include "runtime/cuda_backend.h"
+#endif
+
+namespace lychee {
+
+std::string cuda_device_status() {
+#ifdef LYCHEE_HAS_CUDA
+  return cuda_backend_device_status();
+#else
+  return "this build has no CUDA backend (nvcc was not found at configure time)";
+#endif
+}
+
+std::string resolve_device(const std::string& requested) {
+  LY_CHECK(requested == "auto" || requested == "cpu" || requested == "cuda", ErrorCode::kInvalidArgument,
+           "--device: must be auto, cpu or cuda, got '{}'", requested);
+  if (requested == "cpu") return requested;
+  const std::string status = cuda_device_status();
+  if (requested == "auto") return status.empty() ? "cuda" : "cpu";
+  LY_CHECK(status.empty(), ErrorCode::kUnsupported, "--device cuda: {}", status);
+  return requested;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, const Checkpoint& ck, const BackendOptions& o) {
+  if (device == "cpu") return make_cpu_backend(ck);
+#ifdef LYCHEE_HAS_CUDA
+  if (device == "cuda") return make_cuda_backend(ck, o);
+#else
+  (void)o;
+#endif
+  fail(ErrorCode::kUnsupported, "no '{}' backend in this build (resolve the device first)", device);
+}
+
+std::string cuda_unsupported(const DecodeSpec& spec, const ModelConfig& c, int page_size) {
+#ifdef LYCHEE_HAS_CUDA
+  return cuda_backend_unsupported(spec, c, page_size);
+#else
+  (void)spec, (void)c, (void)page_size;
+  return cuda_device_status();
+#endif
+}
+
+std::unique_ptr<train::Student> make_gpu_student(const ModelConfig& c, const HostWeights& w,
+                                                 const train::StudentOptions& options, int max_context,
+                                                 int max_targets) {
+#ifdef LYCHEE_HAS_CUDA
+  return make_cuda_student(c, w, options, max_context, max_targets);
+#else
+  (void)c, (void)w, (void)options, (void)max_context, (void)max_targets;
+  fail(ErrorCode::kUnsupported, "--device cuda: {}", cuda_device_status());
+#endif
+}
+
+}  // namespace lychee

@@ -1,0 +1,88 @@
+// The CUDA backend: bf16 weights and the paged runner (src/cuda/runner), sessions over it, and
+// the trainer's GPU student. Compiled only with CUDA (src/CMakeLists.txt); backends.cpp is the
+// one file that decides whether it exists.
+#include "runtime/cuda_backend.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "cuda/common/common.h"
+#include "cuda/runner/gpu_runner.h"
+#include "cuda/runner/policy_plan.h"
+#include "cuda/train/student.h"
+#include "runtime/cuda_session.h"
+
+namespace lychee {
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Checkpoint& ck, const BackendOptions& o) : weights_(cuda::upload_weights(ck)) {
+    cuda::RunnerOptions ro;
+    ro.kv_memory_gib = o.kv_memory_gib;
+    ro.max_context = o.max_context;
+    ro.max_batch = o.max_batch;
+    ro.page_size = o.page_size;
+    runner_ = std::make_unique<cuda::GpuRunner>(weights_, ro);
+  }
+  const char* name() const override { return "cuda"; }
+  std::unique_ptr<Session> new_session(int capacity) override {
+    return std::make_unique<GpuSession>(*runner_, capacity);
+  }
+  uint64_t weight_bytes_per_token() const override { return cuda::weight_bytes_per_step(*weights_, 1); }
+  double measure_bandwidth_gbps() const override { return cuda::device_copy_bandwidth_gbps(); }
+  double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps) override;
+  std::string unsupported(const DecodeSpec& spec) const override {
+    return cuda::gpu_unsupported(spec, runner_->config(), runner_->options().page_size);
+  }
+
+ private:
+  std::shared_ptr<const cuda::GpuWeights> weights_;
+  std::unique_ptr<cuda::GpuRunner> runner_;
+};
+
+double CudaBackend::time_batched_decode(int batch, std::span<const int32_t> prompt, int steps) {
+  cuda::GpuRunner& r = *runner_;
+  LY_CHECK(batch >= 1 && batch <= r.options().max_batch, ErrorCode::kInvalidArgument,
+           "--batch: must be 1 to {} (the runner's maximum batch), got {}", r.options().max_batch, batch);
+  std::vector<cuda::GpuSeq> seqs(static_cast<size_t>(batch));
+  std::vector<cuda::GpuSeq*> ptrs;
+  for (auto& s : seqs) {
+    r.prefill(s, prompt);
+    ptrs.push_back(&s);
+  }
+  std::vector<int32_t> out(static_cast<size_t>(batch));
+  std::vector<int32_t> first(static_cast<size_t>(batch), prompt.back());
+  r.decode(ptrs, first);  // captures the CUDA graph for this batch size
+  r.greedy(batch, out);
+  Timer t;
+  for (int i = 0; i < steps; ++i) {
+    r.decode(ptrs, {});
+    r.greedy(batch, out);
+  }
+  const double seconds = t.seconds();
+  for (auto& s : seqs) r.release(s);
+  return seconds;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const Checkpoint& ck, const BackendOptions& o) {
+  return std::make_unique<CudaBackend>(ck, o);
+}
+
+std::string cuda_backend_unsupported(const DecodeSpec& spec, const ModelConfig& c, int page_size) {
+  return cuda::gpu_unsupported(spec, c, page_size);
+}
+
+std::string cuda_backend_device_status() { return cuda::cuda_device_status(); }
+
+std::unique_ptr<train::Student> make_cuda_student(const ModelConfig& c, const HostWeights& w,
+                                                  const train::StudentOptions& options, int max_context,
+                                                  int max_targets) {
+  return std::make_unique<cuda::GpuStudent>(c, w, options, max_context, max_targets);
+}
+
+}  // namespace lychee

@@ -1,0 +1,182 @@
+// The GPU runner's host-side plans, without a GPU: a DecodeSpec in the hybrid kernel's terms
+// (cuda/runner/policy_plan.h), the GPU-support predicate the CLI and the runner share, and the
+// step planner that reuses split plans while every head's work is unchanged
+// (cuda/runner/step_meta.h). Compiled with the CUDA layer (nvcc at configure time).
+#include <gtest/gtest.h>
+
+#include "attention/policies.h"
+#include "core/error.h"
+#include "test_util.h"
+
+#ifdef LYCHEE_HAS_CUDA
+
+#include "cuda/runner/policy_plan.h"
+#include "cuda/runner/step_meta.h"
+
+namespace lychee {
+namespace {
+
+using cuda::GpuPolicyPlan;
+using cuda::KernelHead;
+using cuda::ListKind;
+
+ModelConfig shape(int n_layers = 4, int n_heads = 8, int n_kv_heads = 2, int head_dim = 64) {
+  ModelConfig c;
+  c.n_layers = n_layers;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.head_dim = head_dim;
+  c.d_model = n_heads * head_dim;
+  c.d_ff = 64;
+  c.vocab_size = 100;
+  c.max_context = 4096;
+  return c;
+}
+
+HeadRoles roles_of(const ModelConfig& c, std::initializer_list<std::initializer_list<int>> rows) {
+  HeadRoles r = make_head_roles(c);
+  size_t i = 0;
+  for (auto row : rows)
+    for (int x : row) r.retrieval[i++] = uint8_t(x);
+  return r;
+}
+
+TEST(RunnerPlan, LycheeBecomesScoredDenseItemsUnitListsAndKvHeadSelectors) {
+  const ModelConfig c = shape();
+  SelectParams sel;
+  sel.budget = 256;
+  const GpuPolicyPlan g =
+      cuda::plan_gpu_policy(lychee_spec(c, roles_of(c, {{1, 1}, {0, 1}, {0, 0}, {1, 0}}), 16, sel), c, 64, 1000);
+  const KernelHead scored{ListKind::kDense, cuda::ScoreKind::kGroupChunk16, 0, false};
+  const KernelHead units{ListKind::kUnits, cuda::ScoreKind::kNone, 16, false};
+  const KernelHead dense{};
+  EXPECT_EQ(g.patterns[size_t(g.layers[0].pattern)], (std::vector<KernelHead>{scored, scored}));
+  EXPECT_EQ(g.patterns[size_t(g.layers[1].pattern)], (std::vector<KernelHead>{units, scored}));
+  EXPECT_EQ(g.patterns[size_t(g.layers[2].pattern)], (std::vector<KernelHead>{units, units}));
+  EXPECT_EQ(g.patterns[size_t(g.layers[3].pattern)], (std::vector<KernelHead>{dense, units}));
+  EXPECT_EQ(g.selectors, (std::vector<int32_t>{0, 1, 1}));  // layer 0: both; layer 1: head 1; last: none
+  EXPECT_EQ(g.layers[1].sel_offset, 2);
+  EXPECT_EQ(g.layers[1].n_sel, 1);
+  EXPECT_EQ(g.layers[3].n_sel, 0);
+  EXPECT_EQ(g.row_heads, 2);
+  EXPECT_EQ(g.score_unit, 16);
+  EXPECT_EQ(g.list_stride, 1000 / 16 + 2);
+  EXPECT_EQ(g.score_stride, 1000 / 16 + 2);
+  EXPECT_FALSE(g.layers[1].union_count || g.layers[1].page_bound);
+}
+
+TEST(RunnerPlan, TokenModeScoresTokens) {
+  const ModelConfig c = shape();
+  const GpuPolicyPlan g = cuda::plan_gpu_policy(lychee_spec(c, head_roles_from_layers(c, {0}), 1, {}), c, 64, 500);
+  EXPECT_EQ(g.patterns[size_t(g.layers[0].pattern)][0].score, cuda::ScoreKind::kGroupToken);
+  EXPECT_EQ(g.score_unit, 1);
+  EXPECT_EQ(g.list_stride, 501);
+}
+
+TEST(RunnerPlan, PerQueryHeadPoliciesSelectPerRowAndCountUnions) {
+  const ModelConfig c = shape(6);
+  const GpuPolicyPlan t = cuda::plan_gpu_policy(tidal_spec(c, 64, {2, 4}, 2), c, 64, 800);
+  EXPECT_EQ(t.row_heads, 8);
+  EXPECT_EQ(t.patterns[size_t(t.layers[2].pattern)][1].score, cuda::ScoreKind::kRowToken);
+  EXPECT_EQ(t.layers[2].n_sel, 8);  // every query head of both KV heads
+  EXPECT_EQ(t.patterns[size_t(t.layers[3].pattern)][0], (KernelHead{ListKind::kUnits, cuda::ScoreKind::kNone, 1, true}));
+  EXPECT_TRUE(t.layers[3].union_count);
+  EXPECT_FALSE(t.layers[1].union_count);
+
+  const GpuPolicyPlan q = cuda::plan_gpu_policy(quest_spec(c, 128, 16, 2), c, 64, 800);
+  EXPECT_TRUE(q.layers[2].page_bound && q.layers[2].union_count);
+  EXPECT_FALSE(q.layers[1].page_bound);
+  EXPECT_EQ(q.layers[5].n_sel, 8);
+  EXPECT_EQ(q.score_unit, 16);
+  EXPECT_EQ(q.list_stride, 800 / 16 + 1);
+}
+
+TEST(RunnerPlan, OneSupportPredicateNamesTheOption) {
+  const ModelConfig c = shape();
+  const HeadRoles r = head_roles_from_layers(c, {0});
+  EXPECT_EQ(cuda::gpu_unsupported(lychee_spec(c, r, 32, {}), c, 64), "");
+  EXPECT_EQ(cuda::gpu_unsupported(lychee_spec(c, r, 1, {}), c, 64), "");
+  const std::string block = cuda::gpu_unsupported(lychee_spec(c, r, 48, {}), c, 64);
+  EXPECT_NE(block.find("--block-size 48"), std::string::npos) << block;
+  EXPECT_NE(block.find("--device cpu"), std::string::npos) << block;
+  EXPECT_NE(cuda::gpu_unsupported(lychee_spec(c, r, 8, {}), c, 64), "");
+  EXPECT_NE(cuda::gpu_unsupported(lychee_spec(c, r, 128, {}), c, 64), "");  // larger than the page
+  EXPECT_EQ(cuda::gpu_unsupported(quest_spec(c, 64, 8, 2), c, 64), "");
+  const std::string page = cuda::gpu_unsupported(quest_spec(c, 64, 24, 2), c, 64);
+  EXPECT_NE(page.find("--quest-page 24"), std::string::npos) << page;
+  const ModelConfig odd = shape(4, 8, 2, 96);
+  EXPECT_EQ(cuda::gpu_unsupported(full_spec(odd), odd, 64), "");  // full attention runs any head_dim
+  EXPECT_NE(cuda::gpu_unsupported(duo_spec(odd, head_roles_from_layers(odd, {0}), 4, 8), odd, 64).find("head_dim"),
+            std::string::npos);
+  test::expect_error([&] { cuda::plan_gpu_policy(lychee_spec(c, r, 48, {}), c, 64, 100); }, ErrorCode::kUnsupported,
+                     "--block-size 48");
+}
+
+TEST(RunnerPlan, HeadEntriesAreExactWhereTheHostKnowsThem) {
+  const ModelConfig c = shape();
+  SelectParams sel;
+  sel.budget = 64;
+  sel.sink = 20;
+  const GpuPolicyPlan g = cuda::plan_gpu_policy(lychee_spec(c, head_roles_from_layers(c, {0}), 16, sel), c, 64, 4000);
+  const KernelHead units{ListKind::kUnits, cuda::ScoreKind::kNone, 16, false};
+  EXPECT_EQ(cuda::head_entries(g, KernelHead{}, 64, 130), 3);  // pages
+  EXPECT_EQ(cuda::head_entries(g, units, 64, 1000), selected_units(sel, 16, 1000));
+  const GpuPolicyPlan d = cuda::plan_gpu_policy(duo_spec(c, head_roles_from_layers(c, {0}), 4, 10), c, 64, 4000);
+  EXPECT_EQ(cuda::head_entries(d, KernelHead{ListKind::kWindow, cuda::ScoreKind::kNone, 1, false}, 64, 100), 14);
+  EXPECT_EQ(cuda::head_entries(d, KernelHead{ListKind::kWindow, cuda::ScoreKind::kNone, 1, false}, 64, 9), 9);
+}
+
+// Plans are rebuilt only when a head's work changes; the plan written equals plan_decode's.
+TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
+  const ModelConfig c = shape();
+  const GpuPolicyPlan g = cuda::plan_gpu_policy(lychee_spec(c, head_roles_from_layers(c, {0}), 64, {}), c, 64, 8192);
+  cuda::PlannerShape s;
+  s.n_heads = c.n_heads;
+  s.n_kv_heads = c.n_kv_heads;
+  s.page_size = 64;
+  s.sm_count = 132;
+  s.ctas_per_sm = 2;
+  s.max_items = 1056;
+  const cuda::MetaLayout m(64, 4, 130, s.max_items, c.n_heads, c.n_layers + 1);
+  std::vector<uint8_t> meta(m.total, 0);
+  cuda::StepPlanner planner(s, m);
+  const std::vector<int> lens = {700, 5000};
+  EXPECT_GT(planner.plan(&g, lens, meta.data()), m.step_bytes());
+  EXPECT_EQ(planner.replans(), 1);
+  EXPECT_EQ(planner.plan(&g, std::vector<int>{701, 5001}, meta.data()), m.step_bytes());  // same pages
+  EXPECT_EQ(planner.replans(), 1);
+  EXPECT_GT(planner.plan(&g, std::vector<int>{705, 5121}, meta.data()), m.step_bytes());  // a new page
+  EXPECT_EQ(planner.replans(), 2);
+  EXPECT_GT(planner.plan(nullptr, std::vector<int>{705, 5121}, meta.data()), m.step_bytes());  // dense step
+  EXPECT_GT(planner.plan(&g, std::vector<int>{705}, meta.data()), m.step_bytes());            // membership
+  planner.invalidate();
+  EXPECT_GT(planner.plan(&g, std::vector<int>{705}, meta.data()), m.step_bytes());
+  EXPECT_EQ(planner.replans(), 5);
+
+  // The dense plan written for two sequences is plan_decode's over dense_decode_heads.
+  planner.plan(nullptr, std::vector<int>{700, 5000}, meta.data());
+  const std::vector<int32_t> lens32 = {700, 5000};
+  const auto heads = cuda::dense_decode_heads(lens32, c.n_kv_heads, c.group_size(), 64, 130);
+  const cuda::DecodePlan want = cuda::plan_decode(heads, 2, c.n_heads, c.n_kv_heads, 132, 2, 128, s.max_items);
+  const auto* n_items = reinterpret_cast<const int32_t*>(meta.data() + m.n_items);
+  const auto* items = reinterpret_cast<const cuda::DecodeWorkItem*>(meta.data() + m.items);
+  ASSERT_EQ(n_items[0], int32_t(want.items.size()));
+  for (size_t i = 0; i < want.items.size(); ++i) {
+    EXPECT_EQ(items[i].seq, want.items[i].seq) << i;
+    EXPECT_EQ(items[i].kv_head, want.items[i].kv_head) << i;
+    EXPECT_EQ(items[i].begin, want.items[i].begin) << i;
+    EXPECT_EQ(items[i].end, want.items[i].end) << i;
+    EXPECT_EQ(items[i].slot, want.items[i].slot) << i;
+  }
+}
+
+}  // namespace
+}  // namespace lychee
+
+#else
+
+TEST(RunnerPlan, NeedsTheCudaLayer) {
+  GTEST_SKIP() << "built without nvcc: the GPU runner's host-side plan tests (RunnerPlan.*) are not compiled";
+}
+
+#endif
