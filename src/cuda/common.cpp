@@ -23,6 +23,18 @@ bool cuda_available() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+std::string cuda_device_status() {
+  auto error = [](const char* call, cudaError_t err) {
+    return std::string(call) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+  };
+  int n = 0;
+  if (const cudaError_t err = cudaGetDeviceCount(&n); err != cudaSuccess) return error("cudaGetDeviceCount", err);
+  if (n == 0) return "cudaGetDeviceCount: no CUDA device";
+  // A counted device can still fail at context creation (driver mismatch, exclusive mode, ECC).
+  if (const cudaError_t err = cudaFree(nullptr); err != cudaSuccess) return error("cudaFree(nullptr)", err);
+  return "";
+}
+
 double device_copy_bandwidth_gbps() {
   const size_t n = size_t(1) << 30;
   void *a = nullptr, *b = nullptr;
