@@ -104,7 +104,7 @@ Problem make_problem(int n_kv_heads, int group, int head_dim, int page_size, con
   // values), or with kZero / kNan a spare page (ids[pages_used..]) full of that value.
   std::uniform_int_distribution<int32_t> any_page(0, p.n_pages - 1), any_spare(pages_used, p.n_pages - 1);
   const size_t page_elems = size_t(n_kv_heads) * page_size * head_dim;
-  const uint16_t fill = garbage == Garbage::kNan ? uint16_t(0x7fc0) : uint16_t(0);  // bf16 NaN or +0
+  const uint16_t garbage_bits = garbage == Garbage::kNan ? uint16_t(0x7fc0) : uint16_t(0);  // bf16 NaN or +0
   p.table.resize(size_t(p.batch) * p.max_pages);
   size_t next = 0;
   for (int b = 0; b < p.batch; ++b) {
@@ -117,7 +117,7 @@ Problem make_problem(int n_kv_heads, int group, int head_dim, int page_size, con
         for (int r = (seqs[b].kv_len - 1) % page_size + 1; r < page_size; ++r)
           for (int d = 0; d < head_dim; ++d) {
             const size_t at = last * page_elems + (size_t(kvh) * page_size + r) * head_dim + d;
-            p.k[at] = p.v[at] = fill;
+            p.k[at] = p.v[at] = garbage_bits;
           }
     }
     p.q_lens.push_back(seqs[b].q_len);
@@ -125,8 +125,8 @@ Problem make_problem(int n_kv_heads, int group, int head_dim, int page_size, con
   }
   if (fill_garbage)
     for (int i = pages_used; i < p.n_pages; ++i) {
-      std::fill_n(p.k.begin() + size_t(ids[i]) * page_elems, page_elems, fill);
-      std::fill_n(p.v.begin() + size_t(ids[i]) * page_elems, page_elems, fill);
+      std::fill_n(p.k.begin() + size_t(ids[i]) * page_elems, page_elems, garbage_bits);
+      std::fill_n(p.v.begin() + size_t(ids[i]) * page_elems, page_elems, garbage_bits);
     }
   return p;
 }
