@@ -15,6 +15,9 @@ namespace {
 using test::RunResult;
 using test::run_cli;
 
+// Text besides whitespace: what a generation printed.
+bool has_text(const std::string& s) { return s.find_first_not_of(" \t\r\n") != std::string::npos; }
+
 void expect_error(const RunResult& r, const std::string& message) {
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("lychee: error: "), std::string::npos) << r.output;
@@ -24,11 +27,13 @@ void expect_error(const RunResult& r, const std::string& message) {
 TEST(Cli, GeneratesFromAHuggingFaceDirectory) {
   const RunResult r = run_cli("generate -m " + test::golden_dir() + "/models/qwen3_tied_bf16 -p 'The quick' -n 4");
   EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has_text(r.output)) << "no text generated";
 }
 
 TEST(Cli, ChatsWithATinyModel) {
   const RunResult r = run_cli("chat -m " + test::golden_dir() + "/models/qwen2_untied_f16 -p 'hello' -n 3");
   EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has_text(r.output)) << "no reply";
 }
 
 TEST(Cli, MissingModel) {
@@ -49,11 +54,20 @@ TEST(Cli, CorruptCheckpoints) {
   expect_error(run_cli("inspect -m " + dir + "/junk.gguf"), "GGUF version 9 is not supported");
 }
 
+// Usage errors exit with CLI11's code for the kind of error (CLI::ExitCodes: 105 a value that
+// fails validation, 106 a required argument missing, 109 an unexpected argument), or 1 where
+// lychee checks the value itself; a crash (128 + signal) or any other code fails. The message
+// names the option.
 TEST(Cli, BadOptionsAreRejected) {
-  const RunResult r = run_cli("generate --temp -1 -p hi");
-  EXPECT_NE(r.status, 0) << r.output;
-  EXPECT_NE(run_cli("generate --no-such-flag").status, 0);
-  EXPECT_NE(run_cli("").status, 0);
+  RunResult r = run_cli("generate --temp -1 -p hi");
+  EXPECT_TRUE(r.status == 105 || r.status == 1) << "status " << r.status << ": " << r.output;
+  EXPECT_NE(r.output.find("--temp"), std::string::npos) << r.output;
+  r = run_cli("generate --no-such-flag");
+  EXPECT_EQ(r.status, 109) << r.output;
+  EXPECT_NE(r.output.find("--no-such-flag"), std::string::npos) << r.output;
+  r = run_cli("");
+  EXPECT_EQ(r.status, 106) << r.output;
+  EXPECT_NE(r.output.find("subcommand is required"), std::string::npos) << r.output;
 }
 
 TEST(Cli, PromptLongerThanTheContextIsACapacityError) {

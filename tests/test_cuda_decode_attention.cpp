@@ -1,8 +1,8 @@
-// Decode attention: the split planner by its invariants (no GPU needed: every page of every head
-// covered once, slots contiguous per head, balanced splits, at most max_items items), the argument
-// checks, and the CUDA kernels against a double-precision CPU reference over the same bf16 inputs
-// (random data, shuffled block tables, awkward lengths, every group size and head dim, with and
-// without splits, idle CTAs, poisoned outputs, empty splits, CUDA graph capture).
+// Decode attention: the CUDA kernels against the double-precision reference of
+// attention_reference.h over the same bf16 inputs (random data, shuffled block tables, awkward
+// lengths, every group size and head dim, with and without splits, idle CTAs, poisoned outputs,
+// empty splits, CUDA graph capture). The planner and the argument checks, which need no GPU, are
+// in test_cuda_host_only.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "attention_reference.h"
+#include "core/dtype.h"
 #include "core/error.h"
+#include "gpu_test_util.h"
 
 #ifdef LYCHEE_HAS_CUDA
 #include "cuda/kernels/decode_attention.h"
@@ -23,284 +26,22 @@
 namespace lychee {
 namespace {
 
+using test::to_device;
+using test::to_device_bf16_bits;
+
 using cuda::DecodeHeadWork;
 using cuda::DecodePlan;
 using cuda::DecodeWorkItem;
 
-// ------------------------------------------------------------------------------ planner
-
-// Every invariant the kernels rely on, plus balance. `min_pages` is the planner's argument.
-void check_plan(const DecodePlan& plan, const std::vector<DecodeHeadWork>& heads, int batch, int n_kv_heads,
-                int min_pages, int max_items) {
-  ASSERT_LE(int(plan.items.size()), max_items);
-  const int group = 4;  // the planner tests use groups of 4 query heads, all served by each head work
-  const int n_heads = n_kv_heads * group;
-  ASSERT_EQ(plan.merge_begin.size(), size_t(batch) * n_heads);
-  ASSERT_EQ(plan.merge_count.size(), size_t(batch) * n_heads);
-  std::vector<int> head_of(size_t(batch) * n_kv_heads, -1);
-  for (size_t h = 0; h < heads.size(); ++h) head_of[size_t(heads[h].seq) * n_kv_heads + heads[h].kv_head] = int(h);
-
-  std::vector<std::vector<int>> covered(heads.size());
-  std::vector<std::vector<int>> slots(heads.size());
-  std::vector<int> slot_uses(size_t(plan.n_slots), 0);
-  for (size_t h = 0; h < heads.size(); ++h) covered[h].assign(size_t(heads[h].n_entries), 0);
-  for (const DecodeWorkItem& it : plan.items) {
-    ASSERT_TRUE(it.seq >= 0 && it.seq < batch && it.kv_head >= 0 && it.kv_head < n_kv_heads);
-    const int h = head_of[size_t(it.seq) * n_kv_heads + it.kv_head];
-    ASSERT_GE(h, 0) << "item for a head that was not asked for";
-    EXPECT_EQ(it.list, heads[h].list);
-    EXPECT_EQ(it.unit, heads[h].unit);
-    ASSERT_LT(it.begin, it.end) << "empty item";
-    ASSERT_GE(it.begin, 0);
-    ASSERT_LE(it.end, heads[h].n_entries);
-    for (int p = it.begin; p < it.end; ++p) ++covered[h][p];
-    if (it.slot >= 0) {
-      ASSERT_LT(it.slot, plan.n_slots);
-      ++slot_uses[it.slot];
-    }
-    slots[h].push_back(it.slot);
-  }
-  int sum_counts = 0;
-  for (size_t h = 0; h < heads.size(); ++h) {
-    for (int p = 0; p < heads[h].n_entries; ++p) ASSERT_EQ(covered[h][p], 1) << "head " << h << " page " << p;
-    const size_t m = size_t(heads[h].seq) * n_heads + size_t(heads[h].kv_head) * group;
-    if (slots[h].size() <= 1) {
-      EXPECT_EQ(plan.merge_count[m], 0);
-      if (!slots[h].empty()) {
-        EXPECT_EQ(slots[h][0], -1) << "an only item writes out directly";
-      }
-      continue;
-    }
-    for (int r = 0; r < group; ++r) {
-      EXPECT_EQ(plan.merge_count[m + r], int(slots[h].size()));
-      EXPECT_EQ(plan.merge_begin[m + r], plan.merge_begin[m]);
-    }
-    std::sort(slots[h].begin(), slots[h].end());
-    for (size_t i = 0; i < slots[h].size(); ++i) EXPECT_EQ(slots[h][i], plan.merge_begin[m] + int(i)) << "slots of head " << h;
-    sum_counts += int(slots[h].size());
-  }
-  EXPECT_EQ(sum_counts, plan.n_slots);
-  for (int u : slot_uses) EXPECT_EQ(u, 1);
-
-  // Balance: split items are at least min_pages long and within a factor 2 of each other.
-  int lo = INT32_MAX, hi = 0;
-  for (const DecodeWorkItem& it : plan.items) {
-    if (it.slot < 0) continue;
-    const int len = it.end - it.begin;
-    EXPECT_GE(len, min_pages);
-    lo = std::min(lo, len);
-    hi = std::max(hi, len);
-  }
-  if (hi > 0) {
-    EXPECT_LE(hi, 2 * lo) << "split lengths " << lo << ".." << hi;
-  }
-  // Longest first.
-  for (size_t i = 1; i < plan.items.size(); ++i)
-    EXPECT_GE(plan.items[i - 1].end - plan.items[i - 1].begin, plan.items[i].end - plan.items[i].begin);
-}
-
-TEST(DecodePlan, OneLongSequenceSpreadsEvenlyOverTheMachine) {
-  // Batch 1, 128K tokens, 8 KV heads, page 64: 8 x 2048 pages over 132 SMs x 2 CTAs.
-  const std::vector<int32_t> lens = {131072};
-  const auto heads = cuda::dense_decode_heads(lens, 8, 4, 64, 2048);
-  const DecodePlan plan = cuda::plan_decode(heads, 1, 4 * (8), 8, 132, 2, 64 * (2), 1024);
-  check_plan(plan, heads, 1, 8, 2, 1024);
-  EXPECT_EQ(plan.items.size(), 264u);  // 33 splits per head of 62 or 63 pages
-  for (const DecodeWorkItem& it : plan.items) {
-    EXPECT_GE(it.end - it.begin, 62);
-    EXPECT_LE(it.end - it.begin, 63);
-  }
-  EXPECT_EQ(plan.n_slots, 264);
-}
-
-TEST(DecodePlan, ManyHeadsAreNotSplit) {
-  // 64 sequences x 8 KV heads = 512 heads > 264 CTAs: one item per head, all written directly.
-  const std::vector<int32_t> lens(64, 4000);
-  const auto heads = cuda::dense_decode_heads(lens, 8, 4, 64, 64);
-  const DecodePlan plan = cuda::plan_decode(heads, 64, 4 * (8), 8, 132, 2, 64 * (2), 1024);
-  check_plan(plan, heads, 64, 8, 2, 1024);
-  EXPECT_EQ(plan.items.size(), 512u);
-  EXPECT_EQ(plan.n_slots, 0);
-}
-
-TEST(DecodePlan, MinPagesPerSplitLimitsTheSplits) {
-  const std::vector<int32_t> lens = {64 * 10};
-  const auto heads = cuda::dense_decode_heads(lens, 2, 4, 64, 16);
-  const DecodePlan plan = cuda::plan_decode(heads, 1, 4 * (2), 2, 132, 2, 64 * (4), 1024);
-  check_plan(plan, heads, 1, 2, 4, 1024);
-  EXPECT_EQ(plan.items.size(), 4u);  // 10 pages -> 2 splits of 5 (3 splits would be shorter than 4)
-  const DecodePlan whole = cuda::plan_decode(heads, 1, 4 * (2), 2, 132, 2, 64 * (10), 1024);
-  EXPECT_EQ(whole.items.size(), 2u);
-  EXPECT_EQ(whole.n_slots, 0);
-}
-
-TEST(DecodePlan, MixedLengthsKeepTheLongestSplitShort) {
-  // One long and many short sequences: the long one is cut, the short ones stay whole.
-  std::vector<int32_t> lens(31, 100);
-  lens.push_back(64 * 1000);
-  const auto heads = cuda::dense_decode_heads(lens, 4, 4, 64, 1000);
-  const DecodePlan plan = cuda::plan_decode(heads, 32, 4 * (4), 4, 132, 2, 64 * (1), 264);
-  check_plan(plan, heads, 32, 4, 1, 264);
-  int longest = 0;
-  for (const DecodeWorkItem& it : plan.items) longest = std::max(longest, it.end - it.begin);
-  // 4 x 1000 + 124 x 2 pages over 264 CTAs: about 31 pages each when perfectly spread.
-  EXPECT_LE(longest, 32);
-}
-
-TEST(DecodePlan, RandomWorkloadsAreCoveredOnceAndBalanced) {
-  std::mt19937 rng(1234);
-  for (int trial = 0; trial < 300; ++trial) {
-    const int batch = 1 + int(rng() % 12), n_kv = 1 + int(rng() % 8);
-    const int sm_count = 1 + int(rng() % 140), ctas = 1 + int(rng() % 3), min_pages = 1 + int(rng() % 6);
-    std::vector<DecodeHeadWork> heads;
-    int n_with_pages = 0;
-    for (int s = 0; s < batch; ++s)
-      for (int h = 0; h < n_kv; ++h) {
-        if (rng() % 7 == 0) continue;  // heads that are not asked for
-        const int n_pages = (rng() % 5 == 0) ? 0 : 1 + int(rng() % (rng() % 2 ? 40 : 3000));
-        n_with_pages += n_pages > 0;
-        cuda::DecodeHeadWork w;
-        w.seq = s;
-        w.kv_head = h;
-        w.n_entries = n_pages;
-        w.unit = 64;
-        w.n_rows = 4;
-        w.list = s * 4096 + h;
-        heads.push_back(w);
-      }
-    std::shuffle(heads.begin(), heads.end(), rng);
-    const int max_items = std::max(1, n_with_pages) + int(rng() % 400);
-    const DecodePlan plan = cuda::plan_decode(heads, batch, 4 * (n_kv), n_kv, sm_count, ctas, 64 * (min_pages), max_items);
-    SCOPED_TRACE("trial " + std::to_string(trial));
-    check_plan(plan, heads, batch, n_kv, min_pages, max_items);
-    if (HasFatalFailure()) return;
-    // Parallelism: when there is enough work, the plan uses at least half the target.
-    int64_t total = 0;
-    for (const auto& h : heads) total += h.n_entries;
-    const int64_t target = std::min<int64_t>(max_items, int64_t(sm_count) * ctas);
-    if (total >= 4 * target * min_pages) {
-      EXPECT_GE(int64_t(plan.items.size()), target / 2);
-    }
-  }
-}
-
-TEST(DecodePlan, RejectsBadHeads) {
-  auto work = [](int seq, int kv, int n, int row_begin = 0, int n_rows = 4) {
-    DecodeHeadWork w;
-    w.seq = seq;
-    w.kv_head = kv;
-    w.n_entries = n;
-    w.row_begin = row_begin;
-    w.n_rows = n_rows;
-    return w;
-  };
-  std::vector<DecodeHeadWork> heads = {work(0, 0, 4), work(0, 0, 4)};
-  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // listed twice
-  heads = {work(0, 0, 4, 0, 2), work(0, 0, 4, 1, 1)};
-  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // query row 1 served twice
-  heads = {work(0, 0, 4, 3, 2)};
-  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // rows outside the group
-  heads = {work(1, 0, 4)};
-  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // seq out of range
-  heads = {work(0, 0, 4), work(0, 1, 4), work(0, 2, 4)};
-  EXPECT_THROW(cuda::plan_decode(heads, 1, 12, 3, 132, 2, 64, 2), Error);  // more heads than items
-  const std::vector<int32_t> lens = {0};
-  EXPECT_THROW(cuda::dense_decode_heads(lens, 1, 4, 64, 4), Error);
-  const std::vector<int32_t> too_long = {64 * 4 + 1};
-  EXPECT_THROW(cuda::dense_decode_heads(too_long, 1, 4, 64, 4), Error);
-}
-
-TEST(DecodePlan, DenseHeadsReadTheirWholeSequence) {
-  const std::vector<int32_t> lens = {1, 64, 65};
-  const auto heads = cuda::dense_decode_heads(lens, 2, 4, 64, 8);
-  ASSERT_EQ(heads.size(), 6u);
-  EXPECT_EQ(heads[0].n_entries, 1);
-  EXPECT_EQ(heads[3].n_entries, 1);
-  EXPECT_EQ(heads[5].n_entries, 2);
-  EXPECT_EQ(heads[5].kind, cuda::ListKind::kDense);
-  EXPECT_EQ(heads[5].n_rows, 4);
-  EXPECT_EQ(heads[5].kv_head, 1);
-}
-
-TEST(DecodePlan, PoolsDenseAndSparseHeadsIntoEqualSplits) {
-  // Batch 1, 128K, 8 KV heads: 2 dense heads (2048 pages) and 6 sparse heads (205 pages) and 24
-  // per-query-head token lists of 4096 tokens: the splits of every kind hold about the same tokens.
-  std::vector<DecodeHeadWork> heads;
-  for (int h = 0; h < 8; ++h) {
-    DecodeHeadWork w;
-    w.kv_head = h;
-    w.n_rows = 4;
-    w.unit = 64;
-    w.n_entries = 2048;
-    if (h >= 2 && h < 6) {
-      w.kind = cuda::ListKind::kUnits;
-      w.n_entries = 205;
-      w.list = h * 3000;
-      w.count = h;
-    }
-    if (h >= 6) {
-      for (int g = 0; g < 4; ++g) {
-        w.kind = cuda::ListKind::kUnits;
-        w.unit = 1;
-        w.n_entries = 4096;
-        w.row_begin = g;
-        w.n_rows = 1;
-        heads.push_back(w);
-      }
-      continue;
-    }
-    heads.push_back(w);
-  }
-  const DecodePlan plan = cuda::plan_decode(heads, 1, 32, 8, 132, 2, 128, 1024);
-  int64_t lo = INT64_MAX, hi = 0;
-  for (const DecodeWorkItem& it : plan.items) {
-    const int64_t tokens = int64_t(it.end - it.begin) * it.unit;
-    lo = std::min(lo, tokens);
-    hi = std::max(hi, tokens);
-  }
-  EXPECT_LE(int(plan.items.size()), 264);
-  EXPECT_GE(int(plan.items.size()), 200);
-  EXPECT_LE(hi, 2 * lo) << "split sizes " << lo << ".." << hi << " tokens";
-  // Per-query-head rows are merged per query head.
-  for (int g = 0; g < 4; ++g) EXPECT_GT(plan.merge_count[size_t(6 * 4 + g)], 1);
-}
-
-TEST(DecodeAttention, ArgumentChecksNameTheField) {
-  cuda::DecodeAttentionArgs a{};
-  a.head_dim = 96;
-  a.page_size = 64;
-  try {
-    cuda::check_decode_args(a);
-    FAIL() << "head_dim 96 accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("unsupported head_dim: 96"), std::string::npos) << e.what();
-  }
-  a.head_dim = 128;
-  a.page_size = 48;
-  EXPECT_THROW(cuda::check_decode_args(a), Error);
-  a.page_size = 64;
-  a.n_heads = 32;
-  a.n_kv_heads = 2;  // group 16
-  try {
-    cuda::check_decode_args(a);
-    FAIL() << "group 16 accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("group"), std::string::npos) << e.what();
-  }
-}
-
 // ------------------------------------------------------------------------------ kernels
-
-float bf16_to_float(cuda::bf16 x) { return __bfloat162float(x); }
 
 // A paged decode problem: random bf16 q, K, V; block tables of shuffled page ids (unused entries -1).
 struct Problem {
   int batch = 0, n_kv_heads = 2, group = 4, head_dim = 128, page_size = 64, max_pages = 0, n_pool_pages = 0;
   std::vector<int32_t> seq_lens;
   std::vector<int32_t> block_table;  // [batch][max_pages]
-  std::vector<cuda::bf16> q;         // [batch][n_heads][head_dim]
-  std::vector<cuda::bf16> k, v;      // [n_pool_pages][n_kv_heads][page_size][head_dim]
+  std::vector<uint16_t> q;           // [batch][n_heads][head_dim] bf16 bits
+  std::vector<uint16_t> k, v;        // [n_pool_pages][n_kv_heads][page_size][head_dim] bf16 bits
   int n_heads() const { return n_kv_heads * group; }
   float scale() const { return 1.0f / std::sqrt(float(head_dim)); }
 };
@@ -330,9 +71,9 @@ Problem make_problem(std::vector<int32_t> lens, int n_kv_heads, int group, int h
   for (int s = 0; s < p.batch; ++s)
     for (int i = 0; i < (p.seq_lens[s] + page_size - 1) / page_size; ++i) p.block_table[size_t(s) * p.max_pages + i] = ids[next++];
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto fill = [&](std::vector<cuda::bf16>& x, size_t n, float sigma) {
+  auto fill = [&](std::vector<uint16_t>& x, size_t n, float sigma) {
     x.resize(n);
-    for (auto& e : x) e = __float2bfloat16(sigma * normal(rng));
+    for (auto& e : x) e = f32_to_bf16(sigma * normal(rng));
   };
   // q scaled up so that the softmax is peaked (logits spread over several units).
   fill(p.q, size_t(p.batch) * p.n_heads() * head_dim, 3.0f);
@@ -342,35 +83,20 @@ Problem make_problem(std::vector<int32_t> lens, int n_kv_heads, int group, int h
   return p;
 }
 
-// softmax(q . k * scale) . v over the sequence's tokens, read through its pages, in double.
+// Every head over its whole sequence, in double ([batch][n_heads][head_dim]).
 std::vector<double> reference(const Problem& p) {
   const int d = p.head_dim;
   std::vector<double> out(size_t(p.batch) * p.n_heads() * d, 0.0);
-  for (int s = 0; s < p.batch; ++s)
+  for (int s = 0; s < p.batch; ++s) {
+    const test::PagedSeqKv kv{p.k.data(), p.v.data(), &p.block_table[size_t(s) * p.max_pages], p.n_kv_heads,
+                              p.page_size, d};
     for (int h = 0; h < p.n_heads(); ++h) {
-      const int kvh = h / p.group, len = p.seq_lens[s];
-      const cuda::bf16* q = &p.q[(size_t(s) * p.n_heads() + h) * d];
-      auto row = [&](const std::vector<cuda::bf16>& pool, int t) {
-        const int page = p.block_table[size_t(s) * p.max_pages + t / p.page_size];
-        return &pool[((size_t(page) * p.n_kv_heads + kvh) * p.page_size + t % p.page_size) * d];
-      };
-      std::vector<double> logit(static_cast<size_t>(len));
-      double mx = -INFINITY;
-      for (int t = 0; t < len; ++t) {
-        const cuda::bf16* k = row(p.k, t);
-        double dot = 0.0;
-        for (int i = 0; i < d; ++i) dot += double(bf16_to_float(q[i])) * double(bf16_to_float(k[i]));
-        logit[t] = dot * double(p.scale());
-        mx = std::max(mx, logit[t]);
-      }
-      double sum = 0.0;
-      for (int t = 0; t < len; ++t) sum += (logit[t] = std::exp(logit[t] - mx));
-      double* o = &out[(size_t(s) * p.n_heads() + h) * d];
-      for (int t = 0; t < len; ++t) {
-        const cuda::bf16* v = row(p.v, t);
-        for (int i = 0; i < d; ++i) o[i] += logit[t] / sum * double(bf16_to_float(v[i]));
-      }
+      const size_t row = (size_t(s) * p.n_heads() + h) * d;
+      const std::vector<double> o =
+          test::paged_attention_reference(&p.q[row], kv, h / p.group, p.seq_lens[s], double(p.scale()));
+      std::copy(o.begin(), o.end(), out.begin() + long(row));
     }
+  }
   return out;
 }
 
@@ -383,20 +109,14 @@ struct DeviceProblem {
   cuda::DecodeAttentionArgs args{};
 };
 
-template <typename T>
-void upload(cuda::DeviceBuffer<T>& dst, const std::vector<T>& src) {
-  dst = cuda::DeviceBuffer<T>(std::max<size_t>(src.size(), 1));
-  if (!src.empty()) LY_CUDA_CHECK(cudaMemcpy(dst.data(), src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
-
 // Uploads the problem and the plan; the grid has `extra_ctas` idle CTAs past the plan's items,
 // whose items are garbage that must never be read.
 void setup(DeviceProblem& dp, const Problem& p, const DecodePlan& plan, int extra_ctas) {
-  upload(dp.q, p.q);
-  upload(dp.k, p.k);
-  upload(dp.v, p.v);
-  upload(dp.table, p.block_table);
-  upload(dp.lens, p.seq_lens);
+  dp.q = to_device_bf16_bits(p.q);
+  dp.k = to_device_bf16_bits(p.k);
+  dp.v = to_device_bf16_bits(p.v);
+  dp.table = to_device(p.block_table);
+  dp.lens = to_device(p.seq_lens);
   std::vector<DecodeWorkItem> items = plan.items;
   for (int i = 0; i < extra_ctas; ++i) {
     DecodeWorkItem junk{987654, -5, -1, -7, 1000000, 2000000, 123456};
@@ -404,10 +124,10 @@ void setup(DeviceProblem& dp, const Problem& p, const DecodePlan& plan, int extr
     junk.n_rows = 100;
     items.push_back(junk);
   }
-  upload(dp.items, items);
-  upload(dp.n_items, std::vector<int32_t>{int32_t(plan.items.size())});
-  upload(dp.merge_begin, plan.merge_begin);
-  upload(dp.merge_count, plan.merge_count);
+  dp.items = to_device(items);
+  dp.n_items = to_device(std::vector<int32_t>{int32_t(plan.items.size())});
+  dp.merge_begin = to_device(plan.merge_begin);
+  dp.merge_count = to_device(plan.merge_count);
   const size_t max_slots = std::max<size_t>(items.size(), 1);
   dp.partial_o = cuda::DeviceBuffer<float>(max_slots * p.group * p.head_dim);
   dp.partial_lse = cuda::DeviceBuffer<float>(max_slots * p.group);
@@ -443,11 +163,7 @@ std::vector<float> run(DeviceProblem& dp, cudaStream_t stream = nullptr) {
   LY_CUDA_CHECK(cudaMemset(dp.partial_lse.data(), 0xFF, dp.partial_lse.bytes()));
   cuda::decode_attention(dp.args, stream);
   LY_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<cuda::bf16> host(dp.out.size());
-  LY_CUDA_CHECK(cudaMemcpy(host.data(), dp.out.data(), dp.out.bytes(), cudaMemcpyDeviceToHost));
-  std::vector<float> out(host.size());
-  for (size_t i = 0; i < host.size(); ++i) out[i] = bf16_to_float(host[i]);
-  return out;
+  return test::to_host_bf16(dp.out);
 }
 
 // ||out - ref|| / ||ref|| <= 1e-2, every element written (finite); the worst element on failure.
@@ -472,10 +188,6 @@ void expect_close(const std::vector<float>& out, const std::vector<double>& ref,
                        << ", head " << row % p.n_heads() << ", dim " << worst_i % p.head_dim << "): got "
                        << out[worst_i] << ", want " << ref[worst_i];
 }
-
-bool have_gpu() { return cuda::cuda_available(); }
-#define LY_REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
 
 enum class SplitMode { kNone, kAll, kMixed };
 const std::vector<int32_t> kAwkwardLengths = {1, 3, 63, 64, 65, 1000, 4097};
@@ -601,11 +313,7 @@ TEST(DecodeAttentionKernelExtra, ReplaysFromACudaGraph) {
   LY_CUDA_CHECK(cudaMemset(dp.out.data(), 0xFF, dp.out.bytes()));
   for (int i = 0; i < 3; ++i) LY_CUDA_CHECK(cudaGraphLaunch(exec, stream));
   LY_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<cuda::bf16> host(dp.out.size());
-  LY_CUDA_CHECK(cudaMemcpy(host.data(), dp.out.data(), dp.out.bytes(), cudaMemcpyDeviceToHost));
-  std::vector<float> out(host.size());
-  for (size_t i = 0; i < host.size(); ++i) out[i] = bf16_to_float(host[i]);
-  expect_close(out, reference(p), p);
+  expect_close(test::to_host_bf16(dp.out), reference(p), p);
   LY_CUDA_CHECK(cudaGraphExecDestroy(exec));
   LY_CUDA_CHECK(cudaGraphDestroy(graph));
   LY_CUDA_CHECK(cudaStreamDestroy(stream));
@@ -614,4 +322,6 @@ TEST(DecodeAttentionKernelExtra, ReplaysFromACudaGraph) {
 }  // namespace
 }  // namespace lychee
 
+#else
+TEST(DecodeAttentionKernel, NotBuilt) { LY_CUDA_NOT_BUILT("the decode attention kernel tests"); }
 #endif  // LYCHEE_HAS_CUDA

@@ -3,6 +3,8 @@
 // pool's capacity error and device sampling. Skipped with a visible message without a GPU.
 #include <gtest/gtest.h>
 
+#include "gpu_test_util.h"
+
 #ifdef LYCHEE_HAS_CUDA
 
 #include <cmath>
@@ -24,9 +26,6 @@
 namespace lychee {
 namespace {
 
-#define LY_REQUIRE_GPU()                                                   \
-  if (!cuda::cuda_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
-
 using cuda::bf16;
 
 std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -43,29 +42,6 @@ std::vector<float> bf16_round(std::vector<float> v) {
   return v;
 }
 
-template <typename T>
-cuda::DeviceBuffer<T> upload(const std::vector<T>& h) {
-  cuda::DeviceBuffer<T> d(h.size());
-  LY_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
-cuda::DeviceBuffer<bf16> upload_bf16(const std::vector<float>& h) {
-  std::vector<uint16_t> b(h.size());
-  for (size_t i = 0; i < h.size(); ++i) b[i] = f32_to_bf16(h[i]);
-  cuda::DeviceBuffer<bf16> d(h.size());
-  LY_CUDA_CHECK(cudaMemcpy(d.data(), b.data(), b.size() * 2, cudaMemcpyHostToDevice));
-  return d;
-}
-
-std::vector<float> download_bf16(const cuda::DeviceBuffer<bf16>& d) {
-  std::vector<uint16_t> b(d.size());
-  LY_CUDA_CHECK(cudaMemcpy(b.data(), d.data(), b.size() * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> h(b.size());
-  for (size_t i = 0; i < b.size(); ++i) h[i] = bf16_to_f32(b[i]);
-  return h;
-}
-
 using test::rel_error;
 
 TEST(CudaOps, AddRmsnormMatchesCpu) {
@@ -77,11 +53,11 @@ TEST(CudaOps, AddRmsnormMatchesCpu) {
     cpu::add_inplace(want_x.data(), delta.data(), int64_t(want_x.size()));
     std::vector<float> want(want_x.size());
     cpu::rmsnorm(want_x.data(), w.data(), want.data(), n, d, 1e-5f);
-    auto dx = upload(x), dw = upload(w);
-    auto ddelta = upload_bf16(delta);
+    auto dx = test::to_device(x), dw = test::to_device(w);
+    auto ddelta = test::to_device_bf16(delta);
     cuda::DeviceBuffer<bf16> out(x.size());
     cuda::add_rmsnorm(dx.data(), ddelta.data(), nullptr, dw.data(), out.data(), n, d, 1e-5f, nullptr);
-    EXPECT_LT(rel_error(download_bf16(out), want), 1e-2) << "d=" << d;
+    EXPECT_LT(rel_error(test::to_host_bf16(out), want), 1e-2) << "d=" << d;
   }
 }
 
@@ -94,9 +70,9 @@ TEST(CudaOps, RopeAppendMatchesCpu) {
   const auto inv = rope_inv_freq(c);
   auto qkv = bf16_round(random_vec(size_t(n) * (n_heads + 2 * n_kv) * hd, 7));
   std::vector<int32_t> pos = {0, 1, 17, 300, 4095}, page_of = {3, 3, 0, 1, 2}, row_of = {0, 1, 5, 15, 9};
-  auto dqkv = upload_bf16(qkv);
-  auto dpos = upload(pos), dpage = upload(page_of), drow = upload(row_of);
-  auto dinv = upload(inv);
+  auto dqkv = test::to_device_bf16(qkv);
+  auto dpos = test::to_device(pos), dpage = test::to_device(page_of), drow = test::to_device(row_of);
+  auto dinv = test::to_device(inv);
   cuda::DeviceBuffer<bf16> q(size_t(n) * n_heads * hd), kp(size_t(4) * n_kv * page * hd), vp(kp.size());
   cuda::QkvArgs a{dqkv.data(), nullptr, nullptr, nullptr, 1e-6f, dpos.data(), dpage.data(), drow.data(), dinv.data(),
                   q.data(), kp.data(), vp.data(), n, n_heads, n_kv, hd, page};
@@ -110,8 +86,8 @@ TEST(CudaOps, RopeAppendMatchesCpu) {
   }
   cpu::rope(qr.data(), pos.data(), n, n_heads, hd, inv.data());
   cpu::rope(kr.data(), pos.data(), n, n_kv, hd, inv.data());
-  EXPECT_LT(rel_error(download_bf16(q), qr), 1e-2);
-  const auto kpool = download_bf16(kp), vpool = download_bf16(vp);
+  EXPECT_LT(rel_error(test::to_host_bf16(q), qr), 1e-2);
+  const auto kpool = test::to_host_bf16(kp), vpool = test::to_host_bf16(vp);
   for (int t = 0; t < n; ++t)
     for (int h = 0; h < n_kv; ++h)
       for (int i = 0; i < hd; ++i) {
@@ -127,7 +103,7 @@ TEST(CudaOps, SiluMulAndGemmMatchCpu) {
   auto x = bf16_round(random_vec(size_t(n) * k, 11)), wt = bf16_round(random_vec(size_t(m) * k, 12, 0.1f));
   std::vector<float> want(size_t(n) * m);
   cpu::linear(x.data(), wt.data(), nullptr, want.data(), n, k, m);
-  auto dx = upload_bf16(x), dw = upload_bf16(wt);
+  auto dx = test::to_device_bf16(x), dw = test::to_device_bf16(wt);
   cuda::DeviceBuffer<float> y(want.size());
   cuda::Gemm gemm(nullptr);
   gemm.f32_out(dx.data(), dw.data(), y.data(), n, k, m);
@@ -144,10 +120,10 @@ TEST(CudaOps, SiluMulAndGemmMatchCpu) {
       u[size_t(t) * ff + j] = gu[size_t(t) * 2 * ff + ff + j];
     }
   cpu::silu_mul(g.data(), u.data(), int64_t(g.size()));
-  auto dgu = upload_bf16(gu);
+  auto dgu = test::to_device_bf16(gu);
   cuda::DeviceBuffer<bf16> act(g.size());
   cuda::silu_mul(dgu.data(), nullptr, act.data(), n, ff, nullptr);
-  EXPECT_LT(rel_error(download_bf16(act), g), 1e-2);
+  EXPECT_LT(rel_error(test::to_host_bf16(act), g), 1e-2);
 }
 
 // ---------------------------------------------------------------- whole models
@@ -168,8 +144,6 @@ std::vector<float> cpu_last_logits(cpu::Model& m, const std::vector<int32_t>& id
   return logits;
 }
 
-constexpr double kModelTol = 3e-2;  // ‖gpu − cpu‖ / ‖cpu‖ on logits: bf16 weights and activations
-
 class CudaTinyParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaTinyParity, LogitsWithinBf16Tolerance) {
@@ -188,7 +162,7 @@ TEST_P(CudaTinyParity, LogitsWithinBf16Tolerance) {
   for (size_t n = 30; n <= ids.size(); ++n) {
     p.runner.copy_logits(0, got);
     const auto want = cpu_last_logits(p.cpu_model, std::vector<int32_t>(ids.begin(), ids.begin() + long(n)));
-    EXPECT_LT(rel_error(got, want), kModelTol) << GetParam() << " after " << n << " tokens";
+    EXPECT_LT(rel_error(got, want), test::kBf16LogitsTol) << GetParam() << " after " << n << " tokens";
     // The top token agrees unless the CPU's own margin to the GPU's choice is within bf16 noise.
     const int32_t g = argmax(got), c = argmax(want);
     float max_abs = 0.0f;
@@ -208,8 +182,9 @@ INSTANTIATE_TEST_SUITE_P(Golden, CudaTinyParity,
                                            "qwen2_untied_f16", "qwen3_tied_bf16", "mistral_f32"),
                          [](const auto& info) { return info.param; });
 
-// 32 greedy tokens on the default model equal the CPU's, or the first divergence is a near-tie
-// in the CPU's own logits.
+// 32 greedy tokens on the default model equal the CPU's, except at near-ties: where the GPU picks
+// another token, the CPU's logit of the GPU's token is within 2% of the CPU's best (the margin
+// bf16 noise can close). Both then continue from the CPU's token, so every step is checked.
 TEST(CudaDefaultModel, GreedyTokensMatchCpu) {
   LY_REQUIRE_GPU();
   LY_REQUIRE_DEFAULT_MODEL(path);
@@ -226,15 +201,15 @@ TEST(CudaDefaultModel, GreedyTokensMatchCpu) {
       int32_t g = 0;
       p.runner.greedy(1, std::span<int32_t>(&g, 1));
       const int32_t c = argmax(cpu_logits);
+      ASSERT_TRUE(g >= 0 && size_t(g) < cpu_logits.size()) << "step " << i << ": GPU token " << g;
       if (g != c) {
-        std::vector<float> s = cpu_logits;
-        std::sort(s.begin(), s.end(), std::greater<float>());
-        EXPECT_LT(s[0] - s[1], 0.02 * std::fabs(s[0])) << "step " << i << ": GPU " << g << ", CPU " << c
-                                                       << " and the CPU's margin is not a near-tie";
-        break;
+        const float gap = cpu_logits[size_t(c)] - cpu_logits[size_t(g)];
+        EXPECT_LT(gap, 0.02 * std::fabs(cpu_logits[size_t(c)]))
+            << "step " << i << ": GPU " << g << ", CPU " << c << "; the CPU's logits are " << cpu_logits[size_t(c)]
+            << " and " << cpu_logits[size_t(g)] << ": not a near-tie";
       }
       cuda::GpuSeq* seqs[] = {&seq};
-      p.runner.decode(seqs, std::span<const int32_t>(&g, 1));
+      p.runner.decode(seqs, std::span<const int32_t>(&c, 1));
       p.cpu_model.forward(std::span<const int32_t>(&c, 1), kv, cpu_logits);
     }
     p.runner.release(seq);
@@ -242,7 +217,7 @@ TEST(CudaDefaultModel, GreedyTokensMatchCpu) {
 }
 
 // Sequences of different lengths decoded together give each the logits it gets alone, and a
-// CUDA graph replay gives what the eager launch gives.
+// CUDA graph replay gives what the eager launch it captured gave, bit for bit.
 TEST(CudaRunner, BatchedDecodeAndGraphsMatchSingleEagerDecode) {
   LY_REQUIRE_GPU();
   const std::string dir = test::golden_dir() + "/models/llama31_untied_bf16_sharded";
@@ -268,12 +243,26 @@ TEST(CudaRunner, BatchedDecodeAndGraphsMatchSingleEagerDecode) {
   }
   cuda::GpuSeq* all[] = {&b[0], &b[1], &b[2]};
   const int32_t toks[] = {42, 43, 44};
-  for (int rep = 0; rep < 2; ++rep) {  // the second replay reuses the captured graph
+  // Step 0 of a batch size runs eagerly and is captured; step 1 (the same token again after a
+  // truncate) replays the graph: the same kernels with the same launch parameters, the same
+  // cuBLAS workspace and the same inputs, all deterministic, so the same bits (was: within 1e-2).
+  // Against each sequence decoded alone, the batch of 3 runs other cuBLAS kernels and another
+  // attention split plan: the same sums in another f32 order. An order difference flips bf16
+  // roundings of some products' outputs, and the flips spread from layer to layer; at most the
+  // two runs round independently: sqrt(2) · sqrt(~20 roundings in 3 layers) · 1.1e-3 ≈ 7e-3,
+  // so that comparison keeps 1e-2.
+  std::vector<std::vector<float>> eager_step(3, std::vector<float>(size_t(vocab)));
+  for (int rep = 0; rep < 2; ++rep) {
     graphed.decode(all, toks);
     std::vector<float> got(static_cast<size_t>(vocab));
     for (int s = 0; s < 3; ++s) {
       graphed.copy_logits(s, got);
-      EXPECT_LT(rel_error(got, alone[size_t(s)]), 1e-2) << "sequence " << s << " replay " << rep;
+      EXPECT_LT(rel_error(got, alone[size_t(s)]), 1e-2) << "sequence " << s << " step " << rep;
+      if (rep == 0) {
+        eager_step[size_t(s)] = got;
+      } else {
+        EXPECT_EQ(got, eager_step[size_t(s)]) << "sequence " << s << ": the graph replay differs from the eager step";
+      }
     }
     for (auto& s : b) graphed.truncate(s, s.length - 1);
   }
@@ -330,6 +319,6 @@ TEST(CudaRunner, DeviceSamplingAgreesWithGreedyAtTheLimits) {
 
 #else
 
-TEST(Cuda, NotBuilt) { GTEST_SKIP() << "CUDA backend not built: GPU tests skipped"; }
+TEST(Cuda, NotBuilt) { LY_CUDA_NOT_BUILT("the CUDA backend tests"); }
 
 #endif  // LYCHEE_HAS_CUDA

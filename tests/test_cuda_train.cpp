@@ -12,6 +12,8 @@
 // mismatch is reported on its own, before the loss, so it cannot pass as a numerical error.
 #include <gtest/gtest.h>
 
+#include "gpu_test_util.h"
+
 #ifdef LYCHEE_HAS_CUDA
 
 #include <cmath>
@@ -33,9 +35,6 @@
 
 namespace lychee {
 namespace {
-
-#define LY_REQUIRE_GPU() \
-  if (!cuda::cuda_available()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
 
 using train::CpuStudent;
 using train::DistillLoss;
@@ -142,7 +141,8 @@ Errors compare_with_cpu(const Model& m, StudentOptions o, int n_ctx, int n_tgt, 
   const std::vector<float> t_gpu = gpu.teacher_outputs();
   const std::vector<float> t_cpu(cpu.teacher_output().begin(), cpu.teacher_output().end());
   const test::Deviation dt = test::deviation(t_gpu, t_cpu);
-  e.teacher = dt.max_abs / dt.ref_max;
+  if (!dt.problem.empty()) return e;  // a size mismatch or NaN, reported by deviation
+  e.teacher = dt.relative();
   for (int l = 1; l < c.n_layers; ++l) {
     const auto sets = gpu.selected_sets(l);
     for (int h = 0; h < c.n_kv_heads; ++h)
@@ -150,14 +150,13 @@ Errors compare_with_cpu(const Model& m, StudentOptions o, int n_ctx, int n_tgt, 
         if (sets[size_t(h) * n_tgt + t] != cpu.selected(l, h)[size_t(t)]) ++e.set_mismatches;
   }
   e.loss = std::fabs(loss_gpu - loss_cpu) / loss_cpu;
-  double gmax = 0.0, err = 0.0;
-  size_t worst = 0;
-  for (size_t i = 0; i < z.size(); ++i) {
-    gmax = std::max(gmax, std::fabs(dzd[i]));
-    const double d = std::fabs(double(dzg[i]) - dzd[i]);
-    if (!(d <= err)) err = d, worst = i;
-  }
-  e.dz = err / gmax;
+  // The fp64 oracle's dz rounded to float (6e-8 relative, far below the 1e-3 bound); a NaN in
+  // the GPU's dz anywhere fails (the old max loop dropped one followed by a finite element).
+  const std::vector<float> dz_cpu(dzd.begin(), dzd.end());
+  const test::Deviation ddz = test::deviation(dzg, dz_cpu);
+  const size_t worst = ddz.worst;
+  const double gmax = ddz.ref_max;
+  e.dz = ddz.relative();
   std::printf("[ gpu-vs-cpu ] %-44s teacher %.2e  loss %.2e (%.6g)  dz %.2e  set mismatches %d\n", label.c_str(),
               e.teacher, e.loss, loss_cpu, e.dz, e.set_mismatches);
   EXPECT_LE(e.teacher, 1e-4) << label << ": teacher worst at " << dt.worst << ": " << t_gpu[dt.worst] << " vs "
@@ -295,17 +294,17 @@ TEST(CudaTrain, Tf32PathIsCloseToCpuOracle) {
     const double loss = gpu.student(z, dz);
     const std::vector<float> t = gpu.teacher_outputs();
     const std::vector<float> t_cpu(cpu.teacher_output().begin(), cpu.teacher_output().end());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < dz.size(); ++i) {
-      num += (dz[i] - dzd[i]) * (dz[i] - dzd[i]);
-      den += dzd[i] * dzd[i];
-    }
-    const double t_err = test::deviation(t, t_cpu).max_abs / test::deviation(t, t_cpu).ref_max;
-    const double dz_err = std::sqrt(num / den), loss_err = std::fabs(loss - loss_cpu) / loss_cpu;
+    const std::vector<float> dz_cpu(dzd.begin(), dzd.end());  // fp64 rounded to float: 6e-8 relative
+    const double t_err = test::deviation(t, t_cpu).relative();
+    const double dz_err = test::rel_error(dz, dz_cpu), loss_err = std::fabs(loss - loss_cpu) / loss_cpu;
     std::printf("[ tf32 ] flash %d: teacher %.2e  loss %.2e  dz (L2) %.2e\n", int(flash), t_err, loss_err, dz_err);
     EXPECT_LE(t_err, 1e-2);
     EXPECT_LE(loss_err, 5e-2);
-    EXPECT_LE(dz_err, 0.1);
+    // TF32 rounds every product input to a 10-bit significand (u = 2^-11 ≈ 4.9e-4). dz is the
+    // gradient of the same student-vs-teacher differences the loss measures, so it carries the
+    // loss's relative error (bounded above by 5e-2), plus the backward pass's own TF32 roundings
+    // (a few sqrt(n)-grown terms of ~3e-4 rms through 2 layers, ~1e-3): 5e-2, was 0.1 (~200 u).
+    EXPECT_LE(dz_err, 5e-2);
     if (flash) {
       teacher_flash = t;
     } else {
@@ -359,4 +358,6 @@ TEST(CudaTrain, InputErrors) {
 }  // namespace
 }  // namespace lychee
 
+#else
+TEST(CudaTrain, NotBuilt) { LY_CUDA_NOT_BUILT("the GPU trainer tests"); }
 #endif  // LYCHEE_HAS_CUDA

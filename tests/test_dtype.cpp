@@ -43,6 +43,29 @@ TEST(DType, BF16RoundsToNearestEven) {
   }
   EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  // The bound above holds for both neighbours at an exact tie (low 16 bits 0x8000): ties go to
+  // the even neighbour (last kept bit 0), checked bit for bit.
+  auto bits_to_f32 = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  const struct {
+    uint32_t f32;
+    uint16_t bf16;
+  } cases[] = {
+      {0x3f808000u, 0x3f80},  // 1 + half an ulp: down to the even 0x3f80
+      {0x3f818000u, 0x3f82},  // odd 0x3f81 + half: up to the even 0x3f82
+      {0xbf808000u, 0xbf80},  // the same with the sign set
+      {0xbf818000u, 0xbf82},
+      {0x3fff8000u, 0x4000},  // the tie carries into the exponent
+      {0x00018000u, 0x0002},  // subnormal: odd + half rounds up
+      {0x00008000u, 0x0000},  // subnormal: zero + half rounds down to zero
+      {0x3f808001u, 0x3f81},  // just above the tie: up
+      {0x3f817fffu, 0x3f81},  // just below the tie: down
+  };
+  for (const auto& c : cases)
+    EXPECT_EQ(f32_to_bf16(bits_to_f32(c.f32)), c.bf16) << std::hex << "f32 bits 0x" << c.f32;
 }
 
 // Blocks built by hand: scale d, min m and nibbles chosen so the expected values are exact.

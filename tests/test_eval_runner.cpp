@@ -52,12 +52,15 @@ TEST(EvalRunner, SmallBudgetsReadLess) {
   LY_REQUIRE_DEFAULT_MODEL(path);
   Engine engine(EngineOptions{path, "cpu"});
   const auto records = run_eval(engine, tiny_config(engine.config(), 16));
+  ASSERT_EQ(records.size(), 2u * 5u);
+  int n_checked = 0;
   for (const EvalRecord& r : records) {
     if (r.policy == "full" || r.decode_steps == 0) continue;
     EXPECT_LT(r.kv_bytes_read, r.kv_bytes_dense) << r.policy_label;
+    ++n_checked;
   }
+  EXPECT_EQ(n_checked, 2 * 4) << "every sparse policy of both tasks decodes at least one step";
 }
-
 
 TEST(EvalRunner, CliWritesJsonAndMarkdown) {
   LY_REQUIRE_DEFAULT_MODEL(path);

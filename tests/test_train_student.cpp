@@ -205,8 +205,8 @@ TEST(StudentEqualities, TeacherMatchesCpuModel) {
     model.forward(all, kv, logits, /*all_logits=*/true);
     const auto want =
         std::span<const float>(logits).subspan(size_t(kContext) * m.config.vocab_size);
+    ASSERT_EQ(s->teacher_output().size(), want.size()) << name;
     const test::Deviation d = test::deviation(s->teacher_output(), want);
-    ASSERT_EQ(s->teacher_output().size(), want.size());
     EXPECT_LE(d.max_abs, 1e-4 * d.ref_max)
         << name << ": worst at " << d.worst << ": " << s->teacher_output()[d.worst] << " vs "
         << want[d.worst];
@@ -232,6 +232,7 @@ TEST(StudentDefaultModel, TeacherMatchesCpuModelAndGradientMatchesFiniteDifferen
     std::vector<float> logits;
     model.forward(all, kv, logits, /*all_logits=*/true);
     const auto want = std::span<const float>(logits).subspan(size_t(kContext) * c.vocab_size);
+    ASSERT_EQ(sf->teacher_output().size(), want.size());
     const test::Deviation d = test::deviation(sf->teacher_output(), want);
     RecordProperty("teacher_rel_err", fmt::format("{:.2e}", d.max_abs / d.ref_max));
     EXPECT_LE(d.max_abs, 1e-4 * d.ref_max) << "worst at " << d.worst;

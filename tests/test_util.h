@@ -105,8 +105,27 @@ inline RunResult run_cli(const std::string& args) {
   return r;
 }
 
+// Why a and b cannot be compared element by element: sizes differ, or an element of either is
+// NaN or infinite. "" when they can.
+inline std::string incomparable(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size())
+    return "sizes differ: " + std::to_string(a.size()) + " values against " + std::to_string(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return "non-finite value " + std::to_string(a[i]) + " at index " + std::to_string(i);
+    if (!std::isfinite(b[i]))
+      return "non-finite reference value " + std::to_string(b[i]) + " at index " + std::to_string(i);
+  }
+  return "";
+}
+
 // ‖a - b‖ / ‖b‖ (relative L2 error), with the worst element reported by the caller on failure.
+// A size mismatch or a NaN/Inf in either input is a test failure (reported here) and returns
+// +inf, so that the caller's `EXPECT_LT(rel_error(a, b), tol)` fails too.
 inline double rel_error(std::span<const float> a, std::span<const float> b) {
+  if (const std::string why = incomparable(a, b); !why.empty()) {
+    ADD_FAILURE() << "rel_error: " << why;
+    return INFINITY;
+  }
   double num = 0, den = 0;
   for (size_t i = 0; i < b.size(); ++i) {
     num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
@@ -115,18 +134,27 @@ inline double rel_error(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-// max |a - b| over max |b|, and the index of the worst element.
+// max |a - b| over max |b|, and the index of the worst element. A size mismatch or a NaN/Inf in
+// either input is a test failure (reported here, the reason in `problem`) and gives max_abs = +inf.
 struct Deviation {
   double max_abs = 0.0;
   double ref_max = 0.0;
   size_t worst = 0;
+  std::string problem;  // "" when the inputs were comparable
+  double relative() const { return max_abs / std::max(ref_max, 1e-300); }
 };
 inline Deviation deviation(std::span<const float> a, std::span<const float> b) {
   Deviation d;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+  d.problem = incomparable(a, b);
+  if (!d.problem.empty()) {
+    ADD_FAILURE() << "deviation: " << d.problem;
+    d.max_abs = INFINITY;
+    return d;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
     const double e = std::fabs(double(a[i]) - double(b[i]));
-    if (e > d.max_abs || std::isnan(e)) {
-      d.max_abs = std::isnan(e) ? INFINITY : e;
+    if (e > d.max_abs) {
+      d.max_abs = e;
       d.worst = i;
     }
     d.ref_max = std::max(d.ref_max, std::fabs(double(b[i])));

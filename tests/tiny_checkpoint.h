@@ -2,6 +2,8 @@
 // to corrupt them: drop a tensor, change a shape.
 #pragma once
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -120,8 +122,11 @@ inline std::string write_bytes(const std::string& path, const std::vector<uint8_
   return path;
 }
 
+// Per process: CTest runs tests in parallel, and other checkouts on the machine run the same
+// tests at the same time; a shared /tmp/lychee_test_NAME let one run delete another's files.
 inline std::string temp_dir(const std::string& name) {
-  const auto p = std::filesystem::temp_directory_path() / ("lychee_test_" + name);
+  const auto p = std::filesystem::temp_directory_path() /
+                 ("lychee_test_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(p);
   return p.string();
 }

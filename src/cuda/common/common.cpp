@@ -21,11 +21,15 @@ void fail_cuda_msg(const char* what, int code, const char* file, int line) {
 bool cuda_available() { return cuda_device_status().empty(); }
 
 std::string cuda_device_status() {
+  auto error = [](const char* call, cudaError_t err) {
+    return std::string(call) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+  };
   int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess)
-    return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
-  return n > 0 ? "" : "no CUDA device";
+  if (const cudaError_t err = cudaGetDeviceCount(&n); err != cudaSuccess) return error("cudaGetDeviceCount", err);
+  if (n == 0) return "cudaGetDeviceCount: no CUDA device";
+  // A counted device can still fail at context creation (driver mismatch, exclusive mode, ECC).
+  if (const cudaError_t err = cudaFree(nullptr); err != cudaSuccess) return error("cudaFree(nullptr)", err);
+  return "";
 }
 
 double device_copy_bandwidth_gbps() {

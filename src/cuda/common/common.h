@@ -30,8 +30,9 @@ struct DeviceInfo {
 const DeviceInfo& device_info();
 // Whether a CUDA device is usable in this process.
 bool cuda_available();
-// "" when a CUDA device is usable, else why not (the CUDA error's name and text, or "no CUDA
-// device"), so that a run that requires a GPU can say what failed.
+// "" when a CUDA device is usable (counted and a context created on it), else the CUDA error
+// that stops it, e.g. "cudaGetDeviceCount: cudaErrorInsufficientDriver (CUDA driver version is
+// insufficient for CUDA runtime version)" or "cudaGetDeviceCount: no CUDA device".
 std::string cuda_device_status();
 // Device-to-device copy bandwidth in GB/s counting bytes read plus written (1 GiB copies, median).
 double device_copy_bandwidth_gbps();

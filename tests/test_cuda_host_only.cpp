@@ -1,0 +1,342 @@
+// The host-only parts of the CUDA layer, no GPU needed: the decode split planner by its
+// invariants (every page of every head covered once, slots contiguous per head, balanced splits,
+// at most max_items items), the decode and prefill argument checks, and the prefill graph buckets.
+//
+// They live in src/cuda, which is compiled only with nvcc; a build without nvcc runs the
+// placeholder at the end instead, a visible skip naming these tests.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "gpu_test_util.h"
+
+#ifdef LYCHEE_HAS_CUDA
+#include "cuda/kernels/decode_attention.h"
+#include "cuda/kernels/prefill_attention.h"
+
+namespace lychee {
+namespace {
+
+using cuda::DecodeHeadWork;
+using cuda::DecodePlan;
+using cuda::DecodeWorkItem;
+
+// ------------------------------------------------------------------------------ planner
+
+// Every invariant the kernels rely on, plus balance. `min_pages` is the planner's argument.
+void check_plan(const DecodePlan& plan, const std::vector<DecodeHeadWork>& heads, int batch, int n_kv_heads,
+                int min_pages, int max_items) {
+  ASSERT_LE(int(plan.items.size()), max_items);
+  const int group = 4;  // the planner tests use groups of 4 query heads, all served by each head work
+  const int n_heads = n_kv_heads * group;
+  ASSERT_EQ(plan.merge_begin.size(), size_t(batch) * n_heads);
+  ASSERT_EQ(plan.merge_count.size(), size_t(batch) * n_heads);
+  std::vector<int> head_of(size_t(batch) * n_kv_heads, -1);
+  for (size_t h = 0; h < heads.size(); ++h) head_of[size_t(heads[h].seq) * n_kv_heads + heads[h].kv_head] = int(h);
+
+  std::vector<std::vector<int>> covered(heads.size());
+  std::vector<std::vector<int>> slots(heads.size());
+  std::vector<int> slot_uses(size_t(plan.n_slots), 0);
+  for (size_t h = 0; h < heads.size(); ++h) covered[h].assign(size_t(heads[h].n_entries), 0);
+  for (const DecodeWorkItem& it : plan.items) {
+    ASSERT_TRUE(it.seq >= 0 && it.seq < batch && it.kv_head >= 0 && it.kv_head < n_kv_heads);
+    const int h = head_of[size_t(it.seq) * n_kv_heads + it.kv_head];
+    ASSERT_GE(h, 0) << "item for a head that was not asked for";
+    EXPECT_EQ(it.list, heads[h].list);
+    EXPECT_EQ(it.unit, heads[h].unit);
+    ASSERT_LT(it.begin, it.end) << "empty item";
+    ASSERT_GE(it.begin, 0);
+    ASSERT_LE(it.end, heads[h].n_entries);
+    for (int p = it.begin; p < it.end; ++p) ++covered[h][p];
+    if (it.slot >= 0) {
+      ASSERT_LT(it.slot, plan.n_slots);
+      ++slot_uses[it.slot];
+    }
+    slots[h].push_back(it.slot);
+  }
+  int sum_counts = 0;
+  for (size_t h = 0; h < heads.size(); ++h) {
+    for (int p = 0; p < heads[h].n_entries; ++p) ASSERT_EQ(covered[h][p], 1) << "head " << h << " page " << p;
+    const size_t m = size_t(heads[h].seq) * n_heads + size_t(heads[h].kv_head) * group;
+    if (slots[h].size() <= 1) {
+      EXPECT_EQ(plan.merge_count[m], 0);
+      if (!slots[h].empty()) {
+        EXPECT_EQ(slots[h][0], -1) << "an only item writes out directly";
+      }
+      continue;
+    }
+    for (int r = 0; r < group; ++r) {
+      EXPECT_EQ(plan.merge_count[m + r], int(slots[h].size()));
+      EXPECT_EQ(plan.merge_begin[m + r], plan.merge_begin[m]);
+    }
+    std::sort(slots[h].begin(), slots[h].end());
+    for (size_t i = 0; i < slots[h].size(); ++i) EXPECT_EQ(slots[h][i], plan.merge_begin[m] + int(i)) << "slots of head " << h;
+    sum_counts += int(slots[h].size());
+  }
+  EXPECT_EQ(sum_counts, plan.n_slots);
+  for (int u : slot_uses) EXPECT_EQ(u, 1);
+
+  // Balance: split items are at least min_pages long and within a factor 2 of each other.
+  int lo = INT32_MAX, hi = 0;
+  for (const DecodeWorkItem& it : plan.items) {
+    if (it.slot < 0) continue;
+    const int len = it.end - it.begin;
+    EXPECT_GE(len, min_pages);
+    lo = std::min(lo, len);
+    hi = std::max(hi, len);
+  }
+  if (hi > 0) {
+    EXPECT_LE(hi, 2 * lo) << "split lengths " << lo << ".." << hi;
+  }
+  // Longest first.
+  for (size_t i = 1; i < plan.items.size(); ++i)
+    EXPECT_GE(plan.items[i - 1].end - plan.items[i - 1].begin, plan.items[i].end - plan.items[i].begin);
+}
+
+TEST(DecodePlan, OneLongSequenceSpreadsEvenlyOverTheMachine) {
+  // Batch 1, 128K tokens, 8 KV heads, page 64: 8 x 2048 pages over 132 SMs x 2 CTAs.
+  const std::vector<int32_t> lens = {131072};
+  const auto heads = cuda::dense_decode_heads(lens, 8, 4, 64, 2048);
+  const DecodePlan plan = cuda::plan_decode(heads, 1, 4 * (8), 8, 132, 2, 64 * (2), 1024);
+  check_plan(plan, heads, 1, 8, 2, 1024);
+  EXPECT_EQ(plan.items.size(), 264u);  // 33 splits per head of 62 or 63 pages
+  for (const DecodeWorkItem& it : plan.items) {
+    EXPECT_GE(it.end - it.begin, 62);
+    EXPECT_LE(it.end - it.begin, 63);
+  }
+  EXPECT_EQ(plan.n_slots, 264);
+}
+
+TEST(DecodePlan, ManyHeadsAreNotSplit) {
+  // 64 sequences x 8 KV heads = 512 heads > 264 CTAs: one item per head, all written directly.
+  const std::vector<int32_t> lens(64, 4000);
+  const auto heads = cuda::dense_decode_heads(lens, 8, 4, 64, 64);
+  const DecodePlan plan = cuda::plan_decode(heads, 64, 4 * (8), 8, 132, 2, 64 * (2), 1024);
+  check_plan(plan, heads, 64, 8, 2, 1024);
+  EXPECT_EQ(plan.items.size(), 512u);
+  EXPECT_EQ(plan.n_slots, 0);
+}
+
+TEST(DecodePlan, MinPagesPerSplitLimitsTheSplits) {
+  const std::vector<int32_t> lens = {64 * 10};
+  const auto heads = cuda::dense_decode_heads(lens, 2, 4, 64, 16);
+  const DecodePlan plan = cuda::plan_decode(heads, 1, 4 * (2), 2, 132, 2, 64 * (4), 1024);
+  check_plan(plan, heads, 1, 2, 4, 1024);
+  EXPECT_EQ(plan.items.size(), 4u);  // 10 pages -> 2 splits of 5 (3 splits would be shorter than 4)
+  const DecodePlan whole = cuda::plan_decode(heads, 1, 4 * (2), 2, 132, 2, 64 * (10), 1024);
+  EXPECT_EQ(whole.items.size(), 2u);
+  EXPECT_EQ(whole.n_slots, 0);
+}
+
+TEST(DecodePlan, MixedLengthsKeepTheLongestSplitShort) {
+  // One long and many short sequences: the long one is cut, the short ones stay whole.
+  std::vector<int32_t> lens(31, 100);
+  lens.push_back(64 * 1000);
+  const auto heads = cuda::dense_decode_heads(lens, 4, 4, 64, 1000);
+  const DecodePlan plan = cuda::plan_decode(heads, 32, 4 * (4), 4, 132, 2, 64 * (1), 264);
+  check_plan(plan, heads, 32, 4, 1, 264);
+  int longest = 0;
+  for (const DecodeWorkItem& it : plan.items) longest = std::max(longest, it.end - it.begin);
+  // 4 x 1000 + 124 x 2 pages over 264 CTAs: about 31 pages each when perfectly spread.
+  EXPECT_LE(longest, 32);
+}
+
+TEST(DecodePlan, RandomWorkloadsAreCoveredOnceAndBalanced) {
+  std::mt19937 rng(1234);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int batch = 1 + int(rng() % 12), n_kv = 1 + int(rng() % 8);
+    const int sm_count = 1 + int(rng() % 140), ctas = 1 + int(rng() % 3), min_pages = 1 + int(rng() % 6);
+    std::vector<DecodeHeadWork> heads;
+    int n_with_pages = 0;
+    for (int s = 0; s < batch; ++s)
+      for (int h = 0; h < n_kv; ++h) {
+        if (rng() % 7 == 0) continue;  // heads that are not asked for
+        const int n_pages = (rng() % 5 == 0) ? 0 : 1 + int(rng() % (rng() % 2 ? 40 : 3000));
+        n_with_pages += n_pages > 0;
+        cuda::DecodeHeadWork w;
+        w.seq = s;
+        w.kv_head = h;
+        w.n_entries = n_pages;
+        w.unit = 64;
+        w.n_rows = 4;
+        w.list = s * 4096 + h;
+        heads.push_back(w);
+      }
+    std::shuffle(heads.begin(), heads.end(), rng);
+    const int max_items = std::max(1, n_with_pages) + int(rng() % 400);
+    const DecodePlan plan = cuda::plan_decode(heads, batch, 4 * (n_kv), n_kv, sm_count, ctas, 64 * (min_pages), max_items);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    check_plan(plan, heads, batch, n_kv, min_pages, max_items);
+    if (HasFatalFailure()) return;
+    // Parallelism: when there is enough work, the plan uses at least half the target.
+    int64_t total = 0;
+    for (const auto& h : heads) total += h.n_entries;
+    const int64_t target = std::min<int64_t>(max_items, int64_t(sm_count) * ctas);
+    if (total >= 4 * target * min_pages) {
+      EXPECT_GE(int64_t(plan.items.size()), target / 2);
+    }
+  }
+}
+
+TEST(DecodePlan, RejectsBadHeads) {
+  auto work = [](int seq, int kv, int n, int row_begin = 0, int n_rows = 4) {
+    DecodeHeadWork w;
+    w.seq = seq;
+    w.kv_head = kv;
+    w.n_entries = n;
+    w.row_begin = row_begin;
+    w.n_rows = n_rows;
+    return w;
+  };
+  std::vector<DecodeHeadWork> heads = {work(0, 0, 4), work(0, 0, 4)};
+  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // listed twice
+  heads = {work(0, 0, 4, 0, 2), work(0, 0, 4, 1, 1)};
+  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // query row 1 served twice
+  heads = {work(0, 0, 4, 3, 2)};
+  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // rows outside the group
+  heads = {work(1, 0, 4)};
+  EXPECT_THROW(cuda::plan_decode(heads, 1, 4, 1, 132, 2, 64, 8), Error);  // seq out of range
+  heads = {work(0, 0, 4), work(0, 1, 4), work(0, 2, 4)};
+  EXPECT_THROW(cuda::plan_decode(heads, 1, 12, 3, 132, 2, 64, 2), Error);  // more heads than items
+  const std::vector<int32_t> lens = {0};
+  EXPECT_THROW(cuda::dense_decode_heads(lens, 1, 4, 64, 4), Error);
+  const std::vector<int32_t> too_long = {64 * 4 + 1};
+  EXPECT_THROW(cuda::dense_decode_heads(too_long, 1, 4, 64, 4), Error);
+}
+
+TEST(DecodePlan, DenseHeadsReadTheirWholeSequence) {
+  const std::vector<int32_t> lens = {1, 64, 65};
+  const auto heads = cuda::dense_decode_heads(lens, 2, 4, 64, 8);
+  ASSERT_EQ(heads.size(), 6u);
+  EXPECT_EQ(heads[0].n_entries, 1);
+  EXPECT_EQ(heads[3].n_entries, 1);
+  EXPECT_EQ(heads[5].n_entries, 2);
+  EXPECT_EQ(heads[5].kind, cuda::ListKind::kDense);
+  EXPECT_EQ(heads[5].n_rows, 4);
+  EXPECT_EQ(heads[5].kv_head, 1);
+}
+
+TEST(DecodePlan, PoolsDenseAndSparseHeadsIntoEqualSplits) {
+  // Batch 1, 128K, 8 KV heads: 2 dense heads (2048 pages) and 6 sparse heads (205 pages) and 24
+  // per-query-head token lists of 4096 tokens: the splits of every kind hold about the same tokens.
+  std::vector<DecodeHeadWork> heads;
+  for (int h = 0; h < 8; ++h) {
+    DecodeHeadWork w;
+    w.kv_head = h;
+    w.n_rows = 4;
+    w.unit = 64;
+    w.n_entries = 2048;
+    if (h >= 2 && h < 6) {
+      w.kind = cuda::ListKind::kUnits;
+      w.n_entries = 205;
+      w.list = h * 3000;
+      w.count = h;
+    }
+    if (h >= 6) {
+      for (int g = 0; g < 4; ++g) {
+        w.kind = cuda::ListKind::kUnits;
+        w.unit = 1;
+        w.n_entries = 4096;
+        w.row_begin = g;
+        w.n_rows = 1;
+        heads.push_back(w);
+      }
+      continue;
+    }
+    heads.push_back(w);
+  }
+  const DecodePlan plan = cuda::plan_decode(heads, 1, 32, 8, 132, 2, 128, 1024);
+  int64_t lo = INT64_MAX, hi = 0;
+  for (const DecodeWorkItem& it : plan.items) {
+    const int64_t tokens = int64_t(it.end - it.begin) * it.unit;
+    lo = std::min(lo, tokens);
+    hi = std::max(hi, tokens);
+  }
+  EXPECT_LE(int(plan.items.size()), 264);
+  EXPECT_GE(int(plan.items.size()), 200);
+  EXPECT_LE(hi, 2 * lo) << "split sizes " << lo << ".." << hi << " tokens";
+  // Per-query-head rows are merged per query head.
+  for (int g = 0; g < 4; ++g) EXPECT_GT(plan.merge_count[size_t(6 * 4 + g)], 1);
+}
+
+TEST(DecodeAttention, ArgumentChecksNameTheField) {
+  cuda::DecodeAttentionArgs a{};
+  a.head_dim = 96;
+  a.page_size = 64;
+  try {
+    cuda::check_decode_args(a);
+    FAIL() << "head_dim 96 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("unsupported head_dim: 96"), std::string::npos) << e.what();
+  }
+  a.head_dim = 128;
+  a.page_size = 48;
+  EXPECT_THROW(cuda::check_decode_args(a), Error);
+  a.page_size = 64;
+  a.n_heads = 32;
+  a.n_kv_heads = 2;  // group 16
+  try {
+    cuda::check_decode_args(a);
+    FAIL() << "group 16 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("group"), std::string::npos) << e.what();
+  }
+}
+
+using cuda::PrefillAttentionArgs;
+using cuda::prefill_kv_bucket;
+using cuda::prefill_q_bucket;
+using cuda::validate_prefill_args;
+using cuda::bf16;
+
+TEST(PrefillAttentionCache, Buckets) {
+  EXPECT_EQ(prefill_kv_bucket(100, 64, 20), 128);
+  EXPECT_EQ(prefill_kv_bucket(128, 64, 20), 128);
+  EXPECT_EQ(prefill_kv_bucket(129, 64, 20), 256);
+  EXPECT_EQ(prefill_kv_bucket(1100, 64, 20), 1280);  // 18 pages -> 32, capped at the table's 20
+  EXPECT_EQ(prefill_kv_bucket(1, 16, 4), 16);
+  EXPECT_EQ(prefill_kv_bucket(131072, 64, 2048), 131072);
+  EXPECT_EQ(prefill_q_bucket(1, 128), 64);
+  EXPECT_EQ(prefill_q_bucket(100, 128), 128);
+  EXPECT_EQ(prefill_q_bucket(513, 2048), 1024);
+  EXPECT_EQ(prefill_q_bucket(513, 600), 600);  // never above the kv bucket
+}
+
+TEST(PrefillAttentionArgs, RejectsBadShapes) {
+  PrefillAttentionArgs a;
+  int32_t dummy = 0;
+  a.q = a.k_pool = a.v_pool = reinterpret_cast<const bf16*>(&dummy);
+  a.out = reinterpret_cast<bf16*>(&dummy);
+  a.page_table = a.q_lens = a.kv_lens = &dummy;
+  a.batch = 1, a.q_len_max = 8, a.max_kv_len = 8, a.n_heads = 6, a.n_kv_heads = 4, a.head_dim = 128;
+  a.page_size = 64, a.n_pages = 1, a.max_pages = 1, a.scale = 0.1f;
+  try {
+    validate_prefill_args(a);
+    FAIL() << "6 heads over 4 KV heads accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("n_heads = 6"), std::string::npos) << e.what();
+  }
+  a.n_heads = 8;
+  a.max_kv_len = 65;  // past max_pages * page_size
+  EXPECT_THROW(validate_prefill_args(a), Error);
+  a.max_kv_len = 8;
+  EXPECT_NO_THROW(validate_prefill_args(a));
+}
+
+}  // namespace
+}  // namespace lychee
+
+#else
+TEST(CudaHostOnly, NotBuilt) {
+  LY_CUDA_NOT_BUILT(
+      "the 11 host-only tests of the CUDA layer (DecodePlan.* (8), DecodeAttention.ArgumentChecksNameTheField, "
+      "PrefillAttentionCache.Buckets, PrefillAttentionArgs.RejectsBadShapes)");
+}
+#endif  // LYCHEE_HAS_CUDA
