@@ -5,35 +5,14 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
+#include "cuda/common/radix_select.cuh"
+#include "cuda/common/reduce.cuh"
+
 namespace lychee::cuda {
 
 namespace {
 
 constexpr int kWarp = 32;
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Sum over a block of blockDim.x threads (a multiple of 32, <= 1024); every thread gets it.
-__device__ float block_sum(float v) {
-  __shared__ float part[32];
-  __shared__ float total;
-  v = warp_sum(v);
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float s = lane < int(blockDim.x / kWarp) ? part[lane] : 0.0f;
-    s = warp_sum(s);
-    if (lane == 0) total = s;
-  }
-  __syncthreads();
-  const float r = total;
-  __syncthreads();  // part/total may be reused by the next call
-  return r;
-}
 
 __global__ void embed_kernel(const int32_t* __restrict__ tokens, const bf16* __restrict__ table,
                              float* __restrict__ x, int d) {
@@ -161,46 +140,15 @@ __global__ void __launch_bounds__(kReduceThreads) argmax_kernel(const float* __r
   if (threadIdx.x == 0) out[blockIdx.x] = r.i < vocab ? r.i : 0;
 }
 
-// Order-preserving map of a float to uint32 (larger float -> larger key).
-__device__ __forceinline__ uint32_t float_key(float f) {
-  const uint32_t b = __float_as_uint(f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-// The key of the k-th largest value of row[vocab] (radix select, 8 bits at a time).
+// The key (radix_key) of the k-th largest value of row[vocab], 1 <= k <= vocab. Keys keep -0
+// below +0 (no +0.0f here): the cut is `radix_key(v) >= key`, the same map on both sides.
 __device__ uint32_t kth_largest_key(const float* row, int vocab, int k) {
   __shared__ uint32_t hist[256];
-  __shared__ uint32_t prefix, prefix_mask;
-  __shared__ int remaining;
-  if (threadIdx.x == 0) {
-    prefix = 0;
-    prefix_mask = 0;
-    remaining = k;
-  }
-  __syncthreads();
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
-    __syncthreads();
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const uint32_t key = float_key(row[i]);
-      if ((key & prefix_mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xffu], 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int left = remaining;
-      for (int digit = 255; digit >= 0; --digit) {
-        if (int(hist[digit]) >= left) {
-          prefix |= uint32_t(digit) << shift;
-          prefix_mask |= 0xffu << shift;
-          remaining = left;
-          break;
-        }
-        left -= int(hist[digit]);
-      }
-    }
-    __syncthreads();
-  }
-  return prefix;
+  const auto key_at = [row](int i, uint32_t& key) {
+    key = radix_key(row[i]);
+    return true;
+  };
+  return radix_kth_largest<RadixCount::kPerLane>(hist, vocab, uint32_t(k), key_at).key;
 }
 
 __global__ void __launch_bounds__(kReduceThreads)
@@ -219,7 +167,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   const uint32_t min_key = (top_k > 0 && top_k < vocab) ? kth_largest_key(row, vocab, top_k) : 0u;
   auto weight = [&](int i) {  // unnormalised probability of token i, 0 if cut by top-k
     const float v = row[i];
-    return float_key(v) >= min_key ? __expf((v - mx) * inv_temp) : 0.0f;
+    return radix_key(v) >= min_key ? __expf((v - mx) * inv_temp) : 0.0f;
   };
   float total = 0.0f;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) total += weight(i);
@@ -305,11 +253,6 @@ __global__ void fill_const_kernel(float* p, size_t n, float v) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
 }
 
-__global__ void f32_to_bf16_kernel(const float* in, bf16* out, size_t n) {
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    out[i] = __float2bfloat16(in[i]);
-}
-
 int grid_for(size_t n, int threads) {
   const size_t blocks = (n + size_t(threads) - 1) / size_t(threads);
   return int(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
@@ -368,11 +311,6 @@ void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float std, cudaStream_t 
 
 void fill_const_f32(float* p, size_t n, float value, cudaStream_t s) {
   fill_const_kernel<<<grid_for(n, 256), 256, 0, s>>>(p, n, value);
-  LY_CUDA_CHECK_LAUNCH();
-}
-
-void convert_f32_to_bf16(const float* in, bf16* out, size_t n, cudaStream_t s) {
-  f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(in, out, n);
   LY_CUDA_CHECK_LAUNCH();
 }
 

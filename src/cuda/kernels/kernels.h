@@ -53,7 +53,5 @@ void sample(const float* logits, int32_t* out, int batch, int vocab, float tempe
 void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float std, cudaStream_t s);
 void fill_const_f32(float* p, size_t n, float value, cudaStream_t s);
 
-// Converts f32 to bf16 (round to nearest even).
-void convert_f32_to_bf16(const float* in, bf16* out, size_t n, cudaStream_t s);
 
 }  // namespace lychee::cuda

@@ -10,20 +10,13 @@
 
 #include <cmath>
 
+#include "cuda/common/radix_select.cuh"
+#include "cuda/common/reduce.cuh"
 
 namespace lychee::cuda {
 namespace {
 
 constexpr int kSelThreads = 512;
-
-// Larger float -> larger key (IEEE total order for non-NaN values).
-__device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t b = __float_as_uint(f);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-__device__ __forceinline__ float key_value(uint32_t k) {
-  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
 
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -34,6 +27,49 @@ struct Forced {
   __device__ bool operator()(int u) const { return u < sink_units || u >= recent_from || u == last; }
 };
 
+// Top-k / ratio: the left-th largest unit key among the non-forced units (forced ones are taken
+// anyway and do not use up the budget). Keys keep -0 below +0, as they always have here.
+__device__ RadixKth top_k_key(uint32_t* hist, const float* us, int n_units, Forced forced, int left) {
+  const auto key_at = [&](int u, uint32_t& key) {
+    if (forced(u)) return false;
+    key = radix_key(us[u]);
+    return true;
+  };
+  return radix_kth_largest<RadixCount::kPerLane>(hist, n_units, uint32_t(left), key_at);
+}
+
+struct TopPKey {
+  uint32_t key;  // τ: the key of the unit where the mass from the top reaches p · sum
+  float rem;     // the mass still wanted among the units with key τ
+};
+
+// Top-p over every unit (forced ones count where they fall in the order): the radix walk of
+// radix_kth_largest weighted by probability mass exp(us·scale − ms) (float masses, summed by
+// shared float atomics: their order, hence the last bits, varies from run to run; the CPU
+// reference agrees away from the boundary). A bin is chosen where the running mass from the top
+// reaches rem; rounding may leave it unreached: then the lowest non-empty bin (everything left
+// is taken). hist, mass: [256] shared scratch.
+__device__ TopPKey top_p_key(uint32_t* hist, float* mass, const float* us, int n_units, float scale, float ms,
+                             float rem) {
+  RadixPrefix px;
+  while (px.shift >= 0) {
+    for (int i = threadIdx.x; i < 256; i += kSelThreads) hist[i] = 0, mass[i] = 0.0f;
+    __syncthreads();
+    for (int u = threadIdx.x; u < n_units; u += kSelThreads) {  // per-lane atomics (RadixCount)
+      const uint32_t key = radix_key(us[u]);
+      if (px.matches(key)) {
+        atomicAdd(&hist[px.digit(key)], 1u);
+        atomicAdd(&mass[px.digit(key)], __expf(us[u] * scale - ms));
+      }
+    }
+    __syncthreads();
+    const RadixBin<float> r = radix_find_bin(hist, mass, rem);
+    px.descend(r.bin);
+    rem = r.rank;
+  }
+  return TopPKey{px.prefix, rem};
+}
+
 __global__ void __launch_bounds__(kSelThreads) select_kernel(const SelectArgs a) {
   using Reduce = cub::BlockReduce<float, kSelThreads>;
   using Scan = cub::BlockScan<int, kSelThreads>;
@@ -41,11 +77,9 @@ __global__ void __launch_bounds__(kSelThreads) select_kernel(const SelectArgs a)
     typename Reduce::TempStorage reduce;
     typename Scan::TempStorage scan;
   } tmp;
-  __shared__ uint32_t hist[256];
-  __shared__ float mass[256];
-  __shared__ uint32_t s_prefix;
-  __shared__ float s_rem_mass;
-  __shared__ int s_rem, s_base, s_eq_base;
+  __shared__ uint32_t hist[256];  // radix pass: candidates per digit
+  __shared__ float mass[256];     // top-p pass: their probability mass per digit
+  __shared__ int s_base, s_eq_base;
   __shared__ float s_max, s_sum;
 
   const int seq = blockIdx.y, head = a.heads[blockIdx.x];
@@ -94,75 +128,17 @@ __global__ void __launch_bounds__(kSelThreads) select_kernel(const SelectArgs a)
     if (left <= 0) mode = 0;
     else if (left >= n_units - n_forced) mode = 1;
     else {
-      // The left-th largest key among the non-forced units, one byte at a time.
-      uint32_t prefix = 0, mask = 0;
-      int rem = left;
-      for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = threadIdx.x; i < 256; i += kSelThreads) hist[i] = 0;
-        __syncthreads();
-        for (int u = threadIdx.x; u < n_units; u += kSelThreads) {
-          if (forced(u)) continue;
-          const uint32_t key = order_key(us[u]);
-          if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          int cum = 0, b = 255;
-          for (; b > 0; --b) {
-            if (cum + int(hist[b]) >= rem) break;
-            cum += int(hist[b]);
-          }
-          s_prefix = prefix | (uint32_t(b) << shift);
-          s_rem = rem - cum;
-        }
-        __syncthreads();
-        prefix = s_prefix;
-        rem = s_rem;
-        mask |= 255u << shift;
-        __syncthreads();
-      }
-      threshold_key = prefix;
-      eq_take = rem;
+      const RadixKth r = top_k_key(hist, us, n_units, forced, left);
+      threshold_key = r.key;
+      eq_take = int(r.take);
     }
   } else {  // top-p over every unit (forced ones count where they fall in the order)
     if (a.value >= 1.0) mode = 1;
     else {
-      uint32_t prefix = 0, mask = 0;
-      float rem = float(a.value) * sum;
-      for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = threadIdx.x; i < 256; i += kSelThreads) hist[i] = 0, mass[i] = 0.0f;
-        __syncthreads();
-        for (int u = threadIdx.x; u < n_units; u += kSelThreads) {
-          const uint32_t key = order_key(us[u]);
-          if ((key & mask) == prefix) {
-            atomicAdd(&hist[(key >> shift) & 255u], 1u);
-            atomicAdd(&mass[(key >> shift) & 255u], __expf(us[u] * a.scale - ms));
-          }
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          // The bucket where the running mass from the top reaches rem; rounding may leave it
-          // unreached: then the lowest non-empty bucket (everything is taken).
-          float cum = 0.0f;
-          int b = 255, lowest = 0;
-          for (int i = 0; i < 256; ++i)
-            if (hist[i] > 0) { lowest = i; break; }
-          for (; b > lowest; --b) {
-            if (hist[b] > 0 && cum + mass[b] >= rem) break;
-            cum += mass[b];
-          }
-          s_prefix = prefix | (uint32_t(b) << shift);
-          s_rem_mass = rem - cum;
-        }
-        __syncthreads();
-        prefix = s_prefix;
-        rem = s_rem_mass;
-        mask |= 255u << shift;
-        __syncthreads();
-      }
-      threshold_key = prefix;
-      const float w = __expf(key_value(prefix) * a.scale - ms);
-      eq_take = max(1, int(ceilf(rem / w)));
+      const TopPKey r = top_p_key(hist, mass, us, n_units, a.scale, ms, float(a.value) * sum);
+      threshold_key = r.key;
+      const float w = __expf(radix_key_value(r.key) * a.scale - ms);
+      eq_take = max(1, int(ceilf(r.rem / w)));
     }
   }
 
@@ -180,7 +156,7 @@ __global__ void __launch_bounds__(kSelThreads) select_kernel(const SelectArgs a)
       else if (mode == 1) sel = true;
       else if (mode == 3) sel = f || double(__expf(us[u] * a.scale - ms)) / double(sum) > thr;
       else {
-        const uint32_t key = order_key(us[u]);
+        const uint32_t key = radix_key(us[u]);
         const bool candidate = a.strategy == SelectStrategy::kTopP || !f;  // top-k ranks the non-forced only
         sel = f || (candidate && key > threshold_key);
         eq = candidate && key == threshold_key;
@@ -279,8 +255,7 @@ __global__ void __launch_bounds__(256) quest_scores_kernel(const QuestArgs a, in
         const float qi = __bfloat162float(q[i]);
         acc += fmaxf(qi * __bfloat162float(a.kmax[meta + i]), qi * __bfloat162float(a.kmin[meta + i]));
       }
-#pragma unroll
-      for (int d = 16; d > 0; d >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, d);
+      acc = warp_sum(acc);
       if (lane == 0) a.scores[(size_t(s) * a.n_heads + h) * a.score_stride + c] = acc;
     }
   }

@@ -9,6 +9,8 @@
 #include <cfloat>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/radix_select.cuh"
+#include "cuda/common/reduce.cuh"
 #include "cuda/train/kernels.h"
 
 namespace lychee::cuda::train_ops {
@@ -36,55 +38,17 @@ __device__ __forceinline__ float2 softmax_merge(float m1, float l1, float m2, fl
   return make_float2(m, l1 * expf(m1 - m) + l2 * expf(m2 - m));
 }
 
-// (dense max, dense sum, sparse max, sparse sum) merged over the block; every thread gets it.
-__device__ float4 block_merge_stats(float4 v) {
-  __shared__ float4 part[32];
-  for (int o = kWarp / 2; o > 0; o >>= 1) {
-    const float4 w = make_float4(__shfl_xor_sync(kFull, v.x, o), __shfl_xor_sync(kFull, v.y, o),
-                                 __shfl_xor_sync(kFull, v.z, o), __shfl_xor_sync(kFull, v.w, o));
+// (dense max, dense sum, sparse max, sparse sum): the two online-softmax states merged pairwise.
+struct MergeStatsOp {
+  __device__ __forceinline__ float4 operator()(float4 v, float4 w) const {
     const float2 d = softmax_merge(v.x, v.y, w.x, w.y), s = softmax_merge(v.z, v.w, w.z, w.w);
-    v = make_float4(d.x, d.y, s.x, s.y);
+    return make_float4(d.x, d.y, s.x, s.y);
   }
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < int(blockDim.x / kWarp) ? part[lane] : make_float4(-INFINITY, 0.0f, -INFINITY, 0.0f);
-    for (int o = kWarp / 2; o > 0; o >>= 1) {
-      const float4 w = make_float4(__shfl_xor_sync(kFull, v.x, o), __shfl_xor_sync(kFull, v.y, o),
-                                   __shfl_xor_sync(kFull, v.z, o), __shfl_xor_sync(kFull, v.w, o));
-      const float2 d = softmax_merge(v.x, v.y, w.x, w.y), s = softmax_merge(v.z, v.w, w.z, w.w);
-      v = make_float4(d.x, d.y, s.x, s.y);
-    }
-    if (lane == 0) part[0] = v;
-  }
-  __syncthreads();
-  const float4 r = part[0];
-  __syncthreads();
-  return r;
-}
+};
 
-__device__ float2 block_sum2(float2 v) {
-  __shared__ float2 part[32];
-  for (int o = kWarp / 2; o > 0; o >>= 1) {
-    v.x += __shfl_xor_sync(kFull, v.x, o);
-    v.y += __shfl_xor_sync(kFull, v.y, o);
-  }
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < int(blockDim.x / kWarp) ? part[lane] : make_float2(0.0f, 0.0f);
-    for (int o = kWarp / 2; o > 0; o >>= 1) {
-      v.x += __shfl_xor_sync(kFull, v.x, o);
-      v.y += __shfl_xor_sync(kFull, v.y, o);
-    }
-    if (lane == 0) part[0] = v;
-  }
-  __syncthreads();
-  const float2 r = part[0];
-  __syncthreads();
-  return r;
+// Both softmax states merged over the block; every thread gets them.
+__device__ __forceinline__ float4 block_merge_stats(float4 v) {
+  return block_reduce(v, MergeStatsOp{}, make_float4(-INFINITY, 0.0f, -INFINITY, 0.0f));
 }
 
 __device__ __forceinline__ bool bit_set(const uint32_t* mask, int j) { return (mask[j >> 5] >> (j & 31)) & 1u; }
@@ -110,7 +74,6 @@ __device__ __forceinline__ float4 add4(const float4 a, const float4 b) {
 // those are taken in position order by a block-wide pass over the mask words.
 __device__ void select_top(float* acc, int p, int want, uint32_t* out) {
   __shared__ uint32_t hist[256];
-  __shared__ uint32_t sel_bin, sel_remaining, sel_count;
   __shared__ uint32_t warp_count[kFwdThreads / kWarp];
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp, n_warps = blockDim.x / kWarp;
   const int n_words = p / 32 + 1;
@@ -123,63 +86,15 @@ __device__ void select_top(float* acc, int p, int want, uint32_t* out) {
     }
     return;
   }
-  uint32_t* keys = reinterpret_cast<uint32_t*>(acc);
-  for (int j = tid; j < p; j += blockDim.x) {
-    const uint32_t b = __float_as_uint(acc[j] + 0.0f);  // + 0 turns −0 into +0: they tie
-    keys[j] = (b >> 31) != 0u ? ~b : (b | 0x80000000u);
-  }
-  uint32_t prefix = 0, prefix_mask = 0, remaining = uint32_t(want), count_eq = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = tid; i < 256; i += blockDim.x) hist[i] = 0;
-    __syncthreads();
-    for (int j0 = 0; j0 < p; j0 += blockDim.x) {
-      const int j = j0 + tid;
-      bool active = false;
-      uint32_t bin = 0;
-      if (j < p) {
-        const uint32_t key = keys[j];
-        active = (key & prefix_mask) == prefix;
-        bin = (key >> shift) & 0xFFu;
-      }
-      if (!__any_sync(kFull, active)) continue;  // after the first pass most warps hold no candidate
-      const uint32_t peers = __match_any_sync(kFull, active ? bin : 0x100u);
-      if (active && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], uint32_t(__popc(peers)));
-    }
-    __syncthreads();
-    if (warp == 0) {  // lane l owns bins 255 − 8l down to 248 − 8l; find the bin of rank `remaining`
-      uint32_t c[8], sum = 0;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        c[i] = hist[255 - 8 * lane - i];
-        sum += c[i];
-      }
-      uint32_t incl = sum;
-      for (int o = 1; o < kWarp; o <<= 1) {
-        const uint32_t v = __shfl_up_sync(kFull, incl, o);
-        if (lane >= o) incl += v;
-      }
-      uint32_t before = incl - sum;
-      if (before < remaining && remaining <= incl) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          if (remaining <= before + c[i]) {
-            sel_bin = uint32_t(255 - 8 * lane - i);
-            sel_remaining = remaining - before;
-            sel_count = c[i];
-            break;
-          }
-          before += c[i];
-        }
-      }
-    }
-    __syncthreads();
-    prefix |= sel_bin << shift;
-    prefix_mask |= 0xFFu << shift;
-    remaining = sel_remaining;
-    count_eq = sel_count;
-  }
-  const uint32_t tau = prefix;  // take every key > τ and the first `remaining` keys == τ
-  if (remaining == count_eq) {
+  uint32_t* keys = reinterpret_cast<uint32_t*>(acc);  // [p] in place of acc
+  for (int j = tid; j < p; j += blockDim.x) keys[j] = radix_key(acc[j] + 0.0f);  // + 0 turns −0 into +0: they tie
+  const auto key_at = [keys](int j, uint32_t& key) {
+    key = keys[j];
+    return true;
+  };
+  const RadixKth kth = radix_kth_largest<RadixCount::kWarpAggregated>(hist, p, uint32_t(want), key_at);
+  const uint32_t tau = kth.key, remaining = kth.take;  // take every key > τ and the first `remaining` == τ
+  if (remaining == kth.ties) {
     for (int w = warp; w < n_words; w += n_warps) {
       const int j = 32 * w + lane;
       const uint32_t bits = __ballot_sync(kFull, j < p && keys[j] >= tau);
@@ -366,7 +281,7 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_kernel(AttnBac
         }
       }
     }
-    const float2 delta = block_sum2(make_float2(dd, ds));
+    const float2 delta = block_sum(make_float2(dd, ds));
     dz += delta.x - delta.y;
     float* tail = a.w_tail + (size_t(b) * a.n + t) * a.n;
     for (int i0 = tid; i0 < n4_all; i0 += step) {  // g is overwritten: each float4 read, then written

@@ -4,38 +4,14 @@
 // read hitting L1/L2) and writes its output once.
 #include "cuda/train/kernels.h"
 
+#include "cuda/common/reduce.cuh"
+
 namespace lychee::cuda::train_ops {
 
 namespace {
 
 constexpr int kWarp = 32;
 constexpr int kRowThreads = 256;
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Sum of two values over the block (blockDim.x a multiple of 32); every thread gets them.
-__device__ float2 block_sum2(float2 v) {
-  __shared__ float2 part[32];
-  __shared__ float2 total;
-  v.x = warp_sum(v.x);
-  v.y = warp_sum(v.y);
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float2 s = lane < int(blockDim.x / kWarp) ? part[lane] : make_float2(0.0f, 0.0f);
-    s.x = warp_sum(s.x);
-    s.y = warp_sum(s.y);
-    if (lane == 0) total = s;
-  }
-  __syncthreads();
-  const float2 r = total;
-  __syncthreads();  // part/total are reused by the next call
-  return r;
-}
 
 unsigned grid_for(size_t n, int threads) {
   const size_t b = (n + size_t(threads) - 1) / size_t(threads);
@@ -61,7 +37,7 @@ __global__ void bias_rmsnorm_kernel(float* __restrict__ x, const float* __restri
     }
     ss += v * v;
   }
-  const float r = rsqrtf(block_sum2(make_float2(ss, 0.0f)).x / float(d) + eps);
+  const float r = rsqrtf(block_sum(ss) / float(d) + eps);
   float* yr = y + size_t(blockIdx.x) * d;
   for (int i = threadIdx.x; i < d; i += blockDim.x) yr[i] = w[i] * (xr[i] * r);
 }
@@ -77,7 +53,7 @@ __global__ void rmsnorm_backward_kernel(const float* __restrict__ x, const float
     ss += v * v;
     dot += w[i] * dy[row + i] * v;
   }
-  const float2 t = block_sum2(make_float2(ss, dot));
+  const float2 t = block_sum(make_float2(ss, dot));  // one set of barriers for both sums
   const float r = rsqrtf(t.x / float(d) + eps);
   const float c = r * r * r * t.y / float(d);
   for (int i = threadIdx.x; i < d; i += blockDim.x) dx[row + i] += r * w[i] * dy[row + i] - x[row + i] * c;
