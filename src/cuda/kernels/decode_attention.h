@@ -81,6 +81,8 @@ struct DecodeAttentionArgs {
 // Both kernels use programmatic dependent launch: the attention kernel waits for the previous
 // kernel in the stream before reading anything, the merge kernel waits for the attention kernel.
 void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);
+// The merge launch decode_attention ends with (decode_merge.cu); args already checked.
+void decode_merge(const DecodeAttentionArgs& a, cudaStream_t stream);
 
 // One head's work for the planner: `n_entries` entries of `unit` tokens (an upper bound when the
 // length is only known on the device), for query rows [row_begin, row_begin + n_rows).

@@ -224,7 +224,6 @@ void GpuRunner::truncate(GpuSeq& seq, int n) {
   seq.quest_from = std::min(seq.quest_from, n);
 }
 
-int GpuRunner::n_free_pages() const { return impl_->pool->n_free(); }
 int GpuRunner::n_pages() const { return impl_->pool->n_pages(); }
 int GpuRunner::replans() const { return impl_->planner.replans(); }
 

@@ -86,7 +86,6 @@ class GpuRunner {
   void release(GpuSeq& seq);           // returns its pages to the pool
   void truncate(GpuSeq& seq, int n);   // keeps the first n tokens
 
-  int n_free_pages() const;
   int n_pages() const;
 
  private:
