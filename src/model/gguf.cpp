@@ -127,7 +127,71 @@ struct Parser {
     }
     return v;
   }
+
+  // Tensor info #k: name, shape (ne[0] innermost), ggml type and data offset; the offset is
+  // relative to the data section, which is not known until every info has been read.
+  GgufTensorInfo read_tensor_info(uint64_t k, uint32_t alignment) {
+    GgufTensorInfo t;
+    t.name = std::string(read_string(fmt::format("name of tensor #{}", k)));
+    const std::string what = fmt::format("tensor '{}'", t.name);
+    const uint32_t n_dims = r.read<uint32_t>(what + " n_dims");
+    LY_CHECK(n_dims >= 1 && n_dims <= kMaxDims, ErrorCode::kInvalidFile,
+             "{}: {} has {} dimensions (expected 1..{})", file, what, n_dims, kMaxDims);
+    int64_t n_elems = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      const uint64_t ne = r.read<uint64_t>(what + " shape");
+      LY_CHECK(ne >= 1 && ne <= (uint64_t(1) << 40) && uint64_t(n_elems) <= (uint64_t(1) << 50) / ne,
+               ErrorCode::kInvalidFile, "{}: {} has an invalid dimension {}", file, what, ne);
+      t.ne.push_back(int64_t(ne));
+      n_elems *= int64_t(ne);
+    }
+    const uint32_t ggml_type = r.read<uint32_t>(what + " type");
+    const auto dtype = ggml_type_to_dtype(ggml_type);
+    LY_CHECK(dtype.has_value(), ErrorCode::kUnsupported,
+             "{}: {} has unsupported type {} (lychee reads F32, F16, BF16, Q8_0, Q4_0, Q4_1)", file,
+             what, ggml_type_label(ggml_type));
+    t.dtype = *dtype;
+    LY_CHECK(t.ne[0] % dtype_block_elems(t.dtype) == 0, ErrorCode::kInvalidFile,
+             "{}: {} has row length {}, not a multiple of the {} block size {}", file, what,
+             t.ne[0], dtype_name(t.dtype), dtype_block_elems(t.dtype));
+    t.n_bytes = uint64_t(dtype_bytes(t.dtype, n_elems));
+    t.offset = r.read<uint64_t>(what + " offset");
+    LY_CHECK(t.offset % alignment == 0, ErrorCode::kInvalidFile,
+             "{}: {} offset {} is not a multiple of the alignment {}", file, what, t.offset,
+             alignment);
+    return t;
+  }
 };
+
+// Points every tensor at its bytes once the header is read, rejecting tensors that run past the
+// end of the file or overlap one another.
+void place_tensors(std::span<const uint8_t> bytes, uint64_t header_end, uint32_t alignment,
+                   std::vector<GgufTensorInfo>& tensors, const std::string& file) {
+  // The data section starts at the next multiple of the alignment after the header.
+  const uint64_t data_start = (header_end + alignment - 1) / alignment * alignment;
+  LY_CHECK(data_start <= bytes.size() || tensors.empty(), ErrorCode::kInvalidFile,
+           "{}: data section would start at byte {}, past the end of the file ({} bytes)", file,
+           data_start, bytes.size());
+  const uint64_t data_size = data_start <= bytes.size() ? bytes.size() - data_start : 0;
+
+  std::vector<const GgufTensorInfo*> by_offset;
+  for (GgufTensorInfo& t : tensors) {
+    LY_CHECK(t.offset <= data_size && t.n_bytes <= data_size - t.offset, ErrorCode::kInvalidFile,
+             "{}: tensor '{}' spans bytes [{}, {}) of the data section, which has {} bytes", file,
+             t.name, t.offset, t.offset + t.n_bytes, data_size);
+    t.data = bytes.data() + data_start + t.offset;
+    by_offset.push_back(&t);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const auto* a, const auto* b) { return a->offset < b->offset; });
+  for (size_t k = 1; k < by_offset.size(); ++k) {
+    const auto* a = by_offset[k - 1];
+    const auto* b = by_offset[k];
+    LY_CHECK(a->offset + a->n_bytes <= b->offset, ErrorCode::kInvalidFile,
+             "{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", file, a->name, a->offset,
+             a->offset + a->n_bytes, b->name, b->offset, b->offset + b->n_bytes);
+  }
+}
 
 }  // namespace
 
@@ -193,65 +257,13 @@ void GgufFile::parse_all(std::span<const uint8_t> bytes) {
 
   tensors_.reserve(n_tensors);
   for (uint64_t k = 0; k < n_tensors; ++k) {
-    GgufTensorInfo t;
-    t.name = std::string(p.read_string(fmt::format("name of tensor #{}", k)));
-    const std::string what = fmt::format("tensor '{}'", t.name);
-    const uint32_t n_dims = p.r.read<uint32_t>(what + " n_dims");
-    LY_CHECK(n_dims >= 1 && n_dims <= kMaxDims, ErrorCode::kInvalidFile,
-             "{}: {} has {} dimensions (expected 1..{})", name_, what, n_dims, kMaxDims);
-    int64_t n_elems = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      const uint64_t ne = p.r.read<uint64_t>(what + " shape");
-      LY_CHECK(ne >= 1 && ne <= (uint64_t(1) << 40) && uint64_t(n_elems) <= (uint64_t(1) << 50) / ne,
-               ErrorCode::kInvalidFile, "{}: {} has an invalid dimension {}", name_, what, ne);
-      t.ne.push_back(int64_t(ne));
-      n_elems *= int64_t(ne);
-    }
-    const uint32_t ggml_type = p.r.read<uint32_t>(what + " type");
-    const auto dtype = ggml_type_to_dtype(ggml_type);
-    LY_CHECK(dtype.has_value(), ErrorCode::kUnsupported,
-             "{}: {} has unsupported type {} (lychee reads F32, F16, BF16, Q8_0, Q4_0, Q4_1)", name_,
-             what, ggml_type_label(ggml_type));
-    t.dtype = *dtype;
-    LY_CHECK(t.ne[0] % dtype_block_elems(t.dtype) == 0, ErrorCode::kInvalidFile,
-             "{}: {} has row length {}, not a multiple of the {} block size {}", name_, what,
-             t.ne[0], dtype_name(t.dtype), dtype_block_elems(t.dtype));
-    t.n_bytes = uint64_t(dtype_bytes(t.dtype, n_elems));
-    t.offset = p.r.read<uint64_t>(what + " offset");
-    LY_CHECK(t.offset % alignment_ == 0, ErrorCode::kInvalidFile,
-             "{}: {} offset {} is not a multiple of the alignment {}", name_, what, t.offset,
-             alignment_);
+    GgufTensorInfo t = p.read_tensor_info(k, alignment_);
     LY_CHECK(!tensor_index_.contains(t.name), ErrorCode::kInvalidFile, "{}: duplicate tensor '{}'",
              name_, t.name);
     tensor_index_.emplace(t.name, tensors_.size());
     tensors_.push_back(std::move(t));
   }
-
-  // The data section starts at the next multiple of the alignment after the header.
-  const uint64_t header_end = p.r.pos();
-  const uint64_t data_start = (header_end + alignment_ - 1) / alignment_ * alignment_;
-  LY_CHECK(data_start <= bytes.size() || tensors_.empty(), ErrorCode::kInvalidFile,
-           "{}: data section would start at byte {}, past the end of the file ({} bytes)", name_,
-           data_start, bytes.size());
-  const uint64_t data_size = data_start <= bytes.size() ? bytes.size() - data_start : 0;
-
-  std::vector<const GgufTensorInfo*> by_offset;
-  for (GgufTensorInfo& t : tensors_) {
-    LY_CHECK(t.offset <= data_size && t.n_bytes <= data_size - t.offset, ErrorCode::kInvalidFile,
-             "{}: tensor '{}' spans bytes [{}, {}) of the data section, which has {} bytes", name_,
-             t.name, t.offset, t.offset + t.n_bytes, data_size);
-    t.data = bytes.data() + data_start + t.offset;
-    by_offset.push_back(&t);
-  }
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const auto* a, const auto* b) { return a->offset < b->offset; });
-  for (size_t k = 1; k < by_offset.size(); ++k) {
-    const auto* a = by_offset[k - 1];
-    const auto* b = by_offset[k];
-    LY_CHECK(a->offset + a->n_bytes <= b->offset, ErrorCode::kInvalidFile,
-             "{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", name_, a->name, a->offset,
-             a->offset + a->n_bytes, b->name, b->offset, b->offset + b->n_bytes);
-  }
+  place_tensors(bytes, p.r.pos(), alignment_, tensors_, name_);
 }
 
 bool GgufFile::has(std::string_view key) const { return kv_.find(key) != kv_.end(); }

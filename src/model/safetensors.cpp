@@ -35,6 +35,82 @@ const DtypeInfo* find_dtype(std::string_view name) {
   return nullptr;
 }
 
+void read_metadata(const nlohmann::json& v, const std::string& file, std::map<std::string, std::string>& metadata) {
+  LY_CHECK(v.is_object(), ErrorCode::kInvalidFile, "{}: __metadata__ is not an object", file);
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    LY_CHECK(m.value().is_string(), ErrorCode::kInvalidFile,
+             "{}: __metadata__ value '{}' is not a string", file, m.key());
+    metadata[m.key()] = m.value().get<std::string>();
+  }
+}
+
+// Appends the dimensions of `shape` to t.shape and returns their product.
+uint64_t read_shape(const nlohmann::json& shape, const std::string& file, SafetensorsTensor& t) {
+  uint64_t n_elems = 1;
+  for (const nlohmann::json& d : shape) {
+    LY_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0),
+             ErrorCode::kInvalidFile, "{}: tensor '{}': shape entries must be non-negative integers",
+             file, t.name);
+    const uint64_t n = d.get<uint64_t>();
+    LY_CHECK(n == 0 || n_elems <= (uint64_t(1) << 50) / n, ErrorCode::kInvalidFile,
+             "{}: tensor '{}': shape is too large", file, t.name);
+    n_elems *= n;
+    t.shape.push_back(int64_t(n));
+  }
+  return n_elems;
+}
+
+// One header entry {"dtype", "shape", "data_offsets": [begin, end)}, offsets relative to the data
+// section of data_size bytes at `data`.
+SafetensorsTensor read_tensor_entry(const std::string& key, const nlohmann::json& v, const uint8_t* data,
+                                    uint64_t data_size, const std::string& file) {
+  LY_CHECK(v.is_object(), ErrorCode::kInvalidFile, "{}: tensor '{}': entry is not an object", file, key);
+  LY_CHECK(v.contains("dtype") && v["dtype"].is_string(), ErrorCode::kInvalidFile,
+           "{}: tensor '{}': missing or non-string 'dtype'", file, key);
+  LY_CHECK(v.contains("shape") && v["shape"].is_array(), ErrorCode::kInvalidFile,
+           "{}: tensor '{}': missing or non-array 'shape'", file, key);
+  LY_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2,
+           ErrorCode::kInvalidFile, "{}: tensor '{}': 'data_offsets' must be [begin, end]", file, key);
+  SafetensorsTensor t;
+  t.name = key;
+  t.dtype_name = v["dtype"].get<std::string>();
+  const DtypeInfo* info = find_dtype(t.dtype_name);
+  LY_CHECK(info != nullptr, ErrorCode::kInvalidFile, "{}: tensor '{}': unknown dtype '{}'", file,
+           key, t.dtype_name);
+  t.dtype = info->dtype;
+  const uint64_t n_elems = read_shape(v["shape"], file, t);
+  const nlohmann::json& offs = v["data_offsets"];
+  LY_CHECK(offs[0].is_number_unsigned() && offs[1].is_number_unsigned(), ErrorCode::kInvalidFile,
+           "{}: tensor '{}': data_offsets must be non-negative integers", file, key);
+  const uint64_t begin = offs[0].get<uint64_t>();
+  const uint64_t end = offs[1].get<uint64_t>();
+  LY_CHECK(begin <= end && end <= data_size, ErrorCode::kInvalidFile,
+           "{}: tensor '{}': data_offsets [{}, {}) are outside the data section of {} bytes", file,
+           key, begin, end, data_size);
+  LY_CHECK(end - begin == n_elems * uint64_t(info->size), ErrorCode::kInvalidFile,
+           "{}: tensor '{}': {} bytes for shape [{}] of {} (expected {})", file, key, end - begin,
+           fmt::join(t.shape, ", "), t.dtype_name, n_elems * uint64_t(info->size));
+  t.data = data + begin;
+  t.n_bytes = end - begin;
+  return t;
+}
+
+// Sorted by start (then length) so that any overlap shows between neighbours.
+void check_disjoint(const std::vector<SafetensorsTensor>& tensors, const uint8_t* data, const std::string& file) {
+  std::vector<const SafetensorsTensor*> by_offset;
+  for (const auto& t : tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto* a, const auto* b) {
+    return a->data != b->data ? a->data < b->data : a->n_bytes < b->n_bytes;
+  });
+  for (size_t k = 1; k < by_offset.size(); ++k) {
+    const auto* a = by_offset[k - 1];
+    const auto* b = by_offset[k];
+    LY_CHECK(a->data + a->n_bytes <= b->data, ErrorCode::kInvalidFile,
+             "{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", file, a->name, a->data - data,
+             a->data - data + a->n_bytes, b->name, b->data - data, b->data - data + b->n_bytes);
+  }
+}
+
 }  // namespace
 
 int64_t SafetensorsTensor::n_elems() const {
@@ -80,68 +156,14 @@ void SafetensorsFile::parse_all(std::span<const uint8_t> bytes) {
     const std::string& key = it.key();
     const json& v = it.value();
     if (key == "__metadata__") {
-      LY_CHECK(v.is_object(), ErrorCode::kInvalidFile, "{}: __metadata__ is not an object", name_);
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        LY_CHECK(m.value().is_string(), ErrorCode::kInvalidFile,
-                 "{}: __metadata__ value '{}' is not a string", name_, m.key());
-        metadata_[m.key()] = m.value().get<std::string>();
-      }
+      read_metadata(v, name_, metadata_);
       continue;
     }
-    LY_CHECK(v.is_object(), ErrorCode::kInvalidFile, "{}: tensor '{}': entry is not an object", name_, key);
-    LY_CHECK(v.contains("dtype") && v["dtype"].is_string(), ErrorCode::kInvalidFile,
-             "{}: tensor '{}': missing or non-string 'dtype'", name_, key);
-    LY_CHECK(v.contains("shape") && v["shape"].is_array(), ErrorCode::kInvalidFile,
-             "{}: tensor '{}': missing or non-array 'shape'", name_, key);
-    LY_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2,
-             ErrorCode::kInvalidFile, "{}: tensor '{}': 'data_offsets' must be [begin, end]", name_, key);
-    SafetensorsTensor t;
-    t.name = key;
-    t.dtype_name = v["dtype"].get<std::string>();
-    const DtypeInfo* info = find_dtype(t.dtype_name);
-    LY_CHECK(info != nullptr, ErrorCode::kInvalidFile, "{}: tensor '{}': unknown dtype '{}'", name_,
-             key, t.dtype_name);
-    t.dtype = info->dtype;
-    uint64_t n_elems = 1;
-    for (const json& d : v["shape"]) {
-      LY_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0),
-               ErrorCode::kInvalidFile, "{}: tensor '{}': shape entries must be non-negative integers",
-               name_, key);
-      const uint64_t n = d.get<uint64_t>();
-      LY_CHECK(n == 0 || n_elems <= (uint64_t(1) << 50) / n, ErrorCode::kInvalidFile,
-               "{}: tensor '{}': shape is too large", name_, key);
-      n_elems *= n;
-      t.shape.push_back(int64_t(n));
-    }
-    const json& offs = v["data_offsets"];
-    LY_CHECK(offs[0].is_number_unsigned() && offs[1].is_number_unsigned(), ErrorCode::kInvalidFile,
-             "{}: tensor '{}': data_offsets must be non-negative integers", name_, key);
-    const uint64_t begin = offs[0].get<uint64_t>();
-    const uint64_t end = offs[1].get<uint64_t>();
-    LY_CHECK(begin <= end && end <= data_size, ErrorCode::kInvalidFile,
-             "{}: tensor '{}': data_offsets [{}, {}) are outside the data section of {} bytes", name_,
-             key, begin, end, data_size);
-    LY_CHECK(end - begin == n_elems * uint64_t(info->size), ErrorCode::kInvalidFile,
-             "{}: tensor '{}': {} bytes for shape [{}] of {} (expected {})", name_, key, end - begin,
-             fmt::join(t.shape, ", "), t.dtype_name, n_elems * uint64_t(info->size));
-    t.data = data + begin;
-    t.n_bytes = end - begin;
+    SafetensorsTensor t = read_tensor_entry(key, v, data, data_size, name_);
     index_.emplace(key, tensors_.size());
     tensors_.push_back(std::move(t));
   }
-
-  std::vector<const SafetensorsTensor*> by_offset;
-  for (const auto& t : tensors_) by_offset.push_back(&t);
-  std::sort(by_offset.begin(), by_offset.end(), [](const auto* a, const auto* b) {
-    return a->data != b->data ? a->data < b->data : a->n_bytes < b->n_bytes;
-  });
-  for (size_t k = 1; k < by_offset.size(); ++k) {
-    const auto* a = by_offset[k - 1];
-    const auto* b = by_offset[k];
-    LY_CHECK(a->data + a->n_bytes <= b->data, ErrorCode::kInvalidFile,
-             "{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", name_, a->name, a->data - data,
-             a->data - data + a->n_bytes, b->name, b->data - data, b->data - data + b->n_bytes);
-  }
+  check_disjoint(tensors_, data, name_);
 }
 
 const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {

@@ -61,18 +61,14 @@ int count_above_half(const std::vector<double>& ez, int n_kv) {
 }
 
 struct History {
-  std::vector<int> steps;
-  std::vector<std::vector<double>> values;
+  std::vector<int> steps;                   // [n_snapshots]
+  std::vector<std::vector<double>> values;  // [n_snapshots][n_layers · n_kv_heads] E[z]
 };
 
 constexpr const char* kCsvHeader =
     "step,loss,lambda,expected_l0,n_above_half,lr,context_tokens,target_tokens,step_ms\n";
 
-}  // namespace
-
-TrainResult train_head_roles(const ModelConfig& c, Student& student, const TrainData& data,
-                             const TrainOptions& o, const nlohmann::json& provenance,
-                             const TrainProgress& progress) {
+void check_train_options(const ModelConfig& c, const TrainOptions& o) {
   const int n_gated = (c.n_layers - 1) * c.n_kv_heads;
   LY_CHECK(c.n_layers >= 2, ErrorCode::kInvalidArgument,
            "train-heads: the model has {} layer(s); gates live in layers >= 1", c.n_layers);
@@ -84,133 +80,172 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
   LY_CHECK(o.lambda_lr >= 0 && o.lambda_init >= 0, ErrorCode::kInvalidArgument,
            "train-heads: λ and its step size must be >= 0");
   LY_CHECK(!o.out_dir.empty(), ErrorCode::kInvalidArgument, "train-heads: no output directory");
-  const fs::path out(o.out_dir);
-  fs::create_directories(out);
-  const fs::path ckpt_path = out / "checkpoint.json", csv_path = out / "train_log.csv";
+}
 
-  GateSet gates(o.gate, c.n_layers, c.n_kv_heads, GateOptions{});
-  std::span<double> params = gates.params();
-  AdamW adam(int(params.size()), AdamWOptions{.weight_decay = o.weight_decay});
-  Lagrangian lagrange{o.lambda_init, o.lambda_lr};
+// A checkpoint resumes only on the model it was written for.
+nlohmann::json model_identity(const ModelConfig& c) {
+  return {{"name", c.name}, {"n_layers", c.n_layers}, {"n_kv_heads", c.n_kv_heads}};
+}
+
+// Mean of the last 5% of the losses (at least one).
+double tail_mean(const std::vector<double>& losses) {
+  const size_t tail = std::max<size_t>(1, losses.size() / 20);
+  double sum = 0.0;
+  for (size_t i = losses.size() - std::min(tail, losses.size()); i < losses.size(); ++i) sum += losses[i];
+  return sum / double(std::min(tail, losses.size()));
+}
+
+struct StepStats {
+  double loss;  // scaled distillation loss
+  double l0;    // E‖z‖₀ at the parameters the step started from
+  double lr;    // after the schedule
+};
+
+using Clock = std::chrono::steady_clock;
+
+// One call of train_head_roles. The members are built in the order the steps first need them:
+// a resumed run starts from a fresh run's gates and optimisers and overwrites them.
+struct Run {
+  Run(const ModelConfig& c, Student& student, const TrainData& data, const TrainOptions& o,
+      const TrainProgress& progress, const fs::path& out)
+      : c(c), student(student), data(data), o(o), progress(progress), out(out),
+        ckpt_path(out / "checkpoint.json"), csv_path(out / "train_log.csv"),
+        gates(o.gate, c.n_layers, c.n_kv_heads, GateOptions{}), params(gates.params()),
+        adam(int(params.size()), AdamWOptions{.weight_decay = o.weight_decay}),
+        lagrange{o.lambda_init, o.lambda_lr},
+        snapshot_every(o.snapshot_every > 0 ? o.snapshot_every : std::max(1, o.steps / 60)),
+        model_id(model_identity(c)), end(o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps) {}
+
+  void resume();
+  void load_checkpoint();
+  void save_checkpoint(int next_step, double seconds) const;
+  void train();
+  StepStats optimise(int step, double loss_scale);
+  void log_step(int step, const StepStats& s, const TrainSample& sample, double step_ms,
+                const std::vector<double>& ez, double window_mean_loss);
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+  TrainResult finish(const nlohmann::json& provenance);
+  nlohmann::json role_provenance(const nlohmann::json& provenance, double total_seconds) const;
+  void write_heatmap(const TrainResult& r, const std::vector<uint8_t>& roles) const;
+  nlohmann::json summary(const TrainResult& r, double total_seconds) const;
+
+  const ModelConfig& c;
+  Student& student;
+  const TrainData& data;
+  const TrainOptions& o;
+  const TrainProgress& progress;
+  const fs::path out, ckpt_path, csv_path;
+  GateSet gates;
+  std::span<double> params;  // the gates' own storage
+  AdamW adam;
+  Lagrangian lagrange;
   History history;
   std::vector<double> losses;  // every step's loss (for the summary)
   int start = 0;
-  double resumed_seconds = 0.0;
+  double resumed_seconds = 0.0;  // wall time of the runs this one resumes
+  const int snapshot_every;
+  const nlohmann::json model_id;
+  const int end;  // one past the last step this run takes
+  std::ofstream csv;
+  std::vector<float> z, dz;   // [n_layers · n_kv_heads] gate sample and dloss/dz
+  std::vector<double> grad;   // [n_params]
+  Clock::time_point t0;
+  double run_seconds = 0.0;  // wall time of this run's steps
+};
 
-  const int snapshot_every = o.snapshot_every > 0 ? o.snapshot_every : std::max(1, o.steps / 60);
-  nlohmann::json model_id = {{"name", c.name}, {"n_layers", c.n_layers}, {"n_kv_heads", c.n_kv_heads}};
-
-  if (o.resume) {
-    LY_CHECK(fs::exists(ckpt_path), ErrorCode::kNotFound, "train-heads --resume: no checkpoint at {}",
-             ckpt_path.string());
-    nlohmann::json j;
-    try {
-      std::ifstream f(ckpt_path);
-      j = nlohmann::json::parse(f);
-      LY_CHECK(j.at("format") == "lychee-train-checkpoint", ErrorCode::kInvalidFile, "{}: not a training checkpoint",
-               ckpt_path.string());
-      LY_CHECK(j.at("model") == model_id, ErrorCode::kInvalidArgument,
-               "{}: written for model {}, resumed with {}", ckpt_path.string(), j.at("model").dump(), model_id.dump());
-      LY_CHECK(j.at("gate") == gate_kind_name(o.gate) && j.at("n_retrieval") == o.n_retrieval &&
-                   j.at("steps") == o.steps && j.at("seed") == o.seed,
-               ErrorCode::kInvalidArgument,
-               "{}: gate {}, retrieval heads {}, steps {}, seed {} differ from this run's {}, {}, {}, {}",
-               ckpt_path.string(), j.at("gate").dump(), j.at("n_retrieval").dump(), j.at("steps").dump(),
-               j.at("seed").dump(), gate_kind_name(o.gate), o.n_retrieval, o.steps, o.seed);
-      const auto p = j.at("params").get<std::vector<double>>();
-      LY_CHECK(p.size() == params.size(), ErrorCode::kInvalidFile, "{}: {} gate parameters, expected {}",
-               ckpt_path.string(), p.size(), params.size());
-      std::copy(p.begin(), p.end(), params.begin());
-      adam.load_json(j.at("adam"));
-      lagrange.lambda = j.at("lambda").get<double>();
-      start = j.at("step").get<int>();
-      history.steps = j.at("history_steps").get<std::vector<int>>();
-      history.values = j.at("history_values").get<std::vector<std::vector<double>>>();
-      losses = j.at("losses").get<std::vector<double>>();
-      resumed_seconds = j.at("seconds").get<double>();
-    } catch (const nlohmann::json::exception& e) {
-      fail(ErrorCode::kInvalidFile, "{}: malformed checkpoint: {}", ckpt_path.string(), e.what());
-    }
-    LY_CHECK(start >= 0 && start <= o.steps && losses.size() == size_t(start), ErrorCode::kInvalidFile,
-             "{}: inconsistent step {} ({} losses)", ckpt_path.string(), start, losses.size());
-    // Keep the CSV rows of the steps the checkpoint covers.
-    std::string kept = kCsvHeader, line;
-    std::ifstream f(csv_path);
-    std::getline(f, line);
-    while (std::getline(f, line)) {
-      const int step = std::atoi(line.c_str());
-      if (!line.empty() && step < start) kept += line + "\n";
-    }
-    write_text_atomic(csv_path, kept);
-    if (progress) progress(fmt::format("resuming from step {} of {} ({})", start, o.steps, ckpt_path.string()));
-  } else {
-    write_text_atomic(csv_path, kCsvHeader);
+void Run::resume() {
+  LY_CHECK(fs::exists(ckpt_path), ErrorCode::kNotFound, "train-heads --resume: no checkpoint at {}",
+           ckpt_path.string());
+  load_checkpoint();
+  // Keep the CSV rows of the steps the checkpoint covers.
+  std::string kept = kCsvHeader, line;
+  std::ifstream f(csv_path);
+  std::getline(f, line);
+  while (std::getline(f, line)) {
+    const int step = std::atoi(line.c_str());
+    if (!line.empty() && step < start) kept += line + "\n";
   }
-  std::ofstream csv(csv_path, std::ios::app);
+  write_text_atomic(csv_path, kept);
+  if (progress) progress(fmt::format("resuming from step {} of {} ({})", start, o.steps, ckpt_path.string()));
+}
 
-  auto save_checkpoint = [&](int next_step, double seconds) {
-    nlohmann::json j = {{"format", "lychee-train-checkpoint"}, {"version", 1}, {"model", model_id},
-                        {"gate", gate_kind_name(o.gate)}, {"n_retrieval", o.n_retrieval}, {"steps", o.steps},
-                        {"seed", o.seed}, {"step", next_step},
-                        {"params", std::vector<double>(params.begin(), params.end())},
-                        {"adam", adam.to_json()}, {"lambda", lagrange.lambda},
-                        {"history_steps", history.steps}, {"history_values", history.values},
-                        {"losses", losses}, {"seconds", seconds}};
-    write_text_atomic(ckpt_path, j.dump());
-  };
+void Run::load_checkpoint() {
+  nlohmann::json j;
+  try {
+    std::ifstream f(ckpt_path);
+    j = nlohmann::json::parse(f);
+    LY_CHECK(j.at("format") == "lychee-train-checkpoint", ErrorCode::kInvalidFile, "{}: not a training checkpoint",
+             ckpt_path.string());
+    LY_CHECK(j.at("model") == model_id, ErrorCode::kInvalidArgument,
+             "{}: written for model {}, resumed with {}", ckpt_path.string(), j.at("model").dump(), model_id.dump());
+    LY_CHECK(j.at("gate") == gate_kind_name(o.gate) && j.at("n_retrieval") == o.n_retrieval &&
+                 j.at("steps") == o.steps && j.at("seed") == o.seed,
+             ErrorCode::kInvalidArgument,
+             "{}: gate {}, retrieval heads {}, steps {}, seed {} differ from this run's {}, {}, {}, {}",
+             ckpt_path.string(), j.at("gate").dump(), j.at("n_retrieval").dump(), j.at("steps").dump(),
+             j.at("seed").dump(), gate_kind_name(o.gate), o.n_retrieval, o.steps, o.seed);
+    const auto p = j.at("params").get<std::vector<double>>();
+    LY_CHECK(p.size() == params.size(), ErrorCode::kInvalidFile, "{}: {} gate parameters, expected {}",
+             ckpt_path.string(), p.size(), params.size());
+    std::copy(p.begin(), p.end(), params.begin());
+    adam.load_json(j.at("adam"));
+    lagrange.lambda = j.at("lambda").get<double>();
+    start = j.at("step").get<int>();
+    history.steps = j.at("history_steps").get<std::vector<int>>();
+    history.values = j.at("history_values").get<std::vector<std::vector<double>>>();
+    losses = j.at("losses").get<std::vector<double>>();
+    resumed_seconds = j.at("seconds").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorCode::kInvalidFile, "{}: malformed checkpoint: {}", ckpt_path.string(), e.what());
+  }
+  LY_CHECK(start >= 0 && start <= o.steps && losses.size() == size_t(start), ErrorCode::kInvalidFile,
+           "{}: inconsistent step {} ({} losses)", ckpt_path.string(), start, losses.size());
+}
 
+void Run::save_checkpoint(int next_step, double seconds) const {
+  nlohmann::json j = {{"format", "lychee-train-checkpoint"}, {"version", 1}, {"model", model_id},
+                      {"gate", gate_kind_name(o.gate)}, {"n_retrieval", o.n_retrieval}, {"steps", o.steps},
+                      {"seed", o.seed}, {"step", next_step},
+                      {"params", std::vector<double>(params.begin(), params.end())},
+                      {"adam", adam.to_json()}, {"lambda", lagrange.lambda},
+                      {"history_steps", history.steps}, {"history_values", history.values},
+                      {"losses", losses}, {"seconds", seconds}};
+  write_text_atomic(ckpt_path, j.dump());
+}
+
+void Run::train() {
+  csv.open(csv_path, std::ios::app);
   const size_t n_heads = size_t(c.n_layers) * size_t(c.n_kv_heads);
-  std::vector<float> z(n_heads), dz(n_heads);
-  std::vector<double> grad(params.size());
+  z.resize(n_heads);
+  dz.resize(n_heads);
+  grad.resize(params.size());
   if (start == 0 && history.steps.empty()) {
     history.steps.push_back(0);
     history.values.push_back(gates.expected_z());
   }
 
   const double loss_scale = student.options().loss == DistillLoss::kLogits ? 1.0 / c.vocab_size : 1.0;
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  t0 = Clock::now();
   double window_loss = 0.0;
   int window_n = 0;
-  const int end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
   // Sample s + 1 is generated on a second thread while step s runs (TrainData::sample is pure
   // and thread-safe; finite datasets wrap, reshuffled each epoch).
-  auto fetch = [&data](int step) {
-    return std::async(std::launch::async, [&data, step] { return data.sample(uint64_t(step)); });
+  auto fetch = [this](int step) {
+    return std::async(std::launch::async, [this, step] { return data.sample(uint64_t(step)); });
   };
   std::future<TrainSample> next = start < end ? fetch(start) : std::future<TrainSample>{};
   for (int step = start; step < end; ++step) {
-    const auto ts = clock::now();
-    const uint64_t index = uint64_t(step);
+    const auto ts = Clock::now();
     const TrainSample sample = next.get();
     if (step + 1 < end) next = fetch(step + 1);
     student.set_context(sample.context);
     student.teacher(sample.targets);
-
-    std::mt19937_64 rng = step_rng(o.seed, step);
-    gates.sample(rng, z);
-    // The logits loss is taken per logit (the squared L2 distance over the vocabulary size), so
-    // that λ and its step size do not depend on the vocabulary; the hidden loss is already a mean.
-    const double raw_loss = student.student(z, dz);
-    const double loss = raw_loss * loss_scale;
-    for (float& g : dz) g = float(double(g) * loss_scale);
-    LY_CHECK(std::isfinite(loss), ErrorCode::kInternal, "train-heads: loss is {} at step {} (sample {})", loss, step,
-             index);
-
-    std::fill(grad.begin(), grad.end(), 0.0);
-    gates.backward(dz, grad);
-    const double l0 = gates.penalty();
-    gates.penalty_grad(lagrange.lambda, grad);
-    const double lr = o.lr * lr_factor(step, o.steps);
-    adam.step(params, grad, lr);
-    gates.project();
-    lagrange.update(l0 - double(o.n_retrieval));
-    losses.push_back(loss);
-    window_loss += loss;
+    const StepStats s = optimise(step, loss_scale);
+    losses.push_back(s.loss);
+    window_loss += s.loss;
     ++window_n;
 
-    const double step_ms = std::chrono::duration<double, std::milli>(clock::now() - ts).count();
+    const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - ts).count();
     const bool last = step + 1 == o.steps;
     const bool snapshot = (step + 1) % snapshot_every == 0 || last, log_line = step % o.log_every == 0 || last;
     // E[z] is a quadrature per gate: computed once for the snapshot and the log line of a step.
@@ -220,20 +255,7 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
       history.values.push_back(ez);
     }
     if (log_line) {
-      const int above = count_above_half(ez, c.n_kv_heads);
-      csv << fmt::format("{},{:.6g},{:.6g},{:.4f},{},{:.6g},{},{},{:.2f}\n", step, loss, lagrange.lambda, l0, above, lr,
-                         sample.context.size(), sample.targets.size(), step_ms);
-      csv.flush();
-      if (progress) {
-        const int done = step + 1;
-        const double rate = double(done - start) / std::max(elapsed(), 1e-9);
-        const int bar = 24, filled = int(double(bar) * done / o.steps);
-        progress(fmt::format("[{}{}] step {}/{} | loss {:.4g} | λ {:.3g} | E‖z‖₀ {:.1f} (target {}) | E[z]>0.5: {} | "
-                             "{:.2f} steps/s | ETA {}",
-                             std::string(size_t(filled), '#'), std::string(size_t(bar - filled), '.'), done, o.steps,
-                             window_loss / window_n, lagrange.lambda, l0, o.n_retrieval, above, rate,
-                             format_duration(double(o.steps - done) / std::max(rate, 1e-9))));
-      }
+      log_step(step, s, sample, step_ms, ez, window_loss / window_n);
       window_loss = 0.0;
       window_n = 0;
     }
@@ -241,9 +263,55 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
       save_checkpoint(step + 1, resumed_seconds + elapsed());
   }
   csv.close();
+  run_seconds = elapsed();
+}
 
+// Gate noise from the step's own stream, then the distillation loss and its gradient, AdamW on the
+// gate parameters and one ascent step on λ.
+StepStats Run::optimise(int step, double loss_scale) {
+  std::mt19937_64 rng = step_rng(o.seed, step);
+  gates.sample(rng, z);
+  // The logits loss is taken per logit (the squared L2 distance over the vocabulary size), so
+  // that λ and its step size do not depend on the vocabulary; the hidden loss is already a mean.
+  const double raw_loss = student.student(z, dz);
+  const double loss = raw_loss * loss_scale;
+  for (float& g : dz) g = float(double(g) * loss_scale);
+  LY_CHECK(std::isfinite(loss), ErrorCode::kInternal, "train-heads: loss is {} at step {} (sample {})", loss, step,
+           uint64_t(step));
+
+  std::fill(grad.begin(), grad.end(), 0.0);
+  gates.backward(dz, grad);
+  const double l0 = gates.penalty();
+  gates.penalty_grad(lagrange.lambda, grad);
+  const double lr = o.lr * lr_factor(step, o.steps);
+  adam.step(params, grad, lr);
+  gates.project();
+  lagrange.update(l0 - double(o.n_retrieval));
+  return {loss, l0, lr};
+}
+
+void Run::log_step(int step, const StepStats& s, const TrainSample& sample, double step_ms,
+                   const std::vector<double>& ez, double window_mean_loss) {
+  const int above = count_above_half(ez, c.n_kv_heads);
+  csv << fmt::format("{},{:.6g},{:.6g},{:.4f},{},{:.6g},{},{},{:.2f}\n", step, s.loss, lagrange.lambda, s.l0, above,
+                     s.lr, sample.context.size(), sample.targets.size(), step_ms);
+  csv.flush();
+  if (!progress) return;
+  const int done = step + 1;
+  const double rate = double(done - start) / std::max(elapsed(), 1e-9);
+  const int bar = 24, filled = int(double(bar) * done / o.steps);
+  progress(fmt::format("[{}{}] step {}/{} | loss {:.4g} | λ {:.3g} | E‖z‖₀ {:.1f} (target {}) | E[z]>0.5: {} | "
+                       "{:.2f} steps/s | ETA {}",
+                       std::string(size_t(filled), '#'), std::string(size_t(bar - filled), '.'), done, o.steps,
+                       window_mean_loss, lagrange.lambda, s.l0, o.n_retrieval, above, rate,
+                       format_duration(double(o.steps - done) / std::max(rate, 1e-9))));
+}
+
+// A stopped run returns its gate state only; a finished one also writes roles.json, heatmap.svg
+// and summary.json.
+TrainResult Run::finish(const nlohmann::json& provenance) {
   TrainResult r;
-  r.seconds = elapsed();
+  r.seconds = run_seconds;
   r.steps_run = std::max(0, end - start);
   const GateReport gr = gates.report();
   r.expected_z = gr.expected_z;
@@ -254,9 +322,7 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
     if (progress) progress(fmt::format("stopped after step {} of {}: resume with --resume", end, o.steps));
     return r;
   }
-  const size_t tail = std::max<size_t>(1, losses.size() / 20);
-  for (size_t i = losses.size() - std::min(tail, losses.size()); i < losses.size(); ++i) r.final_loss += losses[i];
-  r.final_loss /= double(std::min(tail, losses.size()));
+  r.final_loss = tail_mean(losses);
 
   std::vector<uint8_t> roles = o.decision == RoleDecision::kTopN
                                    ? roles_top_n(r.expected_z, c.n_layers, c.n_kv_heads, o.n_retrieval)
@@ -270,23 +336,34 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
   }
   if (!gr.gate.empty()) r.roles.gate.assign(gr.gate.begin(), gr.gate.end());
   const double total_seconds = resumed_seconds + r.seconds;
-  r.roles.provenance = provenance;
-  r.roles.provenance["method"] = fmt::format("lychee train-heads ({})", gate_kind_name(o.gate));
-  r.roles.provenance["gate"] = gate_kind_name(o.gate);
-  r.roles.provenance["steps"] = o.steps;
-  r.roles.provenance["n_retrieval_target"] = o.n_retrieval;
-  r.roles.provenance["decision"] = decision_name(o.decision);
-  r.roles.provenance["expected_z"] = gates.expected_z_method();
-  r.roles.provenance["seed"] = o.seed;
-  r.roles.provenance["lr"] = o.lr;
-  r.roles.provenance["lambda_lr"] = o.lambda_lr;
-  r.roles.provenance["keep_ratio"] = student.options().keep_ratio;
-  r.roles.provenance["propagate"] = student.options().propagate_only_retrieval ? "retrieval" : "all";
-  r.roles.provenance["loss"] = student.options().loss == DistillLoss::kHidden ? "hidden" : "logits";
-  r.roles.provenance["data"] = data.describe();
-  r.roles.provenance["wall_seconds"] = total_seconds;
+  r.roles.provenance = role_provenance(provenance, total_seconds);
   save_head_roles(r.roles, (out / "roles.json").string());
+  write_heatmap(r, roles);
+  r.summary = summary(r, total_seconds);
+  write_text_atomic(out / "summary.json", r.summary.dump(2) + "\n");
+  return r;
+}
 
+nlohmann::json Run::role_provenance(const nlohmann::json& provenance, double total_seconds) const {
+  nlohmann::json p = provenance;
+  p["method"] = fmt::format("lychee train-heads ({})", gate_kind_name(o.gate));
+  p["gate"] = gate_kind_name(o.gate);
+  p["steps"] = o.steps;
+  p["n_retrieval_target"] = o.n_retrieval;
+  p["decision"] = decision_name(o.decision);
+  p["expected_z"] = gates.expected_z_method();
+  p["seed"] = o.seed;
+  p["lr"] = o.lr;
+  p["lambda_lr"] = o.lambda_lr;
+  p["keep_ratio"] = student.options().keep_ratio;
+  p["propagate"] = student.options().propagate_only_retrieval ? "retrieval" : "all";
+  p["loss"] = student.options().loss == DistillLoss::kHidden ? "hidden" : "logits";
+  p["data"] = data.describe();
+  p["wall_seconds"] = total_seconds;
+  return p;
+}
+
+void Run::write_heatmap(const TrainResult& r, const std::vector<uint8_t>& roles) const {
   HeatmapData hm;
   hm.title = fmt::format("{}: {} gates, {} steps, target {} retrieval heads ({} chosen)", c.name,
                          gate_kind_name(o.gate), o.steps, o.n_retrieval, r.roles.n_retrieval() - c.n_kv_heads);
@@ -297,16 +374,34 @@ TrainResult train_head_roles(const ModelConfig& c, Student& student, const Train
   hm.final_value = r.expected_z;
   hm.roles = roles;
   write_text_atomic(out / "heatmap.svg", head_role_heatmap_svg(hm));
+}
 
-  r.summary = {{"model", c.name}, {"gate", gate_kind_name(o.gate)}, {"steps", o.steps},
-               {"steps_this_run", r.steps_run}, {"wall_seconds", total_seconds},
-               {"seconds_per_step", r.steps_run > 0 ? r.seconds / r.steps_run : 0.0},
-               {"final_loss", r.final_loss}, {"lambda", r.lambda}, {"expected_l0", r.expected_l0},
-               {"n_retrieval_target", o.n_retrieval}, {"n_retrieval_chosen", r.roles.n_retrieval() - c.n_kv_heads},
-               {"n_retrieval_with_layer0", r.roles.n_retrieval()}, {"decision", decision_name(o.decision)},
-               {"data", data.describe()}, {"provenance", r.roles.provenance}};
-  write_text_atomic(out / "summary.json", r.summary.dump(2) + "\n");
-  return r;
+nlohmann::json Run::summary(const TrainResult& r, double total_seconds) const {
+  return {{"model", c.name}, {"gate", gate_kind_name(o.gate)}, {"steps", o.steps},
+          {"steps_this_run", r.steps_run}, {"wall_seconds", total_seconds},
+          {"seconds_per_step", r.steps_run > 0 ? r.seconds / r.steps_run : 0.0},
+          {"final_loss", r.final_loss}, {"lambda", r.lambda}, {"expected_l0", r.expected_l0},
+          {"n_retrieval_target", o.n_retrieval}, {"n_retrieval_chosen", r.roles.n_retrieval() - c.n_kv_heads},
+          {"n_retrieval_with_layer0", r.roles.n_retrieval()}, {"decision", decision_name(o.decision)},
+          {"data", data.describe()}, {"provenance", r.roles.provenance}};
+}
+
+}  // namespace
+
+TrainResult train_head_roles(const ModelConfig& c, Student& student, const TrainData& data,
+                             const TrainOptions& o, const nlohmann::json& provenance,
+                             const TrainProgress& progress) {
+  check_train_options(c, o);
+  const fs::path out(o.out_dir);
+  fs::create_directories(out);
+  Run run(c, student, data, o, progress, out);
+  if (o.resume) {
+    run.resume();
+  } else {
+    write_text_atomic(run.csv_path, kCsvHeader);
+  }
+  run.train();
+  return run.finish(provenance);
 }
 
 }  // namespace lychee::train

@@ -47,6 +47,62 @@ void check_heads(std::span<const DecodeHeadWork> heads, int batch, int n_heads, 
   }
 }
 
+// The chunk is a whole number of the largest entry, so that every head of those entries gets
+// splits within a factor 2 of each other. items_for_chunk is non-increasing in the chunk and
+// equals work.size() <= target at max_tokens.
+int64_t find_chunk(std::span<const DecodeHeadWork> work, int64_t target, int64_t min_split) {
+  int64_t max_tokens = 0, max_unit = 1;
+  for (const DecodeHeadWork& h : work) {
+    max_tokens = std::max(max_tokens, tokens_of(h));
+    max_unit = std::max<int64_t>(max_unit, h.unit);
+  }
+  int64_t lo = ceil_div(std::min(min_split, max_tokens), max_unit), hi = ceil_div(max_tokens, max_unit);
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (items_for_chunk(work, mid * max_unit) <= target) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo * max_unit;
+}
+
+// Appends the items of head h (n_entries > 0) to plan.items; when it has more than one, gives each
+// a partial-result slot and points the merge of every query row it serves at them.
+void split_head(const DecodeHeadWork& h, int64_t chunk, int64_t min_split, int n_heads, int group,
+                DecodePlan& plan) {
+  // Fewer splits when ceil(t / chunk) of them would be shorter than min_tokens_per_split.
+  const int64_t t = tokens_of(h);
+  const int64_t n_splits =
+      std::max<int64_t>(1, std::min({ceil_div(t, chunk), t / min_split, int64_t(h.n_entries)}));
+  const int64_t base = h.n_entries / n_splits, extra = h.n_entries % n_splits;
+  if (n_splits > 1) {
+    for (int r = h.row_begin; r < h.row_begin + h.n_rows; ++r) {
+      const size_t m = size_t(h.seq) * n_heads + size_t(h.kv_head) * group + r;
+      plan.merge_begin[m] = plan.n_slots;
+      plan.merge_count[m] = int32_t(n_splits);
+    }
+  }
+  int32_t e = 0;
+  for (int64_t s = 0; s < n_splits; ++s) {
+    const int32_t len = int32_t(base + (s < extra ? 1 : 0));
+    DecodeWorkItem it{};
+    it.seq = h.seq;
+    it.kv_head = h.kv_head;
+    it.list = h.list;
+    it.count = h.count;
+    it.begin = e;
+    it.end = e + len;
+    it.slot = n_splits > 1 ? plan.n_slots + int32_t(s) : -1;
+    it.unit = int16_t(h.unit);
+    it.row_begin = int8_t(h.row_begin);
+    it.n_rows = int8_t(h.n_rows);
+    it.kind = h.kind;
+    it.score = h.score;
+    plan.items.push_back(it);
+    e += len;
+  }
+  if (n_splits > 1) plan.n_slots += int32_t(n_splits);
+}
+
 }  // namespace
 
 // The chunk (longest split, in tokens) is the smallest c >= min_tokens_per_split with
@@ -84,58 +140,9 @@ DecodePlan plan_decode(std::span<const DecodeHeadWork> heads, int batch, int n_h
 
   const int64_t target = std::min<int64_t>(
       max_items, std::max<int64_t>(int64_t(ctas_per_sm) * sm_count, int64_t(work.size())));
-  int64_t max_tokens = 0, max_unit = 1;
-  for (const DecodeHeadWork& h : work) {
-    max_tokens = std::max(max_tokens, tokens_of(h));
-    max_unit = std::max<int64_t>(max_unit, h.unit);
-  }
-  // The chunk is a whole number of the largest entry, so that every head of those entries gets
-  // splits within a factor 2 of each other. items_for_chunk is non-increasing in the chunk and
-  // equals work.size() <= target at max_tokens.
   const int64_t min_split = std::max(1, min_tokens_per_split);
-  int64_t lo = ceil_div(std::min(min_split, max_tokens), max_unit), hi = ceil_div(max_tokens, max_unit);
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (items_for_chunk(work, mid * max_unit) <= target) hi = mid;
-    else lo = mid + 1;
-  }
-  const int64_t chunk = lo * max_unit;
-
-  std::vector<int64_t> item_tokens;
-  for (const DecodeHeadWork& h : work) {
-    // Fewer splits when ceil(t / chunk) of them would be shorter than min_tokens_per_split.
-    const int64_t t = tokens_of(h);
-    const int64_t n_splits =
-        std::max<int64_t>(1, std::min({ceil_div(t, chunk), t / min_split, int64_t(h.n_entries)}));
-    const int64_t base = h.n_entries / n_splits, extra = h.n_entries % n_splits;
-    if (n_splits > 1) {
-      for (int r = h.row_begin; r < h.row_begin + h.n_rows; ++r) {
-        const size_t m = size_t(h.seq) * n_heads + size_t(h.kv_head) * group + r;
-        plan.merge_begin[m] = plan.n_slots;
-        plan.merge_count[m] = int32_t(n_splits);
-      }
-    }
-    int32_t e = 0;
-    for (int64_t s = 0; s < n_splits; ++s) {
-      const int32_t len = int32_t(base + (s < extra ? 1 : 0));
-      DecodeWorkItem it{};
-      it.seq = h.seq;
-      it.kv_head = h.kv_head;
-      it.list = h.list;
-      it.count = h.count;
-      it.begin = e;
-      it.end = e + len;
-      it.slot = n_splits > 1 ? plan.n_slots + int32_t(s) : -1;
-      it.unit = int16_t(h.unit);
-      it.row_begin = int8_t(h.row_begin);
-      it.n_rows = int8_t(h.n_rows);
-      it.kind = h.kind;
-      it.score = h.score;
-      plan.items.push_back(it);
-      e += len;
-    }
-    if (n_splits > 1) plan.n_slots += int32_t(n_splits);
-  }
+  const int64_t chunk = find_chunk(work, target, min_split);
+  for (const DecodeHeadWork& h : work) split_head(h, chunk, min_split, n_heads, group, plan);
   // Longest first: when the items outnumber the resident CTAs, the short ones fill the tail.
   std::stable_sort(plan.items.begin(), plan.items.end(), [](const DecodeWorkItem& a, const DecodeWorkItem& b) {
     return int64_t(a.end - a.begin) * a.unit > int64_t(b.end - b.begin) * b.unit;

@@ -11,6 +11,94 @@
 
 namespace lychee::cuda {
 
+namespace {
+
+constexpr size_t kAbsent = ~size_t(0);  // arena offset of an optional tensor the model lacks
+
+const float* need(const WeightSource& ws, WeightId id, int layer) {
+  const float* p = ws(id, layer);
+  LY_CHECK(p != nullptr, ErrorCode::kNotFound, "GpuStudent: weight {} of layer {} is missing",
+           weight_hf_name(weight_spec(id), layer), layer);
+  return p;
+}
+
+// Where each host tensor goes in the one device arena, filled in take() order.
+struct ArenaPlan {
+  struct Piece { const float* src; size_t n; size_t offset; };  // src null: zeros
+  std::vector<Piece> pieces;
+  size_t total = 0;  // floats
+
+  // Places parts back to back (fused rows) and returns the offset of the first.
+  size_t take(std::initializer_list<std::pair<const float*, size_t>> parts) {
+    const size_t start = total;
+    for (const auto& [src, n] : parts) {
+      pieces.push_back({src, n, total});
+      total += n;
+    }
+    total = round_up(total, 64);  // 256-byte aligned tensors
+    return start;
+  }
+
+  void upload(DeviceBuffer<float>& arena) const {
+    arena = DeviceBuffer<float>(total);
+    for (const Piece& p : pieces) {
+      if (p.src != nullptr) {
+        LY_CUDA_CHECK(cudaMemcpy(arena.data() + p.offset, p.src, p.n * sizeof(float), cudaMemcpyHostToDevice));
+      } else {
+        LY_CUDA_CHECK(cudaMemset(arena.data() + p.offset, 0, p.n * sizeof(float)));
+      }
+    }
+  }
+};
+
+// Arena offsets of one layer's tensors in LayerWeights order, kAbsent for those it lacks.
+using LayerOffsets = std::array<size_t, 12>;
+
+LayerOffsets take_layer(ArenaPlan& arena, const WeightSource& ws, const ModelConfig& c, int l) {
+  const size_t sd = size_t(c.d_model), sq = size_t(c.q_dim()), skv = size_t(c.kv_dim()), sff = size_t(c.d_ff),
+               shd = size_t(c.head_dim);
+  auto need_w = [&](WeightId id) { return need(ws, id, l); };
+  auto opt_w = [&](WeightId id) { return ws(id, l); };
+  const float *bq = opt_w(WeightId::kBq), *bk = opt_w(WeightId::kBk), *bv = opt_w(WeightId::kBv);
+  const float *bg = opt_w(WeightId::kBGate), *bu = opt_w(WeightId::kBUp);
+  LayerOffsets o;
+  o[0] = arena.take({{need_w(WeightId::kAttnNorm), sd}});
+  o[1] = arena.take(
+      {{need_w(WeightId::kWq), sq * sd}, {need_w(WeightId::kWk), skv * sd}, {need_w(WeightId::kWv), skv * sd}});
+  o[2] = bq || bk || bv ? arena.take({{bq, sq}, {bk, skv}, {bv, skv}}) : kAbsent;
+  o[3] = c.qk_norm ? arena.take({{need_w(WeightId::kQNorm), shd}}) : kAbsent;
+  o[4] = c.qk_norm ? arena.take({{need_w(WeightId::kKNorm), shd}}) : kAbsent;
+  o[5] = arena.take({{need_w(WeightId::kWo), sd * sq}});
+  o[6] = opt_w(WeightId::kBo) ? arena.take({{opt_w(WeightId::kBo), sd}}) : kAbsent;
+  o[7] = arena.take({{need_w(WeightId::kFfnNorm), sd}});
+  o[8] = arena.take({{need_w(WeightId::kWGate), sff * sd}, {need_w(WeightId::kWUp), sff * sd}});
+  o[9] = bg || bu ? arena.take({{bg, sff}, {bu, sff}}) : kAbsent;
+  o[10] = arena.take({{need_w(WeightId::kWDown), sd * sff}});
+  o[11] = opt_w(WeightId::kBDown) ? arena.take({{opt_w(WeightId::kBDown), sd}}) : kAbsent;
+  return o;
+}
+
+// RoPE tables cs, sn [max_context, hd / 2] f32: angle pos · inv_freq in double (as the fp64 oracle
+// CpuStudent<double>; the f32 product of transformers differs by up to half an f32 ulp of the
+// angle, 3e-5 rad at 700).
+void rope_tables(const ModelConfig& c, const WeightSource& ws, int hd, int max_context, std::vector<float>& cs,
+                 std::vector<float>& sn) {
+  std::vector<float> inv_freq = rope_inv_freq(c);
+  if (const float* factors = ws(WeightId::kRopeFreqs, 0))  // GGUF llama3 frequency factors
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= factors[i];
+  const int half = hd / 2;
+  cs.assign(size_t(max_context) * half, 0.0f);
+  sn.assign(cs.size(), 0.0f);
+  for (int pos = 0; pos < max_context; ++pos)
+    for (int i = 0; i < half; ++i) {
+      const double angle = double(pos) * double(inv_freq[size_t(i)]);
+      cs[size_t(pos) * half + i] = float(std::cos(angle));
+      sn[size_t(pos) * half + i] = float(std::sin(angle));
+    }
+}
+
+}  // namespace
+
 GpuStudent::Impl::Impl(const ModelConfig& config, const WeightSource& ws, const train::StudentOptions& o,
                        int mc, int mt, const GpuStudentTuning& tu)
     : c(config), opt(o), tuning(tu), max_context(mc), max_targets(mt) {
@@ -74,58 +162,16 @@ void GpuStudent::Impl::release() {
 
 // One arena: fused Q/K/V and gate/up rows, biases fused with zeros for absent parts.
 void GpuStudent::Impl::upload_weights(const WeightSource& ws) {
-  auto need = [&](WeightId id, int layer) {
-    const float* p = ws(id, layer);
-    LY_CHECK(p != nullptr, ErrorCode::kNotFound, "GpuStudent: weight {} of layer {} is missing",
-             weight_hf_name(weight_spec(id), layer), layer);
-    return p;
-  };
-  struct Piece { const float* src; size_t n; size_t offset; };  // src null: zeros
-  std::vector<Piece> pieces;
-  size_t total = 0;
-  auto take = [&](std::initializer_list<std::pair<const float*, size_t>> parts) {
-    const size_t start = total;
-    for (const auto& [src, n] : parts) {
-      pieces.push_back({src, n, total});
-      total += n;
-    }
-    total = round_up(total, 64);  // 256-byte aligned tensors
-    return start;
-  };
-  const size_t sd = size_t(d), sq = size_t(q_dim), skv = size_t(kv_dim), sff = size_t(ff), shd = size_t(hd);
-  const float* emb_src = need(WeightId::kTokEmbd, 0);
-  const float* out_src = need(WeightId::kOutput, 0);
-  const size_t o_embed = take({{emb_src, size_t(vocab) * sd}});
-  const size_t o_output = out_src == emb_src ? o_embed : take({{out_src, size_t(vocab) * sd}});
-  const size_t o_onorm = take({{need(WeightId::kOutputNorm, 0), sd}});
-  std::vector<std::array<size_t, 12>> lo(static_cast<size_t>(n_layers));
-  constexpr size_t kAbsent = ~size_t(0);
-  for (int l = 0; l < n_layers; ++l) {
-    auto opt_w = [&](WeightId id) { return ws(id, l); };
-    const float *bq = opt_w(WeightId::kBq), *bk = opt_w(WeightId::kBk), *bv = opt_w(WeightId::kBv);
-    const float *bg = opt_w(WeightId::kBGate), *bu = opt_w(WeightId::kBUp);
-    auto& o = lo[size_t(l)];
-    o[0] = take({{need(WeightId::kAttnNorm, l), sd}});
-    o[1] = take({{need(WeightId::kWq, l), sq * sd}, {need(WeightId::kWk, l), skv * sd}, {need(WeightId::kWv, l), skv * sd}});
-    o[2] = bq || bk || bv ? take({{bq, sq}, {bk, skv}, {bv, skv}}) : kAbsent;
-    o[3] = c.qk_norm ? take({{need(WeightId::kQNorm, l), shd}}) : kAbsent;
-    o[4] = c.qk_norm ? take({{need(WeightId::kKNorm, l), shd}}) : kAbsent;
-    o[5] = take({{need(WeightId::kWo, l), sd * sq}});
-    o[6] = opt_w(WeightId::kBo) ? take({{opt_w(WeightId::kBo), sd}}) : kAbsent;
-    o[7] = take({{need(WeightId::kFfnNorm, l), sd}});
-    o[8] = take({{need(WeightId::kWGate, l), sff * sd}, {need(WeightId::kWUp, l), sff * sd}});
-    o[9] = bg || bu ? take({{bg, sff}, {bu, sff}}) : kAbsent;
-    o[10] = take({{need(WeightId::kWDown, l), sd * sff}});
-    o[11] = opt_w(WeightId::kBDown) ? take({{opt_w(WeightId::kBDown), sd}}) : kAbsent;
-  }
-  weights = DeviceBuffer<float>(total);
-  for (const Piece& p : pieces) {
-    if (p.src != nullptr) {
-      LY_CUDA_CHECK(cudaMemcpy(weights.data() + p.offset, p.src, p.n * sizeof(float), cudaMemcpyHostToDevice));
-    } else {
-      LY_CUDA_CHECK(cudaMemset(weights.data() + p.offset, 0, p.n * sizeof(float)));
-    }
-  }
+  ArenaPlan arena;
+  const size_t sd = size_t(d);
+  const float* emb_src = need(ws, WeightId::kTokEmbd, 0);
+  const float* out_src = need(ws, WeightId::kOutput, 0);
+  const size_t o_embed = arena.take({{emb_src, size_t(vocab) * sd}});
+  const size_t o_output = out_src == emb_src ? o_embed : arena.take({{out_src, size_t(vocab) * sd}});
+  const size_t o_onorm = arena.take({{need(ws, WeightId::kOutputNorm, 0), sd}});
+  std::vector<LayerOffsets> lo(static_cast<size_t>(n_layers));
+  for (int l = 0; l < n_layers; ++l) lo[size_t(l)] = take_layer(arena, ws, c, l);
+  arena.upload(weights);
   const float* base = weights.data();
   auto at = [&](size_t off) { return off == kAbsent ? nullptr : base + off; };
   embed = at(o_embed), output = at(o_output), out_norm = at(o_onorm);
@@ -136,19 +182,8 @@ void GpuStudent::Impl::upload_weights(const WeightSource& ws) {
                      at(o[6]), at(o[7]), at(o[8]), at(o[9]), at(o[10]), at(o[11])};
   }
 
-  // RoPE table: angle pos · inv_freq in double (as the fp64 oracle CpuStudent<double>; the f32
-  // product of transformers differs by up to half an f32 ulp of the angle, 3e-5 rad at 700).
-  std::vector<float> inv_freq = rope_inv_freq(c);
-  if (const float* factors = ws(WeightId::kRopeFreqs, 0))  // GGUF llama3 frequency factors
-    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= factors[i];
-  const int half = hd / 2;
-  std::vector<float> cs(size_t(max_context) * half), sn(cs.size());
-  for (int pos = 0; pos < max_context; ++pos)
-    for (int i = 0; i < half; ++i) {
-      const double angle = double(pos) * double(inv_freq[size_t(i)]);
-      cs[size_t(pos) * half + i] = float(std::cos(angle));
-      sn[size_t(pos) * half + i] = float(std::sin(angle));
-    }
+  std::vector<float> cs, sn;
+  rope_tables(c, ws, hd, max_context, cs, sn);
   rope_cos = DeviceBuffer<float>(cs.size());
   rope_sin = DeviceBuffer<float>(sn.size());
   LY_CUDA_CHECK(cudaMemcpy(rope_cos.data(), cs.data(), cs.size() * sizeof(float), cudaMemcpyHostToDevice));
