@@ -83,27 +83,8 @@ fi
 
 # --- cudnn-frontend headers (header-only; the wheel's include/ folder) ------------------------
 if [ ! -f "$deps/cudnn_frontend/include/cudnn_frontend.h" ]; then
-  tmp="$(mktemp -d)"
-  trap 'rm -rf "$tmp"' EXIT
-  log "fetching nvidia-cudnn-frontend==$cudnn_frontend_version from PyPI"
-  python3 -m pip download --quiet --no-deps --no-cache-dir --only-binary=:all: \
-    --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
-    --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    "nvidia-cudnn-frontend==$cudnn_frontend_version" -d "$tmp" >&2
-  rm -rf "$deps/cudnn_frontend"
-  python3 - "$tmp" "$deps/cudnn_frontend" <<'PY'
-import glob, os, sys, zipfile
-whl = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
-dest = sys.argv[2]
-with zipfile.ZipFile(whl) as z:
-    members = [m for m in z.namelist() if m.startswith("include/")]
-    if not any(m.endswith("cudnn_frontend.h") for m in members):
-        sys.exit(f"{whl}: no include/cudnn_frontend.h inside")
-    for m in members:
-        z.extract(m, dest)
-PY
-  rm -rf "$tmp"; trap - EXIT
-  made+=(".deps/cudnn_frontend (nvidia-cudnn-frontend $cudnn_frontend_version)")
+  "$root/scripts/fetch_cudnn_frontend.sh"
+  made+=(".deps/cudnn_frontend")
 fi
 
 # --- Python wheels the GPU image lacks ------------------------------------------------------
