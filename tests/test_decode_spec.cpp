@@ -9,31 +9,16 @@
 #include "attention/decode_spec.h"
 #include "attention/policies.h"
 #include "core/error.h"
+#include "spec_test_util.h"
 #include "test_util.h"
 
 namespace lychee {
 namespace {
 
 ModelConfig shape(int n_layers = 6, int n_heads = 8, int n_kv_heads = 2, int head_dim = 64) {
-  ModelConfig c;
-  c.n_layers = n_layers;
-  c.n_heads = n_heads;
-  c.n_kv_heads = n_kv_heads;
-  c.head_dim = head_dim;
-  c.d_model = n_heads * head_dim;
-  c.d_ff = 64;
-  c.vocab_size = 100;
-  c.max_context = 4096;
-  return c;
+  return test::model_shape(n_layers, n_heads, n_kv_heads, head_dim);
 }
-
-HeadRoles roles_of(const ModelConfig& c, std::initializer_list<std::initializer_list<int>> rows) {
-  HeadRoles r = make_head_roles(c);
-  size_t i = 0;
-  for (auto row : rows)
-    for (int x : row) r.retrieval[i++] = uint8_t(x);
-  return r;
-}
+using test::roles_of;
 
 const HeadSpec kDense{ReadKind::kDense, ScoreKind::kNone};
 const HeadSpec kGroup{ReadKind::kDense, ScoreKind::kGroupMean};
