@@ -57,7 +57,7 @@ std::vector<PolicyOptions> expand_policies(const EvalArgs& a, const ModelConfig&
 }
 
 void run(const EvalArgs& a) {
-  Engine engine(a.model.engine_options(&a.policy));
+  Engine engine(a.model.engine_options(&a.policy, a.policies));
   EvalConfig cfg;
   for (const std::string& t : a.tasks) cfg.tasks.push_back(parse_task_name(t));
   cfg.lengths = a.lengths;

@@ -34,28 +34,31 @@ PROMPTS = [
     "Héllo wörld, café naïve 你好 🎉 123 4567",
 ]
 
-# name, HF class, tokenizer style, storage dtype, shards, config overrides
+# name, HF class, tokenizer style, storage dtype, shards, config overrides.
+# Every model has head_dim 64 (explicit, so the shapes otherwise stay small and varied: GQA groups
+# 3, 4, 1, 5, 2, 2), the head size the GPU's production decode and prefill kernels run, so the
+# whole-model GPU parity tests exercise the kernels that ship.
 MODELS = [
     ("llama_tied_f32", "LlamaForCausalLM", "gpt2", torch.float32, 1,
      dict(hidden_size=72, intermediate_size=136, num_hidden_layers=2, num_attention_heads=6,
-          num_key_value_heads=2, tie_word_embeddings=True, rope_theta=10000.0)),
+          num_key_value_heads=2, head_dim=64, tie_word_embeddings=True, rope_theta=10000.0)),
     ("llama31_untied_bf16_sharded", "LlamaForCausalLM", "llama3", torch.bfloat16, 2,
      dict(hidden_size=96, intermediate_size=200, num_hidden_layers=3, num_attention_heads=8,
-          num_key_value_heads=2, tie_word_embeddings=False, rope_theta=500000.0,
+          num_key_value_heads=2, head_dim=64, tie_word_embeddings=False, rope_theta=500000.0,
           rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                             high_freq_factor=4.0, original_max_position_embeddings=32))),
     ("llama_bias_f16", "LlamaForCausalLM", "gpt2", torch.float16, 1,
      dict(hidden_size=60, intermediate_size=100, num_hidden_layers=2, num_attention_heads=5,
-          num_key_value_heads=5, tie_word_embeddings=False, attention_bias=True, mlp_bias=True)),
+          num_key_value_heads=5, head_dim=64, tie_word_embeddings=False, attention_bias=True, mlp_bias=True)),
     ("qwen2_untied_f16", "Qwen2ForCausalLM", "qwen2", torch.float16, 1,
      dict(hidden_size=80, intermediate_size=144, num_hidden_layers=2, num_attention_heads=5,
-          num_key_value_heads=1, tie_word_embeddings=False, rope_theta=1000000.0)),
+          num_key_value_heads=1, head_dim=64, tie_word_embeddings=False, rope_theta=1000000.0)),
     ("qwen3_tied_bf16", "Qwen3ForCausalLM", "qwen2", torch.bfloat16, 1,
      dict(hidden_size=88, intermediate_size=168, num_hidden_layers=3, num_attention_heads=4,
-          num_key_value_heads=2, head_dim=32, tie_word_embeddings=True, rope_theta=1000000.0)),
+          num_key_value_heads=2, head_dim=64, tie_word_embeddings=True, rope_theta=1000000.0)),
     ("mistral_f32", "MistralForCausalLM", "gpt2", torch.float32, 1,
      dict(hidden_size=48, intermediate_size=112, num_hidden_layers=2, num_attention_heads=6,
-          num_key_value_heads=3, tie_word_embeddings=False, sliding_window=None)),
+          num_key_value_heads=3, head_dim=64, tie_word_embeddings=False, sliding_window=None)),
 ]
 
 N_GREEDY = 16
