@@ -488,6 +488,29 @@ TEST(HybridPolicies, EveryPolicyMatchesTheCpuReference) {
   }
 }
 
+// Split plans are rebuilt only when a head's work changes (a page or selection-unit boundary, the
+// batch, the policy), not every step: 130 decode steps under LycheeDecode (block 64, pages of 64)
+// from a 700-token prompt cross two page boundaries, so a handful of plans serve them all.
+TEST(HybridPolicies, DecodeStepsReuseTheirPlans) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  DefaultPair p(path);
+  const ModelConfig& c = p.ck.config();
+  PolicyOptions o;
+  o.kind = PolicyKind::kLychee;
+  o.select.budget = 256;
+  auto policy = make_policy(o, c);
+  GpuSession s(p.runner, 1024);
+  s.set_policy(policy.get());
+  const auto ids = prompt_ids(830, c.vocab_size);
+  const int before = p.runner.replans();
+  s.feed(std::span<const int32_t>(ids).first(700));
+  for (size_t i = 700; i < ids.size(); ++i) s.feed(std::span<const int32_t>(&ids[i], 1));
+  const int replans = p.runner.replans() - before;
+  EXPECT_GE(replans, 3);   // the first step and the two page boundaries (768, 832 tokens)
+  EXPECT_LE(replans, 12);  // and not one per step (130)
+}
+
 // Equalities on the GPU: LycheeDecode with every head retrieval, or with a budget covering the
 // sequence, reads exactly what full attention reads in the same splits: identical logits.
 // DuoAttention with windows covering the sequence, TidalDecode and Quest with covering budgets
