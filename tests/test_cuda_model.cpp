@@ -272,7 +272,7 @@ TEST(CudaRunner, FullKvPoolIsACapacityError) {
   LY_REQUIRE_GPU();
   cuda::RunnerOptions o;
   o.page_size = 16;
-  o.kv_memory_gib = 1e-5;  // 3 pages of 16 tokens
+  o.kv_memory_gib = 5e-5;  // 3 pages of 16 tokens (16 KiB each: 2 layers x 2 KV heads x 16 x 64 x K,V bf16)
   const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/llama_tied_f32");
   cuda::GpuRunner r(cuda::upload_weights(ck), o);
   cuda::GpuSeq seq;
