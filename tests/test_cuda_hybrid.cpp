@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <set>
@@ -473,8 +474,13 @@ TEST(HybridPolicies, EveryPolicyMatchesTheCpuReference) {
     // CPU); a different read set is not a rounding error of the same sums, so no rounding bound
     // covers it and its 6e-2 stays.
     const double tol = o.kind == PolicyKind::kFull ? test::kBf16LogitsTol : 6e-2;
-    for (size_t i = 0; i < want.logits.size(); ++i)
-      EXPECT_LT(rel_error(got.logits[i], want.logits[i]), tol) << o.label() << " step " << i;
+    double worst = 0.0;
+    for (size_t i = 0; i < want.logits.size(); ++i) {
+      const double e = rel_error(got.logits[i], want.logits[i]);
+      EXPECT_LT(e, tol) << o.label() << " step " << i;
+      worst = std::max(worst, e);
+    }
+    std::printf("[ gpu-vs-cpu logits ] %-32s worst rel. L2 %.2e (tolerance %.0e)\n", o.label().c_str(), worst, tol);
     EXPECT_EQ(got.stats.decode_steps, want.stats.decode_steps) << o.label();
     EXPECT_EQ(got.stats.dense_token_reads, want.stats.dense_token_reads) << o.label();
     EXPECT_EQ(got.stats.metadata_bytes, want.stats.metadata_bytes) << o.label();
