@@ -108,8 +108,12 @@ TEST(HybridSelect, TopKAndRatioMatchTheReferenceExactly) {
     c.params.recent = trial % 7 == 0 ? int(rng() % 300) : 0;
     const int n_score = (c.n + c.score_unit - 1) / c.score_unit;
     std::vector<float> scores(static_cast<size_t>(n_score));
-    // Coarse values in half the trials: many exact ties, which go to the lower index.
-    for (float& s : scores) s = trial % 2 ? float(int(rng() % 9) - 4) * 0.5f : std::normal_distribution<float>(0, 3)(rng);
+    // Coarse values in half the trials: many exact ties, which go to the lower index, -0 and +0
+    // among them (they tie on the CPU: a stable sort on `>`).
+    for (float& s : scores) {
+      s = trial % 2 ? float(int(rng() % 9) - 4) * 0.5f : std::normal_distribution<float>(0, 3)(rng);
+      if (s == 0.0f && rng() % 2 == 0) s = -0.0f;
+    }
     const auto us = unit_max(scores, c.n, c.unit, c.score_unit);
     const auto want = select_units(us, c.unit, c.n, c.params, 0.125f);
     const auto got = gpu_select(c, scores, 0.125f);

@@ -28,11 +28,12 @@ struct Forced {
 };
 
 // Top-k / ratio: the left-th largest unit key among the non-forced units (forced ones are taken
-// anyway and do not use up the budget). Keys keep -0 below +0, as they always have here.
+// anyway and do not use up the budget). Every key here is of x + 0.0f, which turns -0 into +0:
+// the CPU reference (a stable sort on `>`) ties them, so the lower index goes first here too.
 __device__ RadixKth top_k_key(uint32_t* hist, const float* us, int n_units, Forced forced, int left) {
   const auto key_at = [&](int u, uint32_t& key) {
     if (forced(u)) return false;
-    key = radix_key(us[u]);
+    key = radix_key(us[u] + 0.0f);
     return true;
   };
   return radix_kth_largest<RadixCount::kPerLane>(hist, n_units, uint32_t(left), key_at);
@@ -56,7 +57,7 @@ __device__ TopPKey top_p_key(uint32_t* hist, float* mass, const float* us, int n
     for (int i = threadIdx.x; i < 256; i += kSelThreads) hist[i] = 0, mass[i] = 0.0f;
     __syncthreads();
     for (int u = threadIdx.x; u < n_units; u += kSelThreads) {  // per-lane atomics (RadixCount)
-      const uint32_t key = radix_key(us[u]);
+      const uint32_t key = radix_key(us[u] + 0.0f);  // -0 ties +0, as on the CPU
       if (px.matches(key)) {
         atomicAdd(&hist[px.digit(key)], 1u);
         atomicAdd(&mass[px.digit(key)], __expf(us[u] * scale - ms));
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(kSelThreads) select_kernel(const SelectArgs a)
       else if (mode == 1) sel = true;
       else if (mode == 3) sel = f || double(__expf(us[u] * a.scale - ms)) / double(sum) > thr;
       else {
-        const uint32_t key = radix_key(us[u]);
+        const uint32_t key = radix_key(us[u] + 0.0f);  // the same keys as the walks above
         const bool candidate = a.strategy == SelectStrategy::kTopP || !f;  // top-k ranks the non-forced only
         sel = f || (candidate && key > threshold_key);
         eq = candidate && key == threshold_key;
