@@ -103,8 +103,10 @@ void run_serve(const ServeArgs& a) {
                sig == SIGTERM ? "SIGTERM" : "SIGINT", g.running, g.waiting);
   scheduler->drain();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.drain_seconds);
-  if (!scheduler->wait_idle(std::chrono::time_point_cast<std::chrono::steady_clock::duration>(deadline)))
-    std::fprintf(stderr, "lychee serve: drain deadline passed; stopping with requests running\n");
+  if (!scheduler->wait_idle(std::chrono::time_point_cast<std::chrono::steady_clock::duration>(deadline))) {
+    std::fprintf(stderr, "lychee serve: drain deadline passed; ending the requests still running\n");
+    scheduler->abort();  // their streams end with an error event, so the HTTP threads can finish
+  }
   // Let the HTTP threads write the last chunks of finished streams (bounded).
   for (int i = 0; i < 200 && http.in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http.stop();

@@ -99,13 +99,15 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, Metrics* m
   thread_ = std::thread([this] { loop(); });
 }
 
-Scheduler::~Scheduler() {
+Scheduler::~Scheduler() { abort(); }
+
+void Scheduler::abort() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void Scheduler::submit(const std::shared_ptr<Request>& r) {

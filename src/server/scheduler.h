@@ -100,6 +100,9 @@ class Scheduler {
   // Stops admitting new submissions (503); queued and running requests go on.
   void drain();
   bool draining() const { return draining_.load(); }
+  // Ends every queued and running request with an error and stops the engine thread (the drain
+  // deadline passed); later submissions get 503.
+  void abort();
   // Waits until no request is queued or running, or the deadline; returns whether idle.
   bool wait_idle(std::chrono::steady_clock::time_point deadline);
   SchedulerGauges gauges() const;
