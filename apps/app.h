@@ -9,6 +9,7 @@
 #include "attention/policies.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
+#include "runtime/policy_settings.h"
 
 namespace lychee::app {
 
@@ -34,24 +35,10 @@ struct SamplingArgs {
   GenerateOptions generate_options(const Engine& engine) const;
 };
 
-// The attention-policy options shared by generate, chat and eval.
-struct PolicyArgs {
-  std::string policy = "full";
-  int budget = 4096;
-  int block_size = 64;
-  std::string select = "topk";
-  double select_value = 0.0;
-  int sink = 0;
-  int recent = 0;
-  std::string heads;
-  std::vector<int> tidal_layers;
-  int quest_page = 16;
-  int duo_sink = 64;
-  int duo_recent = 256;
-  int correct_every = 0;
+// The attention-policy options shared by generate, chat, eval and serve: the flags of
+// PolicySettings (runtime/policy_settings.h, which maps them to PolicyOptions).
+struct PolicyArgs : PolicySettings {
   void add(CLI::App& cmd, bool policy_option = true);
-  // The options for `kind`, with the head-role file (if any) loaded and checked against the model.
-  PolicyOptions options(const ModelConfig& c, PolicyKind kind) const;
 };
 
 // Option checks whose errors read as a person writes numbers, e.g. "--budget: must be a
@@ -74,5 +61,6 @@ void register_bench(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_train(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace lychee::app

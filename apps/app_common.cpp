@@ -100,29 +100,6 @@ void PolicyArgs::add(CLI::App& cmd, bool policy_option) {
       ->check(non_negative_int());
 }
 
-PolicyOptions PolicyArgs::options(const ModelConfig& c, PolicyKind kind) const {
-  PolicyOptions o;
-  o.kind = kind;
-  o.block_size = block_size;
-  o.select.strategy = parse_select_strategy(select);
-  o.select.budget = budget;
-  o.select.value = select_value;
-  o.select.sink = sink;
-  o.select.recent = recent;
-  if (!heads.empty() && (kind == PolicyKind::kLychee || kind == PolicyKind::kDuo)) {
-    o.roles = load_head_roles(heads, c);
-    if (o.roles->model.contains("name") && o.roles->model["name"] != c.name)
-      LY_LOG_INFO("{}: written for '{}', used with '{}' (same shape)", heads,
-                  o.roles->model["name"].get<std::string>(), c.name);
-  }
-  o.tidal_layers = tidal_layers;
-  o.quest_page = quest_page;
-  o.duo_sink = duo_sink;
-  o.duo_recent = duo_recent;
-  o.validate(c);
-  return o;
-}
-
 void print_kv_stats(const KvReadStats& s, const ModelConfig& c) {
   if (s.decode_steps == 0) return;
   const double per_step = double(s.kv_bytes(c.head_dim)) / double(s.decode_steps);

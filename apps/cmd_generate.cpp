@@ -49,6 +49,8 @@ void run_generate(const GenerateArgs& a) {
   }
   GenerateOptions options = a.sampling.generate_options(engine);
   options.correct_every = a.policy.correct_every;
+  // Before any prefill: a prompt the context cannot hold fails at once, naming both lengths.
+  check_prompt_fits(int64_t(ids.size()), a.ctx > 0 ? a.ctx : engine.config().max_context);
   const int capacity = a.ctx > 0 ? a.ctx : int(ids.size()) + options.max_new_tokens;
   std::unique_ptr<Session> session = engine.new_session(capacity);
   const PolicyKind kind = parse_policy_kind(a.policy.policy);

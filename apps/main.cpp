@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   lychee::app::register_eval(app);
   lychee::app::register_heads(app);
   lychee::app::register_train(app);
+  lychee::app::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -37,3 +37,15 @@ target_link_libraries(lychee_utf8proc INTERFACE ${UTF8PROC_LIBRARY})
 if(UTF8PROC_LIBRARY MATCHES "\\.a$")
   target_compile_definitions(lychee_utf8proc INTERFACE UTF8PROC_STATIC)
 endif()
+
+# cpp-httplib for the server. Debian's libcpp-httplib-dev ships a "split" httplib.h whose
+# implementation is in libcpp-httplib.so (linked when found); the GPU machine's prefix has the
+# full header-only httplib.h (scripts/gpu/make_deps.sh) and no library.
+find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
+find_library(HTTPLIB_LIBRARY NAMES cpp-httplib)
+add_library(lychee_httplib INTERFACE)
+target_include_directories(lychee_httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR})
+if(HTTPLIB_LIBRARY)
+  target_link_libraries(lychee_httplib INTERFACE ${HTTPLIB_LIBRARY})
+endif()
+target_link_libraries(lychee_httplib INTERFACE Threads::Threads)

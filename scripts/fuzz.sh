@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets for the safetensors and GGUF header parsers with ASan + UBSan
+# Builds the libFuzzer targets for the safetensors and GGUF header parsers and the server's
+# request parser with ASan + UBSan
 # and runs each for a bounded number of executions (LYCHEE_FUZZ_RUNS, default 200000), starting
 # from the committed corpus fuzz/corpus/<format>/ (valid files written by make_seeds, plus every
 # crash input ever found), copied so that the run's new inputs stay out of the source tree.
@@ -11,7 +12,7 @@ build="$root/build-fuzz"
 cmake -S "$root/fuzz" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang >/dev/null
 ninja -C "$build" >/dev/null
 runs="${LYCHEE_FUZZ_RUNS:-200000}"
-for target in gguf safetensors; do
+for target in gguf safetensors request; do
   seeds="$root/fuzz/corpus/$target"
   if [ -z "$(ls -A "$seeds" 2>/dev/null)" ]; then
     echo "lychee: no seed corpus in $seeds (make it with: $build/make_seeds $target $seeds)" >&2

@@ -2,6 +2,7 @@
 // message on stderr, never a crash.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -72,7 +73,25 @@ TEST(Cli, BadOptionsAreRejected) {
 
 TEST(Cli, PromptLongerThanTheContextIsACapacityError) {
   const RunResult r = run_cli("generate -m " + test::golden_dir() + "/models/llama_tied_f32 --ctx 4 -n 8 -p 'one two three four five six'");
-  expect_error(r, "cache slots");
+  expect_error(r, "more than the context of 4 tokens");
+  // A prompt that fits --ctx but leaves no room for the new tokens.
+  const RunResult room = run_cli("generate -m " + test::golden_dir() + "/models/llama_tied_f32 --ctx 8 -n 8 -p 'one two'");
+  expect_error(room, "cache slots");
+}
+
+// Over the model's own context (no --ctx): refused before any prefill (which would take minutes on
+// the CPU), naming both lengths.
+TEST(Cli, PromptLongerThanTheModelContextFailsBeforePrefill) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  const std::string file = test::temp_dir("cli_long") + "/prompt.txt";
+  std::string words;
+  for (int i = 0; i < 9000; ++i) words += "word ";
+  test::write_bytes(file, std::vector<uint8_t>(words.begin(), words.end()));
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult r = run_cli("generate --device cpu --prompt-file " + file + " -n 4");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  expect_error(r, "the prompt has 9001 tokens, more than the context of 8192 tokens");
+  EXPECT_LT(seconds, 20.0) << "the check must come before the prefill";
 }
 
 TEST(Cli, DefaultModelAnswersAQuestion) {

@@ -7,6 +7,11 @@
 
 namespace lychee {
 
+void check_prompt_fits(int64_t n_prompt, int64_t context) {
+  LY_CHECK(n_prompt <= context, ErrorCode::kInvalidArgument,
+           "the prompt has {} tokens, more than the context of {} tokens", n_prompt, context);
+}
+
 void prefill(Session& session, std::span<const int32_t> prompt, int chunk) {
   LY_CHECK(!prompt.empty(), ErrorCode::kInvalidArgument, "the prompt is empty");
   LY_CHECK(chunk > 0, ErrorCode::kInvalidArgument, "prefill chunk must be positive");

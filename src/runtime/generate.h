@@ -43,6 +43,11 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt,
 GenerateResult decode_from(Session& session, const GenerateOptions& options,
                            const TokenCallback& on_token = {});
 
+// Error(kInvalidArgument) when a prompt of n_prompt tokens is longer than a context of `context`
+// tokens, naming both: checked before any prefill (by the CLI and the server), since a prompt that
+// cannot fit would otherwise be prefilled for nothing.
+void check_prompt_fits(int64_t n_prompt, int64_t context);
+
 // Feeds a prompt in chunks (the session's logits are then those of its last token).
 void prefill(Session& session, std::span<const int32_t> prompt, int chunk);
 

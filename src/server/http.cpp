@@ -1,0 +1,266 @@
+#include "server/http.h"
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include <httplib.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace lychee::server {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Per worker thread: what the log line of the request being answered reports.
+thread_local Clock::time_point t_start;
+thread_local int t_tokens = 0;
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), uint32_t(rng()));
+}
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  if (e.status() == 503) res.set_header("Retry-After", "1");
+  send_json(res, e.status(), e.body());
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpOptions options;
+  Metrics& metrics;
+  httplib::Server server;
+  std::atomic<Scheduler*> scheduler{nullptr};
+  ServerModel model;
+  std::atomic<int> in_flight{0};
+
+  Impl(const HttpOptions& o, Metrics& m) : options(o), metrics(m) {}
+
+  // Counts a request in flight for its lifetime (a stream's lives in its content provider).
+  struct InFlight {
+    std::atomic<int>& n;
+    explicit InFlight(std::atomic<int>& c) : n(c) { ++n; }
+    ~InFlight() { --n; }
+  };
+
+  Scheduler& ready_scheduler() {
+    Scheduler* s = scheduler.load();
+    if (s == nullptr) throw ApiError(503, "the model is loading");
+    return *s;
+  }
+
+  void routes();
+  void completion(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void stream(Endpoint endpoint, const CompletionRequest& parsed, std::shared_ptr<Request> request,
+              ResponseMeta meta, httplib::Response& res);
+};
+
+void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  InFlight guard(in_flight);
+  try {
+    Scheduler& sched = ready_scheduler();
+    const CompletionRequest parsed = parse_request(endpoint, req.body);
+    auto request = std::make_shared<Request>(make_params(parsed, model));
+    ResponseMeta meta{random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"), int64_t(std::time(nullptr)),
+                      model.id};
+    sched.submit(request);
+    if (parsed.stream) {
+      stream(endpoint, parsed, std::move(request), std::move(meta), res);
+      return;
+    }
+    const RequestUpdate u = request->wait();
+    t_tokens = u.usage.completion_tokens;
+    if (u.finish_reason == "error") throw ApiError(500, u.error.empty() ? "generation failed" : u.error);
+    const ChoiceResult choice{u.text, u.finish_reason, u.logprobs};
+    send_json(res, 200, completion_response(endpoint, meta, choice, u.usage, parsed.logprobs));
+  } catch (const ApiError& e) {
+    metrics.count_request(e.status() == 503 ? "rejected" : e.status() >= 500 ? "error" : "invalid");
+    send_error(res, e);
+  } catch (const std::exception& e) {
+    metrics.count_request("error");
+    send_error(res, ApiError(500, e.what()));
+  }
+}
+
+// Server-Sent Events: a chunk per update, a last chunk with finish_reason, the usage chunk when
+// asked, then [DONE]. A write that fails (the client went away) cancels the request.
+void HttpServer::Impl::stream(Endpoint endpoint, const CompletionRequest& parsed, std::shared_ptr<Request> request,
+                              ResponseMeta meta, httplib::Response& res) {
+  struct State {
+    std::shared_ptr<Request> request;
+    ResponseMeta meta;
+    Endpoint endpoint;
+    bool logprobs, include_usage;
+    bool first = true;
+    std::unique_ptr<InFlight> guard;
+    ~State() {
+      if (request) request->cancel();  // a no-op when it finished
+    }
+  };
+  auto st = std::make_shared<State>();
+  st->request = std::move(request);
+  st->meta = std::move(meta);
+  st->endpoint = endpoint;
+  st->logprobs = parsed.logprobs;
+  st->include_usage = parsed.include_usage;
+  st->guard = std::make_unique<InFlight>(in_flight);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream", [st](size_t, httplib::DataSink& sink) {
+    RequestUpdate u;
+    if (!st->request->next(u, std::chrono::milliseconds(250))) {
+      if (!sink.is_writable()) {
+        st->request->cancel();
+        return false;
+      }
+      return true;  // nothing yet: called again
+    }
+    std::string out;
+    if (!u.text.empty() || !u.logprobs.empty() || (st->first && !u.done)) {
+      out += sse_event(stream_chunk(st->endpoint, st->meta, u.text, st->logprobs ? &u.logprobs : nullptr, "",
+                                    st->first, st->include_usage));
+      st->first = false;
+    }
+    if (u.done) {
+      t_tokens = u.usage.completion_tokens;
+      if (u.finish_reason == "error") {
+        out += sse_event(ApiError(500, u.error.empty() ? "generation failed" : u.error).body());
+      } else if (u.finish_reason != "cancelled") {
+        out += sse_event(stream_chunk(st->endpoint, st->meta, "", nullptr, u.finish_reason, st->first,
+                                      st->include_usage));
+        if (st->include_usage) out += sse_event(usage_chunk(st->endpoint, st->meta, u.usage));
+      }
+      out += kSseDone;
+    }
+    if (!out.empty() && !sink.write(out.data(), out.size())) {
+      st->request->cancel();
+      return false;
+    }
+    if (u.done) {
+      sink.done();
+      st->guard.reset();
+    }
+    return true;
+  });
+}
+
+void HttpServer::Impl::routes() {
+  server.set_payload_max_length(options.max_body_bytes);
+  const int n_threads = options.threads;
+  server.new_task_queue = [n_threads] { return new httplib::ThreadPool(size_t(n_threads)); };
+
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    t_start = Clock::now();
+    t_tokens = 0;
+    if (options.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + options.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'", "",
+                             "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // httplib's own errors (unknown path 404, body too large 413, ...) get an OpenAI error body.
+  server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    std::string message = fmt::format("HTTP {}", res.status);
+    if (res.status == 404) message = fmt::format("no such endpoint: {} {}", req.method, req.path);
+    if (res.status == 413) message = "the request body is too large";
+    if (res.status == 400) message = "malformed HTTP request";
+    send_json(res, res.status, ApiError(res.status, message).body());
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t_start).count();
+    LY_LOG_INFO("{} {} {} tokens {} {:.0f} ms", req.method, req.path, res.status, t_tokens, ms);
+  });
+
+  server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    completion(Endpoint::kChat, req, res);
+  });
+  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    completion(Endpoint::kCompletion, req, res);
+  });
+  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (scheduler.load() == nullptr) send_error(res, ApiError(503, "the model is loading"));
+    else send_json(res, 200, json{{"status", "ok"}});
+  });
+  server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    try {
+      ready_scheduler();
+      json m = {{"id", model.id}, {"object", "model"}, {"created", int64_t(std::time(nullptr))},
+                {"owned_by", "lychee"}, {"context_length", model.context}};
+      send_json(res, 200, json{{"object", "list"}, {"data", json::array({m})}});
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  });
+  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    Scheduler* s = scheduler.load();
+    res.set_content(metrics.render(s ? s->gauges() : SchedulerGauges{}), "text/plain; version=0.0.4");
+  });
+  server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      ready_scheduler();
+      const TokenizeRequest t = parse_tokenize_request(req.body);
+      const Tokenizer& tok = model.engine->tokenizer();
+      send_json(res, 200, json{{"tokens", tok.encode(t.content, t.add_special && tok.add_bos_default(), true)}});
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  });
+  server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      ready_scheduler();
+      const std::vector<int32_t> ids = parse_detokenize_request(req.body);
+      send_json(res, 200, json{{"content", model.engine->tokenizer().decode(ids)}});
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const Error& e) {
+      send_error(res, ApiError(400, fmt::format("'tokens': {}", e.what()), "tokens"));
+    }
+  });
+}
+
+HttpServer::HttpServer(const HttpOptions& options, Metrics& metrics) : impl_(std::make_unique<Impl>(options, metrics)) {
+  impl_->routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::bind() {
+  const HttpOptions& o = impl_->options;
+  if (o.port == 0) {
+    const int port = impl_->server.bind_to_any_port(o.host);
+    LY_CHECK(port > 0, ErrorCode::kInvalidArgument, "cannot listen on {} (any port)", o.host);
+    return port;
+  }
+  LY_CHECK(impl_->server.bind_to_port(o.host, o.port), ErrorCode::kInvalidArgument,
+           "cannot listen on {}:{} (in use, or not an address of this machine)", o.host, o.port);
+  return o.port;
+}
+
+void HttpServer::listen() { impl_->server.listen_after_bind(); }
+
+void HttpServer::attach(Scheduler& scheduler, const ServerModel& model) {
+  impl_->model = model;
+  impl_->scheduler.store(&scheduler);
+}
+
+void HttpServer::stop() {
+  if (impl_->server.is_running()) impl_->server.stop();
+}
+
+int HttpServer::in_flight() const { return impl_->in_flight.load(); }
+
+}  // namespace lychee::server

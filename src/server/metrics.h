@@ -1,0 +1,60 @@
+// Server metrics in Prometheus' text exposition format (GET /metrics). Thread-safe: HTTP
+// threads count outcomes, the engine thread counts tokens, times and KV reads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace lychee::server {
+
+// A cumulative histogram with fixed upper bounds (seconds).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double v);
+  // "<name>_bucket{le=...} n" lines, then _sum and _count.
+  void render(std::string& out, const std::string& name) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // [bounds + 1], the last is +Inf
+  double sum_ = 0.0;
+  uint64_t count_ = 0;
+};
+
+// What the scheduler reports at render time.
+struct SchedulerGauges {
+  int running = 0;
+  int waiting = 0;
+  int64_t kv_tokens_used = 0;
+  int64_t kv_tokens_capacity = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  // outcome: "ok", "cancelled", "rejected" (503), "invalid" (4xx), "error" (5xx).
+  void count_request(const std::string& outcome);
+  void add_tokens(int64_t prompt, int64_t generated);
+  void observe_ttft(double seconds);
+  void observe_tpot(double seconds);
+  // KV bytes a finished request's decode steps read, and what full attention would have read.
+  void add_kv_reads(const std::string& policy, uint64_t bytes, uint64_t dense_bytes);
+  std::string render(const SchedulerGauges& g) const;
+  uint64_t requests(const std::string& outcome) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, uint64_t> requests_;
+  uint64_t prompt_tokens_ = 0, generated_tokens_ = 0;
+  Histogram ttft_, tpot_;
+  struct KvReads {
+    uint64_t bytes = 0, dense_bytes = 0;
+  };
+  std::map<std::string, KvReads> kv_reads_;
+};
+
+}  // namespace lychee::server

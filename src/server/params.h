@@ -1,0 +1,27 @@
+// A parsed request (schema.h) -> the engine's GenerationParams: the model name checked, chat
+// messages rendered with the model's template and tokenized, the context checked before any
+// work, sampling and the attention policy (the server's defaults with the request's "lychee"
+// overrides) validated. Runs on the HTTP thread; throws ApiError.
+#pragma once
+
+#include <string>
+
+#include "runtime/engine.h"
+#include "runtime/policy_settings.h"
+#include "server/scheduler.h"
+#include "server/schema.h"
+
+namespace lychee::server {
+
+struct ServerModel {
+  const Engine* engine = nullptr;
+  std::string id;            // the name clients pass as "model"
+  PolicySettings defaults;   // from the serve command's flags
+  int context = 0;           // Scheduler::context()
+};
+
+GenerationParams make_params(const CompletionRequest& request, const ServerModel& model);
+// The settings with the request's overrides applied.
+PolicySettings apply_overrides(PolicySettings settings, const PolicyOverrides& o);
+
+}  // namespace lychee::server

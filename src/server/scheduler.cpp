@@ -1,0 +1,330 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "server/text_stream.h"
+
+namespace lychee::server {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t kv_reservation(const GenerationParams& p) {
+  return int64_t(p.prompt.size()) + std::max(p.max_tokens - 1, 0);
+}
+
+// --- Request -------------------------------------------------------------------------------------
+
+Request::Request(GenerationParams params) : params_(std::move(params)) {}
+
+void Request::cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+
+bool Request::next(RequestUpdate& out, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !pending_.text.empty() || !pending_.logprobs.empty() || pending_.done; });
+  const bool any = !pending_.text.empty() || !pending_.logprobs.empty() || pending_.done;
+  out.text += pending_.text;
+  pending_.text.clear();
+  for (TokenLogprob& t : pending_.logprobs) out.logprobs.push_back(std::move(t));
+  pending_.logprobs.clear();
+  if (pending_.done) {
+    out.done = true;
+    out.finish_reason = pending_.finish_reason;
+    out.error = pending_.error;
+    out.usage = pending_.usage;
+  }
+  return any;
+}
+
+RequestUpdate Request::wait() {
+  RequestUpdate out;
+  while (!out.done) next(out, std::chrono::milliseconds(1000));
+  return out;
+}
+
+void Request::emit(const std::string& text, const TokenLogprob* logprob) {
+  {
+    std::lock_guard lock(mu_);
+    pending_.text += text;
+    if (logprob != nullptr) pending_.logprobs.push_back(*logprob);
+  }
+  cv_.notify_all();
+}
+
+void Request::finish(const std::string& reason, const Usage& usage, const std::string& error) {
+  {
+    std::lock_guard lock(mu_);
+    pending_.done = true;
+    pending_.finish_reason = reason;
+    pending_.usage = usage;
+    pending_.error = error;
+  }
+  cv_.notify_all();
+}
+
+// --- Scheduler -----------------------------------------------------------------------------------
+
+// A running request's engine-side state (engine thread only).
+struct Scheduler::Running {
+  std::shared_ptr<Request> request;
+  std::unique_ptr<Session> session;
+  std::unique_ptr<AttentionPolicy> policy;
+  std::unique_ptr<Sampler> sampler;
+  TextStream text;
+  int64_t reservation = 0;
+  size_t n_prefilled = 0;
+  int n_generated = 0;
+  int32_t last_token = -1;
+  Clock::time_point arrival;
+  Clock::time_point last_token_time;
+  bool finished = false;
+};
+
+Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, Metrics* metrics)
+    : engine_(engine), options_(options), metrics_(metrics) {
+  LY_CHECK(options_.max_running >= 1, ErrorCode::kInvalidArgument, "max_running must be >= 1, got {}",
+           options_.max_running);
+  LY_CHECK(options_.max_queue >= 0, ErrorCode::kInvalidArgument, "max_queue must be >= 0, got {}", options_.max_queue);
+  LY_CHECK(options_.prefill_chunk >= 1, ErrorCode::kInvalidArgument, "prefill_chunk must be >= 1");
+  const int model_context = engine.config().max_context;
+  context_ = options_.max_context > 0 ? std::min(options_.max_context, model_context) : model_context;
+  kv_capacity_ = options_.kv_tokens > 0 ? options_.kv_tokens : int64_t(options_.max_running) * context_;
+  context_ = int(std::min<int64_t>(context_, kv_capacity_));
+  LY_CHECK(context_ >= 2, ErrorCode::kInvalidArgument, "the KV pool of {} tokens is too small for a request",
+           kv_capacity_);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { abort(); }
+
+void Scheduler::abort() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::submit(const std::shared_ptr<Request>& r) {
+  LY_CHECK(kv_reservation(r->params()) <= kv_capacity_ && !r->params().prompt.empty(), ErrorCode::kInternal,
+           "internal error: a request of {} prompt + {} new tokens was not checked against the context",
+           r->params().prompt.size(), r->params().max_tokens);
+  {
+    std::lock_guard lock(mu_);
+    if (draining_.load() || stop_) throw ApiError(503, "the server is shutting down");
+    if (int(waiting_.size()) >= options_.max_queue && !(waiting_.empty() && n_running_ < options_.max_running))
+      throw ApiError(503, fmt::format("the server is busy: {} requests are waiting (--max-queue); retry later",
+                                      waiting_.size()));
+    waiting_.push_back(r);
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::drain() {
+  draining_.store(true);
+  cv_.notify_all();
+}
+
+bool Scheduler::wait_idle(Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  return idle_cv_.wait_until(lock, deadline, [&] { return waiting_.empty() && n_running_ == 0; });
+}
+
+SchedulerGauges Scheduler::gauges() const {
+  std::lock_guard lock(mu_);
+  return SchedulerGauges{n_running_, int(waiting_.size()), kv_used_, kv_capacity_};
+}
+
+// Takes requests from the front of the queue while the batch and the KV pool have room (first
+// come, first served: a large request at the front is not overtaken). Cancelled ones leave.
+void Scheduler::admit_locked(std::vector<std::shared_ptr<Request>>& admitted) {
+  while (!waiting_.empty()) {
+    const std::shared_ptr<Request>& r = waiting_.front();
+    if (r->cancelled()) {
+      r->finish("cancelled", Usage{int(r->params().prompt.size()), 0});
+      if (metrics_) metrics_->count_request("cancelled");
+      waiting_.pop_front();
+      continue;
+    }
+    const int64_t need = kv_reservation(r->params());
+    if (n_running_ >= options_.max_running || kv_used_ + need > kv_capacity_) break;
+    ++n_running_;
+    kv_used_ += need;
+    admitted.push_back(r);
+    waiting_.pop_front();
+  }
+}
+
+void Scheduler::loop() {
+  std::vector<std::unique_ptr<Running>> running;
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running.empty(); });
+    if (stop_) break;
+    std::vector<std::shared_ptr<Request>> admitted;
+    admit_locked(admitted);
+    lock.unlock();
+    for (const std::shared_ptr<Request>& r : admitted) {
+      std::unique_ptr<Running> run = start(r);
+      if (run) {
+        running.push_back(std::move(run));
+      } else {
+        lock.lock();
+        --n_running_;
+        kv_used_ -= kv_reservation(r->params());
+        lock.unlock();
+      }
+    }
+    step(running);
+    lock.lock();
+    // Finished and cancelled requests leave in the step that finished them.
+    for (std::unique_ptr<Running>& r : running)
+      if (r->finished) {
+        --n_running_;
+        kv_used_ -= r->reservation;
+        r.reset();
+      }
+    std::erase(running, nullptr);
+    if (waiting_.empty() && n_running_ == 0) idle_cv_.notify_all();
+  }
+  // Shutting down: whatever is left ends with an error.
+  for (std::unique_ptr<Running>& r : running) r->request->finish("error", {}, "the server shut down");
+  for (const std::shared_ptr<Request>& r : waiting_) r->finish("error", {}, "the server shut down");
+  waiting_.clear();
+  n_running_ = 0;
+  kv_used_ = 0;
+  idle_cv_.notify_all();
+}
+
+std::unique_ptr<Scheduler::Running> Scheduler::start(const std::shared_ptr<Request>& r) {
+  auto run = std::make_unique<Running>();
+  run->request = r;
+  run->arrival = Clock::now();
+  run->reservation = kv_reservation(r->params());
+  try {
+    const GenerationParams& p = r->params();
+    run->session = engine_.new_session(int(std::max<int64_t>(run->reservation, 1)));
+    run->policy = make_policy(p.policy, engine_.config());
+    run->session->set_policy(run->policy.get());
+    run->sampler = std::make_unique<Sampler>(p.sampling);
+    run->text = TextStream(p.stop);
+  } catch (const std::exception& e) {
+    LY_LOG_WARN("request could not start: {}", e.what());
+    r->finish("error", Usage{int(r->params().prompt.size()), 0}, e.what());
+    if (metrics_) metrics_->count_request("error");
+    return nullptr;
+  }
+  return run;
+}
+
+void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
+  int budget = options_.prefill_chunk;
+  for (std::unique_ptr<Running>& rp : running) {
+    Running& r = *rp;
+    if (r.request->cancelled()) {
+      retire(r, "cancelled");
+      continue;
+    }
+    try {
+      const std::vector<int32_t>& prompt = r.request->params().prompt;
+      if (r.n_prefilled < prompt.size()) {
+        const size_t n = std::min(prompt.size() - r.n_prefilled, size_t(budget));
+        if (n == 0) continue;  // the step's prefill budget is spent; next step
+        r.session->feed(std::span<const int32_t>(prompt.data() + r.n_prefilled, n));
+        r.n_prefilled += n;
+        budget -= int(n);
+        if (r.n_prefilled == prompt.size()) sample_and_emit(r);
+      } else {
+        r.session->feed(std::span<const int32_t>(&r.last_token, 1));
+        sample_and_emit(r);
+      }
+    } catch (const std::exception& e) {
+      LY_LOG_WARN("request failed: {}", e.what());
+      retire(r, "error", e.what());
+    }
+  }
+}
+
+namespace {
+
+// log-softmax of the chosen token and the top_n most likely tokens, from the raw logits.
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top_n, const Tokenizer& tok) {
+  float max = -INFINITY;
+  for (float x : logits) max = std::max(max, x);
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(double(x) - max);
+  const double log_z = double(max) + std::log(sum);
+  TokenLogprob t;
+  // The model's vocabulary may be larger than the tokenizer's: those ids have no text.
+  auto piece = [&](int32_t id) { return id < tok.vocab_size() ? tok.token_piece(id) : std::string(); };
+  t.token = piece(token);
+  t.logprob = float(double(logits[size_t(token)]) - log_z);
+  if (top_n > 0) {
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+    const size_t n = std::min(size_t(top_n), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + long(n), ids.end(), [&](int32_t a, int32_t b) {
+      return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)] : a < b;
+    });
+    for (size_t i = 0; i < n; ++i)
+      t.top.push_back({piece(ids[i]), float(double(logits[size_t(ids[i])]) - log_z)});
+  }
+  return t;
+}
+
+}  // namespace
+
+void Scheduler::sample_and_emit(Running& r) {
+  const GenerationParams& p = r.request->params();
+  const Tokenizer& tok = engine_.tokenizer();
+  TokenLogprob lp;
+  const int32_t token = r.session->sample(*r.sampler);
+  if (p.logprobs) lp = token_logprob(r.session->logits(), token, p.top_logprobs, tok);
+  ++r.n_generated;
+  const Clock::time_point now = Clock::now();
+  if (metrics_) {
+    if (r.n_generated == 1) metrics_->observe_ttft(std::chrono::duration<double>(now - r.arrival).count());
+    else metrics_->observe_tpot(std::chrono::duration<double>(now - r.last_token_time).count());
+  }
+  r.last_token_time = now;
+  r.last_token = token;
+  const std::vector<int32_t>& stop_ids = tok.stop_ids();
+  if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+    r.request->emit(r.text.finish(), p.logprobs ? &lp : nullptr);
+    retire(r, "stop");
+    return;
+  }
+  const bool has_text = token < tok.vocab_size() && !tok.is_special(token);
+  std::string text = r.text.push(has_text ? tok.token_piece(token) : std::string());
+  if (r.text.stopped()) {
+    r.request->emit(text, p.logprobs ? &lp : nullptr);
+    retire(r, "stop");
+  } else if (r.n_generated >= p.max_tokens) {
+    r.request->emit(text + r.text.finish(), p.logprobs ? &lp : nullptr);
+    retire(r, "length");
+  } else {
+    r.request->emit(text, p.logprobs ? &lp : nullptr);
+  }
+}
+
+void Scheduler::retire(Running& r, const std::string& reason, const std::string& error) {
+  if (r.finished) return;
+  r.finished = true;
+  const Usage usage{int(r.request->params().prompt.size()), r.n_generated};
+  if (metrics_) {
+    metrics_->count_request(reason == "stop" || reason == "length" ? "ok" : reason);
+    metrics_->add_tokens(int64_t(r.n_prefilled), r.n_generated);
+    const KvReadStats& s = r.session->stats();
+    const int head_dim = engine_.config().head_dim;
+    metrics_->add_kv_reads(policy_kind_name(r.request->params().policy.kind), s.kv_bytes(head_dim),
+                           s.dense_kv_bytes(head_dim));
+  }
+  r.request->finish(reason, usage, error);
+}
+
+}  // namespace lychee::server

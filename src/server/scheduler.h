@@ -1,0 +1,139 @@
+// The engine thread and its handoff with the HTTP threads.
+//
+// One thread owns the Engine and every Session. HTTP threads parse and validate a request into
+// GenerationParams (native, tokenized), wrap it in a Request and submit it; they then wait on the
+// Request's condition variable for text and the finish. Nothing else crosses between the threads.
+//
+// Continuous batching at the session level: every step admits waiting requests (a KV budget in
+// tokens: the sum of the admitted requests' prompt + max_tokens must fit the pool), prefills up
+// to prefill_chunk prompt tokens (cut across steps), decodes one token for each running request,
+// and retires finished and cancelled requests, releasing their capacity in the same step.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attention/policies.h"
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+#include "server/metrics.h"
+#include "server/schema.h"
+
+namespace lychee::server {
+
+// A request in the engine's terms, validated and tokenized by the HTTP thread.
+struct GenerationParams {
+  std::vector<int32_t> prompt;
+  int max_tokens = 16;  // >= 1; prompt + max_tokens - 1 fits the context
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool logprobs = false;
+  int top_logprobs = 0;
+  PolicyOptions policy;
+};
+
+// What the HTTP thread collects from a running request.
+struct RequestUpdate {
+  std::string text;                    // new final text (stop strings removed)
+  std::vector<TokenLogprob> logprobs;  // one per new generated token (with logprobs)
+  bool done = false;
+  std::string finish_reason;           // "stop", "length", "cancelled" or "error"
+  std::string error;                   // with "error"
+  Usage usage;
+};
+
+class Request {
+ public:
+  explicit Request(GenerationParams params);
+  const GenerationParams& params() const { return params_; }
+  // The client went away: the engine drops the request at its next step.
+  void cancel();
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  // Waits until there is new text or the finish, or until `timeout`; moves what arrived into
+  // `out` (text appended) and returns whether anything did.
+  bool next(RequestUpdate& out, std::chrono::milliseconds timeout);
+  // Waits for the finish and returns everything.
+  RequestUpdate wait();
+
+  // Engine thread.
+  void emit(const std::string& text, const TokenLogprob* logprob);
+  void finish(const std::string& reason, const Usage& usage, const std::string& error = "");
+
+ private:
+  GenerationParams params_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  RequestUpdate pending_;  // not yet taken by the HTTP thread
+  friend class Scheduler;
+};
+
+struct SchedulerOptions {
+  int max_running = 4;     // sequences in the running batch
+  int max_queue = 64;      // waiting requests; more are refused (503)
+  int64_t kv_tokens = 0;   // the KV pool in tokens; 0 = max_running x context
+  int prefill_chunk = 512; // prompt tokens prefilled per step, over all requests
+  int max_context = 0;     // longest sequence; 0 = the model's context
+};
+
+class Scheduler {
+ public:
+  Scheduler(Engine& engine, const SchedulerOptions& options, Metrics* metrics = nullptr);
+  ~Scheduler();  // finishes what is left with an error and joins the engine thread
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // The longest sequence a request may have (prompt + generated): the model's context, capped by
+  // max_context and by the KV pool.
+  int context() const { return context_; }
+  int64_t kv_capacity() const { return kv_capacity_; }
+  // Queues r. ApiError(503) when the queue is full or the server is draining.
+  void submit(const std::shared_ptr<Request>& r);
+  // Stops admitting new submissions (503); queued and running requests go on.
+  void drain();
+  bool draining() const { return draining_.load(); }
+  // Ends every queued and running request with an error and stops the engine thread (the drain
+  // deadline passed); later submissions get 503.
+  void abort();
+  // Waits until no request is queued or running, or the deadline; returns whether idle.
+  bool wait_idle(std::chrono::steady_clock::time_point deadline);
+  SchedulerGauges gauges() const;
+
+ private:
+  struct Running;
+  void loop();
+  void admit_locked(std::vector<std::shared_ptr<Request>>& admitted);
+  std::unique_ptr<Running> start(const std::shared_ptr<Request>& r);
+  void step(std::vector<std::unique_ptr<Running>>& running);
+  void sample_and_emit(Running& r);
+  void retire(Running& r, const std::string& reason, const std::string& error = "");
+
+  Engine& engine_;
+  SchedulerOptions options_;
+  Metrics* metrics_;
+  int context_ = 0;
+  int64_t kv_capacity_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // the engine thread waits for work
+  std::condition_variable idle_cv_;  // wait_idle
+  std::deque<std::shared_ptr<Request>> waiting_;
+  int n_running_ = 0;
+  int64_t kv_used_ = 0;
+  bool stop_ = false;
+  std::atomic<bool> draining_{false};
+  std::thread thread_;
+};
+
+// The reservation of a request in KV tokens: every fed token (the last sampled one is not fed).
+int64_t kv_reservation(const GenerationParams& p);
+
+}  // namespace lychee::server

@@ -1,0 +1,263 @@
+"""`lychee serve` end to end: the official openai client and raw HTTP against the real binary."""
+import concurrent.futures as cf
+import http.client
+import json
+import random
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import API_KEY, Server
+
+PROMPTS = ["The capital of France is", "Once upon a time", "1, 2, 3, 4,", "def fibonacci(n):",
+           "The best way to learn", "Water boils at", "My favourite colour is", "In the year 2000,"]
+
+
+def chat(client, model, text, **kw):
+    kw.setdefault("temperature", 0)
+    kw.setdefault("max_tokens", 8)
+    return client.chat.completions.create(model=model, messages=[{"role": "user", "content": text}], **kw)
+
+
+def complete(client, model, prompt, **kw):
+    kw.setdefault("temperature", 0)
+    kw.setdefault("max_tokens", 8)
+    return client.completions.create(model=model, prompt=prompt, **kw)
+
+
+def test_health_models_tokenize(server, client, model_id):
+    assert server.request("GET", "/health", auth=False)[0] == 200
+    models = client.models.list().data
+    assert len(models) == 1 and models[0].owned_by == "lychee"
+    status, _, body = server.request("GET", "/v1/models")
+    assert status == 200 and body["data"][0]["context_length"] == 512
+    status, _, body = server.request("POST", "/tokenize", {"content": "Hello world"})
+    assert status == 200 and len(body["tokens"]) == 2
+    status, _, back = server.request("POST", "/detokenize", {"tokens": body["tokens"]})
+    assert status == 200 and back["content"] == "Hello world"
+
+
+def test_chat(client, model_id):
+    r = chat(client, model_id, "What is the capital of France?", max_tokens=20)
+    assert r.object == "chat.completion" and r.model == model_id and r.id.startswith("chatcmpl-")
+    assert "Paris" in r.choices[0].message.content
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_completion_max_tokens(client, model_id):
+    r = complete(client, model_id, "Once upon a time", max_tokens=5)
+    assert r.object == "text_completion"
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 5
+    assert r.choices[0].text
+    ids = client.completions.create(model=model_id, prompt=[1, 2, 3], max_tokens=2, temperature=0)
+    assert ids.usage.prompt_tokens == 3 and ids.usage.completion_tokens == 2
+
+
+def test_streaming_equals_whole(client, model_id):
+    for text in PROMPTS[:3]:
+        whole = chat(client, model_id, text, max_tokens=12)
+        chunks = list(chat(client, model_id, text, max_tokens=12, stream=True,
+                           stream_options={"include_usage": True}))
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert streamed == whole.choices[0].message.content
+        finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert finals == [whole.choices[0].finish_reason]
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+        whole_c = complete(client, model_id, text, max_tokens=12)
+        streamed_c = "".join(c.choices[0].text for c in complete(client, model_id, text, max_tokens=12, stream=True))
+        assert streamed_c == whole_c.choices[0].text
+
+
+def test_raw_sse_format(server):
+    req = {"prompt": "Hello", "max_tokens": 3, "temperature": 0, "stream": True}
+    status, headers, text = server.request("POST", "/v1/completions", req)
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = text.split("\n\n")
+    assert events[-1] == "" and events[-2] == "data: [DONE]"
+    for e in events[:-2]:
+        assert e.startswith("data: ")
+        json.loads(e[len("data: "):])
+
+
+def test_stop_strings(client, model_id):
+    whole = complete(client, model_id, "1, 2, 3, 4,", max_tokens=12).choices[0].text
+    stop = whole[4:6]
+    r = complete(client, model_id, "1, 2, 3, 4,", max_tokens=12, stop=["@@@", stop])
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == whole[:whole.index(stop)]
+    streamed = "".join(c.choices[0].text for c in complete(client, model_id, "1, 2, 3, 4,", max_tokens=12,
+                                                           stop=stop, stream=True))
+    assert streamed == r.choices[0].text
+
+
+def test_seed_determinism(client, model_id):
+    a = chat(client, model_id, "Tell me a story", temperature=1.0, seed=1234, max_tokens=10)
+    b = chat(client, model_id, "Tell me a story", temperature=1.0, seed=1234, max_tokens=10)
+    assert a.choices[0].message.content == b.choices[0].message.content
+
+
+def test_logprobs(client, model_id):
+    r = chat(client, model_id, "Hi", max_tokens=4, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for t in content:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 3
+        assert t.top_logprobs[0].token == t.token
+
+
+def test_lychee_policy_extension(client, model_id):
+    r = chat(client, model_id, "What is the capital of France?", max_tokens=6,
+             extra_body={"lychee": {"policy": "lychee", "budget": 64, "block_size": 16}})
+    assert r.choices[0].message.content
+    with pytest.raises(Exception) as e:
+        chat(client, model_id, "Hi", extra_body={"lychee": {"policy": "lychee", "block_size": 0}})
+    assert e.value.status_code == 400 and "lychee.block_size" in str(e.value)
+
+
+def error_of(server, method, path, body=None, **kw):
+    status, _, b = server.request(method, path, body, **kw)
+    assert set(b["error"]) >= {"message", "type", "param", "code"}, b
+    return status, b["error"]
+
+
+def test_errors(server):
+    msgs = [{"role": "user", "content": "hi"}]
+    status, e = error_of(server, "POST", "/v1/chat/completions", {"messages": msgs, "temperature": "hot"})
+    assert status == 400 and e["param"] == "temperature" and "temperature" in e["message"]
+    status, e = error_of(server, "POST", "/v1/chat/completions", {"messages": msgs, "n": 2})
+    assert status == 400 and e["param"] == "n" and "only n = 1" in e["message"]
+    status, e = error_of(server, "POST", "/v1/chat/completions", {"model": "gpt-4", "messages": msgs})
+    assert status == 404 and e["code"] == "model_not_found"
+    status, e = error_of(server, "POST", "/v1/chat/completions", {"messages": "hi"})
+    assert status == 400 and e["param"] == "messages"
+    status, _, b = server.request("POST", "/v1/chat/completions", raw=b"{not json")
+    assert status == 400 and "not valid JSON" in b["error"]["message"]
+    status, e = error_of(server, "GET", "/v1/nothing")
+    assert status == 404
+    status, e = error_of(server, "POST", "/v1/completions", raw=b'{"prompt": "' + b"a" * (9 << 20) + b'"}')
+    assert status == 413
+    status, e = error_of(server, "GET", "/v1/models", auth=False)
+    assert status == 401
+    status, e = error_of(server, "GET", "/metrics", headers={"Authorization": "Bearer wrong"})
+    assert status == 401
+    # A prompt over the context (512 here): 400 naming both numbers, before any work.
+    n = len(server.request("POST", "/tokenize", {"content": "word " * 600})[2]["tokens"])
+    status, e = error_of(server, "POST", "/v1/completions", {"prompt": "word " * 600, "max_tokens": 4})
+    assert status == 400 and f"{n} tokens" in e["message"] and "512" in e["message"], e
+
+
+def test_openai_client_errors(client, model_id):
+    import openai
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, model_id, "Hi", n=2)
+    assert "n" == e.value.body["param"]
+    with pytest.raises(openai.NotFoundError):
+        chat(client, "no-such-model", "Hi")
+    bad = openai.OpenAI(base_url=client.base_url, api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+
+
+def open_stream(server, body):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("POST", "/v1/completions", json.dumps(body),
+                 {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    return conn, resp
+
+
+def test_cancellation_mid_stream_frees_capacity(server, client, model_id):
+    before = server.metrics()["lychee_requests_total{outcome=\"cancelled\"}"]
+    conn, resp = open_stream(server, {"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0,
+                                      "stream": True})
+    first = resp.readline()
+    assert first.startswith(b"data: ")
+    assert server.metrics()["lychee_kv_tokens_used"] > 0
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    m = server.wait_pool_empty()
+    assert m["lychee_requests_total{outcome=\"cancelled\"}"] == before + 1
+    assert chat(client, model_id, "Hi", max_tokens=3).choices[0].message.content  # still serving
+
+
+def test_concurrent_greedy_requests_are_isolated(server, client, model_id):
+    alone = [complete(client, model_id, p, max_tokens=8).choices[0].text for p in PROMPTS]
+    with cf.ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda p: complete(client, model_id, p, max_tokens=8).choices[0].text, PROMPTS))
+    assert together == alone
+    server.wait_pool_empty()
+
+
+def test_soak(server, client, model_id):
+    """100 requests, 8 at a time, every tenth cancelled mid-stream: no failure, no leaked capacity."""
+    before = server.metrics()
+    failures = []
+
+    def one(i):
+        try:
+            prompt = PROMPTS[i % len(PROMPTS)]
+            if i % 10 == 3:
+                conn, resp = open_stream(server, {"prompt": prompt, "max_tokens": 200, "stream": True,
+                                                  "temperature": 0.8, "seed": i})
+                resp.readline()
+                conn.sock.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            elif i % 2:
+                text = "".join(c.choices[0].text for c in complete(client, model_id, prompt, max_tokens=6,
+                                                                   stream=True, temperature=0.7, seed=i))
+                assert isinstance(text, str)
+            else:
+                r = chat(client, model_id, prompt, max_tokens=6, temperature=0.7, seed=i)
+                assert r.choices[0].finish_reason in ("stop", "length")
+        except Exception as e:  # noqa: BLE001 - every failure is reported
+            failures.append(f"request {i}: {e!r}")
+
+    with cf.ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(100)))
+    assert failures == []
+    after = server.wait_pool_empty(timeout=30)
+    ok = after['lychee_requests_total{outcome="ok"}'] - before['lychee_requests_total{outcome="ok"}']
+    cancelled = (after['lychee_requests_total{outcome="cancelled"}']
+                 - before['lychee_requests_total{outcome="cancelled"}'])
+    assert ok == 90 and cancelled == 10
+    assert after['lychee_requests_total{outcome="error"}'] == 0
+
+
+def test_full_queue_is_503_and_sigterm_drains():
+    s = Server("--max-running", "1", "--max-queue", "1", "--max-context", "512", api_key=None)
+    try:
+        conn, resp = open_stream(s, {"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0, "stream": True})
+        resp.readline()  # running
+        results = {}
+        queued = threading.Thread(target=lambda: results.update(q=s.request(
+            "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 2, "temperature": 0})))
+        queued.start()
+        deadline = time.time() + 10
+        while s.metrics()["lychee_waiting_requests"] < 1 and time.time() < deadline:
+            time.sleep(0.02)
+        status, headers, body = s.request("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+        assert status == 503 and headers.get("Retry-After") and "busy" in body["error"]["message"]
+        # SIGTERM: no new requests, the running stream and the queued request finish, exit 0.
+        s.proc.send_signal(signal.SIGTERM)
+        deadline = time.time() + 10
+        while "SIGTERM" not in s.output() and time.time() < deadline:
+            time.sleep(0.02)
+        status, _, body = s.request("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+        assert status == 503 and "shutting down" in body["error"]["message"]
+        rest = resp.read().decode()
+        assert rest.endswith("data: [DONE]\n\n") and '"finish_reason":"length"' in rest
+        conn.close()
+        queued.join(30)
+        assert results["q"][0] == 200
+        assert s.proc.wait(60) == 0, s.output()
+    finally:
+        s.stop()
