@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention/policies.h"
@@ -519,6 +520,46 @@ TEST(HybridPolicies, DecodeStepsReuseTheirPlans) {
   const int replans = p.runner.replans() - before;
   EXPECT_GE(replans, 3);   // the first step and the two page boundaries (768, 832 tokens)
   EXPECT_LE(replans, 12);  // and not one per step (130)
+}
+
+// Sessions share one runner (the server steps many): each session's policy, logits and KV-read
+// counts stay its own when steps of sessions with different policies interleave — the same logits
+// bit for bit and the same reads as the session run alone.
+TEST(HybridPolicies, InterleavedSessionsWithDifferentPoliciesStayApart) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  DefaultPair p(path);
+  const ModelConfig& c = p.ck.config();
+  PolicyOptions lo, qo;
+  lo.kind = PolicyKind::kLychee;
+  lo.select.budget = 256;
+  qo.kind = PolicyKind::kQuest;
+  qo.select.budget = 256;
+  const auto ids_a = prompt_ids(760, c.vocab_size), ids_b = prompt_ids(700, c.vocab_size - 3);
+  std::vector<Trace> alone;
+  for (const auto& [o, ids] : {std::pair{lo, ids_a}, std::pair{qo, ids_b}}) {
+    auto policy = make_policy(o, c);
+    GpuSession s(p.runner, 1024);
+    alone.push_back(run_session(s, policy.get(), ids, int(ids.size()) - 40));
+  }
+  auto pa = make_policy(lo, c), pb = make_policy(qo, c);
+  GpuSession a(p.runner, 1024), b(p.runner, 1024);
+  a.set_policy(pa.get());
+  b.set_policy(pb.get());
+  a.feed(std::span<const int32_t>(ids_a).first(ids_a.size() - 40));
+  b.feed(std::span<const int32_t>(ids_b).first(ids_b.size() - 40));
+  test::expect_error([&] { a.logits(); }, ErrorCode::kInternal, "another session");  // b ran last
+  for (size_t i = 0; i < 40; ++i) {
+    for (auto [s, ids, k] : {std::tuple{&a, &ids_a, 0}, std::tuple{&b, &ids_b, 1}}) {
+      const size_t at = ids->size() - 40 + i;
+      s->feed(std::span<const int32_t>(&(*ids)[at], 1));
+      const auto l = s->logits();
+      ASSERT_EQ(std::vector<float>(l.begin(), l.end()), alone[size_t(k)].logits[i]) << "session " << k << " step " << i;
+    }
+  }
+  EXPECT_EQ(a.stats().token_reads, alone[0].stats.token_reads);
+  EXPECT_EQ(b.stats().token_reads, alone[1].stats.token_reads);
+  EXPECT_EQ(b.stats().metadata_bytes, alone[1].stats.metadata_bytes);
 }
 
 // Equalities on the GPU: LycheeDecode with every head retrieval, or with a budget covering the

@@ -1,6 +1,9 @@
 // A Session on the CUDA backend: one sequence in the GPU runner's paged KV cache. Attention
 // policies run through the hybrid-head kernel: the session hands the runner the policy's
-// DecodeSpec and counts what decode steps read on the device. Compiled only with CUDA.
+// DecodeSpec and counts what decode steps read on the device. Sessions may share one runner (the
+// server steps many in turn): a session re-sets its policy when another set theirs since, takes
+// its read counts after each step, and refuses to read logits another session's step replaced.
+// Compiled only with CUDA.
 #pragma once
 
 #include <vector>
@@ -29,8 +32,11 @@ class GpuSession final : public Session {
   cuda::GpuSeq seq_;
   int capacity_;
   AttentionPolicy* policy_ = nullptr;
-  mutable KvReadStats stats_;
-  mutable bool reads_pending_ = false;  // device counters hold reads not yet in stats_
+  void check_last_forward() const;
+
+  KvReadStats stats_;
+  int policy_epoch_ = -1;  // the runner's policy epoch when this session set its policy
+  uint64_t forward_ = 0;   // the runner's forward count after this session's last step
   std::vector<float> logits_;
   bool logits_valid_ = false;
 };

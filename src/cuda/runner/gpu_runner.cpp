@@ -143,6 +143,7 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
     m.meta_host<int32_t>(m.meta.seq_lens)[0] = seq.length + n;
     std::copy(seq.pages.begin(), seq.pages.end(), m.meta_host<int32_t>(m.meta.block_table));
     m.upload_meta(m.meta.total);
+    ++m.n_forwards;
     m.forward(n, false, 1, n, seq.length + n);
     seq.length += n;
   }
@@ -179,6 +180,7 @@ void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> t
   if (tokens.empty())  // feed the tokens sampled on the device by the previous step
     LY_CUDA_CHECK(cudaMemcpyAsync(m.meta_dev<int32_t>(m.meta.tokens), m.sampled.data(), size_t(batch) * 4,
                                   cudaMemcpyDeviceToDevice, m.stream));
+  ++m.n_forwards;
   if (m.o.cuda_graphs)
     m.graphs.run(batch * 2 + (m.step_policy ? 1 : 0), m.stream, [&] { m.forward(batch, true, batch, 1, 0); });
   else
@@ -226,6 +228,8 @@ void GpuRunner::truncate(GpuSeq& seq, int n) {
 
 int GpuRunner::n_pages() const { return impl_->pool->n_pages(); }
 int GpuRunner::replans() const { return impl_->planner.replans(); }
+int GpuRunner::policy_epoch() const { return impl_->policy_epoch; }
+uint64_t GpuRunner::forwards() const { return impl_->n_forwards; }
 
 void GpuRunner::set_policy(const DecodeSpec& spec) {
   Impl& m = *impl_;

@@ -67,6 +67,12 @@ class GpuRunner {
   // How many times decode steps rebuilt their split plans (they are reused while every head's
   // work is unchanged).
   int replans() const;
+  // Changes with every set_policy, so that sessions sharing the runner can tell whether the
+  // policy in force is still the one they set.
+  int policy_epoch() const;
+  // Forward passes run so far (prefill chunks and decode steps): the logits rows belong to the
+  // last one.
+  uint64_t forwards() const;
   // Tokens the policy's decode steps read per batch row since the last call (per layer and KV
   // head, the union over its query heads, as KvReadStats counts them); zeroes the counters.
   // Synchronises.

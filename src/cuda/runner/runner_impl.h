@@ -77,6 +77,7 @@ struct GpuRunner::Impl {
   // The policy as the kernels run it (none set: dense decode steps, reads not counted).
   std::optional<GpuPolicyPlan> policy;
   int policy_epoch = 0;      // set_policy count: page-bound metadata is rebuilt per setting
+  uint64_t n_forwards = 0;   // forward passes run (GpuRunner::forwards)
   bool step_policy = false;  // the step being recorded uses the policy
   DeviceBuffer<float> scores, unit_scores;
   DeviceBuffer<int32_t> lists, list_counts, sel_heads;
