@@ -30,7 +30,21 @@ int main(int argc, char** argv) {
     g.tensor_f32("token_embd.weight", {4, 3});
     g.tensor({"q8", {32, 1}, 8, std::vector<uint8_t>(34, 1)});
     g.tensor({"q4", {32}, 3, std::vector<uint8_t>(20, 7)});
-    return write("seed1.gguf", g.build()) && write("seed2.gguf", lychee::test::GgufBuilder().build()) ? 0 : 1;
+    // k-quant super-blocks (ggml types 12..15: Q4_K, Q5_K, Q6_K, Q8_K), one or two per tensor,
+    // with bytes that vary so that every packed scale field takes several values.
+    lychee::test::GgufBuilder k;
+    k.kv_str("general.architecture", "qwen3");
+    const struct { uint32_t type; uint64_t block_bytes; uint64_t n_blocks; } kq[] = {
+        {12, 144, 2}, {13, 176, 1}, {14, 210, 1}, {15, 292, 1}};
+    for (const auto& q : kq) {
+      std::vector<uint8_t> bytes(q.block_bytes * q.n_blocks);
+      for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(i * 37 + q.type);
+      k.tensor({"k" + std::to_string(q.type), {256, q.n_blocks}, q.type, std::move(bytes)});
+    }
+    return write("seed1.gguf", g.build()) && write("seed2.gguf", lychee::test::GgufBuilder().build()) &&
+                   write("seed3.gguf", k.build())
+               ? 0
+               : 1;
   }
   if (kind == "safetensors") {
     const std::string path = dir + "/seed1.safetensors";

@@ -31,6 +31,19 @@ TEST(Cli, GeneratesFromAHuggingFaceDirectory) {
   EXPECT_TRUE(has_text(r.output)) << "no text generated";
 }
 
+// GGUF files (tests/golden/gguf): a Q4_K_M-style Qwen3 mix, Mistral written as llama, and a
+// Qwen3 chat through the GGUF's own chat template.
+TEST(Cli, GeneratesFromGgufFiles) {
+  for (const char* file : {"qwen3_q4_k_m", "mistral_f32", "qwen2_q8_0"}) {
+    const RunResult r = run_cli("generate -m " + test::golden_dir() + "/gguf/" + file + ".gguf -p 'The quick' -n 4");
+    EXPECT_EQ(r.status, 0) << file << ": " << r.output;
+    EXPECT_TRUE(has_text(r.output)) << file << ": no text generated";
+  }
+  const RunResult r = run_cli("chat -m " + test::golden_dir() + "/gguf/qwen3_bf16.gguf -p 'hello' -n 3");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has_text(r.output)) << "no reply";
+}
+
 TEST(Cli, ChatsWithATinyModel) {
   const RunResult r = run_cli("chat -m " + test::golden_dir() + "/models/qwen2_untied_f16 -p 'hello' -n 3");
   EXPECT_EQ(r.status, 0) << r.output;

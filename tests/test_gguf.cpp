@@ -109,12 +109,49 @@ TEST(Gguf, MisalignedOffset) {
 
 TEST(Gguf, UnsupportedQuantisationNamesTheTensor) {
   GgufBuilder g = sample();
-  g.tensor({"blk.0.ffn_up.weight", {256, 2}, 13, std::vector<uint8_t>(2 * 176)});
+  g.tensor({"blk.0.ffn_up.weight", {256, 2}, 11, std::vector<uint8_t>(2 * 110)});
   ErrorCode code{};
   const std::string err = parse_error(g.build(), &code);
   EXPECT_EQ(code, ErrorCode::kUnsupported);
   EXPECT_NE(err.find("blk.0.ffn_up.weight"), std::string::npos) << err;
-  EXPECT_NE(err.find("Q5_K"), std::string::npos) << err;
+  EXPECT_NE(err.find("Q3_K"), std::string::npos) << err;
+}
+
+// k-quant tensors: 256-element super-blocks; the byte count follows from the shape.
+TEST(Gguf, KQuantTensorsAndTheirBlockSizes) {
+  const struct {
+    uint32_t ggml_type;
+    const char* name;
+    uint64_t block_bytes;
+  } types[] = {{12, "Q4_K", 144}, {13, "Q5_K", 176}, {14, "Q6_K", 210}, {15, "Q8_K", 292}};
+  for (const auto& t : types) {
+    GgufBuilder g = sample();
+    g.tensor({"blk.0.attn_output.weight", {512, 3}, t.ggml_type, std::vector<uint8_t>(6 * t.block_bytes)});
+    const auto bytes = g.build();
+    const GgufFile f = GgufFile::parse(bytes, "test.gguf");
+    const GgufTensorInfo* w = f.find_tensor("blk.0.attn_output.weight");
+    ASSERT_NE(w, nullptr) << t.name;
+    EXPECT_EQ(dtype_name(w->dtype), t.name);
+    EXPECT_EQ(w->n_bytes, 6 * t.block_bytes) << t.name;
+    // A row of 384 is not a whole number of super-blocks: named with the tensor and the type.
+    g = sample();
+    g.tensor({"blk.1.ffn_down.weight", {384, 2}, t.ggml_type, std::vector<uint8_t>(3 * t.block_bytes)});
+    const std::string err = parse_error(g.build());
+    EXPECT_NE(err.find("tensor 'blk.1.ffn_down.weight' has row length 384, not a multiple of the " +
+                       std::string(t.name) + " block size 256"),
+              std::string::npos)
+        << err;
+    // Data cut short: the last super-block runs past the end of the file.
+    g = sample();
+    g.tensor({"blk.2.attn_v.weight", {256, 2}, t.ggml_type, std::vector<uint8_t>(2 * t.block_bytes)});
+    auto cut = g.build();
+    const GgufFile whole = GgufFile::parse(cut, "test.gguf");
+    const GgufTensorInfo* v = whole.find_tensor("blk.2.attn_v.weight");
+    EXPECT_EQ(v->n_bytes, 2 * t.block_bytes);
+    cut.resize(size_t(v->data - cut.data()) + t.block_bytes);
+    EXPECT_NE(parse_error(cut).find("tensor 'blk.2.attn_v.weight' spans bytes"), std::string::npos)
+        << t.name;
+  }
 }
 
 TEST(Gguf, BadDimensionsAndRowLengths) {

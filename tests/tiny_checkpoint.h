@@ -83,20 +83,32 @@ inline std::string write_tiny_hf(const std::string& dir, const nlohmann::json& c
   return dir;
 }
 
-// A tiny llama GGUF with F32 tensors; `edit` works on GGUF names and ggml-order shapes.
-inline GgufBuilder tiny_llama_gguf(const TinyEdit& edit = {}) {
-  const ModelConfig c = tiny_llama_config();
+// The tiny Llama's shapes as a GGUF architecture: qwen2 adds q/k/v biases, qwen3 q/k norms
+// (and states its head dim, as Qwen3 files do).
+inline ModelConfig tiny_gguf_config(const std::string& arch) {
+  ModelConfig c = tiny_llama_config();
+  c.qkv_bias = arch == "qwen2";
+  c.qk_norm = arch == "qwen3";
+  return c;
+}
+
+// A tiny GGUF (architecture llama, mistral, qwen2 or qwen3) with F32 tensors; `edit` works on
+// GGUF names and ggml-order shapes.
+inline GgufBuilder tiny_gguf(const std::string& arch, const TinyEdit& edit = {}) {
+  const ModelConfig c = tiny_gguf_config(arch);
   GgufBuilder g;
-  g.kv_str("general.architecture", "llama");
-  g.kv_u32("llama.block_count", c.n_layers);
-  g.kv_u32("llama.embedding_length", c.d_model);
-  g.kv_u32("llama.feed_forward_length", c.d_ff);
-  g.kv_u32("llama.attention.head_count", c.n_heads);
-  g.kv_u32("llama.attention.head_count_kv", c.n_kv_heads);
-  g.kv_u32("llama.context_length", c.max_context);
-  g.kv_u32("llama.vocab_size", c.vocab_size);
-  g.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  g.kv_f32("llama.rope.freq_base", 10000.0f);
+  const auto key = [&](const char* k) { return arch + "." + k; };
+  g.kv_str("general.architecture", arch);
+  g.kv_u32(key("block_count"), c.n_layers);
+  g.kv_u32(key("embedding_length"), c.d_model);
+  g.kv_u32(key("feed_forward_length"), c.d_ff);
+  g.kv_u32(key("attention.head_count"), c.n_heads);
+  g.kv_u32(key("attention.head_count_kv"), c.n_kv_heads);
+  if (arch == "qwen3") g.kv_u32(key("attention.key_length"), c.head_dim);
+  g.kv_u32(key("context_length"), c.max_context);
+  g.kv_u32(key("vocab_size"), c.vocab_size);
+  g.kv_f32(key("attention.layer_norm_rms_epsilon"), 1e-5f);
+  g.kv_f32(key("rope.freq_base"), 10000.0f);
   for (const WeightSpec& spec : weight_table()) {
     if (spec.present != nullptr && !spec.present(c)) continue;
     if (spec.optional) continue;
@@ -115,6 +127,9 @@ inline GgufBuilder tiny_llama_gguf(const TinyEdit& edit = {}) {
   }
   return g;
 }
+
+// A tiny llama GGUF with F32 tensors; `edit` works on GGUF names and ggml-order shapes.
+inline GgufBuilder tiny_llama_gguf(const TinyEdit& edit = {}) { return tiny_gguf("llama", edit); }
 
 inline std::string write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);

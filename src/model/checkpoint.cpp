@@ -94,8 +94,13 @@ void Checkpoint::collect_weights() {
         w.shape = hf_order(t->ne);
         w.data = t->data;
         w.n_bytes = t->n_bytes;
-        if (spec.id == WeightId::kWq || spec.id == WeightId::kBq) w.unpermute_heads = c.n_heads;
-        if (spec.id == WeightId::kWk || spec.id == WeightId::kBk) w.unpermute_heads = c.n_kv_heads;
+        // llama.cpp runs llama (and mistral) with pairwise RoPE, so its converter interleaves
+        // their Q/K rows; qwen2/qwen3 run rotate-half (NeoX) RoPE and keep HF's row order.
+        const bool interleaved = c.arch == Arch::kLlama || c.arch == Arch::kMistral;
+        if (interleaved && (spec.id == WeightId::kWq || spec.id == WeightId::kBq))
+          w.unpermute_heads = c.n_heads;
+        if (interleaved && (spec.id == WeightId::kWk || spec.id == WeightId::kBk))
+          w.unpermute_heads = c.n_kv_heads;
       } else {
         const SafetensorsTensor* t = st_->find(name, &w.file);
         if (t == nullptr) {

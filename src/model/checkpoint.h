@@ -27,8 +27,9 @@ struct RawWeight {
   std::vector<int64_t> shape; // outermost first (HF order)
   const uint8_t* data = nullptr;
   uint64_t n_bytes = 0;
-  // GGUF llama files store Q and K rows interleaved per head (for ggml's pairwise RoPE); this
-  // is the head count to undo that with, 0 when the rows are in rotate-half order already.
+  // GGUF llama/mistral files store Q and K rows interleaved per head (for ggml's pairwise RoPE);
+  // this is the head count to undo that with, 0 when the rows are in rotate-half order already
+  // (Hugging Face files, and GGUF qwen2/qwen3, which llama.cpp runs with NeoX RoPE).
   int unpermute_heads = 0;
 };
 

@@ -192,44 +192,66 @@ ModelConfig config_from_hf_json(const std::string& path) {
 }
 
 ModelConfig config_from_gguf(const GgufFile& g) {
+  // Metadata keys are prefixed by the architecture name. Mistral models are written as `llama`
+  // by llama.cpp's converter; `mistral` is accepted too, with the same keys under its own prefix.
   const std::string arch(g.get_string("general.architecture"));
-  LY_CHECK(arch == "llama", ErrorCode::kUnsupported,
-           "{}: GGUF architecture '{}' is not supported (llama)", g.path(), arch);
   ModelConfig c;
-  c.arch = Arch::kLlama;
+  if (arch == "llama") c.arch = Arch::kLlama;
+  else if (arch == "mistral") c.arch = Arch::kMistral;
+  else if (arch == "qwen2") c.arch = Arch::kQwen2;
+  else if (arch == "qwen3") c.arch = Arch::kQwen3;
+  else
+    fail(ErrorCode::kUnsupported,
+         "{}: GGUF architecture '{}' is not supported (llama, mistral, qwen2, qwen3)", g.path(), arch);
   c.arch_label = arch;
-  auto u = [&](const char* key) { return int(g.get_uint(key)); };
-  c.n_layers = u("llama.block_count");
-  c.d_model = u("llama.embedding_length");
-  c.n_heads = u("llama.attention.head_count");
-  c.n_kv_heads = int(g.get_uint_opt("llama.attention.head_count_kv").value_or(c.n_heads));
-  c.d_ff = u("llama.feed_forward_length");
-  c.max_context = u("llama.context_length");
-  LY_CHECK(c.n_heads > 0, ErrorCode::kInvalidFile, "{}: llama.attention.head_count must be positive",
-           g.path());
-  c.head_dim = int(g.get_uint_opt("llama.attention.key_length").value_or(c.d_model / c.n_heads));
-  if (auto rot = g.get_uint_opt("llama.rope.dimension_count")) {
-    LY_CHECK(int(*rot) == c.head_dim, ErrorCode::kUnsupported,
-             "{}: llama.rope.dimension_count {} differs from the head dim {} (partial RoPE)",
-             g.path(), *rot, c.head_dim);
+  const auto key = [&](const char* suffix) { return arch + "." + suffix; };
+  auto u = [&](const char* suffix) { return int(g.get_uint(key(suffix))); };
+  c.n_layers = u("block_count");
+  c.d_model = u("embedding_length");
+  c.n_heads = u("attention.head_count");
+  c.n_kv_heads = int(g.get_uint_opt(key("attention.head_count_kv")).value_or(c.n_heads));
+  c.d_ff = u("feed_forward_length");
+  c.max_context = u("context_length");
+  LY_CHECK(c.n_heads > 0, ErrorCode::kInvalidFile, "{}: {} must be positive", g.path(),
+           key("attention.head_count"));
+  // Qwen3 states its head dim (128 for every size, not d_model / n_heads).
+  c.head_dim = int(g.get_uint_opt(key("attention.key_length")).value_or(c.d_model / c.n_heads));
+  if (auto v = g.get_uint_opt(key("attention.value_length"))) {
+    LY_CHECK(int(*v) == c.head_dim, ErrorCode::kUnsupported,
+             "{}: {} {} differs from the key length {}", g.path(), key("attention.value_length"),
+             *v, c.head_dim);
   }
-  c.rms_eps = float(g.get_float("llama.attention.layer_norm_rms_epsilon"));
-  c.rope_theta = float(g.get_float_opt("llama.rope.freq_base").value_or(10000.0));
-  if (auto type = g.get_string_opt("llama.rope.scaling.type")) {
+  if (auto rot = g.get_uint_opt(key("rope.dimension_count"))) {
+    LY_CHECK(int(*rot) == c.head_dim, ErrorCode::kUnsupported,
+             "{}: {} {} differs from the head dim {} (partial RoPE)", g.path(),
+             key("rope.dimension_count"), *rot, c.head_dim);
+  }
+  c.rms_eps = float(g.get_float(key("attention.layer_norm_rms_epsilon")));
+  c.rope_theta = float(g.get_float_opt(key("rope.freq_base")).value_or(10000.0));
+  if (auto type = g.get_string_opt(key("rope.scaling.type"))) {
     if (*type == "linear") {
       c.rope_scaling.type = RopeScaling::Type::kLinear;
-      c.rope_scaling.factor = float(g.get_float("llama.rope.scaling.factor"));
+      c.rope_scaling.factor = float(g.get_float(key("rope.scaling.factor")));
     } else {
       LY_CHECK(*type == "none", ErrorCode::kUnsupported,
-               "{}: llama.rope.scaling.type '{}' is not supported (none, linear)", g.path(), *type);
+               "{}: {} '{}' is not supported (none, linear)", g.path(), key("rope.scaling.type"),
+               *type);
     }
   }
-  if (auto n = g.get_uint_opt("llama.vocab_size")) {
+  if (auto n = g.get_uint_opt(key("vocab_size"))) {
     c.vocab_size = int(*n);
   } else {
     c.vocab_size = int(g.get_string_array("tokenizer.ggml.tokens").size());
   }
   c.tie_embeddings = g.find_tensor("output.weight") == nullptr;
+  // Qwen2 always has q/k/v biases and Qwen3 always q/k norms; other biases are optional in these
+  // graphs (llama.cpp loads them when present), so layer 0 decides and the weight table then
+  // requires them in every layer with the right shape.
+  const auto has = [&](const char* name) { return g.find_tensor(name) != nullptr; };
+  c.qkv_bias = c.arch == Arch::kQwen2 || has("blk.0.attn_q.bias");
+  c.o_bias = has("blk.0.attn_output.bias");
+  c.mlp_bias = c.arch != Arch::kQwen2 && c.arch != Arch::kQwen3 && has("blk.0.ffn_up.bias");
+  c.qk_norm = c.arch == Arch::kQwen3;
   c.name = std::string(g.get_string_opt("general.name").value_or(""));
   c.validate(g.path());
   return c;

@@ -54,7 +54,7 @@ struct ModelConfig {
 
 // Reads config.json in a Hugging Face model directory.
 ModelConfig config_from_hf_json(const std::string& config_json_path);
-// Reads the llama.* keys of a GGUF file (architecture "llama" only).
+// Reads the <arch>.* keys of a GGUF file (architectures llama, mistral, qwen2, qwen3).
 ModelConfig config_from_gguf(const GgufFile& gguf);
 
 // Per-frequency inverse frequencies for rotate-half RoPE, [head_dim / 2] f32, computed the way

@@ -36,6 +36,10 @@ std::optional<DType> ggml_type_to_dtype(uint32_t t) {
     case 2: return DType::kQ4_0;
     case 3: return DType::kQ4_1;
     case 8: return DType::kQ8_0;
+    case 12: return DType::kQ4_K;
+    case 13: return DType::kQ5_K;
+    case 14: return DType::kQ6_K;
+    case 15: return DType::kQ8_K;
     case 30: return DType::kBF16;
     default: return std::nullopt;
   }
@@ -148,8 +152,8 @@ struct Parser {
     const uint32_t ggml_type = r.read<uint32_t>(what + " type");
     const auto dtype = ggml_type_to_dtype(ggml_type);
     LY_CHECK(dtype.has_value(), ErrorCode::kUnsupported,
-             "{}: {} has unsupported type {} (lychee reads F32, F16, BF16, Q8_0, Q4_0, Q4_1)", file,
-             what, ggml_type_label(ggml_type));
+             "{}: {} has unsupported type {} (lychee reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, "
+             "Q5_K, Q6_K, Q8_K)", file, what, ggml_type_label(ggml_type));
     t.dtype = *dtype;
     LY_CHECK(t.ne[0] % dtype_block_elems(t.dtype) == 0, ErrorCode::kInvalidFile,
              "{}: {} has row length {}, not a multiple of the {} block size {}", file, what,
