@@ -12,6 +12,11 @@
 #   .carry/model_a/part        the default model's GGUF in two halves (< 50 MiB each; one call
 #   .carry/model_b/part        carries at most 64 MiB), joined there by run_all.sh stage-a/stage-b;
 #                              .carry/model_b/sha256 holds the whole file's checksum
+# A GPU session then runs, each call right after the last (the machine stays warm 30 s):
+#   carry [.carry/model_a]: scripts/gpu/run_all.sh stage-a .carry/model_a/part
+#   carry [.carry/model_b]: scripts/gpu/run_all.sh stage-b .carry/model_b/part
+#   carry [.deps]:          scripts/gpu/run_all.sh all env,build,test,memcheck   (then the bench stages)
+# (a half and .deps together with the working tree pass the 64 MiB a call may carry)
 # Idempotent: whatever is present is kept (delete a folder to remake it). Prints what it made.
 #   scripts/gpu/make_deps.sh
 set -euo pipefail
