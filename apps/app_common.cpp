@@ -7,6 +7,7 @@
 
 #include "app.h"
 #include "core/log.h"
+#include "runtime/threads.h"
 
 namespace lychee::app {
 
@@ -18,9 +19,12 @@ void ModelArgs::add(CLI::App& cmd) {
       ->check(non_negative_real());
   cmd.add_option("--max-context", max_context, "GPU: longest sequence the KV pool serves (default: the model's)")
       ->check(non_negative_int());
+  cmd.add_option("--threads", threads, "CPU compute threads for OpenMP and BLAS (default: the cores this process may use)")
+      ->check(positive_int());
 }
 
 EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<std::string> kinds) const {
+  set_compute_threads(threads);
   EngineOptions o;
   o.model_path = model;
   o.device = device;

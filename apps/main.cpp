@@ -7,8 +7,10 @@
 #include "cmd_heads.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "runtime/threads.h"
 
 int main(int argc, char** argv) {
+  lychee::reexec_with_short_spin_wait(argv);  // before any OpenMP region (runtime/threads.h)
   CLI::App app{"lychee: long-context LLM inference with LycheeDecode hybrid-head sparse decoding"};
   app.require_subcommand(1);
   bool verbose = false, quiet = false;
