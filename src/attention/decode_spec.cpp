@@ -29,6 +29,12 @@ bool DecodeSpec::has(ScoreKind s) const {
   return false;
 }
 
+bool DecodeSpec::has(ReadKind r) const {
+  for (int l = 0; l < n_layers(); ++l)
+    if (layer_has(l, r)) return true;
+  return false;
+}
+
 uint64_t DecodeSpec::metadata_bytes(int l, int n_ctx) const {
   if (!layer_has(l, ScoreKind::kPageBound)) return 0;
   const uint64_t n_pages = uint64_t((n_ctx + unit - 1) / unit);

@@ -68,6 +68,7 @@ struct DecodeSpec {
   bool layer_has(int l, ScoreKind s) const;
   bool layer_has(int l, ReadKind r) const;
   bool has(ScoreKind s) const;
+  bool has(ReadKind r) const;
   // Side data the policy reads in `layer` beyond K/V (Quest's page min/max, bf16), bytes.
   uint64_t metadata_bytes(int layer, int n_ctx) const;
   // Error(kInvalidArgument) when the spec is not well formed for model c (shapes, a score on a

@@ -43,9 +43,7 @@ std::string gpu_unsupported(const DecodeSpec& s, const ModelConfig& c, int P) {
   }
   if (s.has(lychee::ScoreKind::kPerQuery) && U != 1)
     return fmt::format("{} {}: per-query-head token scores on the GPU select tokens only; use --device cpu", option, U);
-  bool sets = false;
-  for (int l = 0; l < s.n_layers(); ++l) sets = sets || s.layer_has(l, ReadKind::kSet);
-  if ((sets || s.has(lychee::ScoreKind::kGroupMean)) && !(is_pow2(U) && U <= P && (U == 1 || U >= 16)))
+  if ((s.has(ReadKind::kSet) || s.has(lychee::ScoreKind::kGroupMean)) && !(is_pow2(U) && U <= P && (U == 1 || U >= 16)))
     return fmt::format("{} {}: {} on the GPU selects tokens (1) or blocks of a power of two from 16 to the KV page "
                        "size ({}); use one of those or --device cpu", option, U, s.name, P);
   return "";

@@ -95,9 +95,8 @@ size_t StepPlanner::plan(const GpuPolicyPlan* policy, std::span<const int> lens,
               reinterpret_cast<int32_t*>(meta + m_.merge_count) + size_t(p) * m_.merge_stride);
   }
   last_heads_ = std::move(heads);
-  last_bytes_ = m_.items + size_t(used) * sizeof(DecodeWorkItem);
   ++replans_;
-  return last_bytes_;
+  return m_.items + size_t(used) * sizeof(DecodeWorkItem);
 }
 
 }  // namespace lychee::cuda

@@ -51,7 +51,6 @@ class StepPlanner {
   PlannerShape s_;
   MetaLayout m_;
   std::vector<std::vector<DecodeHeadWork>> last_heads_;  // [pattern] the heads last planned
-  size_t last_bytes_ = 0;
   int replans_ = 0;
 };
 
