@@ -4,7 +4,10 @@
 // through the hybrid-head kernel, against its bandwidth bound (weight bytes + the KV and metadata
 // bytes the policy's kernels read per step) / measured copy bandwidth.
 //   bench_e2e [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
-//             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--retrieval 32]
+//             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--retrieval 32] [--trace]
+// --trace: after the timed steps, the same number of steps again under a CUPTI activity trace;
+// each row of the JSON gets its per-step summary (kernel time by name, device busy/idle, host
+// synchronisations; bench/cupti_trace.h) and the table a line of the largest items.
 // LycheeDecode and DuoAttention get --retrieval retrieval KV heads in all (layer 0's included,
 // the rest drawn with a fixed seed from layers 1..); every sparse policy reads --budget tokens per
 // sparse head (DuoAttention: sink 64 + recent budget - 64).
@@ -24,6 +27,7 @@
 #include <random>
 
 #include "attention/policies.h"
+#include "cupti_trace.h"
 #include "cuda/common/common.h"
 #include "cuda/runner/gpu_runner.h"
 #include "model/checkpoint.h"
@@ -103,13 +107,31 @@ std::vector<std::string> split_names(const std::string& s) {
   return v;
 }
 
+// One line of the trace summary per step: device busy/idle, host waits, the largest kernels.
+void print_trace(const nlohmann::json& t) {
+  std::printf("       trace per step: span %.0f us, busy %.0f us, idle %.0f us (%.1f gaps > 5 us), %.0f device ops;",
+              t["span_us_per_step"].get<double>(), t["device_busy_us_per_step"].get<double>(),
+              t["device_idle_us_per_step"].get<double>(), t["idle_gaps_over_5us_per_step"].get<double>(),
+              t["device_activities_per_step"].get<double>());
+  for (const auto& s : t["host_syncs"])
+    std::printf(" %s x%.1f %.0f us;", s["name"].get<std::string>().c_str(), s["calls_per_step"].get<double>(),
+                s["us_per_step"].get<double>());
+  std::printf("\n");
+  int shown = 0;
+  for (const auto& k : t["device"]) {
+    if (++shown > 8) break;
+    std::printf("         %8.1f us x%5.1f  %.90s\n", k["us_per_step"].get<double>(), k["calls_per_step"].get<double>(),
+                k["name"].get<std::string>().c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model;
   int steps = 32, budget = 4096, n_retrieval = 32;
   std::string policies = "full,lychee,tidal,quest,duo";
-  bool graphs = true;
+  bool graphs = true, trace = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -119,6 +141,7 @@ int main(int argc, char** argv) try {
     else if (a == "--json") json_path = next();
     else if (a == "-m") model = next();
     else if (a == "--no-graphs") graphs = false;
+    else if (a == "--trace") trace = true;
     else if (a == "--policies") policies = next();
     else if (a == "--budget") budget = std::stoi(next());
     else if (a == "--retrieval") n_retrieval = std::stoi(next());
@@ -193,10 +216,22 @@ int main(int argc, char** argv) try {
           std::printf("%6d %8d %8s %10.3f %10.3f %9.1f%% %8.1f %8.2fx\n", batch, ctx, name.c_str(), ms, bound_ms,
                       100.0 * bound_ms / ms, batch * 1e3 / ms, full_ms > 0 ? full_ms / ms : 0.0);
           std::fflush(stdout);
-          rows.push_back({{"batch", batch}, {"context", ctx}, {"policy", name}, {"tpot_ms", ms}, {"bound_ms", bound_ms},
-                          {"weight_bytes", cuda::weight_bytes_per_step(*w, batch)}, {"kv_bytes", kv_bytes},
-                          {"tokens_per_s", batch * 1e3 / ms}, {"cuda_graphs", graphs},
-                          {"speedup_vs_full", full_ms > 0 ? full_ms / ms : 0.0}});
+          nlohmann::json row = {{"batch", batch}, {"context", ctx}, {"policy", name}, {"tpot_ms", ms},
+                                {"bound_ms", bound_ms}, {"weight_bytes", cuda::weight_bytes_per_step(*w, batch)},
+                                {"kv_bytes", kv_bytes}, {"tokens_per_s", batch * 1e3 / ms}, {"cuda_graphs", graphs},
+                                {"speedup_vs_full", full_ms > 0 ? full_ms / ms : 0.0}};
+          if (trace) {
+            bench::CuptiTrace t;
+            t.start();
+            for (int i = 0; i < steps; ++i) {
+              r.decode(ptrs, {});
+              r.greedy(batch, out);
+            }
+            t.stop();
+            row["trace"] = t.summary(steps);
+            print_trace(row["trace"]);
+          }
+          rows.push_back(row);
         } catch (const std::exception& e) {
           std::printf("%6d %8d %8s   skipped: %s\n", batch, ctx, name.c_str(), e.what());
           rows.push_back({{"batch", batch}, {"context", ctx}, {"policy", name}, {"skipped", e.what()}});

@@ -3,7 +3,7 @@
 # included) and compute-sanitizer memcheck on the kernel tests, and the benchmarks, leaving logs
 # and JSON results under $OUT.
 #   scripts/gpu/run_all.sh stage-a|stage-b GGUF_PART   carry the default model in two halves
-#   scripts/gpu/run_all.sh env | build | test [FILTER] | memcheck | bench-kernels | bench-hybrid | bench-e2e | bench-model
+#   scripts/gpu/run_all.sh env | build | test [FILTER] | memcheck | bench-kernels | bench-hybrid | bench-e2e | bench-model | trace
 #   scripts/gpu/run_all.sh all [STAGE,STAGE,...]   those stages in order (default: all of them)
 #   scripts/gpu/run_all.sh eval-gpu          the accuracy table of the policies on the default model (GPU)
 #   scripts/gpu/run_all.sh train GATE STEPS [train-heads options]   head roles of the default model
@@ -113,6 +113,19 @@ case "${1:-}" in
     python3 scripts/bench/hf_decode.py --json "$out/hf_decode.json" > "$out/hf_decode.log" 2>&1 || rc=$(failed $? hf_decode.py)
     tail -12 "$out/hf_decode.log"
     exit $rc ;;
+  trace)
+    # Where a decode step's time goes: bench_e2e --trace (CUPTI activity trace, per-step summary)
+    # at batch 1 on the 8B shape and on the default model.
+    link_model
+    rc=0
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --trace --contexts 32768,131072 --batches 1 \
+      --policies full,lychee,duo --steps 32 --json "$out/e2e_trace.json" 2>&1 | tee "$out/trace_8b.log" || rc=$(failed $? bench_e2e)
+    if [ -f "$model" ]; then
+      LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" -m "$model" --trace --contexts 1024 --batches 1 \
+        --policies full,lychee --retrieval 10 --budget 128 --steps 64 --json "$out/e2e_trace_model.json" 2>&1 \
+        | tee "$out/trace_model.log" || rc=$(failed $? bench_e2e -m)
+    fi
+    exit $rc ;;
   bench-model)
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
@@ -120,8 +133,8 @@ case "${1:-}" in
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
