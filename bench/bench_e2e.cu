@@ -4,7 +4,7 @@
 // through the hybrid-head kernel, against its bandwidth bound (weight bytes + the KV and metadata
 // bytes the policy's kernels read per step) / measured copy bandwidth.
 //   bench_e2e [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
-//             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--retrieval 32] [--trace]
+//             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--retrieval 32] [--trace] [--sync]
 // --trace: after the timed steps, the same number of steps again under a CUPTI activity trace;
 // each row of the JSON gets its per-step summary (kernel time by name, device busy/idle, host
 // synchronisations; bench/cupti_trace.h) and the table a line of the largest items.
@@ -131,7 +131,7 @@ int main(int argc, char** argv) try {
   std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model;
   int steps = 32, budget = 4096, n_retrieval = 32;
   std::string policies = "full,lychee,tidal,quest,duo";
-  bool graphs = true, trace = false;
+  bool graphs = true, trace = false, sync_steps = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -142,6 +142,7 @@ int main(int argc, char** argv) try {
     else if (a == "-m") model = next();
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--trace") trace = true;
+    else if (a == "--sync") sync_steps = true;
     else if (a == "--policies") policies = next();
     else if (a == "--budget") budget = std::stoi(next());
     else if (a == "--retrieval") n_retrieval = std::stoi(next());
@@ -196,17 +197,26 @@ int main(int argc, char** argv) try {
           std::vector<int32_t> tokens(static_cast<size_t>(batch), 1000), out(static_cast<size_t>(batch));
           r.decode(ptrs, tokens);
           r.greedy(batch, out);
-          for (int i = 0; i < 3; ++i) {  // warm-up (captures the graph)
-            r.decode(ptrs, {});
-            r.greedy(batch, out);
-          }
+          // Steps as generate runs them: step i+1 queued before step i's tokens reach the host
+          // (--sync: each step's tokens waited for before the next is queued, as before).
+          auto run_steps = [&](int n) {
+            cuda::Ticket last = r.greedy_async(batch);
+            for (int i = 0; i < n; ++i) {
+              r.decode(ptrs, {});
+              const cuda::Ticket next = r.greedy_async(batch);
+              if (sync_steps) r.wait_tokens(next, out);
+              r.wait_tokens(last, out);
+              last = next;
+            }
+            r.wait_tokens(last, out);
+          };
+          run_steps(3);  // warm-up (captures the graph)
+          const uint64_t stalls0 = r.host_stalls();
           const auto t0 = std::chrono::steady_clock::now();
-          for (int i = 0; i < steps; ++i) {
-            r.decode(ptrs, {});
-            r.greedy(batch, out);
-          }
+          run_steps(steps);
           const double ms =
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+          const uint64_t stalls = r.host_stalls() - stalls0;
           const double mean_ctx = ctx + 4 + steps / 2.0;
           const auto [tokens_read, meta_bytes] = policy_reads(name, pol, c, mean_ctx, budget);
           const double kv_bytes = double(batch) * (tokens_read * c.head_dim * 2.0 * 2.0 + meta_bytes);
@@ -219,14 +229,12 @@ int main(int argc, char** argv) try {
           nlohmann::json row = {{"batch", batch}, {"context", ctx}, {"policy", name}, {"tpot_ms", ms},
                                 {"bound_ms", bound_ms}, {"weight_bytes", cuda::weight_bytes_per_step(*w, batch)},
                                 {"kv_bytes", kv_bytes}, {"tokens_per_s", batch * 1e3 / ms}, {"cuda_graphs", graphs},
-                                {"speedup_vs_full", full_ms > 0 ? full_ms / ms : 0.0}};
+                                {"speedup_vs_full", full_ms > 0 ? full_ms / ms : 0.0},
+                                {"host_stalls", stalls}, {"pipelined", !sync_steps}};
           if (trace) {
             bench::CuptiTrace t;
             t.start();
-            for (int i = 0; i < steps; ++i) {
-              r.decode(ptrs, {});
-              r.greedy(batch, out);
-            }
+            run_steps(steps);
             t.stop();
             row["trace"] = t.summary(steps);
             print_trace(row["trace"]);

@@ -30,6 +30,8 @@ std::string kernel_name(const char* mangled) {
   char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string s = status == 0 && d != nullptr ? d : mangled;
   std::free(d);
+  for (const std::string drop : {"(anonymous namespace)::", "void "})
+    for (size_t at; (at = s.find(drop)) != std::string::npos;) s.erase(at, drop.size());
   int depth = 0;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '<') ++depth;

@@ -33,6 +33,7 @@
 #include "cuda/runner/gpu_runner.h"
 #include "cuda/kernels/select.h"
 #include "runtime/cuda_session.h"
+#include "runtime/generate.h"
 #include "runtime/session.h"
 
 namespace lychee {
@@ -520,6 +521,73 @@ TEST(HybridPolicies, DecodeStepsReuseTheirPlans) {
   const int replans = p.runner.replans() - before;
   EXPECT_GE(replans, 3);   // the first step and the two page boundaries (768, 832 tokens)
   EXPECT_LE(replans, 12);  // and not one per step (130)
+}
+
+// generate's pipelined loop (the GPU session queues step i+1 before token i reaches the host) gives
+// what the step-by-step loop gives: the same tokens (greedy and seeded sampling), the same cache
+// length after a stop (the queued step dropped) and the same read counts; and in steady state the
+// host never waited for the device to free its staging memory (host_stalls unchanged).
+TEST(HybridPolicies, PipelinedGenerateEqualsStepByStep) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  DefaultPair p(path);
+  const ModelConfig& c = p.ck.config();
+  PolicyOptions o;
+  o.kind = PolicyKind::kLychee;
+  o.select.budget = 256;
+  const auto ids = prompt_ids(700, c.vocab_size);
+  for (const float temperature : {0.0f, 0.8f}) {
+    GenerateOptions g;
+    g.max_new_tokens = 90;
+    g.sampling.temperature = temperature;
+    g.sampling.top_p = 0.95f;
+    g.sampling.seed = 11;
+    // Step by step: sample, then feed (what decode_from did before it ran ahead).
+    auto pol_a = make_policy(o, c);
+    GpuSession a(p.runner, 1024);
+    a.set_policy(pol_a.get());
+    a.feed(ids);
+    Sampler sampler(g.sampling);
+    std::vector<int32_t> want;
+    for (int i = 0; i < g.max_new_tokens; ++i) {
+      want.push_back(a.sample(sampler));
+      if (i + 1 < g.max_new_tokens) a.feed(std::span<const int32_t>(&want.back(), 1));
+    }
+    // Pipelined, through decode_from; then again with a stop at token 60.
+    auto pol_b = make_policy(o, c);
+    GpuSession b(p.runner, 1024);
+    b.set_policy(pol_b.get());
+    b.feed(ids);
+    const uint64_t stalls = p.runner.host_stalls();
+    const GenerateResult got = decode_from(b, g, {});
+    EXPECT_EQ(p.runner.host_stalls(), stalls) << "temperature " << temperature;
+    EXPECT_EQ(got.tokens, want) << "temperature " << temperature;
+    EXPECT_EQ(b.length(), a.length());
+    // The read counts of a stopped pipelined run against 60 steps fed one by one.
+    auto pol_c = make_policy(o, c);
+    GpuSession cs(p.runner, 1024);
+    cs.set_policy(pol_c.get());
+    cs.feed(ids);
+    for (int i = 0; i < 60; ++i) cs.feed(std::span<const int32_t>(&want[size_t(i)], 1));
+    auto pol_d = make_policy(o, c);
+    GpuSession ds(p.runner, 1024);
+    ds.set_policy(pol_d.get());
+    ds.feed(ids);
+    GenerateOptions stop = g;
+    stop.stop_ids = {want[60]};
+    // (with sampling, a stop id may also occur earlier in `want`: stop at its first occurrence)
+    const size_t first = size_t(std::find(want.begin(), want.end(), want[60]) - want.begin());
+    const GenerateResult stopped = decode_from(ds, stop, {});
+    EXPECT_EQ(stopped.finish_reason, "stop");
+    EXPECT_EQ(stopped.tokens, std::vector<int32_t>(want.begin(), want.begin() + long(first) + 1));
+    EXPECT_EQ(ds.length(), int(ids.size() + first));  // the step queued after the stop token was dropped
+    if (first == 60) {
+      EXPECT_EQ(ds.stats().decode_steps, cs.stats().decode_steps);
+      EXPECT_EQ(ds.stats().token_reads, cs.stats().token_reads);
+      EXPECT_EQ(ds.stats().dense_token_reads, cs.stats().dense_token_reads);
+      EXPECT_EQ(ds.stats().metadata_bytes, cs.stats().metadata_bytes);
+    }
+  }
 }
 
 // Sessions share one runner (the server steps many): each session's policy, logits and KV-read

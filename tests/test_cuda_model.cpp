@@ -274,6 +274,58 @@ TEST(CudaRunner, BatchedDecodeAndGraphsMatchSingleEagerDecode) {
   }
 }
 
+// The decode steps' block table lives on the device and a step sends only the pages a row lacks:
+// sequences moving between rows, joining and leaving the batch, truncated (pages released and
+// taken again) and growing across pages (16-token pages) still get, at every step, the logits
+// they get decoded alone by a runner without graphs.
+TEST(CudaRunner, DeviceBlockTableFollowsRowsTruncationsAndNewPages) {
+  LY_REQUIRE_GPU();
+  const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/llama31_untied_bf16_sharded");
+  auto w = cuda::upload_weights(ck);
+  cuda::RunnerOptions ro, go;
+  ro.cuda_graphs = false;
+  ro.page_size = go.page_size = 16;
+  ro.kv_memory_gib = go.kv_memory_gib = 0.05;
+  ro.max_batch = go.max_batch = 3;
+  cuda::GpuRunner ref(w, ro), r(w, go);
+  const int vocab = ck.config().vocab_size;
+  std::vector<cuda::GpuSeq> a(3), b(3);
+  const int lens[] = {15, 31, 40};  // one token short of a page boundary, and not
+  for (int s = 0; s < 3; ++s) {
+    std::vector<int32_t> ids(static_cast<size_t>(lens[s]));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7 + size_t(s) * 3) % size_t(vocab));
+    ref.prefill(a[size_t(s)], ids);
+    r.prefill(b[size_t(s)], ids);
+  }
+  std::mt19937 rng(5);
+  std::vector<float> want(static_cast<size_t>(vocab)), got(static_cast<size_t>(vocab));
+  for (int step = 0; step < 60; ++step) {
+    std::vector<int> order = {0, 1, 2};
+    std::shuffle(order.begin(), order.end(), rng);
+    order.resize(size_t(1 + rng() % 3));  // 1 to 3 sequences, in any row
+    std::vector<cuda::GpuSeq*> batch;
+    std::vector<int32_t> toks;
+    for (int s : order) {
+      batch.push_back(&b[size_t(s)]);
+      toks.push_back(int32_t(rng() % uint32_t(vocab)));
+    }
+    r.decode(batch, toks);
+    for (size_t row = 0; row < order.size(); ++row) {
+      cuda::GpuSeq* one[] = {&a[size_t(order[row])]};
+      ref.decode(one, std::span<const int32_t>(&toks[row], 1));
+      ref.copy_logits(0, want);
+      r.copy_logits(int(row), got);
+      ASSERT_LT(rel_error(got, want), 1e-2) << "step " << step << " row " << row << " sequence " << order[row];
+    }
+    if (step % 9 == 4) {  // truncate one sequence by up to 20 tokens (often releasing pages)
+      const int s = int(rng() % 3);
+      const int n = std::max(1, a[size_t(s)].length - int(1 + rng() % 20));
+      ref.truncate(a[size_t(s)], n);
+      r.truncate(b[size_t(s)], n);
+    }
+  }
+}
+
 TEST(CudaRunner, FullKvPoolIsACapacityError) {
   LY_REQUIRE_GPU();
   cuda::RunnerOptions o;

@@ -129,22 +129,29 @@ TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
   std::vector<uint8_t> meta(m.total, 0);
   cuda::StepPlanner planner(s, m);
   const std::vector<int> lens = {700, 5000};
-  EXPECT_GT(planner.plan(&g, lens, meta.data()), m.step_bytes());
+  EXPECT_GT(planner.plan(&g, lens, meta.data()), m.n_items);  // wrote plans
   EXPECT_EQ(planner.replans(), 1);
-  EXPECT_EQ(planner.plan(&g, std::vector<int>{701, 5001}, meta.data()), m.step_bytes());  // same pages
+  int waits = 0;
+  EXPECT_EQ(planner.plan(&g, std::vector<int>{701, 5001}, meta.data(), [&] { ++waits; }), 0u);  // same pages
+  EXPECT_EQ(waits, 0);  // nothing written: no wait for the last plan upload either
   EXPECT_EQ(planner.replans(), 1);
-  EXPECT_GT(planner.plan(&g, std::vector<int>{705, 5121}, meta.data()), m.step_bytes());  // a new page
+  // 5000 -> 5121 tokens: 79 -> 81 pages, within the dense horizon (81); 700 -> 705: 11 -> 12 pages.
+  EXPECT_EQ(planner.plan(&g, std::vector<int>{700, 5121}, meta.data()), 0u);
+  EXPECT_GT(planner.plan(&g, std::vector<int>{705, 5121}, meta.data(), [&] { ++waits; }), m.n_items);  // a new page
+  EXPECT_EQ(waits, 1);
   EXPECT_EQ(planner.replans(), 2);
-  EXPECT_GT(planner.plan(nullptr, std::vector<int>{705, 5121}, meta.data()), m.step_bytes());  // dense step
-  EXPECT_GT(planner.plan(&g, std::vector<int>{705}, meta.data()), m.step_bytes());            // membership
+  EXPECT_GT(planner.plan(nullptr, std::vector<int>{705, 5121}, meta.data()), m.n_items);  // dense step
+  EXPECT_GT(planner.plan(&g, std::vector<int>{705}, meta.data()), m.n_items);            // membership
   planner.invalidate();
-  EXPECT_GT(planner.plan(&g, std::vector<int>{705}, meta.data()), m.step_bytes());
+  EXPECT_GT(planner.plan(&g, std::vector<int>{705}, meta.data()), m.n_items);
   EXPECT_EQ(planner.replans(), 5);
 
-  // The dense plan written for two sequences is plan_decode's over dense_decode_heads.
+  // The dense plan written for two sequences is plan_decode's over dense_decode_heads, each head
+  // planned to its horizon (the kernel clips at the device-side length).
   planner.plan(nullptr, std::vector<int>{700, 5000}, meta.data());
   const std::vector<int32_t> lens32 = {700, 5000};
-  const auto heads = cuda::dense_decode_heads(lens32, c.n_kv_heads, c.group_size(), 64, 130);
+  auto heads = cuda::dense_decode_heads(lens32, c.n_kv_heads, c.group_size(), 64, 130);
+  for (auto& h : heads) h.n_entries = cuda::dense_horizon(h.n_entries, 130);
   const cuda::DecodePlan want = cuda::plan_decode(heads, 2, c.n_heads, c.n_kv_heads, 132, 2, 128, s.max_items);
   const auto* n_items = reinterpret_cast<const int32_t*>(meta.data() + m.n_items);
   const auto* items = reinterpret_cast<const cuda::DecodeWorkItem*>(meta.data() + m.items);
@@ -156,6 +163,23 @@ TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
     EXPECT_EQ(items[i].end, want.items[i].end) << i;
     EXPECT_EQ(items[i].slot, want.items[i].slot) << i;
   }
+}
+
+// Dense heads are planned a little ahead: never fewer pages than they have, never past the row,
+// at most 1/32 (+1 page) more, and a growing sequence replans rarely (about 32 times per doubling).
+TEST(RunnerPlan, DenseHorizonPlansAheadWithinAFewPercent) {
+  int changes = 0, last = 0;
+  for (int pages = 1; pages <= 4096; ++pages) {
+    const int h = cuda::dense_horizon(pages, 1 << 20);
+    ASSERT_GE(h, pages);
+    ASSERT_LE(h, pages + (pages + 31) / 32) << pages;
+    ASSERT_GE(h, last) << pages;  // monotone: a plan is never shrunk by growth
+    if (h != last) ++changes;
+    last = h;
+  }
+  EXPECT_LT(changes, 32 * 13 + 32);  // vs 4096 replans when planning exact page counts
+  EXPECT_EQ(cuda::dense_horizon(2000, 2010), 2010);  // capped at the block-table row
+  EXPECT_EQ(cuda::dense_horizon(1, 1), 1);
 }
 
 }  // namespace

@@ -57,11 +57,16 @@ double CudaBackend::time_batched_decode(int batch, std::span<const int32_t> prom
   std::vector<int32_t> first(static_cast<size_t>(batch), prompt.back());
   r.decode(ptrs, first);  // captures the CUDA graph for this batch size
   r.greedy(batch, out);
+  // Pipelined like generate: step i+1 is queued before step i's tokens reach the host.
   Timer t;
+  cuda::Ticket last = r.greedy_async(batch);
   for (int i = 0; i < steps; ++i) {
     r.decode(ptrs, {});
-    r.greedy(batch, out);
+    const cuda::Ticket next = r.greedy_async(batch);
+    r.wait_tokens(last, out);
+    last = next;
   }
+  r.wait_tokens(last, out);
   const double seconds = t.seconds();
   for (auto& s : seqs) r.release(s);
   return seconds;

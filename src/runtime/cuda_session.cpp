@@ -14,35 +14,17 @@ GpuSession::GpuSession(cuda::GpuRunner& runner, int capacity)
 GpuSession::~GpuSession() { runner_.release(seq_); }
 
 void GpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
+  commit_pending();
   LY_CHECK(seq_.length + int(tokens.size()) <= capacity_, ErrorCode::kCapacity,
            "KV cache full: {} cached + {} new tokens exceed the session's {} tokens", seq_.length,
            tokens.size(), capacity_);
   logits_valid_ = false;
-  const ModelConfig& c = runner_.config();
   if (tokens.size() == 1 && seq_.length > 0) {
-    cuda::GpuSeq* seqs[] = {&seq_};
-    const bool with_policy = allow_policy && policy_ != nullptr;
-    // Sessions share the runner: another session may have set its own policy since.
-    if (with_policy && runner_.policy_epoch() != policy_epoch_) {
-      runner_.set_policy(policy_->spec());
-      policy_epoch_ = runner_.policy_epoch();
-    }
-    runner_.decode(seqs, tokens, with_policy);
-    forward_ = runner_.forwards();
-    if (!allow_policy) return;  // like the CPU session: a step outside the policy is not counted
-    const uint64_t n_ctx = uint64_t(seq_.length);
-    ++stats_.decode_steps;
-    stats_.dense_token_reads += uint64_t(c.n_layers) * c.n_kv_heads * n_ctx;
-    if (with_policy) {
-      // Counted on the device in row 0, which every session's single-sequence step uses: take
-      // them now, before another session's step adds to them.
-      stats_.token_reads += runner_.take_token_reads()[0];
-      for (int l = 0; l < c.n_layers; ++l) stats_.metadata_bytes += policy_->metadata_bytes(l, int(n_ctx));
-    } else {
-      stats_.token_reads += uint64_t(c.n_layers) * c.n_kv_heads * n_ctx;
-    }
+    decode_step(tokens, allow_policy);
+    commit_pending();
     return;
   }
+  const ModelConfig& c = runner_.config();
   const int before = seq_.length;
   runner_.prefill(seq_, tokens);
   forward_ = runner_.forwards();
@@ -50,9 +32,56 @@ void GpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
     stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(seq_.length);
 }
 
-const KvReadStats& GpuSession::stats() const { return stats_; }
+// One decode step of this session's sequence; its counts become the pending step.
+void GpuSession::decode_step(std::span<const int32_t> tokens, bool allow_policy) {
+  const ModelConfig& c = runner_.config();
+  cuda::GpuSeq* seqs[] = {&seq_};
+  const bool with_policy = allow_policy && policy_ != nullptr;
+  // Sessions share the runner: another session may have set its own policy since.
+  if (with_policy && runner_.policy_epoch() != policy_epoch_) {
+    runner_.set_policy(policy_->spec());
+    policy_epoch_ = runner_.policy_epoch();
+  }
+  runner_.decode(seqs, tokens, with_policy);
+  forward_ = runner_.forwards();
+  logits_valid_ = false;
+  if (!allow_policy) return;  // like the CPU session: a step outside the policy is not counted
+  PendingStep p;
+  p.active = true;
+  const uint64_t n_ctx = uint64_t(seq_.length);
+  p.counts.decode_steps = 1;
+  p.counts.dense_token_reads = uint64_t(c.n_layers) * c.n_kv_heads * n_ctx;
+  if (with_policy) {
+    // Counted on the device in row 0, which every session's single-sequence step uses: the copy
+    // and reset are queued right behind this step, before any other session's step.
+    p.reads = runner_.take_token_reads_async();
+    for (int l = 0; l < c.n_layers; ++l) p.counts.metadata_bytes += policy_->metadata_bytes(l, int(n_ctx));
+  } else {
+    p.counts.token_reads = uint64_t(c.n_layers) * c.n_kv_heads * n_ctx;
+  }
+  pending_ = p;
+}
 
-void GpuSession::reset_stats() { stats_ = {}; }
+void GpuSession::commit_pending() const {
+  if (!pending_.active) return;
+  PendingStep p = pending_;
+  pending_ = {};
+  if (p.reads.id != 0) p.counts.token_reads += runner_.token_reads(p.reads)[0];
+  stats_.decode_steps += p.counts.decode_steps;
+  stats_.dense_token_reads += p.counts.dense_token_reads;
+  stats_.token_reads += p.counts.token_reads;
+  stats_.metadata_bytes += p.counts.metadata_bytes;
+}
+
+const KvReadStats& GpuSession::stats() const {
+  commit_pending();
+  return stats_;
+}
+
+void GpuSession::reset_stats() {
+  commit_pending();
+  stats_ = {};
+}
 
 // The runner's logits rows belong to its last forward pass: reading them after another session
 // stepped would silently give that session's logits.
@@ -71,19 +100,37 @@ std::span<const float> GpuSession::logits() {
   return logits_;
 }
 
-int32_t GpuSession::sample(Sampler& sampler) {
+cuda::Ticket GpuSession::queue_sample(Sampler& sampler) {
   check_last_forward();
   const SamplingParams& p = sampler.params();
+  if (p.temperature == 0.0f) return runner_.greedy_async(1);
+  return runner_.sample_async(1, p.temperature, p.top_k, p.top_p, p.seed);
+}
+
+int32_t GpuSession::sample(Sampler& sampler) {
+  commit_pending();
   int32_t token = 0;
-  if (p.temperature == 0.0f) {
-    runner_.greedy(1, std::span<int32_t>(&token, 1));
-  } else {
-    runner_.sample(1, p.temperature, p.top_k, p.top_p, p.seed, std::span<int32_t>(&token, 1));
+  runner_.wait_tokens(queue_sample(sampler), std::span<int32_t>(&token, 1));
+  return token;
+}
+
+int32_t GpuSession::sample_and_feed(Sampler& sampler, bool feed_next, bool allow_policy) {
+  commit_pending();
+  const cuda::Ticket t = queue_sample(sampler);
+  if (feed_next) {
+    LY_CHECK(seq_.length + 1 <= capacity_, ErrorCode::kCapacity,
+             "KV cache full: {} cached + 1 new token exceed the session's {} tokens", seq_.length, capacity_);
+    LY_CHECK(seq_.length > 0, ErrorCode::kInvalidArgument, "sample_and_feed before any prefill");
+    decode_step({}, allow_policy);  // fed the token just sampled, on the device
   }
+  int32_t token = 0;
+  runner_.wait_tokens(t, std::span<int32_t>(&token, 1));
   return token;
 }
 
 void GpuSession::truncate(int n) {
+  if (pending_.active && n == seq_.length - 1) pending_ = {};  // a pipelined step dropped: not counted
+  commit_pending();
   runner_.truncate(seq_, n);
   logits_valid_ = false;
 }

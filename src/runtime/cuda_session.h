@@ -1,8 +1,10 @@
 // A Session on the CUDA backend: one sequence in the GPU runner's paged KV cache. Attention
 // policies run through the hybrid-head kernel: the session hands the runner the policy's
 // DecodeSpec and counts what decode steps read on the device. Sessions may share one runner (the
-// server steps many in turn): a session re-sets its policy when another set theirs since, takes
-// its read counts after each step, and refuses to read logits another session's step replaced.
+// server steps many in turn): a session re-sets its policy when another set theirs since, queues
+// the copy of its read counts after each step (read later, without waiting), and refuses to read
+// logits another session's step replaced. sample_and_feed queues the sampled token's decode step
+// before the token reaches the host (generate's pipelined loop).
 // Compiled only with CUDA.
 #pragma once
 
@@ -20,6 +22,8 @@ class GpuSession final : public Session {
   void feed(std::span<const int32_t> tokens, bool allow_policy = true) override;
   std::span<const float> logits() override;
   int32_t sample(Sampler& sampler) override;
+  int32_t sample_and_feed(Sampler& sampler, bool feed_next, bool allow_policy = true) override;
+  bool runs_ahead() const override { return true; }
   int length() const override { return seq_.length; }
   int capacity() const override { return capacity_; }
   void truncate(int n) override;
@@ -33,8 +37,19 @@ class GpuSession final : public Session {
   int capacity_;
   AttentionPolicy* policy_ = nullptr;
   void check_last_forward() const;
-
-  KvReadStats stats_;
+  void decode_step(std::span<const int32_t> tokens, bool allow_policy);  // empty tokens: fed on the device
+  cuda::Ticket queue_sample(Sampler& sampler);
+  // A decode step's counts, added to stats_ once the step is known to stay: at the session's
+  // next call (a pipelined step dropped by truncate(length() - 1) right after is not counted).
+  // Its device-side reads arrive through a ticket, read then (the copy is long done by then).
+  struct PendingStep {
+    bool active = false;
+    KvReadStats counts;
+    cuda::Ticket reads;  // id 0: none
+  };
+  void commit_pending() const;
+  mutable PendingStep pending_;
+  mutable KvReadStats stats_;
   int policy_epoch_ = -1;  // the runner's policy epoch when this session set its policy
   uint64_t forward_ = 0;   // the runner's forward count after this session's last step
   std::vector<float> logits_;

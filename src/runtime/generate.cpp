@@ -49,19 +49,25 @@ GenerateResult decode_from(Session& session, const GenerateOptions& options, con
   result.finish_reason = "length";
   Sampler sampler(options.sampling);
   std::vector<int32_t> since_correction;  // tokens fed by decode steps since the last correction
+  // A session that runs ahead (the GPU) computes step i+1 while the host looks at token i; a
+  // stop then drops the step already queued. Cache correction keeps the step-by-step loop.
+  const bool ahead = session.runs_ahead() && options.correct_every == 0;
   Timer timer;
   for (int i = 0; i < options.max_new_tokens; ++i) {
-    const int32_t token = session.sample(sampler);
+    const bool more = i + 1 < options.max_new_tokens;
+    const int32_t token = ahead ? session.sample_and_feed(sampler, more) : session.sample(sampler);
+    const bool fed = ahead && more;
     result.tokens.push_back(token);
     const bool stop = std::find(options.stop_ids.begin(), options.stop_ids.end(), token) !=
                       options.stop_ids.end();
-    if (on_token && !on_token(token)) break;
-    if (stop) {
-      result.finish_reason = "stop";
+    const bool go_on = !on_token || on_token(token);
+    if (!go_on || stop) {
+      if (fed) session.truncate(session.length() - 1);
+      if (go_on) result.finish_reason = "stop";
       break;
     }
-    if (i + 1 == options.max_new_tokens) break;
-    session.feed(std::span<const int32_t>(&token, 1));
+    if (!more) break;
+    if (!fed) session.feed(std::span<const int32_t>(&token, 1));
     since_correction.push_back(token);
     if (options.correct_every > 0 && int(since_correction.size()) == options.correct_every) {
       session.truncate(session.length() - options.correct_every);

@@ -27,6 +27,19 @@ class Session {
   // The next token from the last logits with the sampler's parameters (GPU sessions sample on
   // the device).
   virtual int32_t sample(Sampler& sampler) { return sampler.sample(logits()); }
+  // Pipelined decoding: the next token from the last logits and, when feed_next, that token fed
+  // as the next decode step. A backend that runs asynchronously (the GPU) queues the step before
+  // the token reaches the host, so the device never waits for the host between steps; a caller
+  // that then stops drops the queued step with truncate(length() - 1) right away (its reads are
+  // not counted). The default samples, then feeds.
+  virtual int32_t sample_and_feed(Sampler& sampler, bool feed_next, bool allow_policy = true) {
+    const int32_t token = sample(sampler);
+    if (feed_next) feed(std::span<const int32_t>(&token, 1), allow_policy);
+    return token;
+  }
+  // Whether sample_and_feed runs ahead of the host. generate uses it then; otherwise it samples,
+  // checks for a stop, and only then feeds, so that no step is computed in vain.
+  virtual bool runs_ahead() const { return false; }
   std::span<const float> forward(std::span<const int32_t> tokens, bool allow_policy = true) {
     feed(tokens, allow_policy);
     return logits();

@@ -2,6 +2,8 @@
 
 #include <curand_kernel.h>
 
+#include <algorithm>
+
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -306,6 +308,17 @@ void sample(const float* logits, int32_t* out, int batch, int vocab, float tempe
 
 void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float std, cudaStream_t s) {
   fill_normal_kernel<<<grid_for(n, 256), 256, 0, s>>>(p, n, seed, std);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+__global__ void scatter_pairs_kernel(int32_t* dst, const int32_t* pairs, const int32_t* n, int max_n) {
+  const int count = min(*n, max_n);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x)
+    dst[pairs[2 * i]] = pairs[2 * i + 1];
+}
+
+void scatter_pairs(int32_t* dst, const int32_t* pairs, const int32_t* n, int max_n, cudaStream_t s) {
+  scatter_pairs_kernel<<<std::max(1, std::min(32, (max_n + 255) / 256)), 256, 0, s>>>(dst, pairs, n, max_n);
   LY_CUDA_CHECK_LAUNCH();
 }
 

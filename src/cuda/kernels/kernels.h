@@ -53,5 +53,9 @@ void sample(const float* logits, int32_t* out, int batch, int vocab, float tempe
 void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float std, cudaStream_t s);
 void fill_const_f32(float* p, size_t n, float value, cudaStream_t s);
 
+// dst[pairs[2 i]] = pairs[2 i + 1] for i < *n (a device count, at most max_n; fixed grid, so a
+// CUDA graph can replay it with any count). The decode step's block-table update.
+void scatter_pairs(int32_t* dst, const int32_t* pairs, const int32_t* n, int max_n, cudaStream_t s);
+
 
 }  // namespace lychee::cuda

@@ -17,7 +17,7 @@ void GpuRunner::Impl::decode_attention_layer(int layer, int batch) {
   a.q = q.data();
   a.k_pool = pool->k(layer);
   a.v_pool = pool->v(layer);
-  a.block_table = meta_dev<int32_t>(meta.block_table);
+  a.block_table = decode_table.data();
   a.max_pages = max_pages;
   a.unit_lists = lists.data();
   a.list_counts = list_counts.data();
@@ -68,9 +68,22 @@ void GpuRunner::Impl::attention(int layer, bool decode, int batch, int q_len, in
   prefill_attn->run(a, stream);
 }
 
-// n tokens through every layer; the logits of the last `decode ? n : 1` rows.
+// n tokens through every layer; the logits of the last `decode ? n : 1` rows. A decode step
+// first applies the step's block-table changes; with the policy, a layer's selections run on a
+// side stream (a parallel branch of the graph) beside the next layer's projections and MLP, and
+// the next layer's attention waits for them (it reads their lists and rewrites the scores).
 void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_kv_len) {
   const int d = c.d_model, qkv_dim = c.q_dim() + 2 * c.kv_dim(), ff = c.d_ff;
+  if (decode)
+    scatter_pairs(decode_table.data(), meta_dev<int32_t>(meta.deltas), meta_dev<int32_t>(meta.n_deltas),
+                  o.max_batch * max_pages, stream);
+  bool forked = false;  // selections queued on the side stream and not yet joined
+  auto join = [&] {
+    if (!forked) return;
+    LY_CUDA_CHECK(cudaEventRecord(join_event, side));
+    LY_CUDA_CHECK(cudaStreamWaitEvent(stream, join_event));
+    forked = false;
+  };
   embed(meta_dev<int32_t>(meta.tokens), w->embed, x.data(), n, d, stream);
   add_rmsnorm(x.data(), nullptr, nullptr, w->layers[0].attn_norm, h.data(), n, d, c.rms_eps, stream);
   for (int l = 0; l < c.n_layers; ++l) {
@@ -80,9 +93,15 @@ void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_
                meta_dev<int32_t>(meta.kv_page), meta_dev<int32_t>(meta.kv_row), w->inv_freq, q.data(),
                pool->k(l), pool->v(l), n, c.n_heads, c.n_kv_heads, c.head_dim, o.page_size};
     qkv_rope_append(qa, stream);
+    join();
     if (decode && step_policy) select_before(l, batch);
     attention(l, decode, batch, q_len, max_kv_len);
-    if (decode && step_policy) select_after(l, batch);
+    if (decode && step_policy && select_after_needed(l)) {
+      LY_CUDA_CHECK(cudaEventRecord(fork_event, stream));
+      LY_CUDA_CHECK(cudaStreamWaitEvent(side, fork_event));
+      select_after(l, batch, side);
+      forked = true;
+    }
     gemm->bf16_out(att.data(), L.wo, o_buf.data(), n, c.q_dim(), d);
     add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, d, c.rms_eps, stream);
     gemm->bf16_out(h.data(), L.w_gate_up, gu.data(), n, d, 2 * ff);
@@ -91,6 +110,7 @@ void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_
     const float* next_norm = l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
     add_rmsnorm(x.data(), o_buf.data(), L.b_down, next_norm, h.data(), n, d, c.rms_eps, stream);
   }
+  join();
   const int rows = decode ? n : 1;
   gemm->f32_out(h.data() + size_t(n - rows) * d, w->output, logits.data(), rows, d, c.vocab_size);
 }
@@ -103,7 +123,7 @@ void GpuRunner::Impl::select_before(int layer, int batch) {
   qa.k_pool = pool->k(layer);
   qa.kmin = quest_min.data() + size_t(layer) * quest_layer_elems;
   qa.kmax = quest_max.data() + size_t(layer) * quest_layer_elems;
-  qa.block_table = meta_dev<int32_t>(meta.block_table);
+  qa.block_table = decode_table.data();
   qa.max_pages = max_pages;
   qa.seq_lens = meta_dev<int32_t>(meta.seq_lens);
   qa.from = meta_dev<int32_t>(meta.quest_from);
@@ -117,14 +137,19 @@ void GpuRunner::Impl::select_before(int layer, int batch) {
   qa.qpage = policy->spec.unit;
   quest_update(qa, batch, stream);
   quest_scores(qa, batch, stream);
-  run_selection(layer, batch);
+  run_selection(layer, batch, stream);
 }
 
 // After the layer's attention: the selections of its selector heads (from the scores the
 // attention kernel just wrote), and the union count of per-query-head reads.
-void GpuRunner::Impl::select_after(int layer, int batch) {
+bool GpuRunner::Impl::select_after_needed(int layer) const {
   const KernelLayer& kl = policy->layers[size_t(layer)];
-  if (!kl.page_bound) run_selection(layer, batch);
+  return (!kl.page_bound && kl.n_sel > 0) || kl.union_count;
+}
+
+void GpuRunner::Impl::select_after(int layer, int batch, cudaStream_t s) {
+  const KernelLayer& kl = policy->layers[size_t(layer)];
+  if (!kl.page_bound) run_selection(layer, batch, s);
   if (!kl.union_count) return;
   UnionReadsArgs ua{};
   ua.lists = lists.data();
@@ -136,10 +161,10 @@ void GpuRunner::Impl::select_after(int layer, int batch) {
   ua.n_heads = c.n_heads;
   ua.n_kv_heads = c.n_kv_heads;
   ua.token_reads = token_reads.data();
-  count_union_reads(ua, batch, stream);
+  count_union_reads(ua, batch, s);
 }
 
-void GpuRunner::Impl::run_selection(int layer, int batch) {
+void GpuRunner::Impl::run_selection(int layer, int batch, cudaStream_t s) {
   const KernelLayer& kl = policy->layers[size_t(layer)];
   if (kl.n_sel == 0) return;
   const SelectParams& p = policy->spec.select;
@@ -162,7 +187,7 @@ void GpuRunner::Impl::run_selection(int layer, int batch) {
   sa.sink = p.sink;
   sa.recent = p.recent;
   sa.scale = policy->spec.prob_scale;
-  select_units(sa, batch, stream);
+  select_units(sa, batch, s);
 }
 
 }  // namespace lychee::cuda

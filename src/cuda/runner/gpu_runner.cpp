@@ -36,7 +36,7 @@ size_t auto_kv_bytes(const ModelConfig& c, const RunnerOptions& o, int max_conte
   return std::min(want, avail);
 }
 
-PlannerShape planner_shape(const ModelConfig& c, const RunnerOptions& o, int max_items) {
+PlannerShape planner_shape(const ModelConfig& c, const RunnerOptions& o, int max_items, int max_pages) {
   PlannerShape s;
   s.n_heads = c.n_heads;
   s.n_kv_heads = c.n_kv_heads;
@@ -44,6 +44,7 @@ PlannerShape planner_shape(const ModelConfig& c, const RunnerOptions& o, int max
   s.sm_count = device_info().sm_count;
   s.ctas_per_sm = decode_attention_ctas_per_sm(c.head_dim, o.page_size);
   s.max_items = max_items;
+  s.max_pages = max_pages;
   return s;
 }
 
@@ -57,13 +58,19 @@ GpuRunner::Impl::Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOpt
       max_items(std::max(2 * device_info().sm_count * 4, opt.max_batch * c.n_kv_heads)),
       max_slots(max_items),
       meta(max_tokens, opt.max_batch, max_pages, max_items, c.n_heads, c.n_layers + 1),
-      planner(planner_shape(c, opt, max_items), meta) {
+      tokens_ring(size_t(opt.max_batch)),
+      reads_ring(size_t(opt.max_batch)),
+      planner(planner_shape(c, opt, max_items, max_pages), meta) {
   LY_CHECK(opt.max_batch >= 1 && opt.max_prefill_tokens >= 1, ErrorCode::kInvalidArgument,
            "max_batch and max_prefill_tokens must be >= 1");
   const std::string why = gpu_unsupported(full_spec(c), c, opt.page_size);
   LY_CHECK(why.empty(), ErrorCode::kUnsupported, "{}", why);
   LY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  LY_CUDA_CHECK(cudaEventCreateWithFlags(&meta_consumed, cudaEventDisableTiming));
+  LY_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  LY_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming));
+  LY_CUDA_CHECK(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming));
+  for (cudaEvent_t& e : step_consumed) LY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  LY_CUDA_CHECK(cudaEventCreateWithFlags(&plan_consumed, cudaEventDisableTiming));
   gemm = std::make_unique<Gemm>(stream);
   const size_t kv_bytes = o.kv_memory_gib > 0 ? size_t(o.kv_memory_gib * double(size_t(1) << 30))
                                               : auto_kv_bytes(c, o, max_context);
@@ -84,10 +91,14 @@ GpuRunner::Impl::Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOpt
   sampled = DeviceBuffer<int32_t>(size_t(o.max_batch));
   rng_step = DeviceBuffer<uint64_t>(1);
   LY_CUDA_CHECK(cudaMemset(rng_step.data(), 0, 8));
-  meta_h = PinnedBuffer<uint8_t>(meta.total);
-  std::memset(meta_h.data(), 0, meta.total);
+  meta_h = PinnedBuffer<uint8_t>(meta.total + meta.step_bytes());
+  std::memset(meta_h.data(), 0, meta_h.size());
   meta_d = DeviceBuffer<uint8_t>(meta.total);
-  tokens_h = PinnedBuffer<int32_t>(size_t(o.max_batch));
+  LY_CUDA_CHECK(cudaMemset(meta_d.data(), 0, meta.total));
+  decode_table = DeviceBuffer<int32_t>(size_t(o.max_batch) * max_pages);
+  LY_CUDA_CHECK(cudaMemset(decode_table.data(), 0, decode_table.size() * 4));
+  row_table_id.assign(size_t(o.max_batch), 0);
+  row_synced.assign(size_t(o.max_batch), 0);
   token_reads = DeviceBuffer<unsigned long long>(size_t(o.max_batch));
   LY_CUDA_CHECK(cudaMemset(token_reads.data(), 0, size_t(o.max_batch) * 8));
   LY_LOG_INFO("GPU runner: {} KV pages of {} tokens ({:.2f} GiB), max context {}, max batch {}",
@@ -97,13 +108,39 @@ GpuRunner::Impl::Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOpt
 
 GpuRunner::Impl::~Impl() {
   graphs.clear();
-  if (meta_consumed != nullptr) cudaEventDestroy(meta_consumed);
+  for (cudaEvent_t e : step_consumed)
+    if (e != nullptr) cudaEventDestroy(e);
+  if (plan_consumed != nullptr) cudaEventDestroy(plan_consumed);
+  if (fork_event != nullptr) cudaEventDestroy(fork_event);
+  if (join_event != nullptr) cudaEventDestroy(join_event);
+  if (side != nullptr) cudaStreamDestroy(side);
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
-void GpuRunner::Impl::upload_meta(size_t bytes) {
-  LY_CUDA_CHECK(cudaMemcpyAsync(meta_d.data(), meta_h.data(), bytes, cudaMemcpyHostToDevice, stream));
-  LY_CUDA_CHECK(cudaEventRecord(meta_consumed, stream));
+void GpuRunner::Impl::wait_event(cudaEvent_t e) {
+  const cudaError_t q = cudaEventQuery(e);
+  if (q == cudaSuccess) return;
+  LY_CHECK(q == cudaErrorNotReady, ErrorCode::kInternal, "CUDA error: {}", cudaGetErrorString(q));
+  ++stalls;
+  LY_CUDA_CHECK(cudaEventSynchronize(e));
+}
+
+void GpuRunner::Impl::begin_step() {
+  staging ^= 1;
+  wait_event(step_consumed[staging]);
+}
+
+void GpuRunner::Impl::upload_step(size_t bytes) {
+  LY_CUDA_CHECK(cudaMemcpyAsync(meta_d.data(), meta_host<uint8_t>(0), bytes, cudaMemcpyHostToDevice, stream));
+  LY_CUDA_CHECK(cudaEventRecord(step_consumed[staging], stream));
+}
+
+void GpuRunner::Impl::plan_and_upload(const GpuPolicyPlan* plan, std::span<const int> lens) {
+  const size_t end = planner.plan(plan, lens, meta_h.data(), [&] { wait_event(plan_consumed); });
+  if (end == 0) return;  // the plans on the device are still right
+  LY_CUDA_CHECK(cudaMemcpyAsync(meta_d.data() + meta.n_items, meta_h.data() + meta.n_items, end - meta.n_items,
+                                cudaMemcpyHostToDevice, stream));
+  LY_CUDA_CHECK(cudaEventRecord(plan_consumed, stream));
 }
 
 void GpuRunner::Impl::ensure_pages(GpuSeq& seq, int new_length) {
@@ -128,7 +165,7 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
   for (size_t start = 0; start < tokens.size(); start += size_t(m.o.max_prefill_tokens)) {
     const int n = int(std::min(tokens.size() - start, size_t(m.o.max_prefill_tokens)));
     m.ensure_pages(seq, seq.length + n);
-    m.wait_meta();
+    m.begin_step();
     for (int t = 0; t < n; ++t) {
       const int32_t tok = tokens[start + size_t(t)];
       LY_CHECK(tok >= 0 && tok < m.c.vocab_size, ErrorCode::kInvalidArgument,
@@ -142,7 +179,8 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
     m.meta_host<int32_t>(m.meta.q_lens)[0] = n;
     m.meta_host<int32_t>(m.meta.seq_lens)[0] = seq.length + n;
     std::copy(seq.pages.begin(), seq.pages.end(), m.meta_host<int32_t>(m.meta.block_table));
-    m.upload_meta(m.meta.total);
+    m.meta_host<int32_t>(m.meta.n_deltas)[0] = 0;
+    m.upload_step(m.meta.deltas);
     ++m.n_forwards;
     m.forward(n, false, 1, n, seq.length + n);
     seq.length += n;
@@ -156,27 +194,45 @@ void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> t
            "decode batch of {} sequences (1..{} supported)", batch, m.o.max_batch);
   LY_CHECK(tokens.empty() || int(tokens.size()) == batch, ErrorCode::kInvalidArgument,
            "decode got {} tokens for {} sequences", tokens.size(), batch);
-  m.wait_meta();
-  for (int b = 0; b < batch; ++b) {
+  for (int b = 0; b < batch; ++b) {  // every check and page before any state changes
     GpuSeq& s = *seqs[size_t(b)];
     LY_CHECK(s.length > 0, ErrorCode::kInvalidArgument, "decode of an empty sequence (prefill first)");
-    m.ensure_pages(s, s.length + 1);
-    if (!tokens.empty()) {
+    if (!tokens.empty())
       LY_CHECK(tokens[size_t(b)] >= 0 && tokens[size_t(b)] < m.c.vocab_size, ErrorCode::kInvalidArgument,
                "token id {} is outside the vocabulary (size {})", tokens[size_t(b)], m.c.vocab_size);
-      m.meta_host<int32_t>(m.meta.tokens)[b] = tokens[size_t(b)];
+    m.ensure_pages(s, s.length + 1);
+  }
+  m.begin_step();
+  // The block table lives on the device; a step sends only the pages a row's device copy lacks
+  // (a sequence new to its row: all of them; otherwise the pages added since).
+  auto* deltas = m.meta_host<int32_t>(m.meta.deltas);
+  int n_deltas = 0;
+  for (int b = 0; b < batch; ++b) {
+    GpuSeq& s = *seqs[size_t(b)];
+    if (s.table_id == 0) s.table_id = ++m.next_table_id;
+    if (m.row_table_id[size_t(b)] != s.table_id || m.row_synced[size_t(b)] > int(s.pages.size())) {
+      m.row_table_id[size_t(b)] = s.table_id;
+      m.row_synced[size_t(b)] = 0;
     }
+    for (int i = m.row_synced[size_t(b)]; i < int(s.pages.size()); ++i) {
+      deltas[2 * n_deltas] = b * m.max_pages + i;
+      deltas[2 * n_deltas + 1] = s.pages[size_t(i)];
+      ++n_deltas;
+    }
+    m.row_synced[size_t(b)] = int(s.pages.size());
+    if (!tokens.empty()) m.meta_host<int32_t>(m.meta.tokens)[b] = tokens[size_t(b)];
     m.meta_host<int32_t>(m.meta.positions)[b] = s.length;
     m.meta_host<int32_t>(m.meta.kv_page)[b] = s.pages[size_t(s.length / m.o.page_size)];
     m.meta_host<int32_t>(m.meta.kv_row)[b] = s.length % m.o.page_size;
     m.meta_host<int32_t>(m.meta.seq_lens)[b] = s.length + 1;
     m.meta_host<int32_t>(m.meta.quest_from)[b] = s.quest_epoch == m.policy_epoch ? std::min(s.quest_from, s.length) : 0;
-    std::copy(s.pages.begin(), s.pages.end(), m.meta_host<int32_t>(m.meta.block_table) + size_t(b) * m.max_pages);
   }
+  m.meta_host<int32_t>(m.meta.n_deltas)[0] = n_deltas;
+  m.upload_step(m.meta.deltas + size_t(n_deltas) * 8);
   m.step_policy = use_policy && m.policy.has_value();
   std::vector<int> lens(static_cast<size_t>(batch));
   for (int b = 0; b < batch; ++b) lens[size_t(b)] = seqs[size_t(b)]->length + 1;
-  m.upload_meta(m.planner.plan(m.step_policy ? &*m.policy : nullptr, lens, m.meta_h.data()));
+  m.plan_and_upload(m.step_policy ? &*m.policy : nullptr, lens);
   if (tokens.empty())  // feed the tokens sampled on the device by the previous step
     LY_CUDA_CHECK(cudaMemcpyAsync(m.meta_dev<int32_t>(m.meta.tokens), m.sampled.data(), size_t(batch) * 4,
                                   cudaMemcpyDeviceToDevice, m.stream));
@@ -212,6 +268,7 @@ void GpuRunner::fill_kv_random(uint64_t seed) {
 void GpuRunner::release(GpuSeq& seq) {
   impl_->pool->release(seq.pages);
   seq.pages.clear();
+  seq.table_id = 0;
   seq.length = 0;
   seq.quest_from = 0;
 }
@@ -219,7 +276,8 @@ void GpuRunner::release(GpuSeq& seq) {
 void GpuRunner::truncate(GpuSeq& seq, int n) {
   LY_CHECK(n >= 0 && n <= seq.length, ErrorCode::kInvalidArgument, "cannot truncate a sequence of {} tokens to {}",
            seq.length, n);
-  const size_t keep = size_t((n + impl_->o.page_size - 1) / impl_->o.page_size);
+  const size_t keep = std::min(seq.pages.size(), size_t((n + impl_->o.page_size - 1) / impl_->o.page_size));
+  if (keep < seq.pages.size()) seq.table_id = 0;  // pages past `keep` will differ: send the row again
   impl_->pool->release(std::span<const int32_t>(seq.pages).subspan(keep));
   seq.pages.resize(keep);
   seq.length = n;
@@ -228,6 +286,7 @@ void GpuRunner::truncate(GpuSeq& seq, int n) {
 
 int GpuRunner::n_pages() const { return impl_->pool->n_pages(); }
 int GpuRunner::replans() const { return impl_->planner.replans(); }
+uint64_t GpuRunner::host_stalls() const { return impl_->stalls; }
 int GpuRunner::policy_epoch() const { return impl_->policy_epoch; }
 uint64_t GpuRunner::forwards() const { return impl_->n_forwards; }
 
@@ -260,12 +319,17 @@ void GpuRunner::Impl::allocate_policy_buffers() {
   quest_max = bounds ? DeviceBuffer<bf16>(quest_layer_elems * c.n_layers) : DeviceBuffer<bf16>();
 }
 
-std::vector<uint64_t> GpuRunner::take_token_reads() {
+std::vector<uint64_t> GpuRunner::take_token_reads() { return token_reads(take_token_reads_async()); }
+
+Ticket GpuRunner::take_token_reads_async() {
   Impl& m = *impl_;
-  std::vector<unsigned long long> v(size_t(m.o.max_batch));
-  LY_CUDA_CHECK(cudaMemcpyAsync(v.data(), m.token_reads.data(), v.size() * 8, cudaMemcpyDeviceToHost, m.stream));
-  LY_CUDA_CHECK(cudaMemsetAsync(m.token_reads.data(), 0, v.size() * 8, m.stream));
-  LY_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  const Ticket t = m.reads_ring.push(m.token_reads.data(), m.o.max_batch, m.stream);
+  LY_CUDA_CHECK(cudaMemsetAsync(m.token_reads.data(), 0, size_t(m.o.max_batch) * 8, m.stream));
+  return t;
+}
+
+std::vector<uint64_t> GpuRunner::token_reads(const Ticket& t) {
+  const std::span<const unsigned long long> v = impl_->reads_ring.read(t);
   return std::vector<uint64_t>(v.begin(), v.end());
 }
 

@@ -38,7 +38,27 @@ struct GpuSeq {
   int length = 0;
   int quest_from = 0;   // page-bound metadata: the first position whose chunk metadata is not final ...
   int quest_epoch = -1; // ... as of this policy setting of the runner (set_policy starts a new one)
+  // Identifies `pages` to the runner's device-side block table (0: not sent yet, or changed
+  // other than by appending). A copy gets a new identity; a move keeps it.
+  uint64_t table_id = 0;
+
+  GpuSeq() = default;
+  GpuSeq(const GpuSeq& o) : pages(o.pages), length(o.length), quest_from(o.quest_from), quest_epoch(o.quest_epoch) {}
+  GpuSeq& operator=(const GpuSeq& o) {
+    if (this != &o) *this = GpuSeq(o);
+    return *this;
+  }
+  GpuSeq(GpuSeq&&) = default;
+  GpuSeq& operator=(GpuSeq&&) = default;
 };
+
+// A queued device-to-host result (tokens or read counters): a slot of a small ring of pinned
+// buffers and the event that says its copy is done.
+struct Ticket {
+  uint64_t id = 0;  // 0: none
+  int batch = 0;
+};
+inline constexpr int kTicketRing = 64;
 
 class GpuRunner {
  public:
@@ -77,10 +97,25 @@ class GpuRunner {
   // head, the union over its query heads, as KvReadStats counts them); zeroes the counters.
   // Synchronises.
   std::vector<uint64_t> take_token_reads();
+  // The same without waiting: queues the copy of the counters to the host and their reset on the
+  // stream (so the counts are exactly those of the steps queued before); token_reads(ticket)
+  // waits for that copy only.
+  Ticket take_token_reads_async();
+  std::vector<uint64_t> token_reads(const Ticket& t);
 
   // Device-side choice of the next token of rows 0..batch-1; copies the tokens to out.
   void greedy(int batch, std::span<int32_t> out);
   void sample(int batch, float temperature, int top_k, float top_p, uint64_t seed, std::span<int32_t> out);
+  // The same without waiting: the tokens are chosen and their copy to the host is queued; a
+  // decode() with no tokens queued after this feeds them on the device. wait_tokens(ticket)
+  // waits for that copy only, so a caller can queue the next step first and the device never
+  // waits for the host (generate's pipelined loop). The last kTicketRing tickets stay readable.
+  Ticket greedy_async(int batch);
+  Ticket sample_async(int batch, float temperature, int top_k, float top_p, uint64_t seed);
+  void wait_tokens(const Ticket& t, std::span<int32_t> out);
+  // Host waits on the device that found it still busy (metadata staging, plan uploads, token
+  // and counter copies): a pipelined decode loop keeps this at zero in steady state.
+  uint64_t host_stalls() const;
   // Copies logits row `row` ([vocab] f32) to the host.
   void copy_logits(int row, std::span<float> out);
 

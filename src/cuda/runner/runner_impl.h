@@ -6,7 +6,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 
+#include "core/error.h"
 #include "cuda/common/common.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/kernels/gemm.h"
@@ -53,12 +55,52 @@ class GraphCache {
   std::map<int, cudaGraphExec_t> graphs_;
 };
 
+// Device-to-host results queued on the stream: kTicketRing pinned slots of `width` values and an
+// event per slot. A ticket stays readable until kTicketRing later pushes reuse its slot.
+template <typename T>
+class HostRing {
+ public:
+  HostRing() = default;
+  explicit HostRing(size_t width) : width_(width), buf_(width * kTicketRing) {
+    for (cudaEvent_t& e : done_) LY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  HostRing(const HostRing&) = delete;
+  HostRing& operator=(const HostRing&) = delete;
+  ~HostRing() {
+    for (cudaEvent_t e : done_)
+      if (e != nullptr) cudaEventDestroy(e);
+  }
+  Ticket push(const T* src, int n, cudaStream_t stream) {
+    const uint64_t id = ++issued_;
+    const size_t slot = size_t(id % kTicketRing);
+    LY_CUDA_CHECK(cudaMemcpyAsync(buf_.data() + slot * width_, src, size_t(n) * sizeof(T), cudaMemcpyDeviceToHost, stream));
+    LY_CUDA_CHECK(cudaEventRecord(done_[slot], stream));
+    return {id, n};
+  }
+  // Waits for the ticket's copy; throws kInvalidArgument for a ticket never issued or reused.
+  std::span<const T> read(const Ticket& t) {
+    LY_CHECK(t.id != 0 && t.id <= issued_ && t.id + kTicketRing > issued_, ErrorCode::kInvalidArgument,
+             "GPU runner: ticket {} is not readable (last issued {}, {} kept)", t.id, issued_, kTicketRing);
+    const size_t slot = size_t(t.id % kTicketRing);
+    LY_CUDA_CHECK(cudaEventSynchronize(done_[slot]));
+    return {buf_.data() + slot * width_, size_t(t.batch)};
+  }
+
+ private:
+  size_t width_ = 0;
+  PinnedBuffer<T> buf_;
+  cudaEvent_t done_[kTicketRing] = {};
+  uint64_t issued_ = 0;
+};
+
 struct GpuRunner::Impl {
   std::shared_ptr<const GpuWeights> w;
   ModelConfig c;
   RunnerOptions o;
   int max_context, max_pages, max_tokens, max_items, max_slots;
   cudaStream_t stream = nullptr;
+  cudaStream_t side = nullptr;  // decode-time selections, forked from and joined to `stream`
+  cudaEvent_t fork_event = nullptr, join_event = nullptr;
   std::unique_ptr<Gemm> gemm;
   std::unique_ptr<KvPool> pool;
   std::unique_ptr<PrefillAttention> prefill_attn;
@@ -67,10 +109,23 @@ struct GpuRunner::Impl {
   DeviceBuffer<int32_t> sampled;
   DeviceBuffer<uint64_t> rng_step;
   MetaLayout meta;
+  // Host staging of the metadata block: the plan section once (rewritten only on a replan, after
+  // its last upload was consumed), the per-step section twice (steps alternate between them, so
+  // the host writes step t+1 while step t's copy may still be queued).
   PinnedBuffer<uint8_t> meta_h;
   DeviceBuffer<uint8_t> meta_d;
-  PinnedBuffer<int32_t> tokens_h;
-  cudaEvent_t meta_consumed = nullptr;  // the last metadata upload has been executed
+  cudaEvent_t step_consumed[2] = {};    // the upload from per-step staging k has run
+  cudaEvent_t plan_consumed = nullptr;  // the last plan upload has run
+  int staging = 0;                      // the per-step staging the step being prepared writes
+  uint64_t stalls = 0;                  // host waits that found the device still busy
+  // The decode steps' block table [max_batch][max_pages] on the device, and what the host knows
+  // it holds: per row, the sequence (GpuSeq::table_id) and how many of its pages were sent.
+  DeviceBuffer<int32_t> decode_table;
+  std::vector<uint64_t> row_table_id;
+  std::vector<int> row_synced;
+  uint64_t next_table_id = 0;
+  HostRing<int32_t> tokens_ring;
+  HostRing<unsigned long long> reads_ring;
   GraphCache graphs;
   StepPlanner planner;
 
@@ -87,11 +142,19 @@ struct GpuRunner::Impl {
 
   Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt);
   ~Impl();
-  template <typename T> T* meta_host(size_t off) { return reinterpret_cast<T*>(meta_h.data() + off); }
+  // The per-step field at `off` in the staging of the step being prepared (begin_step).
+  template <typename T> T* meta_host(size_t off) {
+    return reinterpret_cast<T*>(meta_h.data() + (staging == 0 ? 0 : meta.total) + off);
+  }
   template <typename T> T* meta_dev(size_t off) { return reinterpret_cast<T*>(meta_d.data() + off); }
-  // The host writes meta_h for the next step only once the device has copied the last one.
-  void wait_meta() { LY_CUDA_CHECK(cudaEventSynchronize(meta_consumed)); }
-  void upload_meta(size_t bytes);
+  void wait_event(cudaEvent_t e);  // counts a stall when the event has not completed
+  // Switches to the other per-step staging (waiting only if its last copy is still queued).
+  void begin_step();
+  // Queues the copy of the first `bytes` of the per-step staging to the device.
+  void upload_step(size_t bytes);
+  // Plans the decode step's patterns; on a replan, waits for the last plan upload, rewrites the
+  // plan section and queues its copy.
+  void plan_and_upload(const GpuPolicyPlan* policy, std::span<const int> lens);
   void ensure_pages(GpuSeq& seq, int new_length);
   void allocate_policy_buffers();
 
@@ -100,8 +163,9 @@ struct GpuRunner::Impl {
   void attention(int layer, bool decode, int batch, int q_len, int max_kv_len);
   void decode_attention_layer(int layer, int batch);
   void select_before(int layer, int batch);
-  void select_after(int layer, int batch);
-  void run_selection(int layer, int batch);
+  bool select_after_needed(int layer) const;
+  void select_after(int layer, int batch, cudaStream_t s);
+  void run_selection(int layer, int batch, cudaStream_t s);
   int pattern_of(int layer) const { return step_policy ? policy->layers[size_t(layer)].pattern : 0; }
 };
 

@@ -8,22 +8,33 @@
 
 namespace lychee::cuda {
 
-void GpuRunner::greedy(int batch, std::span<int32_t> out) {
-  Impl& m = *impl_;
-  argmax(m.logits.data(), m.sampled.data(), batch, m.c.vocab_size, m.stream);
-  LY_CUDA_CHECK(cudaMemcpyAsync(m.tokens_h.data(), m.sampled.data(), size_t(batch) * 4, cudaMemcpyDeviceToHost, m.stream));
-  LY_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  std::copy_n(m.tokens_h.data(), std::min(out.size(), size_t(batch)), out.begin());
-}
+void GpuRunner::greedy(int batch, std::span<int32_t> out) { wait_tokens(greedy_async(batch), out); }
 
 void GpuRunner::sample(int batch, float temperature, int top_k, float top_p, uint64_t seed, std::span<int32_t> out) {
+  wait_tokens(sample_async(batch, temperature, top_k, top_p, seed), out);
+}
+
+Ticket GpuRunner::greedy_async(int batch) {
   Impl& m = *impl_;
-  if (temperature <= 0.0f) return greedy(batch, out);
+  LY_CHECK(batch >= 1 && batch <= m.o.max_batch, ErrorCode::kInvalidArgument, "greedy: batch {} (1..{})", batch,
+           m.o.max_batch);
+  argmax(m.logits.data(), m.sampled.data(), batch, m.c.vocab_size, m.stream);
+  return m.tokens_ring.push(m.sampled.data(), batch, m.stream);
+}
+
+Ticket GpuRunner::sample_async(int batch, float temperature, int top_k, float top_p, uint64_t seed) {
+  Impl& m = *impl_;
+  if (temperature <= 0.0f) return greedy_async(batch);
+  LY_CHECK(batch >= 1 && batch <= m.o.max_batch, ErrorCode::kInvalidArgument, "sample: batch {} (1..{})", batch,
+           m.o.max_batch);
   lychee::cuda::sample(m.logits.data(), m.sampled.data(), batch, m.c.vocab_size, temperature, top_k, top_p,
                        seed, m.rng_step.data(), m.stream);
-  LY_CUDA_CHECK(cudaMemcpyAsync(m.tokens_h.data(), m.sampled.data(), size_t(batch) * 4, cudaMemcpyDeviceToHost, m.stream));
-  LY_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  std::copy_n(m.tokens_h.data(), std::min(out.size(), size_t(batch)), out.begin());
+  return m.tokens_ring.push(m.sampled.data(), batch, m.stream);
+}
+
+void GpuRunner::wait_tokens(const Ticket& t, std::span<int32_t> out) {
+  const std::span<const int32_t> got = impl_->tokens_ring.read(t);
+  std::copy_n(got.begin(), std::min(out.size(), got.size()), out.begin());
 }
 
 void GpuRunner::copy_logits(int row, std::span<float> out) {

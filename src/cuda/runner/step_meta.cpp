@@ -21,13 +21,23 @@ MetaLayout::MetaLayout(int max_tokens, int max_batch, int max_pages, int max_ite
   seq_lens = take(size_t(max_batch) * 4);
   q_lens = take(size_t(max_batch) * 4);
   quest_from = take(size_t(max_batch) * 4);
-  block_table = take(size_t(max_batch) * max_pages * 4);
+  block_table = take(size_t(max_pages) * 4);
+  n_deltas = take(4);
+  deltas = take(size_t(max_batch) * max_pages * 8);
   n_items = take(size_t(n_patterns) * 4);
   item_offset = take(size_t(n_patterns) * 4);
   merge_begin = take(size_t(n_patterns) * merge_stride * 4);
   merge_count = take(size_t(n_patterns) * merge_stride * 4);
   items = take(size_t(n_patterns) * max_items * sizeof(DecodeWorkItem));
   total = off;
+}
+
+// Dense heads are planned for up to 1/32 more pages than they have (at least one page more
+// than needed is never planned), so a plan outlives many page crossings: the kernel clips an
+// item at the device-side length, and the splits stay within ~3% of equal.
+int dense_horizon(int pages, int max_pages) {
+  const int step = std::max(1, (pages + 31) / 32);
+  return std::min(max_pages, (pages + step - 1) / step * step);
 }
 
 StepPlanner::StepPlanner(const PlannerShape& shape, const MetaLayout& layout) : s_(shape), m_(layout) {}
@@ -50,6 +60,7 @@ void StepPlanner::heads_of(const GpuPolicyPlan* policy, int pattern, std::span<c
       w.score = spec.score;
       w.n_entries = policy != nullptr ? head_entries(*policy, spec, P, lens[b])
                                       : (lens[b] + P - 1) / P;
+      if (w.kind == ListKind::kDense) w.n_entries = dense_horizon(w.n_entries, s_.max_pages);
       if (!spec.per_q) {
         const int row = int(b) * n_kv + h;
         w.row_begin = 0;
@@ -71,12 +82,14 @@ void StepPlanner::heads_of(const GpuPolicyPlan* policy, int pattern, std::span<c
   }
 }
 
-size_t StepPlanner::plan(const GpuPolicyPlan* policy, std::span<const int> lens, uint8_t* meta) {
+size_t StepPlanner::plan(const GpuPolicyPlan* policy, std::span<const int> lens, uint8_t* meta,
+                         const std::function<void()>& before_write) {
   const int n_patterns = policy != nullptr ? int(policy->patterns.size()) : 1;
   const int list_stride = policy != nullptr ? policy->list_stride : 1;
   std::vector<std::vector<DecodeHeadWork>> heads(static_cast<size_t>(n_patterns));
   for (int p = 0; p < n_patterns; ++p) heads_of(policy, p, lens, list_stride, heads[size_t(p)]);
-  if (heads == last_heads_) return m_.step_bytes();
+  if (heads == last_heads_) return 0;
+  if (before_write) before_write();
 
   auto* n_items = reinterpret_cast<int32_t*>(meta + m_.n_items);
   auto* item_offset = reinterpret_cast<int32_t*>(meta + m_.item_offset);

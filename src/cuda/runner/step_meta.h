@@ -1,12 +1,14 @@
 // The per-step metadata of a forward pass, host side and pure: one contiguous block (tokens,
-// positions, where each token's K/V go, lengths, block tables, then the decode plans of the
-// step's layer patterns) that the runner copies to the device with one asynchronous copy, and
-// the planner that fills the plan section. Plans are rebuilt only when the work changes (batch
-// membership, policy, or a head's entry count, i.e. a page or selection unit boundary crossed);
-// otherwise only the small per-step section is written and uploaded.
+// positions, where each token's K/V go, lengths, a prefill's block-table row, the pages decode
+// rows gained since the last step, then the decode plans of the step's layer patterns) that the
+// runner copies to the device with asynchronous copies, and the planner that fills the plan
+// section. Plans are rebuilt only when the work changes (batch membership, policy, or a head's
+// planned entry count; dense heads are planned a few pages ahead, so a page boundary crossed
+// seldom replans); otherwise only the small per-step section is written and uploaded.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -18,7 +20,10 @@ namespace lychee::cuda {
 
 // Byte offsets of the fields in the metadata block (each 16-byte aligned).
 struct MetaLayout {
-  size_t tokens, positions, kv_page, kv_row, seq_lens, q_lens, quest_from, block_table;  // per step
+  size_t tokens, positions, kv_page, kv_row, seq_lens, q_lens, quest_from;  // per step
+  size_t block_table;  // per step: [max_pages] the prefill's pages
+  size_t n_deltas;     // per step: entries of `deltas`
+  size_t deltas;       // per step, last: (row * max_pages + index, page) pairs for the decode table
   size_t n_items, item_offset, merge_begin, merge_count, items, total;                  // plans
   int merge_stride;  // ints per pattern in merge_begin / merge_count
   MetaLayout(int max_tokens, int max_batch, int max_pages, int max_items, int n_heads, int n_patterns);
@@ -29,7 +34,11 @@ struct PlannerShape {
   int n_heads = 1, n_kv_heads = 1, page_size = 64;
   int sm_count = 1, ctas_per_sm = 2;
   int max_items = 1;
+  int max_pages = 1 << 30;  // block-table row width: dense plans never pass it
 };
+
+// The page count a dense head is planned for (see step_meta.cpp).
+int dense_horizon(int pages, int max_pages);
 
 // Fills the plan section of the metadata block for decode steps.
 class StepPlanner {
@@ -37,9 +46,11 @@ class StepPlanner {
   StepPlanner(const PlannerShape& shape, const MetaLayout& layout);
   // The plans of patterns [0, n_patterns) of `policy` (null: dense only) for sequences of
   // `lens` tokens (the current one included), written into `meta` (the host block). Returns the
-  // bytes of the block the next upload must cover: the whole plan section when it replanned,
-  // only the per-step section when every head's work equals the last call's.
-  size_t plan(const GpuPolicyPlan* policy, std::span<const int> lens, uint8_t* meta);
+  // end of the plan section written (an offset into the block), or 0 when every head's work
+  // equals the last call's and nothing was written. `before_write` runs before any write (the
+  // runner waits there for the device to have consumed the last plan upload).
+  size_t plan(const GpuPolicyPlan* policy, std::span<const int> lens, uint8_t* meta,
+              const std::function<void()>& before_write = {});
   // Forget the cached plans (the next plan() rebuilds them).
   void invalidate() { last_heads_.clear(); }
   int replans() const { return replans_; }
