@@ -15,6 +15,7 @@
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
@@ -427,14 +428,27 @@ __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const Dec
 }
 
 template <int HeadDim, int PageSize>
+__device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem);
+
+template <int HeadDim, int PageSize>
 __global__ void __launch_bounds__(kThreads, 2) decode_attention_kernel(const DecodeAttentionArgs a) {
   using Tr = DecodeTraits<HeadDim>;
   extern __shared__ __align__(128) uint8_t smem[];  // [kStages][K tile, V tile] bf16, swizzled
 
   grid_dependency_wait();  // q, the KV pools, the lists and the plan come from earlier work in the stream
   grid_launch_dependents();
-  if (int(blockIdx.x) >= *a.n_items) return;
-  const DecodeWorkItem item = a.items[(a.item_offset != nullptr ? *a.item_offset : 0) + int(blockIdx.x)];
+  // A resident grid walks the plan: item i runs on CTA i % gridDim.x (items come longest first).
+  const int n_items = *a.n_items;
+  const DecodeWorkItem* items = a.items + (a.item_offset != nullptr ? *a.item_offset : 0);
+  for (int i = int(blockIdx.x); i < n_items; i += int(gridDim.x)) {
+    if (i != int(blockIdx.x)) __syncthreads();  // the last item's epilogue is done with the stages
+    run_work_item<HeadDim, PageSize>(a, items[i], smem);
+  }
+}
+
+template <int HeadDim, int PageSize>
+__device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem) {
+  using Tr = DecodeTraits<HeadDim>;
   const int group = a.n_heads / a.n_kv_heads;
   const ItemView iv = make_view(a, item);
   if (a.token_reads != nullptr && threadIdx.x == 0 && item.n_rows == group && iv.n_tok > 0)
@@ -476,9 +490,16 @@ auto attention_kernel() {
 }
 
 template <int HeadDim, int PageSize>
+int ctas_per_sm();
+
+// At most one resident wave of CTAs (ctas_per_sm x SMs): a plan with more items loops over them
+// instead of launching CTAs that only find no item.
+template <int HeadDim, int PageSize>
 void launch_decode(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  static const int resident = ctas_per_sm<HeadDim, PageSize>() * device_info().sm_count;
   if (a.max_items > 0)
-    launch_pdl(attention_kernel<HeadDim, PageSize>(), a.max_items, kThreads, DecodeTraits<HeadDim>::kSmemBytes, stream, a);
+    launch_pdl(attention_kernel<HeadDim, PageSize>(), std::min(a.max_items, resident), kThreads,
+               DecodeTraits<HeadDim>::kSmemBytes, stream, a);
   LY_CUDA_CHECK_LAUNCH();
   decode_merge(a, stream);
 }

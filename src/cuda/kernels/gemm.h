@@ -1,8 +1,18 @@
-// Matrix products through cuBLAS: y[n][m] = x[n][k] · w[m][k]ᵀ, bf16 inputs, fp32 accumulation.
+// Matrix products through cuBLASLt: y[n][m] = x[n][k] · w[m][k]ᵀ, bf16 inputs, fp32 accumulation.
 // The handle owns a fixed workspace so the products can be captured in CUDA graphs.
+//
+// Algorithm choice: cuBLASLt's heuristic, except for decode-sized products (n <= kTuneMaxRows),
+// which are memory-bound GEMVs where the heuristic's first pick can read the weights at half the
+// bandwidth (Llama-3-8B's output projection: 52%): the first such product of a shape, run outside
+// graph capture, times the heuristic's candidates with a cold L2 and keeps the fastest. The choice
+// is shared by every Gemm of the process, so two runners compute the same sums in the same order.
+// LYCHEE_GEMM_TUNE=0 turns the timing off (the heuristic's first pick everywhere).
 #pragma once
 
-#include <cublas_v2.h>
+#include <cublasLt.h>
+
+#include <map>
+#include <tuple>
 
 #include "cuda/common/common.h"
 #include "cuda/common/device_buffer.h"
@@ -11,6 +21,8 @@ namespace lychee::cuda {
 
 class Gemm {
  public:
+  static constexpr int kTuneMaxRows = 64;
+
   explicit Gemm(cudaStream_t stream);
   ~Gemm();
   Gemm(const Gemm&) = delete;
@@ -22,9 +34,14 @@ class Gemm {
   void f32_out(const bf16* x, const bf16* w, float* y, int n, int k, int m);
 
  private:
+  struct Plan;  // descriptors and the chosen algorithm of one shape
+  using Key = std::tuple<int, int, int, int>;  // n, k, m, output type
   void run(const bf16* x, const bf16* w, void* y, cudaDataType_t y_type, int n, int k, int m);
-  cublasHandle_t handle_ = nullptr;
+  Plan& plan(const bf16* x, const bf16* w, void* y, cudaDataType_t y_type, int n, int k, int m);
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<uint8_t> workspace_;
+  std::map<Key, Plan*> plans_;
 };
 
 }  // namespace lychee::cuda

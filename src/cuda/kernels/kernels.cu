@@ -39,7 +39,9 @@ __global__ void add_rmsnorm_kernel(float* __restrict__ x, const bf16* __restrict
   for (int i = threadIdx.x; i < d; i += blockDim.x) out[row + i] = __float2bfloat16(w[i] * (x[row + i] * r));
 }
 
-// One warp per head of one token; each lane holds the pairs (i, i + hd/2), i = lane + 32 k.
+// One warp per head of one token (blockIdx.x: token, blockIdx.y: a group of heads, so a decode
+// step's few tokens still spread over many SMs); each lane holds the pairs (i, i + hd/2),
+// i = lane + 32 k.
 template <int kPairsPerLane>
 __global__ void qkv_rope_append_kernel(QkvArgs a) {
   const int t = blockIdx.x;
@@ -49,7 +51,8 @@ __global__ void qkv_rope_append_kernel(QkvArgs a) {
   const int qkv_dim = (a.n_heads + 2 * a.n_kv_heads) * hd;
   const bf16* row = a.qkv + size_t(t) * qkv_dim;
   const float pos = float(a.positions[t]);
-  for (int head = threadIdx.x / kWarp; head < a.n_heads + 2 * a.n_kv_heads; head += n_warps) {
+  for (int head = blockIdx.y * n_warps + threadIdx.x / kWarp; head < a.n_heads + 2 * a.n_kv_heads;
+       head += n_warps * gridDim.y) {
     const bool is_q = head < a.n_heads;
     const bool is_v = head >= a.n_heads + a.n_kv_heads;
     float lo[kPairsPerLane], hi[kPairsPerLane];
@@ -276,12 +279,17 @@ void add_rmsnorm(float* x, const bf16* delta, const float* bias, const float* w,
 
 void qkv_rope_append(const QkvArgs& a, cudaStream_t s) {
   const int half = a.head_dim / 2;
+  constexpr int kWarpsPerBlock = 4;
+  // Few tokens (decode): a warp per head over the SMs; many (prefill): a block per token.
+  const int head_groups = a.n >= 64 ? 1 : (a.n_heads + 2 * a.n_kv_heads + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const dim3 grid(unsigned(a.n), unsigned(head_groups));
+  const int threads = head_groups == 1 ? 256 : kWarpsPerBlock * kWarp;
   if (half <= 32) {
-    qkv_rope_append_kernel<1><<<a.n, 256, 0, s>>>(a);
+    qkv_rope_append_kernel<1><<<grid, threads, 0, s>>>(a);
   } else if (half <= 64) {
-    qkv_rope_append_kernel<2><<<a.n, 256, 0, s>>>(a);
+    qkv_rope_append_kernel<2><<<grid, threads, 0, s>>>(a);
   } else if (half <= 128) {
-    qkv_rope_append_kernel<4><<<a.n, 256, 0, s>>>(a);
+    qkv_rope_append_kernel<4><<<grid, threads, 0, s>>>(a);
   } else {
     fail_cuda_msg("qkv_rope_append: head_dim above 256 is unsupported", a.head_dim, __FILE__, __LINE__);
   }
