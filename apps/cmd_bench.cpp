@@ -1,5 +1,7 @@
 // lychee bench: prefill and decode throughput on this machine, beside the memory-bandwidth
-// bound of a decode step (weight bytes + KV bytes read per token / measured read bandwidth).
+// bound of a decode step (weight bytes + KV bytes read per token / measured read bandwidth),
+// under any attention policy (the policy flags of generate; the KV bytes are what its decode
+// steps actually read, as counted by the session).
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -17,6 +19,7 @@ namespace {
 
 struct BenchArgs {
   ModelArgs model;
+  PolicyArgs policy;
   int prompt_tokens = 512;
   int gen_tokens = 64;
   int repeats = 3;
@@ -25,31 +28,41 @@ struct BenchArgs {
 };
 
 void run_bench(const BenchArgs& a) {
-  Engine engine(a.model.engine_options());
+  Engine engine(a.model.engine_options(&a.policy));
   const ModelConfig& c = engine.config();
+  const PolicyKind kind = parse_policy_kind(a.policy.policy);
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> pick(0, c.vocab_size - 1);
   std::vector<int32_t> prompt(size_t(a.prompt_tokens));
   for (auto& t : prompt) t = pick(rng);
 
   double best_prefill = 1e30, best_decode = 1e30;
+  KvReadStats reads;
+  std::string policy_name;
   for (int r = 0; r < a.repeats; ++r) {
     std::unique_ptr<Session> s = engine.new_session(a.prompt_tokens + a.gen_tokens);
+    std::unique_ptr<AttentionPolicy> policy = make_policy(a.policy.options(c, kind), c);
+    s->set_policy(policy.get());
+    policy_name = policy != nullptr ? policy->name() : "full";
     GenerateOptions o;
     o.max_new_tokens = a.gen_tokens + 1;  // the first token comes from prefill
+    o.correct_every = a.policy.correct_every;
     GenerateResult res = generate(*s, prompt, o);
     best_prefill = std::min(best_prefill, res.prefill_seconds);
     best_decode = std::min(best_decode, res.decode_seconds);
+    reads = s->stats();
   }
   const double bw_gbps = engine.measure_bandwidth_gbps();
   const bool on_gpu = engine.device() == "cuda";
   const double prefill_tps = a.prompt_tokens / best_prefill;
   const double decode_tps = a.gen_tokens / best_decode;
   const double weight_bytes = double(engine.weight_bytes_per_token());
-  // Mean KV bytes read per decode step: every layer reads K and V of all cached tokens (f32 on
-  // the CPU, bf16 on the GPU).
-  const double mean_ctx = a.prompt_tokens + a.gen_tokens / 2.0;
-  const double kv_bytes = mean_ctx * c.n_layers * c.kv_dim() * 2.0 * (on_gpu ? 2.0 : 4.0);
+  // KV bytes read per decode step, as the last run's session counted them (f32 on the CPU, bf16
+  // on the GPU; the policy's metadata and cache corrections included).
+  const int elem = on_gpu ? 2 : 4;
+  const double steps = double(std::max<uint64_t>(reads.decode_steps, 1));
+  const double kv_bytes = double(reads.kv_bytes(c.head_dim, elem)) / steps;
+  const double dense_kv_bytes = double(reads.dense_kv_bytes(c.head_dim, elem)) / steps;
   const double bound_tps = bw_gbps * 1e9 / (weight_bytes + kv_bytes);
 
   std::printf("model          %s (%s, %.1f M params, %s)\n", c.name.c_str(), arch_name(c.arch),
@@ -60,11 +73,15 @@ void run_bench(const BenchArgs& a) {
               a.prompt_tokens, decode_tps, 1e3 / decode_tps);
   std::printf("memory         %.1f GB/s (%s, measured)\n", bw_gbps,
               on_gpu ? "device-to-device copy, read + write" : "host streaming reads");
+  std::printf("policy         %s: %.2f MB of KV read per step, %.1f%% of full attention's %.2f MB\n",
+              policy_name.c_str(), kv_bytes / 1e6, 100.0 * kv_bytes / std::max(dense_kv_bytes, 1.0), dense_kv_bytes / 1e6);
   std::printf("decode bound   %.1f MB weights + %.1f MB KV per token -> %.2f tok/s; measured is %.0f%% of it\n",
               weight_bytes / 1e6, kv_bytes / 1e6, bound_tps, 100.0 * decode_tps / bound_tps);
   nlohmann::json batched;
   if (a.batch > 1) {
-    const double secs = engine.time_batched_decode(a.batch, prompt, a.gen_tokens);
+    std::unique_ptr<AttentionPolicy> policy = make_policy(a.policy.options(c, kind), c);
+    const double secs = engine.time_batched_decode(a.batch, prompt, a.gen_tokens,
+                                                   policy != nullptr ? &policy->spec() : nullptr);
     const double step_ms = secs / a.gen_tokens * 1e3;
     const double b_bytes = double(engine.weight_bytes_per_token()) + a.batch * kv_bytes;
     const double b_bound_ms = b_bytes / (bw_gbps * 1e9) * 1e3;
@@ -75,6 +92,7 @@ void run_bench(const BenchArgs& a) {
   }
   if (!a.json_path.empty()) {
     nlohmann::json j = {{"model", c.name}, {"device", engine.device()}, {"batched", batched},
+                        {"policy", policy_name}, {"dense_kv_bytes_per_token", dense_kv_bytes},
                         {"prompt_tokens", a.prompt_tokens}, {"gen_tokens", a.gen_tokens},
                         {"prefill_tok_s", prefill_tps}, {"decode_tok_s", decode_tps},
                         {"bandwidth_gbps", bw_gbps}, {"ttft_ms", best_prefill * 1e3},
@@ -90,6 +108,7 @@ void register_bench(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the bandwidth bound");
   args->model.add(*cmd);
+  args->policy.add(*cmd);
   cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length")->check(positive_int());
   cmd->add_option("--gen-tokens", args->gen_tokens, "Tokens to decode")->check(positive_int());
   cmd->add_option("--repeats", args->repeats, "Runs (the best is reported)")->check(positive_int());

@@ -50,6 +50,23 @@ TEST(Cli, ChatsWithATinyModel) {
   EXPECT_TRUE(has_text(r.output)) << "no reply";
 }
 
+// lychee bench takes the policy flags of generate; the KV bytes it reports are what the policy's
+// steps read (LycheeDecode with a budget of 16 of a 40-token context reads less than full).
+TEST(Cli, BenchTakesThePolicyFlags) {
+  const std::string m = "-m " + test::golden_dir() + "/models/llama_tied_f32 --prompt-tokens 40 --gen-tokens 4 --repeats 1 ";
+  const RunResult full = run_cli("bench " + m);
+  EXPECT_EQ(full.status, 0) << full.output;
+  EXPECT_NE(full.output.find("policy         full:"), std::string::npos) << full.output;
+  EXPECT_NE(full.output.find("100.0% of full attention"), std::string::npos) << full.output;
+  const RunResult lychee = run_cli("bench " + m + "--policy lychee --budget 16 --block-size 4");
+  EXPECT_EQ(lychee.status, 0) << lychee.output;
+  EXPECT_NE(lychee.output.find("policy         lychee"), std::string::npos) << lychee.output;
+  EXPECT_EQ(lychee.output.find("100.0% of full attention"), std::string::npos) << lychee.output;
+  const RunResult bad = run_cli("bench " + m + "--policy nonsense");  // refused by the option parser
+  EXPECT_NE(bad.status, 0) << bad.output;
+  EXPECT_NE(bad.output.find("--policy: nonsense not in"), std::string::npos) << bad.output;
+}
+
 TEST(Cli, MissingModel) {
   expect_error(run_cli("generate -m /nonexistent/model -p hi"), "/nonexistent/model: no such file or directory");
 }

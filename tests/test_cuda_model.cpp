@@ -356,15 +356,18 @@ TEST(CudaRunner, DeviceSamplingAgreesWithGreedyAtTheLimits) {
   r.prefill(seq, ids);
   int32_t greedy = -1, top1 = -1, nucleus = -1;
   r.greedy(1, std::span<int32_t>(&greedy, 1));
-  r.sample(1, 1.0f, 1, 1.0f, 7, std::span<int32_t>(&top1, 1));      // top-k 1
-  r.sample(1, 0.5f, 0, 1e-6f, 7, std::span<int32_t>(&nucleus, 1));  // top-p tiny
+  r.sample(1, 1.0f, 1, 1.0f, 7, 0, std::span<int32_t>(&top1, 1));      // top-k 1
+  r.sample(1, 0.5f, 0, 1e-6f, 7, 0, std::span<int32_t>(&nucleus, 1));  // top-p tiny
   EXPECT_EQ(top1, greedy);
   EXPECT_EQ(nucleus, greedy);
-  // Plain temperature sampling draws valid, varied tokens.
+  // Plain temperature sampling draws valid tokens, varied over counters, the same for the same
+  // seed and counter.
   std::set<int32_t> seen;
   for (int i = 0; i < 64; ++i) {
-    int32_t t = -1;
-    r.sample(1, 2.0f, 0, 1.0f, 7, std::span<int32_t>(&t, 1));
+    int32_t t = -1, again = -2;
+    r.sample(1, 2.0f, 0, 1.0f, 7, uint64_t(i), std::span<int32_t>(&t, 1));
+    r.sample(1, 2.0f, 0, 1.0f, 7, uint64_t(i), std::span<int32_t>(&again, 1));
+    ASSERT_EQ(t, again) << i;
     ASSERT_GE(t, 0);
     ASSERT_LT(t, ck.config().vocab_size);
     seen.insert(t);

@@ -36,7 +36,8 @@ class Backend {
   virtual double measure_bandwidth_gbps() const = 0;
   // `batch` sequences each prefilled with `prompt`, then `steps` greedy decode steps of the
   // whole batch; returns the seconds the steps took.
-  virtual double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps) = 0;
+  virtual double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps,
+                                     const DecodeSpec* spec = nullptr) = 0;
   // Why this backend cannot run `spec` (naming the option), or "" when it can.
   virtual std::string unsupported(const DecodeSpec& spec) const = 0;
 };

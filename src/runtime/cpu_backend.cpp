@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "cpu/model.h"
+#include "attention/spec_policy.h"
 #include "runtime/backend.h"
 #include "runtime/membw.h"
 
@@ -24,17 +25,19 @@ class CpuBackend final : public Backend {
     return uint64_t(c.n_params() - (c.tie_embeddings ? 0 : embed) + c.d_model) * 4;
   }
   double measure_bandwidth_gbps() const override { return measure_memory_bandwidth().read_gbps; }
-  double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps) override;
+  double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps, const DecodeSpec* spec) override;
   std::string unsupported(const DecodeSpec&) const override { return ""; }  // the reference runs every spec
 
  private:
   cpu::Model model_;
 };
 
-double CpuBackend::time_batched_decode(int batch, std::span<const int32_t> prompt, int steps) {
+double CpuBackend::time_batched_decode(int batch, std::span<const int32_t> prompt, int steps, const DecodeSpec* spec) {
   LY_CHECK(batch == 1, ErrorCode::kInvalidArgument,
            "--batch {}: the CPU reference decodes one sequence at a time (use --device cuda)", batch);
   CpuSession s(model_, int(prompt.size()) + steps + 1);
+  std::unique_ptr<SpecPolicy> policy = spec != nullptr ? std::make_unique<SpecPolicy>(*spec) : nullptr;
+  s.set_policy(policy.get());
   s.feed(prompt);
   Sampler sampler(SamplingParams{});
   Timer t;

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "attention/policies.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -33,7 +34,7 @@ class CudaBackend final : public Backend {
   }
   uint64_t weight_bytes_per_token() const override { return cuda::weight_bytes_per_step(*weights_, 1); }
   double measure_bandwidth_gbps() const override { return cuda::device_copy_bandwidth_gbps(); }
-  double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps) override;
+  double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps, const DecodeSpec* spec) override;
   std::string unsupported(const DecodeSpec& spec) const override {
     return cuda::gpu_unsupported(spec, runner_->config(), runner_->options().page_size);
   }
@@ -43,8 +44,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::GpuRunner> runner_;
 };
 
-double CudaBackend::time_batched_decode(int batch, std::span<const int32_t> prompt, int steps) {
+double CudaBackend::time_batched_decode(int batch, std::span<const int32_t> prompt, int steps, const DecodeSpec* spec) {
   cuda::GpuRunner& r = *runner_;
+  r.set_policy(spec != nullptr ? *spec : full_spec(r.config()));
   LY_CHECK(batch >= 1 && batch <= r.options().max_batch, ErrorCode::kInvalidArgument,
            "--batch: must be 1 to {} (the runner's maximum batch), got {}", r.options().max_batch, batch);
   std::vector<cuda::GpuSeq> seqs(static_cast<size_t>(batch));

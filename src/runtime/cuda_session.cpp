@@ -104,7 +104,7 @@ cuda::Ticket GpuSession::queue_sample(Sampler& sampler) {
   check_last_forward();
   const SamplingParams& p = sampler.params();
   if (p.temperature == 0.0f) return runner_.greedy_async(1);
-  return runner_.sample_async(1, p.temperature, p.top_k, p.top_p, p.seed);
+  return runner_.sample_async(1, p.temperature, p.top_k, p.top_p, p.seed, uint64_t(seq_.length));
 }
 
 int32_t GpuSession::sample(Sampler& sampler) {

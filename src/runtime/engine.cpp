@@ -78,9 +78,9 @@ std::unique_ptr<Session> Engine::new_session(int capacity) {
   return backend_->new_session(capacity > 0 ? capacity : config().max_context);
 }
 
-double Engine::time_batched_decode(int batch, std::span<const int32_t> prompt, int steps) {
+double Engine::time_batched_decode(int batch, std::span<const int32_t> prompt, int steps, const DecodeSpec* spec) {
   LY_CHECK(batch >= 1 && steps >= 1, ErrorCode::kInvalidArgument, "batch and steps must be >= 1");
-  return backend_->time_batched_decode(batch, prompt, steps);
+  return backend_->time_batched_decode(batch, prompt, steps, spec);
 }
 
 }  // namespace lychee

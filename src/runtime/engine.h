@@ -56,9 +56,9 @@ class Engine {
   // on the CPU, device-to-device copy (read + write) on the GPU. Measured (about a second).
   double measure_bandwidth_gbps() const { return backend_->measure_bandwidth_gbps(); }
   // Batched decode throughput: `batch` sequences each prefilled with `prompt`, then `steps`
-  // greedy decode steps of the whole batch; returns the seconds the steps took. The CPU
-  // reference runs one sequence at a time (batch must be 1 there).
-  double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps);
+  // greedy decode steps of the whole batch under `spec` (null: dense); returns the seconds the
+  // steps took. The CPU reference runs one sequence at a time (batch must be 1 there).
+  double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps, const DecodeSpec* spec = nullptr);
 
  private:
   Checkpoint checkpoint_;

@@ -158,7 +158,7 @@ __device__ uint32_t kth_largest_key(const float* row, int vocab, int k) {
 
 __global__ void __launch_bounds__(kReduceThreads)
     sample_kernel(const float* __restrict__ logits, int32_t* __restrict__ out, int vocab, float inv_temp,
-                  int top_k, float top_p, uint64_t seed, const uint64_t* __restrict__ step) {
+                  int top_k, float top_p, uint64_t seed, uint64_t counter) {
   const float* row = logits + size_t(blockIdx.x) * vocab;
   float mx = -INFINITY;
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) mx = fmaxf(mx, row[i]);
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   __shared__ float s_u;
   if (threadIdx.x == 0) {
     curandStatePhilox4_32_10_t st;
-    curand_init(seed, blockIdx.x, *step * 4, &st);
+    curand_init(seed, blockIdx.x, counter * 4, &st);
     s_u = curand_uniform(&st) * kept;  // in (0, kept]
   }
   __syncthreads();
@@ -235,8 +235,6 @@ __global__ void __launch_bounds__(kReduceThreads)
   const int fallback = Reduce(rtmp).Reduce(float(last_kept), [](float a, float b) { return fmaxf(a, b); });
   if (threadIdx.x == 0) out[blockIdx.x] = chosen >= 0 ? chosen : int(fallback);
 }
-
-__global__ void increment_kernel(uint64_t* step) { *step += 1; }
 
 __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -307,10 +305,8 @@ void argmax(const float* logits, int32_t* out, int batch, int vocab, cudaStream_
 }
 
 void sample(const float* logits, int32_t* out, int batch, int vocab, float temperature, int top_k,
-            float top_p, uint64_t seed, uint64_t* step, cudaStream_t s) {
-  sample_kernel<<<batch, kReduceThreads, 0, s>>>(logits, out, vocab, 1.0f / temperature, top_k, top_p, seed, step);
-  LY_CUDA_CHECK_LAUNCH();
-  increment_kernel<<<1, 1, 0, s>>>(step);
+            float top_p, uint64_t seed, uint64_t counter, cudaStream_t s) {
+  sample_kernel<<<batch, kReduceThreads, 0, s>>>(logits, out, vocab, 1.0f / temperature, top_k, top_p, seed, counter);
   LY_CUDA_CHECK_LAUNCH();
 }
 

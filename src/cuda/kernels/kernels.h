@@ -44,10 +44,11 @@ void silu_mul(const bf16* gu, const float* bias, bf16* out, int n, int ff, cudaS
 void argmax(const float* logits, int32_t* out, int batch, int vocab, cudaStream_t s);
 
 // Samples out[b] from softmax(logits[b] / temperature) restricted to the top_k largest (0 = all)
-// and to the smallest set of probability >= top_p. Random numbers: Philox(seed, *step, b);
-// *step is incremented once per call by the kernel (so graph replays draw fresh numbers).
+// and to the smallest set of probability >= top_p. Random numbers: Philox(seed, subsequence b,
+// offset 4 * counter): the caller's counter (a sequence's length) makes a seeded draw depend on
+// the request alone, not on what else the device sampled before.
 void sample(const float* logits, int32_t* out, int batch, int vocab, float temperature, int top_k,
-            float top_p, uint64_t seed, uint64_t* step, cudaStream_t s);
+            float top_p, uint64_t seed, uint64_t counter, cudaStream_t s);
 
 // Fills p[n] with N(0, std²) values (a counter-based hash, deterministic in seed).
 void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float std, cudaStream_t s);

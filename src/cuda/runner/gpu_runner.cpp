@@ -89,8 +89,6 @@ GpuRunner::Impl::Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOpt
   partial_o = DeviceBuffer<float>(size_t(max_slots) * c.group_size() * c.head_dim);
   partial_lse = DeviceBuffer<float>(size_t(max_slots) * c.group_size());
   sampled = DeviceBuffer<int32_t>(size_t(o.max_batch));
-  rng_step = DeviceBuffer<uint64_t>(1);
-  LY_CUDA_CHECK(cudaMemset(rng_step.data(), 0, 8));
   meta_h = PinnedBuffer<uint8_t>(meta.total + meta.step_bytes());
   std::memset(meta_h.data(), 0, meta_h.size());
   meta_d = DeviceBuffer<uint8_t>(meta.total);

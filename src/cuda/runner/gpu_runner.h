@@ -105,13 +105,16 @@ class GpuRunner {
 
   // Device-side choice of the next token of rows 0..batch-1; copies the tokens to out.
   void greedy(int batch, std::span<int32_t> out);
-  void sample(int batch, float temperature, int top_k, float top_p, uint64_t seed, std::span<int32_t> out);
+  // Seeded draws: Philox(seed, row, counter), so a request's tokens depend on its seed and the
+  // counter (sessions pass the sequence's length), not on other sampling on the device.
+  void sample(int batch, float temperature, int top_k, float top_p, uint64_t seed, uint64_t counter,
+              std::span<int32_t> out);
   // The same without waiting: the tokens are chosen and their copy to the host is queued; a
   // decode() with no tokens queued after this feeds them on the device. wait_tokens(ticket)
   // waits for that copy only, so a caller can queue the next step first and the device never
   // waits for the host (generate's pipelined loop). The last kTicketRing tickets stay readable.
   Ticket greedy_async(int batch);
-  Ticket sample_async(int batch, float temperature, int top_k, float top_p, uint64_t seed);
+  Ticket sample_async(int batch, float temperature, int top_k, float top_p, uint64_t seed, uint64_t counter);
   void wait_tokens(const Ticket& t, std::span<int32_t> out);
   // Host waits on the device that found it still busy (metadata staging, plan uploads, token
   // and counter copies): a pipelined decode loop keeps this at zero in steady state.

@@ -107,7 +107,6 @@ struct GpuRunner::Impl {
   DeviceBuffer<float> x, logits, partial_o, partial_lse;
   DeviceBuffer<bf16> h, qkv, q, att, o_buf, gu, act;
   DeviceBuffer<int32_t> sampled;
-  DeviceBuffer<uint64_t> rng_step;
   MetaLayout meta;
   // Host staging of the metadata block: the plan section once (rewritten only on a replan, after
   // its last upload was consumed), the per-step section twice (steps alternate between them, so

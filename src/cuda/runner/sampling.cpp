@@ -10,8 +10,9 @@ namespace lychee::cuda {
 
 void GpuRunner::greedy(int batch, std::span<int32_t> out) { wait_tokens(greedy_async(batch), out); }
 
-void GpuRunner::sample(int batch, float temperature, int top_k, float top_p, uint64_t seed, std::span<int32_t> out) {
-  wait_tokens(sample_async(batch, temperature, top_k, top_p, seed), out);
+void GpuRunner::sample(int batch, float temperature, int top_k, float top_p, uint64_t seed, uint64_t counter,
+                       std::span<int32_t> out) {
+  wait_tokens(sample_async(batch, temperature, top_k, top_p, seed, counter), out);
 }
 
 Ticket GpuRunner::greedy_async(int batch) {
@@ -22,13 +23,14 @@ Ticket GpuRunner::greedy_async(int batch) {
   return m.tokens_ring.push(m.sampled.data(), batch, m.stream);
 }
 
-Ticket GpuRunner::sample_async(int batch, float temperature, int top_k, float top_p, uint64_t seed) {
+Ticket GpuRunner::sample_async(int batch, float temperature, int top_k, float top_p, uint64_t seed,
+                               uint64_t counter) {
   Impl& m = *impl_;
   if (temperature <= 0.0f) return greedy_async(batch);
   LY_CHECK(batch >= 1 && batch <= m.o.max_batch, ErrorCode::kInvalidArgument, "sample: batch {} (1..{})", batch,
            m.o.max_batch);
   lychee::cuda::sample(m.logits.data(), m.sampled.data(), batch, m.c.vocab_size, temperature, top_k, top_p,
-                       seed, m.rng_step.data(), m.stream);
+                       seed, counter, m.stream);
   return m.tokens_ring.push(m.sampled.data(), batch, m.stream);
 }
 
