@@ -11,7 +11,8 @@ page; --budget TOKENS instead reads budget/64 pages), the others read every page
   share 0 (dense):
     decode-cc   BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores=False (CUDA-core decode)
     decode-tc   BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores=True
-                (each in every --layouts layout, NHD first; page indices shuffled)
+                (each in every --layouts layout, NHD first; page indices shuffled; backend "auto",
+                or e.g. decode-tc-fa2, decode-tc-fa3, decode-cc-cudnn in --dense-configs to pin one)
   share > 0 (FlashInfer's paged wrappers take one page list per request, so per-KV-head page
   lists are emulated by making each (request, KV head) a request of its own with 1 KV head and
   4 query heads, over the HND pool viewed as [pages * 8, 64, 1, 128]: dense heads list every page
@@ -177,10 +178,10 @@ def make_workspace(state):
     return state["ws"]
 
 
-def setup_decode(fi, sh, layout, tensor_cores, state):
+def setup_decode(fi, sh, layout, tensor_cores, state, backend="auto"):
     """Dense paged decode over the whole pool: returns call(set)."""
     ws = make_workspace(state)
-    w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, layout, use_tensor_cores=tensor_cores)
+    w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, layout, use_tensor_cores=tensor_cores, backend=backend)
     indptr = torch.arange(sh.batch + 1, dtype=torch.int32) * sh.pp
     last = torch.full((sh.batch,), PAGE, dtype=torch.int32)
     w.plan(indptr.cuda(), sh.perm.cuda(), last.cuda(), HEADS, KV_HEADS, HEAD_DIM, PAGE,
@@ -263,10 +264,9 @@ def run_config(fi, sh, name, layout, args, state):
            "sparse_pages": sh.sparse_pages if sh.share else 0}
     t0 = time.time()
     try:
-        if name == "decode-cc":
-            w, call, _ = setup_decode(fi, sh, layout, False, state)
-        elif name == "decode-tc":
-            w, call, _ = setup_decode(fi, sh, layout, True, state)
+        if name.startswith("decode-cc") or name.startswith("decode-tc"):
+            backend = name[len("decode-tc-"):] or "auto"
+            w, call, _ = setup_decode(fi, sh, layout, name.startswith("decode-tc"), state, backend)
         elif name == "perhead-cc":
             w, call, _ = setup_perhead(fi, sh, False, state)
         elif name == "perhead-tc":

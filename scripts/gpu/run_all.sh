@@ -49,7 +49,8 @@ fi_copy() {  # DIR: verify a carry half (SHA256SUMS) and add it to $stage/flashi
   [ -f "$dir/SHA256SUMS" ] && [ -f "$dir/MANIFEST" ] || { echo "$dir: no SHA256SUMS/MANIFEST (scripts/gpu/fetch_flashinfer.sh makes them; carry the folder)"; return 1; }
   ( cd "$dir" && sha256sum --quiet -c SHA256SUMS ) || { echo "$dir: sha256 mismatch"; return 1; }
   mkdir -p "$dest" && cp "$dir"/*.whl.tar.xz "$dir/MANIFEST" "$dest/" || return 1
-  cat "$dir/SHA256SUMS" "$dest/SHA256SUMS" 2>/dev/null | sort -u -k2,2 > "$dest/SHA256SUMS.new" && mv "$dest/SHA256SUMS.new" "$dest/SHA256SUMS"
+  { cat "$dir/SHA256SUMS"; if [ -f "$dest/SHA256SUMS" ]; then cat "$dest/SHA256SUMS"; fi; } | sort -u -k2,2 \
+    > "$dest/SHA256SUMS.new" && mv "$dest/SHA256SUMS.new" "$dest/SHA256SUMS" || return 1
   echo "staged $(wc -l < "$dir/SHA256SUMS") file(s) from $dir ($(du -cm "$dir"/*.whl.tar.xz | tail -1 | cut -f1) MB): $(cd "$dir" && ls *.whl.tar.xz | tr '\n' ' ')"
 }
 
@@ -76,7 +77,7 @@ case "${1:-}" in
     fi_copy "$2" || exit 1
     repo=$PWD
     cd "$stage/flashinfer" || exit 1
-    missing=$(while read -r f; do [ -f "$f" ] || echo "$f"; done < MANIFEST)
+    missing=$(while read -r f; do [ -f "$f" ] || echo "$f"; done < MANIFEST | tr '\n' ' ')
     [ -z "$missing" ] || { echo "fi-stage-b: missing $missing (run fi-stage-a first, on this warm machine)"; exit 1; }
     sha256sum --quiet -c SHA256SUMS || { echo "fi-stage-b: sha256 mismatch in $stage/flashinfer"; exit 1; }
     rm -rf wheels && mkdir wheels || exit 1
@@ -156,7 +157,7 @@ case "${1:-}" in
     # Our decode kernel (dense and the hybrid share sweep), torch's SDPA (cuDNN, flash) and
     # FlashInfer (fi-stage-a/b first) at the same shapes and sparsity, in one call, then the
     # ratio tables. PEERS_BATCHES / PEERS_CONTEXTS narrow the sweep (all three alike);
-    # FlashInfer starts no new shape after PEERS_SECONDS (default 560) from the stage's start.
+    # FlashInfer starts no new shape after PEERS_SECONDS (default 540) from the stage's start.
     fi_env
     [ -d "$stage/fi_site/flashinfer" ] || echo "bench-peers: FlashInfer not staged (fi-stage-a, fi-stage-b): its rows will fail"
     batches="${PEERS_BATCHES:-1,2,4,8}" contexts="${PEERS_CONTEXTS:-16384,32768,65536,131072}"
@@ -167,9 +168,9 @@ case "${1:-}" in
     python3 scripts/bench/torch_decode_attention.py --batches "$batches" --contexts "$contexts" --backends cudnn,flash \
       --json "$out/torch_decode_attention.json" > "$out/torch_decode.log" 2>&1 || rc=$(failed $? torch_decode_attention.py)
     echo "torch_decode_attention.py done (${SECONDS}s)"
-    left=$(( ${PEERS_SECONDS:-560} - SECONDS ))
+    left=$(( ${PEERS_SECONDS:-540} - SECONDS ))
     [ $left -gt 30 ] || left=30
-    timeout -k 10 $(( left + 60 )) python3 scripts/bench/flashinfer_decode_attention.py --batches "$batches" \
+    timeout -k 10 $(( left + 30 )) python3 scripts/bench/flashinfer_decode_attention.py --batches "$batches" \
       --contexts "$contexts" --max-seconds "$left" --tag "commit $commit" \
       --json "$out/flashinfer_decode_attention.json" > "$out/flashinfer_decode.log" 2>&1 || rc=$(failed $? flashinfer_decode_attention.py)
     echo "flashinfer_decode_attention.py done (${SECONDS}s)"
