@@ -7,8 +7,16 @@
 #   scripts/gpu/run_all.sh all [STAGE,STAGE,...]   those stages in order (default: all of them)
 #   scripts/gpu/run_all.sh eval-gpu          the accuracy table of the policies on the default model (GPU)
 #   scripts/gpu/run_all.sh train GATE STEPS [train-heads options]   head roles of the default model
+#   scripts/gpu/run_all.sh fi-stage-a DIR | fi-stage-b DIR   carry FlashInfer in two halves (see below)
+#   scripts/gpu/run_all.sh bench-peers      our decode kernel, torch cuDNN/flash SDPA and FlashInfer, one call
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
 # (scripts/gpu/make_deps.sh makes .deps, .whl and the model halves .carry/model_a, .carry/model_b.)
+# FlashInfer (the decode peer): scripts/gpu/fetch_flashinfer.sh makes .carry/flashinfer_a and
+# .carry/flashinfer_b (the wheels repacked as xz tars); on one warm machine, fi-stage-a
+# .carry/flashinfer_a, then fi-stage-b .carry/flashinfer_b, which rebuilds the wheels,
+# pip-installs them (--no-deps --no-index) into $stage/fi_site (on PYTHONPATH for bench-peers;
+# torch's environment is not touched) and JIT-compiles the benchmarked kernels into
+# $stage/fi_ws (FLASHINFER_WORKSPACE_BASE), which later calls on the warm machine reuse.
 # `all` runs each stage whatever the earlier ones gave (a failed build fails the later ones too),
 # keeps each stage's logs and JSON in a folder of its own, packed after every stage into
 # $OUT/results.tgz (<stage>/...), prints a summary into $OUT/all.log, and exits non-zero if any
@@ -31,6 +39,21 @@ failed() {  # rc name: says which command of a stage failed; prints the rc to ke
   echo "$1"
 }
 
+fi_env() {  # FlashInfer staged by fi-stage-b: importable, its JIT cache kept under $stage
+  export PYTHONPATH="$stage/fi_site${PYTHONPATH:+:$PYTHONPATH}" FLASHINFER_WORKSPACE_BASE="$stage/fi_ws"
+  mkdir -p "$stage/fi_ws"
+}
+
+fi_copy() {  # DIR: verify a carry half (SHA256SUMS) and add it to $stage/flashinfer
+  local dir="$1" dest="$stage/flashinfer"
+  [ -f "$dir/SHA256SUMS" ] && [ -f "$dir/MANIFEST" ] || { echo "$dir: no SHA256SUMS/MANIFEST (scripts/gpu/fetch_flashinfer.sh makes them; carry the folder)"; return 1; }
+  ( cd "$dir" && sha256sum --quiet -c SHA256SUMS ) || { echo "$dir: sha256 mismatch"; return 1; }
+  mkdir -p "$dest" && cp "$dir"/*.whl.tar.xz "$dir/MANIFEST" "$dest/" || return 1
+  { cat "$dir/SHA256SUMS"; if [ -f "$dest/SHA256SUMS" ]; then cat "$dest/SHA256SUMS"; fi; } | sort -u -k2,2 \
+    > "$dest/SHA256SUMS.new" && mv "$dest/SHA256SUMS.new" "$dest/SHA256SUMS" || return 1
+  echo "staged $(wc -l < "$dir/SHA256SUMS") file(s) from $dir ($(du -cm "$dir"/*.whl.tar.xz | tail -1 | cut -f1) MB): $(cd "$dir" && ls *.whl.tar.xz | tr '\n' ' ')"
+}
+
 link_model() {
   if [ -f "$stage/smollm2.gguf" ]; then
     mkdir -p "$(dirname "$model")" && ln -sf "$stage/smollm2.gguf" "$model"
@@ -48,6 +71,35 @@ case "${1:-}" in
     if [ -f "$want" ] && [ "$(sha256sum < "$stage/smollm2.gguf" | cut -d' ' -f1)" != "$(cat "$want")" ]; then
       echo "stage-b: sha256 differs from $want"; rm -f "$stage/smollm2.gguf"; exit 1
     fi ;;
+  fi-stage-a)
+    fi_copy "$2" && echo "fi-stage-a: now fi-stage-b with the other half, on this warm machine" ;;
+  fi-stage-b)
+    fi_copy "$2" || exit 1
+    repo=$PWD
+    cd "$stage/flashinfer" || exit 1
+    missing=$(while read -r f; do [ -f "$f" ] || echo "$f"; done < MANIFEST | tr '\n' ' ')
+    [ -z "$missing" ] || { echo "fi-stage-b: missing $missing (run fi-stage-a first, on this warm machine)"; exit 1; }
+    sha256sum --quiet -c SHA256SUMS || { echo "fi-stage-b: sha256 mismatch in $stage/flashinfer"; exit 1; }
+    rm -rf wheels && mkdir wheels || exit 1
+    while read -r f; do python3 "$repo/scripts/gpu/wheel_xz.py" unpack "$f" wheels > /dev/null || exit 1; done < MANIFEST
+    cd "$repo" || exit 1
+    rm -rf "$stage/fi_site"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$stage/fi_site" \
+      "$stage"/flashinfer/wheels/*.whl > "$out/fi_install.log" 2>&1 || { tail -20 "$out/fi_install.log"; exit 1; }
+    rm -rf "$stage/flashinfer/wheels"
+    echo "installed into $stage/fi_site: $(ls -d "$stage"/fi_site/*.dist-info | xargs -n1 basename | sed 's/\.dist-info//' | tr '\n' ' ')"
+    fi_env
+    python3 -c 'import torch, flashinfer; print("import ok: flashinfer", flashinfer.__version__, "from", flashinfer.__file__, "with torch", torch.__version__)' \
+      2>&1 | tail -15
+    [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+    # JIT-compile every benchmarked configuration once (small shape), into $stage/fi_ws.
+    t0=$SECONDS
+    timeout -k 10 "${FI_JIT_SECONDS:-480}" python3 scripts/bench/flashinfer_decode_attention.py --jit-only \
+      > "$out/fi_jit.log" 2>&1
+    rc=$?
+    cat "$out/fi_jit.log" | grep -v "^\s*$" | tail -25
+    echo "fi-stage-b: JIT $(( SECONDS - t0 )) s, rc $rc; cache: $(du -sm "$stage/fi_ws" | cut -f1) MB in $stage/fi_ws"
+    exit $rc ;;
   env)
     { echo "commit $commit"
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -55,7 +107,9 @@ case "${1:-}" in
       ldconfig -p | grep -E "libcudnn\.so\.|libnvrtc\.so\." | head -3
       nvcc --version | tail -2; cmake --version | head -1; echo "ninja $(ninja --version)"
       compute-sanitizer --version | tail -1
-      [ -f "$stage/smollm2.gguf" ] && echo "model staged: $stage/smollm2.gguf" || echo "model not staged"; } 2>&1 | tee "$out/env.log"
+      [ -f "$stage/smollm2.gguf" ] && echo "model staged: $stage/smollm2.gguf" || echo "model not staged"
+      [ -d "$stage/fi_site/flashinfer" ] && echo "flashinfer staged: $(ls -d "$stage"/fi_site/flashinfer_python-*.dist-info | xargs basename)" \
+        || echo "flashinfer not staged"; } 2>&1 | tee "$out/env.log"
     nvidia-smi -L >/dev/null ;;
   build)
     if [ -z "${RUN_ALL_NESTED:-}" ]; then
@@ -99,6 +153,31 @@ case "${1:-}" in
     tail -3 "$out/torch_decode.log"; grep -E "^\|" "$out/bench_hybrid.log" | head -110
     [ $rc -eq 0 ] || tail -15 "$out/bench_hybrid.log"
     exit $rc ;;
+  bench-peers)
+    # Our decode kernel (dense and the hybrid share sweep), torch's SDPA (cuDNN, flash) and
+    # FlashInfer (fi-stage-a/b first) at the same shapes and sparsity, in one call, then the
+    # ratio tables. PEERS_BATCHES / PEERS_CONTEXTS narrow the sweep (all three alike);
+    # FlashInfer starts no new shape after PEERS_SECONDS (default 540) from the stage's start.
+    fi_env
+    [ -d "$stage/fi_site/flashinfer" ] || echo "bench-peers: FlashInfer not staged (fi-stage-a, fi-stage-b): its rows will fail"
+    batches="${PEERS_BATCHES:-1,2,4,8}" contexts="${PEERS_CONTEXTS:-16384,32768,65536,131072}"
+    rc=0
+    "$build/bin/bench_decode_attention" --batches "$batches" --contexts "$contexts" --tag "commit $commit" \
+      --json "$out/hybrid_attention.json" > "$out/bench_hybrid.log" 2>&1 || rc=$(failed $? bench_decode_attention)
+    echo "bench_decode_attention done (${SECONDS}s)"
+    python3 scripts/bench/torch_decode_attention.py --batches "$batches" --contexts "$contexts" --backends cudnn,flash \
+      --json "$out/torch_decode_attention.json" > "$out/torch_decode.log" 2>&1 || rc=$(failed $? torch_decode_attention.py)
+    echo "torch_decode_attention.py done (${SECONDS}s)"
+    left=$(( ${PEERS_SECONDS:-540} - SECONDS ))
+    [ $left -gt 30 ] || left=30
+    timeout -k 10 $(( left + 30 )) python3 scripts/bench/flashinfer_decode_attention.py --batches "$batches" \
+      --contexts "$contexts" --max-seconds "$left" --tag "commit $commit" \
+      --json "$out/flashinfer_decode_attention.json" > "$out/flashinfer_decode.log" 2>&1 || rc=$(failed $? flashinfer_decode_attention.py)
+    echo "flashinfer_decode_attention.py done (${SECONDS}s)"
+    grep -E "^(NVIDIA|device|flashinfer)|ERROR|stopped|failed" "$out/flashinfer_decode.log" | head -20
+    python3 scripts/bench/compare_peers.py --ours "$out/hybrid_attention.json" --torch "$out/torch_decode_attention.json" \
+      --flashinfer "$out/flashinfer_decode_attention.json" --markdown "$out/peers.md" || rc=$(failed $? compare_peers.py)
+    exit $rc ;;
   eval-gpu)
     link_model
     "$build/bin/lychee" eval --device cuda --lengths 2048,4096,8000 --depths 0.1,0.5,0.9 --samples 2 \
@@ -133,8 +212,8 @@ case "${1:-}" in
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace|bench-peers) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace, bench-peers)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
@@ -183,5 +262,5 @@ case "${1:-}" in
     [ $rc -eq 124 ] && echo "train $gate: stopped by the time limit; the next call resumes"
     exit $rc ;;
   *)
-    sed -n 2,16p "$0"; exit 2 ;;
+    sed -n 2,25p "$0"; exit 2 ;;
 esac
