@@ -18,7 +18,7 @@ void check(cublasStatus_t st, const char* what, int line) {
   if (st != CUBLAS_STATUS_SUCCESS) fail_cuda_msg(what, int(st), __FILE__, line);
 }
 constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLAS's recommendation for Hopper
-constexpr int kCandidates = 16;                // heuristic results timed per decode shape
+constexpr int kCandidates = 32;                // heuristic results timed per decode shape
 constexpr size_t kFlushBytes = 64u << 20;      // > the H100's and H200's 50 MB L2
 
 bool tuning_enabled() {

@@ -23,6 +23,45 @@ __global__ void embed_kernel(const int32_t* __restrict__ tokens, const bf16* __r
   for (int i = threadIdx.x; i < d; i += blockDim.x) x[size_t(t) * d + i] = __bfloat162float(row[i]);
 }
 
+// d % 4 == 0: four elements per thread and load (16-byte x, bias and w; 8-byte delta).
+template <int kMaxVecs>
+__global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const bf16* __restrict__ delta,
+                                       const float* __restrict__ bias, const float* __restrict__ w,
+                                       bf16* __restrict__ out, int d, float eps) {
+  const size_t row = size_t(blockIdx.x) * d;
+  float4* xr = reinterpret_cast<float4*>(x + row);
+  float4 v[kMaxVecs];
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxVecs; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;  // float4 index
+    if (i * 4 >= d) break;
+    float4 a = xr[i];
+    if (delta != nullptr) {
+      const __nv_bfloat162* dp = reinterpret_cast<const __nv_bfloat162*>(delta + row) + 2 * i;
+      const float2 d0 = __bfloat1622float2(dp[0]), d1 = __bfloat1622float2(dp[1]);
+      a.x += d0.x, a.y += d0.y, a.z += d1.x, a.w += d1.y;
+    }
+    if (bias != nullptr) {
+      const float4 b = reinterpret_cast<const float4*>(bias)[i];
+      a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+    }
+    xr[i] = a;
+    v[j] = a;
+    ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+  }
+  const float r = rsqrtf(block_sum(ss) / float(d) + eps);
+#pragma unroll
+  for (int j = 0; j < kMaxVecs; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i * 4 >= d) break;
+    const float4 g = reinterpret_cast<const float4*>(w)[i];
+    __nv_bfloat162* op = reinterpret_cast<__nv_bfloat162*>(out + row) + 2 * i;
+    op[0] = __floats2bfloat162_rn(g.x * (v[j].x * r), g.y * (v[j].y * r));
+    op[1] = __floats2bfloat162_rn(g.z * (v[j].z * r), g.w * (v[j].w * r));
+  }
+}
+
 __global__ void add_rmsnorm_kernel(float* __restrict__ x, const bf16* __restrict__ delta,
                                    const float* __restrict__ bias, const float* __restrict__ w,
                                    bf16* __restrict__ out, int d, float eps) {
@@ -270,6 +309,11 @@ void embed(const int32_t* tokens, const bf16* table, float* x, int n, int d, cud
 
 void add_rmsnorm(float* x, const bf16* delta, const float* bias, const float* w, bf16* out, int n,
                  int d, float eps, cudaStream_t s) {
+  if (d % 4 == 0 && d <= 4 * 256 * 8) {  // up to 8192: 256 threads, <= 8 float4 each
+    add_rmsnorm_vec_kernel<8><<<n, 256, 0, s>>>(x, delta, bias, w, out, d, eps);
+    LY_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int threads = d >= 2048 ? 1024 : (d >= 512 ? 512 : 256);
   add_rmsnorm_kernel<<<n, threads, 0, s>>>(x, delta, bias, w, out, d, eps);
   LY_CUDA_CHECK_LAUNCH();
