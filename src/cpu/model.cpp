@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "cpu/decode_attention.h"
 #include "cpu/ops.h"
 
 namespace lychee::cpu {
@@ -98,10 +99,15 @@ void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* poli
     }
     const int group = c.group_size();
     const float scale = 1.0f / std::sqrt(float(hd));
+    if (n == 1 && weights_.format() == WeightFormat::kNative) {  // decode_attention.h says why
+      attend_decode(s_.q.data(), c.n_heads, group, hd, kv.k(layer, 0), kv.v(layer, 0),
+                    int64_t(kv.capacity()) * hd, pos0 + 1, scale, s_.att.data());
+    } else {
 #pragma omp parallel for schedule(dynamic)
-    for (int h = 0; h < c.n_kv_heads; ++h)
-      attend_causal(&s_.q[size_t(h) * group * hd], n, group, hd, qd, kv.k(layer, h), kv.v(layer, h),
-                    pos0, scale, &s_.att[size_t(h) * group * hd], qd);
+      for (int h = 0; h < c.n_kv_heads; ++h)
+        attend_causal(&s_.q[size_t(h) * group * hd], n, group, hd, qd, kv.k(layer, h), kv.v(layer, h),
+                      pos0, scale, &s_.att[size_t(h) * group * hd], qd);
+    }
   }
   s_.o.resize(size_t(n) * d);
   linear(s_.att.data(), WeightId::kWo, WeightId::kBo, layer, s_.o.data(), n);

@@ -16,7 +16,8 @@ namespace lychee::cpu {
 class Model {
  public:
   // Weights held in f32 (the reference) or with WeightFormat::kNative: quantised matrices in
-  // their blocks, multiplied through the integer dot products of the ISA this CPU has.
+  // their blocks, multiplied through the integer dot products of the ISA this CPU has, and dense
+  // decode steps attending through attend_decode (decode_attention.h) instead of BLAS.
   Model(const ModelConfig& config, HostWeights weights);
 
   const ModelConfig& config() const { return config_; }
