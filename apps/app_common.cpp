@@ -21,6 +21,10 @@ void ModelArgs::add(CLI::App& cmd) {
       ->check(non_negative_int());
   cmd.add_option("--threads", threads, "CPU compute threads for OpenMP and BLAS (default: the cores this process may use)")
       ->check(positive_int());
+  cmd.add_option("--cpu-weights", cpu_weights,
+                 "CPU weights: native keeps a GGUF file's quantised matrices in their blocks (fast decode), "
+                 "f32 expands every weight to f32 (the reference)")
+      ->check(CLI::IsMember({"native", "f32"}));
 }
 
 EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<std::string> kinds) const {
@@ -28,6 +32,7 @@ EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<st
   EngineOptions o;
   o.model_path = model;
   o.device = device;
+  o.cpu_weights = cpu_weights == "f32" ? WeightFormat::kF32 : WeightFormat::kNative;
   o.kv_memory_gib = kv_memory_gib;
   o.max_context = max_context;
   if (policy != nullptr) {

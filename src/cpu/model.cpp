@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "cpu/decode_attention.h"
 #include "cpu/ops.h"
 
 namespace lychee::cpu {
@@ -29,12 +30,12 @@ void Model::forward(std::span<const int32_t> tokens, KvCache& kv, std::vector<fl
            c.max_context);
   const int64_t d = c.d_model;
   s_.x.resize(size_t(n * d));
-  const float* embd = weights_.get(WeightId::kTokEmbd);
+  const WeightView& embd = weights_.view(WeightId::kTokEmbd);
   for (int t = 0; t < n; ++t) {
     LY_CHECK(tokens[t] >= 0 && tokens[t] < c.vocab_size, ErrorCode::kInvalidArgument,
              "token id {} at position {} is outside the vocabulary (size {})", tokens[t], t,
              c.vocab_size);
-    std::memcpy(&s_.x[size_t(t * d)], embd + int64_t(tokens[t]) * d, size_t(d) * sizeof(float));
+    weight_row_f32(embd, tokens[t], &s_.x[size_t(t * d)]);
   }
   s_.pos.resize(size_t(n));
   for (int t = 0; t < n; ++t) s_.pos[size_t(t)] = kv.length() + t;
@@ -53,8 +54,12 @@ void Model::forward(std::span<const int32_t> tokens, KvCache& kv, std::vector<fl
   rmsnorm(&s_.x[size_t(first * d)], weights_.get(WeightId::kOutputNorm), s_.h.data(), n_out, int(d),
           c.rms_eps);
   logits.resize(size_t(n_out) * c.vocab_size);
-  linear(s_.h.data(), weights_.get(WeightId::kOutput), nullptr, logits.data(), n_out, int(d),
-         c.vocab_size);
+  linear(s_.h.data(), WeightId::kOutput, WeightId::kCount, 0, logits.data(), n_out);
+}
+
+void Model::linear(const float* x, WeightId id, WeightId bias, int layer, float* y, int n) {
+  const float* b = bias == WeightId::kCount ? nullptr : weights_.get(bias, layer);
+  cpu::linear(x, weights_.view(id, layer), b, y, n, isa_, s_.lin);
 }
 
 void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats) {
@@ -66,9 +71,9 @@ void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* poli
   s_.q.resize(size_t(n) * qd);
   s_.k.resize(size_t(n) * kvd);
   s_.v.resize(size_t(n) * kvd);
-  linear(s_.h.data(), w(WeightId::kWq), w(WeightId::kBq), s_.q.data(), n, d, qd);
-  linear(s_.h.data(), w(WeightId::kWk), w(WeightId::kBk), s_.k.data(), n, d, kvd);
-  linear(s_.h.data(), w(WeightId::kWv), w(WeightId::kBv), s_.v.data(), n, d, kvd);
+  linear(s_.h.data(), WeightId::kWq, WeightId::kBq, layer, s_.q.data(), n);
+  linear(s_.h.data(), WeightId::kWk, WeightId::kBk, layer, s_.k.data(), n);
+  linear(s_.h.data(), WeightId::kWv, WeightId::kBv, layer, s_.v.data(), n);
   if (c.qk_norm) {
     rmsnorm(s_.q.data(), w(WeightId::kQNorm), s_.q.data(), n * c.n_heads, hd, c.rms_eps);
     rmsnorm(s_.k.data(), w(WeightId::kKNorm), s_.k.data(), n * c.n_kv_heads, hd, c.rms_eps);
@@ -94,13 +99,18 @@ void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* poli
     }
     const int group = c.group_size();
     const float scale = 1.0f / std::sqrt(float(hd));
+    if (n == 1 && weights_.format() == WeightFormat::kNative) {  // decode_attention.h says why
+      attend_decode(s_.q.data(), c.n_heads, group, hd, kv.k(layer, 0), kv.v(layer, 0),
+                    int64_t(kv.capacity()) * hd, pos0 + 1, scale, s_.att.data());
+    } else {
 #pragma omp parallel for schedule(dynamic)
-    for (int h = 0; h < c.n_kv_heads; ++h)
-      attend_causal(&s_.q[size_t(h) * group * hd], n, group, hd, qd, kv.k(layer, h), kv.v(layer, h),
-                    pos0, scale, &s_.att[size_t(h) * group * hd], qd);
+      for (int h = 0; h < c.n_kv_heads; ++h)
+        attend_causal(&s_.q[size_t(h) * group * hd], n, group, hd, qd, kv.k(layer, h), kv.v(layer, h),
+                      pos0, scale, &s_.att[size_t(h) * group * hd], qd);
+    }
   }
   s_.o.resize(size_t(n) * d);
-  linear(s_.att.data(), w(WeightId::kWo), w(WeightId::kBo), s_.o.data(), n, qd, d);
+  linear(s_.att.data(), WeightId::kWo, WeightId::kBo, layer, s_.o.data(), n);
   add_inplace(s_.x.data(), s_.o.data(), int64_t(n) * d);
 }
 
@@ -141,11 +151,11 @@ void Model::mlp_block(int layer, int n) {
   rmsnorm(s_.x.data(), w(WeightId::kFfnNorm), s_.h.data(), n, d, c.rms_eps);
   s_.gate.resize(size_t(n) * ff);
   s_.up.resize(size_t(n) * ff);
-  linear(s_.h.data(), w(WeightId::kWGate), w(WeightId::kBGate), s_.gate.data(), n, d, ff);
-  linear(s_.h.data(), w(WeightId::kWUp), w(WeightId::kBUp), s_.up.data(), n, d, ff);
+  linear(s_.h.data(), WeightId::kWGate, WeightId::kBGate, layer, s_.gate.data(), n);
+  linear(s_.h.data(), WeightId::kWUp, WeightId::kBUp, layer, s_.up.data(), n);
   silu_mul(s_.gate.data(), s_.up.data(), int64_t(n) * ff);
   s_.o.resize(size_t(n) * d);
-  linear(s_.gate.data(), w(WeightId::kWDown), w(WeightId::kBDown), s_.o.data(), n, ff, d);
+  linear(s_.gate.data(), WeightId::kWDown, WeightId::kBDown, layer, s_.o.data(), n);
   add_inplace(s_.x.data(), s_.o.data(), int64_t(n) * d);
 }
 

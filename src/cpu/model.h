@@ -7,6 +7,7 @@
 
 #include "attention/policy.h"
 #include "cpu/kv_cache.h"
+#include "cpu/weight_linear.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 
@@ -14,10 +15,16 @@ namespace lychee::cpu {
 
 class Model {
  public:
+  // Weights held in f32 (the reference) or with WeightFormat::kNative: quantised matrices in
+  // their blocks, multiplied through the integer dot products of the ISA this CPU has, and dense
+  // decode steps attending through attend_decode (decode_attention.h) instead of BLAS.
   Model(const ModelConfig& config, HostWeights weights);
 
   const ModelConfig& config() const { return config_; }
   const HostWeights& weights() const { return weights_; }
+  // The kernels used for quantised weights (detected_quant_isa() by default; tests pick kScalar).
+  QuantIsa quant_isa() const { return isa_; }
+  void set_quant_isa(QuantIsa isa) { isa_ = isa; }
 
   // Runs `tokens` at positions kv.length() .. kv.length() + n - 1 and appends their K/V.
   // logits: [n_out, vocab] f32 for the last token (n_out = 1) or every token (all_logits).
@@ -33,7 +40,10 @@ class Model {
     std::vector<float> x, h, q, k, v, att, o, gate, up;
     std::vector<int32_t> pos;
     std::vector<HeadRead> reads;
+    LinearScratch lin;
   };
+  // y[n, w.rows] = x[n, w.cols] · wᵀ (+ bias).
+  void linear(const float* x, WeightId id, WeightId bias, int layer, float* y, int n);
   void attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats);
   void mlp_block(int layer, int n);
   void decode_attention(int layer, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats);
@@ -41,6 +51,7 @@ class Model {
   ModelConfig config_;
   HostWeights weights_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
+  QuantIsa isa_ = detected_quant_isa();
   Scratch s_;
 };
 

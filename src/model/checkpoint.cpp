@@ -1,5 +1,6 @@
 #include "model/checkpoint.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -155,39 +156,90 @@ uint64_t Checkpoint::file_weight_bytes() const {
   return total;
 }
 
-void HostWeights::FreeDeleter::operator()(float* p) const { std::free(p); }
+bool is_block_quantized(DType t) { return dtype_block_elems(t) > 1; }
 
-HostWeights HostWeights::load(const Checkpoint& ck) {
+void HostWeights::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+namespace {
+
+// Whether `w` stays in its block format under `format`: a block-quantised matrix.
+bool keep_blocks(const RawWeight& w, WeightFormat format) {
+  return format == WeightFormat::kNative && is_block_quantized(w.dtype) && w.shape.size() == 2;
+}
+
+// Copies a block-quantised matrix [rows, cols] to dst, un-permuting Q/K rows as whole rows
+// (each row is its own run of blocks, so the permutation of unpermute_rows moves rows intact).
+void copy_blocks(const RawWeight& w, uint8_t* dst) {
+  const int64_t rows = w.shape[0], row_bytes = dtype_bytes(w.dtype, w.shape[1]);
+  if (w.unpermute_heads == 0) {
+    std::memcpy(dst, w.data, size_t(rows * row_bytes));
+    return;
+  }
+  const int64_t hd = rows / w.unpermute_heads;
+  for (int64_t h = 0; h < w.unpermute_heads; ++h)
+    for (int64_t i = 0; i < hd / 2; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        std::memcpy(dst + (h * hd + j * (hd / 2) + i) * row_bytes, w.data + (h * hd + 2 * i + j) * row_bytes,
+                    size_t(row_bytes));
+}
+
+}  // namespace
+
+HostWeights HostWeights::load(const Checkpoint& ck, WeightFormat format) {
   const ModelConfig& c = ck.config();
   HostWeights hw;
+  hw.format_ = format;
   hw.views_.assign(size_t(c.n_layers), {});
+  auto padded = [](int64_t n) { return (size_t(n) + 63) / 64 * 64; };  // 64-byte aligned views
+  auto held_bytes = [&](const RawWeight& w, int64_t numel) {
+    return keep_blocks(w, format) ? dtype_bytes(w.dtype, numel) : numel * int64_t(sizeof(float));
+  };
   size_t total = 0;
-  auto padded = [](int64_t n) { return (size_t(n) + 15) / 16 * 16; };  // 64-byte aligned views
   for (const WeightSpec& spec : weight_table())
     for (int layer = 0; layer < (spec.per_layer ? c.n_layers : 1); ++layer)
-      if (ck.weight(spec.id, layer) != nullptr) total += padded(weight_numel(spec, c));
-  hw.n_floats_ = total;
-  float* arena = static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(total, 16) * sizeof(float)));
+      if (const RawWeight* w = ck.weight(spec.id, layer)) total += padded(held_bytes(*w, weight_numel(spec, c)));
+  hw.n_bytes_ = total;
+  auto* arena = static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(total, 64)));
   LY_CHECK(arena != nullptr, ErrorCode::kCapacity, "{}: cannot allocate {} MiB for the weights",
-           ck.path(), total * 4 >> 20);
+           ck.path(), total >> 20);
   hw.arena_.reset(arena);
   size_t offset = 0;
   for (const WeightSpec& spec : weight_table()) {
     for (int layer = 0; layer < (spec.per_layer ? c.n_layers : 1); ++layer) {
-      if (ck.weight(spec.id, layer) == nullptr) continue;
-      float* dst = arena + offset;
-      ck.read_f32(spec.id, layer, dst);
-      hw.views_[size_t(layer)][size_t(spec.id)] = dst;
-      offset += padded(weight_numel(spec, c));
+      const RawWeight* w = ck.weight(spec.id, layer);
+      if (w == nullptr) continue;
+      const int64_t numel = weight_numel(spec, c);
+      WeightView& v = hw.views_[size_t(layer)][size_t(spec.id)];
+      v.data = arena + offset;
+      v.rows = w->shape.size() == 2 ? w->shape[0] : 1;
+      v.cols = numel / v.rows;
+      if (keep_blocks(*w, format)) {
+        v.dtype = w->dtype;
+        v.row_bytes = dtype_bytes(w->dtype, v.cols);
+        copy_blocks(*w, arena + offset);
+      } else {
+        v.row_bytes = v.cols * int64_t(sizeof(float));
+        ck.read_f32(spec.id, layer, reinterpret_cast<float*>(arena + offset));
+      }
+      offset += padded(held_bytes(*w, numel));
     }
   }
   return hw;
 }
 
+const WeightView& HostWeights::view(WeightId id, int layer) const {
+  const WeightView& v = views_[size_t(layer)][size_t(id)];
+  if (v.data == nullptr && id == WeightId::kOutput) return views_[0][size_t(WeightId::kTokEmbd)];
+  return v;
+}
+
 const float* HostWeights::get(WeightId id, int layer) const {
-  const float* p = views_[size_t(layer)][size_t(id)];
-  if (p == nullptr && id == WeightId::kOutput) return views_[0][size_t(WeightId::kTokEmbd)];
-  return p;
+  const WeightView& v = view(id, layer);
+  if (v.data == nullptr) return nullptr;
+  LY_CHECK(!v.quantized(), ErrorCode::kInternal,
+           "weight {} of layer {} is held as {} blocks, not f32 (WeightFormat::kNative)",
+           weight_gguf_name(weight_spec(id), layer), layer, dtype_name(v.dtype));
+  return v.f32();
 }
 
 }  // namespace lychee

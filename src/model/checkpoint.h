@@ -63,20 +63,46 @@ class Checkpoint {
   std::vector<std::array<std::optional<RawWeight>, kNumWeightIds>> weights_;
 };
 
-// Host f32 weights in one arena, with a view per (weight, layer).
+// How the CPU holds weights. kF32: every weight converted to f32 (the reference). kNative:
+// matrices stored in a GGUF block-quantised type (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_K) stay
+// in their blocks, as in the file (Q/K rows un-permuted as whole rows); everything else is f32.
+enum class WeightFormat { kF32, kNative };
+
+// One weight as HostWeights holds it. A matrix is [rows, cols] row-major (HF order, [out, in]);
+// a vector has rows = 1. dtype is kF32, or with WeightFormat::kNative a block-quantised type
+// whose rows are `row_bytes` apart (cols is a multiple of its block size).
+struct WeightView {
+  DType dtype = DType::kF32;
+  const uint8_t* data = nullptr;  // nullptr when the weight is absent
+  int64_t rows = 0, cols = 0;
+  int64_t row_bytes = 0;
+  bool quantized() const { return dtype != DType::kF32; }
+  int64_t n_bytes() const { return rows * row_bytes; }
+  const float* f32() const { return reinterpret_cast<const float*>(data); }
+};
+
+// True for the GGUF block-quantised types (block size > 1).
+bool is_block_quantized(DType t);
+
+// Host weights in one 64-byte-aligned arena, with a view per (weight, layer).
 class HostWeights {
  public:
-  static HostWeights load(const Checkpoint& ck);
+  static HostWeights load(const Checkpoint& ck, WeightFormat format = WeightFormat::kF32);
 
-  // nullptr when the weight is absent. kOutput falls back to kTokEmbd for tied embeddings.
+  // The weight's values in f32; nullptr when the weight is absent. kOutput falls back to
+  // kTokEmbd for tied embeddings. Error(kInternal) for a weight held quantized (use view()).
   const float* get(WeightId id, int layer = 0) const;
-  size_t n_bytes() const { return n_floats_ * sizeof(float); }
+  // The weight as held (data nullptr when absent), with the same kOutput fallback.
+  const WeightView& view(WeightId id, int layer = 0) const;
+  size_t n_bytes() const { return n_bytes_; }
+  WeightFormat format() const { return format_; }
 
  private:
-  struct FreeDeleter { void operator()(float* p) const; };
-  std::unique_ptr<float, FreeDeleter> arena_;
-  size_t n_floats_ = 0;
-  std::vector<std::array<const float*, kNumWeightIds>> views_;
+  struct FreeDeleter { void operator()(uint8_t* p) const; };
+  std::unique_ptr<uint8_t, FreeDeleter> arena_;
+  size_t n_bytes_ = 0;
+  WeightFormat format_ = WeightFormat::kF32;
+  std::vector<std::array<WeightView, kNumWeightIds>> views_;
 };
 
 }  // namespace lychee

@@ -1,7 +1,9 @@
-// The CPU reference backend: f32 weights, one sequence per session (batch 1).
+// The CPU backend: one sequence per session (batch 1). Weights in f32 (the reference) or, by
+// default, with GGUF block-quantised matrices kept in their blocks (WeightFormat::kNative).
 #include <memory>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "cpu/model.h"
 #include "attention/spec_policy.h"
@@ -13,16 +15,29 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const Checkpoint& ck) : model_(ck.config(), HostWeights::load(ck)) {}
+  CpuBackend(const Checkpoint& ck, WeightFormat format) : model_(ck.config(), HostWeights::load(ck, format)) {
+    LY_LOG_INFO("CPU weights: {} MiB ({}; quantised products: {})", model_.weights().n_bytes() >> 20,
+                format == WeightFormat::kF32 ? "f32" : "native", quant_isa_name(model_.quant_isa()));
+  }
   const char* name() const override { return "cpu"; }
   std::unique_ptr<Session> new_session(int capacity) override {
     return std::make_unique<CpuSession>(model_, capacity);
   }
-  // f32 weights; the embedding table is read one row per token.
+  // Every weight as held (f32 or blocks) but the embedding table, of which a step reads one row
+  // (the LM head reads the whole table when it is tied).
   uint64_t weight_bytes_per_token() const override {
     const ModelConfig& c = model_.config();
-    const int64_t embed = int64_t(c.vocab_size) * c.d_model;
-    return uint64_t(c.n_params() - (c.tie_embeddings ? 0 : embed) + c.d_model) * 4;
+    const HostWeights& w = model_.weights();
+    uint64_t bytes = 0;
+    for (const WeightSpec& spec : weight_table())
+      for (int layer = 0; layer < (spec.per_layer ? c.n_layers : 1); ++layer) {
+        if (spec.id == WeightId::kOutput && c.tie_embeddings) continue;  // the view of kTokEmbd
+        const WeightView& v = w.view(spec.id, layer);
+        if (v.data == nullptr) continue;
+        bytes += uint64_t(spec.id == WeightId::kTokEmbd ? v.row_bytes : v.n_bytes());
+      }
+    if (c.tie_embeddings) bytes += uint64_t(w.view(WeightId::kTokEmbd).n_bytes());
+    return bytes;
   }
   double measure_bandwidth_gbps() const override { return measure_memory_bandwidth().read_gbps; }
   double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps, const DecodeSpec* spec) override;
@@ -50,6 +65,8 @@ double CpuBackend::time_batched_decode(int batch, std::span<const int32_t> promp
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck) { return std::make_unique<CpuBackend>(ck); }
+std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights) {
+  return std::make_unique<CpuBackend>(ck, weights);
+}
 
 }  // namespace lychee

@@ -65,6 +65,7 @@ Engine::Engine(const EngineOptions& options)
   device_ = choose_device(options, c);
   Timer timer;
   BackendOptions bo;
+  bo.cpu_weights = options.cpu_weights;
   bo.kv_memory_gib = options.kv_memory_gib;
   bo.max_context = options.max_context;
   bo.max_batch = options.max_batch;

@@ -1,0 +1,275 @@
+// The CPU's quantised-weight products (cpu/quant_dot.h, cpu/weight_linear.h) against
+// dequantise-then-f32 on random blocks of every GGUF block type, scalar and AVX2 alike.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "cpu/decode_attention.h"
+#include "cpu/ops.h"
+#include "cpu/quant_dot.h"
+#include "cpu/weight_linear.h"
+
+namespace lychee::cpu {
+namespace {
+
+const DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K,
+                        DType::kQ5_K, DType::kQ6_K, DType::kQ8_K};
+
+std::vector<QuantIsa> isas() {
+  std::vector<QuantIsa> v = {QuantIsa::kScalar};
+  if (detected_quant_isa() == QuantIsa::kAvx2) v.push_back(QuantIsa::kAvx2);
+  return v;
+}
+
+void put_f16(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// n_blocks random blocks of type t: random code bytes (or every code byte `fill` when fill >= 0,
+// the extreme codes), scales of a realistic range and mins no larger than the codes' range, as
+// quantisers write them (a min is about the block's minimum value).
+std::vector<uint8_t> random_blocks(DType t, int64_t n_blocks, std::mt19937& rng, int fill = -1) {
+  const int64_t bb = dtype_block_bytes(t);
+  std::vector<uint8_t> out(size_t(n_blocks * bb));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.002f, 0.02f), unit(0.0f, 1.0f);
+  for (auto& b : out) b = uint8_t(fill >= 0 ? fill : byte(rng));
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    uint8_t* b = out.data() + i * bb;
+    const float d = scale(rng) * (unit(rng) < 0.5f ? -1.0f : 1.0f);
+    switch (t) {
+      case DType::kQ8_0:
+      case DType::kQ4_0: put_f16(b, d); break;
+      case DType::kQ4_1:
+        put_f16(b, std::fabs(d));
+        put_f16(b + 2, -15.0f * std::fabs(d) * unit(rng));
+        break;
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+        put_f16(b, std::fabs(d) / 16);  // times 6-bit sub-block scales
+        put_f16(b + 2, std::fabs(d) * unit(rng) / 4);
+        break;
+      case DType::kQ6_K: put_f16(b + 208, d / 64); break;  // times int8 sub-block scales
+      case DType::kQ8_K: std::memcpy(b, &d, 4); break;
+      default: ADD_FAILURE() << "not a block type";
+    }
+  }
+  return out;
+}
+
+// Activations: mostly uniform in [-1, 1] with a few large outliers, as hidden states have.
+std::vector<float> random_activations(int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), pick(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = pick(rng) < 0.01f ? 20.0f * u(rng) : u(rng);
+  return x;
+}
+
+std::vector<float> dequantised(const std::vector<Q8Block>& q) {
+  std::vector<float> x;
+  for (const Q8Block& b : q)
+    for (int i = 0; i < 32; ++i) x.push_back(b.d * float(b.q[i]));
+  return x;
+}
+
+TEST(QuantizeRowQ8, RoundsToNearestWithinHalfAStepAndKeepsSums) {
+  std::mt19937 rng(7);
+  std::vector<float> x = random_activations(32 * 9, rng);
+  for (int i = 64; i < 96; ++i) x[size_t(i)] = 0.0f;  // an all-zero block
+  std::vector<Q8Block> q(9);
+  quantize_row_q8(x.data(), int64_t(x.size()), q.data());
+  EXPECT_EQ(q[2].d, 0.0f);
+  for (int b = 0; b < 9; ++b) {
+    int sums[2] = {0, 0};
+    for (int i = 0; i < 32; ++i) {
+      const float xi = x[size_t(32 * b + i)];
+      EXPECT_GE(q[b].q[i], -127);
+      // x * (1/d) is rounded once before rounding to an integer: half a step plus f32 rounding.
+      EXPECT_LE(std::fabs(xi - q[b].d * q[b].q[i]), q[b].d * (0.5f + 1e-5f)) << "block " << b << " element " << i;
+      sums[i / 16] += q[b].q[i];
+    }
+    EXPECT_EQ(q[b].sum[0], sums[0]);
+    EXPECT_EQ(q[b].sum[1], sums[1]);
+  }
+  // The largest element of a block gets the full code.
+  for (int b : {0, 1, 3}) {
+    int qmax = 0;
+    for (int i = 0; i < 32; ++i) qmax = std::max(qmax, std::abs(int(q[b].q[i])));
+    EXPECT_EQ(qmax, 127);
+  }
+}
+
+// The kernels' f32 rounding: each of the n/32 block terms (an exact integer sum times an f32
+// scale product) and its accumulation add at most a few ulps of the term, so the error is within
+// (n/256 + 12) * 2^-24 of Σ|terms|: ~1.3e-6 of it at n = 4128, the largest size here. The terms
+// (codes times scale, and the offset or min part apart) can cancel; for the blocks above (mins at
+// most the codes' range) Σ|terms| <= 3 Σ|ŵ||â|. 1e-5 Σ|ŵ||â| covers both with 2x to spare.
+double rounding_tol(const std::vector<float>& w, const std::vector<float>& a) {
+  double m = 0;
+  for (size_t i = 0; i < w.size(); ++i) m += std::fabs(double(w[i]) * a[i]);
+  return 1e-5 * m;
+}
+
+struct DotCase {
+  DType t;
+  int64_t n;
+  int fill;  // -1: random codes; else every code byte
+};
+
+std::vector<DotCase> dot_cases() {
+  std::vector<DotCase> v;
+  for (DType t : kTypes) {
+    const bool k = dtype_block_elems(t) == 256;
+    for (int64_t n : k ? std::vector<int64_t>{256, 768, 2816, 4096} : std::vector<int64_t>{32, 96, 576, 1536, 4128}) {
+      v.push_back({t, n, -1});
+    }
+    for (int fill : {0x0f, 0xff, 0x80}) v.push_back({t, k ? 512 : 64, fill});
+  }
+  return v;
+}
+
+class QuantDot : public ::testing::TestWithParam<DotCase> {};
+
+// Against the f32 dot of the dequantised weights: with the quantised activation â within
+// rounding (the kernel's integer sums are exact), with the activation a itself within the
+// activation's quantisation error Σ|ŵ_i| |a_i - â_i| (computed from the blocks) plus rounding.
+TEST_P(QuantDot, MatchesDequantiseThenDot) {
+  const DotCase& p = GetParam();
+  std::mt19937 rng(uint32_t(p.n * 31 + int(p.t) * 7 + p.fill + 1));
+  const std::vector<uint8_t> w = random_blocks(p.t, p.n / dtype_block_elems(p.t), rng, p.fill);
+  std::vector<float> a = random_activations(p.n, rng);
+  if (p.fill >= 0)  // extreme codes against full-scale activations: the widest integer sums
+    for (size_t i = 0; i < a.size(); ++i) a[i] = (i % 3 == 0) ? -1.0f : 1.0f;
+  std::vector<Q8Block> q(static_cast<size_t>(p.n / 32));
+  quantize_row_q8(a.data(), p.n, q.data());
+  const std::vector<float> ah = dequantised(q);
+  std::vector<float> wh(static_cast<size_t>(p.n));
+  convert_to_f32(p.t, w.data(), p.n, wh.data());
+  double ref_q = 0, ref = 0, quant_err = 0;
+  for (size_t i = 0; i < wh.size(); ++i) {
+    ref_q += double(wh[i]) * ah[i];
+    ref += double(wh[i]) * a[i];
+    quant_err += std::fabs(double(wh[i])) * std::fabs(double(a[i]) - ah[i]);
+  }
+  const double tol = rounding_tol(wh, ah);
+  ASSERT_GT(tol, 0.0);
+  std::vector<float> got;
+  for (QuantIsa isa : isas()) {
+    const float g = quant_dot_fn(p.t, isa)(w.data(), q.data(), p.n);
+    got.push_back(g);
+    const std::string where = fmt::format("{} n={} fill={} {}", dtype_name(p.t), p.n, p.fill, quant_isa_name(isa));
+    EXPECT_NEAR(g, ref_q, tol) << where << " against the dequantised activation";
+    EXPECT_NEAR(g, ref, quant_err + tol) << where << " against the f32 activation";
+  }
+  if (got.size() == 2) {
+    EXPECT_NEAR(got[0], got[1], 2 * tol) << dtype_name(p.t) << " scalar vs avx2";
+  }
+  // The bound is not vacuous: the activation's quantisation error is a small part of the product.
+  if (p.fill < 0) {
+    EXPECT_LT(quant_err, 0.1 * rounding_tol(wh, a) / 1e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, QuantDot, ::testing::ValuesIn(dot_cases()), [](const auto& info) {
+  const DotCase& c = info.param;
+  return fmt::format("{}_n{}{}", dtype_name(c.t), c.n, c.fill < 0 ? "" : fmt::format("_fill{:02x}", c.fill));
+});
+
+TEST(QuantDot, RefusesPlainTypes) {
+  EXPECT_THROW(quant_dot_fn(DType::kF32, QuantIsa::kScalar), Error);
+  EXPECT_THROW(quant_dot_fn(DType::kBF16, QuantIsa::kScalar), Error);
+}
+
+// linear() on a quantised WeightView against ops.h's f32 linear on the dequantised matrix, at
+// awkward row counts: up to kQuantMaxRows rows through the integer products (within each
+// output's activation error plus rounding), more rows through dequantised tiles and sgemm
+// (the same f32 weights: within sgemm's rounding).
+TEST(WeightLinear, QuantisedMatchesF32OnTheDequantisedWeights) {
+  std::mt19937 rng(11);
+  for (DType t : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    const int64_t k = dtype_block_elems(t) == 256 ? 512 : 96;
+    for (int64_t m : {1, 3, 19, 99}) {
+      const std::vector<uint8_t> blocks = random_blocks(t, m * k / dtype_block_elems(t), rng);
+      WeightView v{t, blocks.data(), m, k, dtype_bytes(t, k)};
+      std::vector<float> wf(static_cast<size_t>(m * k));
+      convert_to_f32(t, blocks.data(), m * k, wf.data());
+      std::vector<float> bias(static_cast<size_t>(m));
+      for (float& b : bias) b = std::uniform_real_distribution<float>(-1, 1)(rng);
+      for (int n : {1, 2, kQuantMaxRows, kQuantMaxRows + 3}) {
+        const std::vector<float> x = random_activations(n * k, rng);
+        std::vector<float> want(size_t(n * m)), got(size_t(n * m));
+        linear(x.data(), wf.data(), bias.data(), want.data(), n, int(k), int(m));
+        for (QuantIsa isa : isas()) {
+          LinearScratch s;
+          linear(x.data(), v, bias.data(), got.data(), n, isa, s);
+          for (int i = 0; i < n; ++i) {
+            std::vector<Q8Block> q(static_cast<size_t>(k / 32));
+            quantize_row_q8(x.data() + i * k, k, q.data());
+            const std::vector<float> ah = dequantised(q);
+            for (int64_t j = 0; j < m; ++j) {
+              const std::vector<float> wj(wf.begin() + j * k, wf.begin() + (j + 1) * k);
+              const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
+              double err = 0;
+              for (int64_t c = 0; c < k; ++c) err += std::fabs(double(wj[size_t(c)])) * std::fabs(double(xi[size_t(c)]) - ah[size_t(c)]);
+              const double tol = n <= kQuantMaxRows ? err + rounding_tol(wj, ah) : rounding_tol(wj, xi);
+              ASSERT_NEAR(got[size_t(i * m + j)], want[size_t(i * m + j)], tol)
+                  << dtype_name(t) << " m=" << m << " n=" << n << " row " << i << " col " << j << " "
+                  << quant_isa_name(isa);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(WeightLinear, EmbeddingRowsAreTheDequantisedRows) {
+  std::mt19937 rng(5);
+  const DType t = DType::kQ8_0;
+  const std::vector<uint8_t> blocks = random_blocks(t, 7 * 3, rng);
+  const WeightView v{t, blocks.data(), 7, 96, dtype_bytes(t, 96)};
+  std::vector<float> all(7 * 96), row(96);
+  convert_to_f32(t, blocks.data(), 7 * 96, all.data());
+  for (int r = 0; r < 7; ++r) {
+    weight_row_f32(v, r, row.data());
+    EXPECT_EQ(std::memcmp(row.data(), all.data() + r * 96, 96 * 4), 0) << "row " << r;
+  }
+}
+
+// The native path's decode attention against the reference's attend_causal (one query row) on
+// random inputs at awkward lengths: both f32, they differ by summation order only.
+TEST(DecodeAttention, MatchesAttendCausal) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const int n_heads = 6, group = 3, n_kv = 2, hd = 64, capacity = 1300;
+  for (int n_ctx : {1, 3, 19, 99, 1177}) {
+    std::vector<float> q(size_t(n_heads * hd)), k(size_t(n_kv * capacity * hd)), v(k.size());
+    for (float& x : q) x = 2.0f * g(rng);
+    for (float& x : k) x = g(rng);
+    for (float& x : v) x = g(rng);
+    std::vector<float> want(q.size()), got(q.size());
+    const float scale = 0.125f;
+    for (int h = 0; h < n_kv; ++h)
+      attend_causal(q.data() + h * group * hd, 1, group, hd, n_heads * hd, k.data() + int64_t(h) * capacity * hd,
+                    v.data() + int64_t(h) * capacity * hd, n_ctx - 1, scale, want.data() + h * group * hd, n_heads * hd);
+    attend_decode(q.data(), n_heads, group, hd, k.data(), v.data(), int64_t(capacity) * hd, n_ctx, scale, got.data());
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::fabs(double(got[i]) - want[i]) > worst) worst = std::fabs(double(got[i]) - want[i]), at = i;
+    // Outputs are convex combinations of V rows (|v| < ~5): f32 sums of n_ctx terms agree to
+    // well under 1e-5 absolute.
+    EXPECT_LT(worst, 1e-5) << "n_ctx " << n_ctx << " worst at " << at << ": " << got[at] << " vs " << want[at];
+  }
+}
+
+}  // namespace
+}  // namespace lychee::cpu
