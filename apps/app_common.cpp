@@ -22,8 +22,9 @@ void ModelArgs::add(CLI::App& cmd) {
   cmd.add_option("--threads", threads, "CPU compute threads for OpenMP and BLAS (default: the cores this process may use)")
       ->check(positive_int());
   cmd.add_option("--cpu-weights", cpu_weights,
-                 "CPU weights: native keeps a GGUF file's quantised matrices in their blocks (fast decode), "
-                 "f32 expands every weight to f32 (the reference)")
+                 "CPU weights: f32 expands every weight to f32 (the reference, default); native keeps a GGUF "
+                 "file's quantised matrices in their blocks (faster decode, int8 activations: results depend "
+                 "on how a prompt is chunked, see ARCHITECTURE.md)")
       ->check(CLI::IsMember({"native", "f32"}));
 }
 

@@ -30,6 +30,7 @@ struct ServeArgs {
   int max_running = 4;
   int max_queue = 64;
   int prefill_chunk = 512;
+  int64_t prefix_cache = -1;
   double drain_seconds = 30.0;
 };
 
@@ -84,6 +85,7 @@ void run_serve(const ServeArgs& a) {
     so.kv_tokens = kv_tokens(a, *engine);
     so.prefill_chunk = a.prefill_chunk;
     so.max_context = a.model.max_context;
+    so.prefix_cache_tokens = a.prefix_cache;
     scheduler = std::make_unique<server::Scheduler>(*engine, so, &metrics);
   } catch (...) {
     http.stop();
@@ -129,6 +131,9 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-running", args->max_running, "Sequences decoded together")->check(positive_int());
   cmd->add_option("--max-queue", args->max_queue, "Requests waiting for admission; more get 503")->check(non_negative_int());
   cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt tokens prefilled per scheduler step")->check(positive_int());
+  cmd->add_option("--prefix-cache", args->prefix_cache,
+                  "KV tokens finished prompts may keep for reuse by later prompts that start the same way "
+                  "(default: half the pool; 0 = off)")->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
   cmd->add_option("--drain-seconds", args->drain_seconds, "On SIGTERM: how long running requests may finish")
       ->check(non_negative_real());
   cmd->callback([args] { run_serve(*args); });

@@ -326,6 +326,59 @@ TEST(CudaRunner, DeviceBlockTableFollowsRowsTruncationsAndNewPages) {
   }
 }
 
+// Prefix reuse on the GPU: the receiving sequence shares the donor's full pages (reference-counted)
+// and gets a copy of its partial last page; it then continues bit for bit like a sequence that
+// prefilled the same tokens in the same chunks, also after the donor is gone, and every page goes
+// back to the pool at the end.
+TEST(CudaRunner, SharedPrefixPagesContinueLikeOwnPrefill) {
+  LY_REQUIRE_GPU();
+  const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/llama31_untied_bf16_sharded");
+  cuda::RunnerOptions o;
+  o.page_size = 16;
+  o.kv_memory_gib = 0.05;
+  cuda::GpuRunner r(cuda::upload_weights(ck), o);
+  const int vocab = ck.config().vocab_size, free0 = r.free_pages();
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 11 + 5) % size_t(vocab));
+  const std::span<const int32_t> head = std::span<const int32_t>(ids).first(37), rest = std::span<const int32_t>(ids).subspan(37);
+  cuda::GpuSeq donor, shared, own;
+  r.prefill(donor, head);
+  r.prefill(donor, std::vector<int32_t>{1, 2, 3, 4, 5});  // the donor went on past the prefix
+  r.prefill(own, head);
+  const int before = r.free_pages();
+  r.share_prefix(donor, shared, 37);
+  EXPECT_EQ(r.free_pages(), before - 1);  // two full pages shared, the partial third copied
+  EXPECT_EQ(shared.length, 37);
+  EXPECT_EQ(std::vector<int32_t>(shared.pages.begin(), shared.pages.begin() + 2),
+            std::vector<int32_t>(donor.pages.begin(), donor.pages.begin() + 2));
+  EXPECT_NE(shared.pages[2], donor.pages[2]);
+  std::vector<float> a(static_cast<size_t>(vocab)), b(static_cast<size_t>(vocab));
+  r.prefill(shared, rest);
+  r.copy_logits(0, a);
+  r.prefill(own, rest);
+  r.copy_logits(0, b);
+  EXPECT_EQ(a, b);
+  r.release(donor);  // the shared pages stay with `shared`
+  for (int step = 0; step < 20; ++step) {  // across a page boundary (40 -> 60 tokens)
+    const int32_t tok = int32_t((step * 7 + 1) % vocab);
+    cuda::GpuSeq* one[] = {&shared};
+    r.decode(one, std::span<const int32_t>(&tok, 1));
+    r.copy_logits(0, a);
+    cuda::GpuSeq* other[] = {&own};
+    r.decode(other, std::span<const int32_t>(&tok, 1));
+    r.copy_logits(0, b);
+    ASSERT_EQ(a, b) << "step " << step;
+  }
+  r.release(shared);
+  r.release(own);
+  EXPECT_EQ(r.free_pages(), free0);
+  cuda::GpuSeq empty, target;
+  r.prefill(empty, head);
+  test::expect_error([&] { r.share_prefix(empty, target, 38); }, ErrorCode::kInvalidArgument, "38 tokens asked");
+  r.prefill(target, rest);
+  test::expect_error([&] { r.share_prefix(empty, target, 5); }, ErrorCode::kInvalidArgument, "must be empty");
+}
+
 TEST(CudaRunner, FullKvPoolIsACapacityError) {
   LY_REQUIRE_GPU();
   cuda::RunnerOptions o;

@@ -29,6 +29,8 @@ class KvCache {
 
   // Called by the model after writing rows [length, length + n) of every layer.
   void advance(int n);
+  // An empty cache takes a copy of the first n rows of `from` (same model shape): prefix reuse.
+  void copy_prefix(const KvCache& from, int n);
 
  private:
   size_t offset(int layer, int kv_head) const {

@@ -19,7 +19,7 @@ namespace lychee {
 struct BackendOptions {
   // CPU backend only: kNative keeps GGUF block-quantised matrices in their blocks (integer dot
   // products at decode); kF32 expands every weight to f32 (the reference path).
-  WeightFormat cpu_weights = WeightFormat::kNative;
+  WeightFormat cpu_weights = WeightFormat::kF32;
   // CUDA backend only.
   double kv_memory_gib = 0.0;  // 0 = sized from max_batch x max_context, capped by free memory
   int max_context = 0;         // 0 = the model's context length
@@ -65,6 +65,6 @@ std::unique_ptr<train::Student> make_gpu_student(const ModelConfig& c, const Hos
                                                  int max_targets);
 
 // The CPU reference backend (cpu_backend.cpp).
-std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights = WeightFormat::kNative);
+std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights = WeightFormat::kF32);
 
 }  // namespace lychee

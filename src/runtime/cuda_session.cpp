@@ -135,6 +135,18 @@ void GpuSession::truncate(int n) {
   logits_valid_ = false;
 }
 
+void GpuSession::copy_prefix(const Session& from, int n) {
+  const auto* other = dynamic_cast<const GpuSession*>(&from);
+  LY_CHECK(other != nullptr && &other->runner_ == &runner_, ErrorCode::kInvalidArgument,
+           "a GPU session copies a prefix only from a session of the same runner");
+  LY_CHECK(n <= capacity_, ErrorCode::kCapacity, "a prefix of {} tokens exceeds the session's {} tokens", n,
+           capacity_);
+  commit_pending();
+  runner_.share_prefix(other->seq_, seq_, n);
+  logits_valid_ = false;
+  if (policy_ != nullptr) policy_->reset();
+}
+
 void GpuSession::set_policy(AttentionPolicy* policy) {
   runner_.set_policy(policy != nullptr ? policy->spec() : full_spec(runner_.config()));
   policy_epoch_ = runner_.policy_epoch();

@@ -27,6 +27,7 @@ class GpuSession final : public Session {
   int length() const override { return seq_.length; }
   int capacity() const override { return capacity_; }
   void truncate(int n) override;
+  void copy_prefix(const Session& from, int n) override;
   void set_policy(AttentionPolicy* policy) override;
   const KvReadStats& stats() const override;
   void reset_stats() override;

@@ -18,7 +18,7 @@ namespace lychee {
 struct EngineOptions {
   std::string model_path;       // "" = the default model
   std::string device = "auto";  // "cpu", "cuda", or "auto" (cuda when this build has it and a GPU is present)
-  WeightFormat cpu_weights = WeightFormat::kNative;  // CPU backend: see BackendOptions
+  WeightFormat cpu_weights = WeightFormat::kF32;  // CPU backend: see BackendOptions
   // CUDA backend only.
   double kv_memory_gib = 0.0;   // 0 = sized from max_batch x max_context, capped by free memory
   int max_context = 0;          // 0 = the model's context length

@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include "core/error.h"
+
 namespace lychee {
 
 CpuSession::CpuSession(cpu::Model& model, int capacity) : model_(model), kv_(model.config(), capacity) {}
@@ -16,6 +18,18 @@ void CpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
     const ModelConfig& c = model_.config();
     stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(kv_.length());
   }
+}
+
+void Session::copy_prefix(const Session&, int) {
+  LY_CHECK(false, ErrorCode::kUnsupported, "this backend's sessions cannot copy a cached prefix");
+}
+
+void CpuSession::copy_prefix(const Session& from, int n) {
+  const auto* other = dynamic_cast<const CpuSession*>(&from);
+  LY_CHECK(other != nullptr && &other->model_ == &model_, ErrorCode::kInvalidArgument,
+           "a CPU session copies a prefix only from a CPU session of the same model");
+  kv_.copy_prefix(other->kv_, n);
+  if (policy_ != nullptr) policy_->reset();
 }
 
 void CpuSession::truncate(int n) {

@@ -37,6 +37,10 @@ class Session {
     if (feed_next) feed(std::span<const int32_t>(&token, 1), allow_policy);
     return token;
   }
+  // Prefix reuse: this session, empty, takes the first n cached tokens of `from` (a session of the
+  // same backend and model) without computing them; the next feed continues at position n.
+  // Throws kUnsupported where a backend cannot, kInvalidArgument for a bad source or length.
+  virtual void copy_prefix(const Session& from, int n);
   // Whether sample_and_feed runs ahead of the host. generate uses it then; otherwise it samples,
   // checks for a stop, and only then feeds, so that no step is computed in vain.
   virtual bool runs_ahead() const { return false; }
@@ -64,6 +68,7 @@ class CpuSession final : public Session {
   int capacity() const override { return kv_.capacity(); }
   void truncate(int n) override;
   void set_policy(AttentionPolicy* policy) override;
+  void copy_prefix(const Session& from, int n) override;
   const KvReadStats& stats() const override { return stats_; }
   void reset_stats() override { stats_ = {}; }
   const cpu::KvCache& kv() const { return kv_; }

@@ -63,6 +63,12 @@ uint64_t Metrics::requests(const std::string& outcome) const {
   return it == requests_.end() ? 0 : it->second;
 }
 
+void Metrics::add_prefix_hit(int64_t tokens) {
+  std::lock_guard lock(mu_);
+  ++prefix_hits_;
+  prefix_tokens_ += uint64_t(tokens);
+}
+
 std::string Metrics::render(const SchedulerGauges& g) const {
   std::lock_guard lock(mu_);
   std::string out;
@@ -86,7 +92,18 @@ std::string Metrics::render(const SchedulerGauges& g) const {
   out += "# TYPE lychee_kv_tokens_used gauge\n";
   out += fmt::format("lychee_kv_tokens_used {}\n", g.kv_tokens_used);
   out += "# HELP lychee_kv_tokens_free KV capacity not reserved, in tokens.\n# TYPE lychee_kv_tokens_free gauge\n";
-  out += fmt::format("lychee_kv_tokens_free {}\n", g.kv_tokens_capacity - g.kv_tokens_used);
+  out += fmt::format("lychee_kv_tokens_free {}\n", g.kv_tokens_capacity - g.kv_tokens_used - g.prefix_cache_tokens);
+  out += "# HELP lychee_prefix_cache_hits_total Requests that reused a cached prompt prefix.\n";
+  out += "# TYPE lychee_prefix_cache_hits_total counter\n";
+  out += fmt::format("lychee_prefix_cache_hits_total {}\n", prefix_hits_);
+  out += "# HELP lychee_prefix_cache_reused_tokens_total Prompt tokens copied from the prefix cache, not prefilled.\n";
+  out += "# TYPE lychee_prefix_cache_reused_tokens_total counter\n";
+  out += fmt::format("lychee_prefix_cache_reused_tokens_total {}\n", prefix_tokens_);
+  out += "# HELP lychee_prefix_cache_tokens KV capacity held by cached prompts, in tokens (freed when requests need it).\n";
+  out += "# TYPE lychee_prefix_cache_tokens gauge\n";
+  out += fmt::format("lychee_prefix_cache_tokens {}\n", g.prefix_cache_tokens);
+  out += "# HELP lychee_prefix_cache_entries Cached prompts.\n# TYPE lychee_prefix_cache_entries gauge\n";
+  out += fmt::format("lychee_prefix_cache_entries {}\n", g.prefix_cache_entries);
   out += "# HELP lychee_kv_read_bytes_total KV bytes decode steps read (bf16 cache), by policy.\n";
   out += "# TYPE lychee_kv_read_bytes_total counter\n";
   for (const auto& [policy, r] : kv_reads_)

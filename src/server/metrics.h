@@ -31,6 +31,8 @@ struct SchedulerGauges {
   int waiting = 0;
   int64_t kv_tokens_used = 0;
   int64_t kv_tokens_capacity = 0;
+  int64_t prefix_cache_tokens = 0;  // held by kept prompts (given back whenever a request needs it)
+  int prefix_cache_entries = 0;
 };
 
 class Metrics {
@@ -43,6 +45,8 @@ class Metrics {
   void observe_tpot(double seconds);
   // KV bytes a finished request's decode steps read, and what full attention would have read.
   void add_kv_reads(const std::string& policy, uint64_t bytes, uint64_t dense_bytes);
+  // A request that copied `tokens` prompt tokens from the prefix cache instead of prefilling them.
+  void add_prefix_hit(int64_t tokens);
   std::string render(const SchedulerGauges& g) const;
   uint64_t requests(const std::string& outcome) const;
 
@@ -50,6 +54,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::string, uint64_t> requests_;
   uint64_t prompt_tokens_ = 0, generated_tokens_ = 0;
+  uint64_t prefix_hits_ = 0, prefix_tokens_ = 0;
   Histogram ttft_, tpot_;
   struct KvReads {
     uint64_t bytes = 0, dense_bytes = 0;

@@ -79,6 +79,8 @@ struct Scheduler::Running {
   size_t n_prefilled = 0;
   int n_generated = 0;
   int32_t last_token = -1;
+  int cached_tokens = 0;  // prompt tokens copied from the prefix cache
+  bool cacheable = false; // finished normally with its whole prompt prefilled: keep its prompt
   Clock::time_point arrival;
   Clock::time_point last_token_time;
   bool finished = false;
@@ -96,6 +98,8 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, Metrics* m
   context_ = int(std::min<int64_t>(context_, kv_capacity_));
   LY_CHECK(context_ >= 2, ErrorCode::kInvalidArgument, "the KV pool of {} tokens is too small for a request",
            kv_capacity_);
+  const int64_t cache_tokens = options_.prefix_cache_tokens < 0 ? kv_capacity_ / 2 : options_.prefix_cache_tokens;
+  if (cache_tokens > 0) prefix_cache_ = std::make_unique<PrefixCache>(std::min(cache_tokens, kv_capacity_));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -137,7 +141,12 @@ bool Scheduler::wait_idle(Clock::time_point deadline) {
 
 SchedulerGauges Scheduler::gauges() const {
   std::lock_guard lock(mu_);
-  return SchedulerGauges{n_running_, int(waiting_.size()), kv_used_, kv_capacity_};
+  SchedulerGauges g{n_running_, int(waiting_.size()), kv_used_, kv_capacity_};
+  if (prefix_cache_) {
+    g.prefix_cache_tokens = prefix_cache_->tokens_held();
+    g.prefix_cache_entries = prefix_cache_->entries();
+  }
+  return g;
 }
 
 // Takes requests from the front of the queue while the batch and the KV pool have room (first
@@ -152,7 +161,10 @@ void Scheduler::admit_locked(std::vector<std::shared_ptr<Request>>& admitted) {
       continue;
     }
     const int64_t need = kv_reservation(r->params());
-    if (n_running_ >= options_.max_running || kv_used_ + need > kv_capacity_) break;
+    if (n_running_ >= options_.max_running) break;
+    if (kv_used_ + need > kv_capacity_) break;
+    // Kept prompts give way to requests.
+    if (prefix_cache_) prefix_cache_->evict_to(kv_capacity_ - kv_used_ - need);
     ++n_running_;
     kv_used_ += need;
     admitted.push_back(r);
@@ -187,6 +199,7 @@ void Scheduler::loop() {
       if (r->finished) {
         --n_running_;
         kv_used_ -= r->reservation;
+        keep_prompt(*r);
         r.reset();
       }
     std::erase(running, nullptr);
@@ -213,6 +226,15 @@ std::unique_ptr<Scheduler::Running> Scheduler::start(const std::shared_ptr<Reque
     run->session->set_policy(run->policy.get());
     run->sampler = std::make_unique<Sampler>(p.sampling);
     run->text = TextStream(p.stop);
+    if (prefix_cache_) {
+      const PrefixCache::Match m = prefix_cache_->find(p.prompt);
+      if (m.session != nullptr) {
+        run->session->copy_prefix(*m.session, m.length);
+        run->n_prefilled = size_t(m.length);
+        run->cached_tokens = m.length;
+        if (metrics_) metrics_->add_prefix_hit(m.length);
+      }
+    }
   } catch (const std::exception& e) {
     LY_LOG_WARN("request could not start: {}", e.what());
     r->finish("error", Usage{int(r->params().prompt.size()), 0}, e.what());
@@ -312,10 +334,27 @@ void Scheduler::sample_and_emit(Running& r) {
   }
 }
 
+// A finished request's prompt, prefilled densely, is kept for later prompts that start with it
+// (mu_ held; running reservations plus the cache's capacity stay within the KV budget).
+void Scheduler::keep_prompt(Running& r) {
+  if (!prefix_cache_ || !r.cacheable || r.session == nullptr) return;
+  const std::vector<int32_t>& prompt = r.request->params().prompt;
+  try {
+    r.session->set_policy(nullptr);
+    r.session->truncate(int(prompt.size()));
+    prefix_cache_->put(std::move(r.session), prompt);
+    // Never over the budget: the cache holds only what the running requests leave free.
+    prefix_cache_->evict_to(kv_capacity_ - kv_used_);
+  } catch (const std::exception& e) {
+    LY_LOG_WARN("prefix cache: a finished prompt was not kept: {}", e.what());
+  }
+}
+
 void Scheduler::retire(Running& r, const std::string& reason, const std::string& error) {
   if (r.finished) return;
   r.finished = true;
-  const Usage usage{int(r.request->params().prompt.size()), r.n_generated};
+  r.cacheable = (reason == "stop" || reason == "length") && r.n_prefilled == r.request->params().prompt.size();
+  const Usage usage{int(r.request->params().prompt.size()), r.n_generated, r.cached_tokens};
   if (metrics_) {
     metrics_->count_request(reason == "stop" || reason == "length" ? "ok" : reason);
     metrics_->add_tokens(int64_t(r.n_prefilled), r.n_generated);

@@ -8,6 +8,10 @@
 // tokens: the sum of the admitted requests' prompt + max_tokens must fit the pool), prefills up
 // to prefill_chunk prompt tokens (cut across steps), decodes one token for each running request,
 // and retires finished and cancelled requests, releasing their capacity in the same step.
+// Prefix reuse: a finished request's session is kept, truncated to its prompt, in a PrefixCache
+// (its capacity counted in the KV budget, given back least recently used first when admission
+// needs room); a later prompt starting with a kept prompt copies those tokens instead of
+// prefilling them (usage.prompt_tokens_details.cached_tokens says how many).
 #pragma once
 
 #include <atomic>
@@ -23,6 +27,7 @@
 
 #include "attention/policies.h"
 #include "runtime/engine.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 #include "server/metrics.h"
 #include "server/schema.h"
@@ -82,6 +87,7 @@ struct SchedulerOptions {
   int64_t kv_tokens = 0;   // the KV pool in tokens; 0 = max_running x context
   int prefill_chunk = 512; // prompt tokens prefilled per step, over all requests
   int max_context = 0;     // longest sequence; 0 = the model's context
+  int64_t prefix_cache_tokens = -1;  // KV tokens kept prompts may hold; -1 = half the pool; 0 = off
 };
 
 class Scheduler {
@@ -115,6 +121,7 @@ class Scheduler {
   void step(std::vector<std::unique_ptr<Running>>& running);
   void sample_and_emit(Running& r);
   void retire(Running& r, const std::string& reason, const std::string& error = "");
+  void keep_prompt(Running& r);
 
   Engine& engine_;
   SchedulerOptions options_;
@@ -127,7 +134,8 @@ class Scheduler {
   std::condition_variable idle_cv_;  // wait_idle
   std::deque<std::shared_ptr<Request>> waiting_;
   int n_running_ = 0;
-  int64_t kv_used_ = 0;
+  int64_t kv_used_ = 0;                        // reserved by running requests (the cache holds the rest)
+  std::unique_ptr<PrefixCache> prefix_cache_;  // engine thread (admission holds mu_ too); null: off
   bool stop_ = false;
   std::atomic<bool> draining_{false};
   std::thread thread_;

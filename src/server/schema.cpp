@@ -350,7 +350,8 @@ json completion_logprobs(const std::vector<TokenLogprob>& lps, size_t offset0) {
 json usage_json(const Usage& u) {
   return json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
-              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+              {"total_tokens", u.prompt_tokens + u.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 json envelope(Endpoint endpoint, const ResponseMeta& meta, bool chunk) {

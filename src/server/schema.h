@@ -109,6 +109,7 @@ struct TokenLogprob {
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens taken from the prefix cache (prompt_tokens_details)
 };
 
 struct ResponseMeta {

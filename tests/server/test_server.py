@@ -261,3 +261,59 @@ def test_full_queue_is_503_and_sigterm_drains():
         assert s.proc.wait(60) == 0, s.output()
     finally:
         s.stop()
+
+
+COLOURS = ["red", "blue", "green", "yellow", "purple", "orange", "black", "white", "grey", "pink", "brown", "gold"]
+DOC = "Inventory notes.\n" + "\n".join(f"The {c} box holds {i * 7 + 3} marbles and {i + 2} keys." for i, c in enumerate(COLOURS))
+
+
+def ttft_and_text(server, prompt):
+    """Time to the first streamed token, the whole text, and the usage (stream_options.include_usage)."""
+    t0 = time.time()
+    conn, resp = open_stream(server, {"prompt": prompt, "max_tokens": 8, "temperature": 0, "stream": True,
+                                      "stream_options": {"include_usage": True}})
+    first, text, usage = None, "", None
+    for line in resp:
+        if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for c in chunk.get("choices", []):
+            if c.get("text") and first is None:
+                first = time.time() - t0
+            text += c.get("text") or ""
+    conn.close()
+    return first, text, usage
+
+
+def test_prefix_reuse(server, client, model_id):
+    """A second question about the same document reuses the document's cached tokens: the usage
+    says how many, /metrics counts the hit, the answer equals a server without reuse, and the
+    time to first token falls."""
+    q1 = DOC + "\nQuestion: how many marbles does the red box hold?\nAnswer:"
+    q2 = DOC + "\nQuestion: how many keys does the gold box hold?\nAnswer:"
+    hits = server.metrics()["lychee_prefix_cache_hits_total"]
+    ttft1, _, u1 = ttft_and_text(server, q1)
+    ttft2, text2, u2 = ttft_and_text(server, q2)
+    shared = len(server.request("POST", "/tokenize", {"content": DOC + "\nQuestion: how many "})[2]["tokens"])
+    assert u1["prompt_tokens_details"]["cached_tokens"] == 0
+    assert shared - 2 <= u2["prompt_tokens_details"]["cached_tokens"] < u2["prompt_tokens"]
+    assert server.metrics()["lychee_prefix_cache_hits_total"] == hits + 1
+    # The same prompt again (the openai client's view): all but its last 8 tokens (always
+    # prefilled) come from the cache.
+    r = client.completions.create(model=model_id, prompt=q2, max_tokens=8, temperature=0)
+    assert r.usage.prompt_tokens_details.cached_tokens == r.usage.prompt_tokens - 8
+    assert r.choices[0].text == text2
+    assert ttft2 < ttft1, (ttft1, ttft2)
+    print(f"\n[prefix reuse] {u2['prompt_tokens']}-token prompt, {u2['prompt_tokens_details']['cached_tokens']} cached: "
+          f"time to first token {ttft1 * 1e3:.0f} ms -> {ttft2 * 1e3:.0f} ms")
+    plain = Server("--max-context", "512", "--prefix-cache", "0", api_key=None)
+    try:
+        _, ref, ru = ttft_and_text(plain, q2)
+        assert ru["prompt_tokens_details"]["cached_tokens"] == 0
+        assert text2 == ref
+        assert plain.metrics()["lychee_prefix_cache_entries"] == 0
+    finally:
+        assert plain.stop() == 0, plain.output()
+    server.wait_pool_empty()

@@ -283,6 +283,28 @@ void GpuRunner::truncate(GpuSeq& seq, int n) {
 }
 
 int GpuRunner::n_pages() const { return impl_->pool->n_pages(); }
+int GpuRunner::free_pages() const { return impl_->pool->n_free(); }
+
+void GpuRunner::share_prefix(const GpuSeq& from, GpuSeq& to, int n) {
+  Impl& m = *impl_;
+  LY_CHECK(to.length == 0 && to.pages.empty(), ErrorCode::kInvalidArgument,
+           "share_prefix: the receiving sequence must be empty (it holds {} tokens)", to.length);
+  LY_CHECK(n >= 0 && n <= from.length, ErrorCode::kInvalidArgument,
+           "share_prefix: {} tokens asked of a sequence of {}", n, from.length);
+  const int P = m.o.page_size, full = n / P;
+  std::vector<int32_t> pages(from.pages.begin(), from.pages.begin() + full);
+  if (n % P != 0) {
+    const int32_t own = m.pool->alloc();  // may throw kCapacity: nothing taken yet
+    m.pool->copy_page(from.pages[size_t(full)], own, m.stream);
+    pages.push_back(own);
+  }
+  for (int i = 0; i < full; ++i) m.pool->retain(pages[size_t(i)]);
+  to.pages = std::move(pages);
+  to.length = n;
+  to.table_id = 0;
+  to.quest_from = 0;
+  to.quest_epoch = -1;
+}
 int GpuRunner::replans() const { return impl_->planner.replans(); }
 uint64_t GpuRunner::host_stalls() const { return impl_->stalls; }
 int GpuRunner::policy_epoch() const { return impl_->policy_epoch; }

@@ -128,6 +128,10 @@ class GpuRunner {
   void fill_kv_random(uint64_t seed);
 
   void release(GpuSeq& seq);           // returns its pages to the pool
+  // Prefix reuse: `to` (empty) takes the first n tokens of `from`: their full pages shared
+  // (reference-counted), the partial last one copied to a page of its own.
+  void share_prefix(const GpuSeq& from, GpuSeq& to, int n);
+  int free_pages() const;
   void truncate(GpuSeq& seq, int n);   // keeps the first n tokens
 
   int n_pages() const;

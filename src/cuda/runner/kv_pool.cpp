@@ -20,6 +20,7 @@ KvPool::KvPool(const ModelConfig& c, int page_size, size_t bytes)
   // finite.
   LY_CUDA_CHECK(cudaMemset(k_.data(), 0, k_.bytes()));
   LY_CUDA_CHECK(cudaMemset(v_.data(), 0, v_.bytes()));
+  refs_.assign(size_t(n_pages_), 0);
   free_.reserve(size_t(n_pages_));
   for (int p = n_pages_ - 1; p >= 0; --p) free_.push_back(p);  // hand out low ids first
 }
@@ -30,13 +31,30 @@ int32_t KvPool::alloc() {
            "shorten the sequences", n_pages_, page_size_, double(page_bytes_) * n_pages_ / (1 << 30));
   const int32_t p = free_.back();
   free_.pop_back();
+  refs_[size_t(p)] = 1;
   return p;
+}
+
+void KvPool::retain(int32_t page) {
+  LY_ASSERT(page >= 0 && page < n_pages_ && refs_[size_t(page)] > 0);
+  ++refs_[size_t(page)];
 }
 
 void KvPool::release(std::span<const int32_t> pages) {
   for (int32_t p : pages) {
-    LY_ASSERT(p >= 0 && p < n_pages_);
-    free_.push_back(p);
+    LY_ASSERT(p >= 0 && p < n_pages_ && refs_[size_t(p)] > 0);
+    if (--refs_[size_t(p)] == 0) free_.push_back(p);
+  }
+}
+
+void KvPool::copy_page(int32_t from, int32_t to, cudaStream_t stream) {
+  LY_ASSERT(from >= 0 && from < n_pages_ && to >= 0 && to < n_pages_);
+  const size_t page_elems = size_t(n_kv_heads_) * page_size_ * head_dim_;
+  for (int l = 0; l < n_layers_; ++l) {
+    LY_CUDA_CHECK(cudaMemcpyAsync(k(l) + size_t(to) * page_elems, k(l) + size_t(from) * page_elems,
+                                  page_elems * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
+    LY_CUDA_CHECK(cudaMemcpyAsync(v(l) + size_t(to) * page_elems, v(l) + size_t(from) * page_elems,
+                                  page_elems * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
   }
 }
 
