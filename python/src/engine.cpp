@@ -9,7 +9,9 @@
 // generation after the current token and raises KeyboardInterrupt; the engine stays usable).
 // stream() runs the generation on a worker thread that never touches Python; the iterator waits
 // for pieces with the GIL released and checks signals between waits. One generation runs at a
-// time per engine (a mutex; a second caller waits with the GIL released).
+// time per engine (a mutex; a second caller waits with the GIL released), and a new request
+// (generate, stream, chat, evaluate) cancels a stream that is still running: a stream whose
+// consumer left it (a KeyboardInterrupt raised in the loop body, a break) cannot hold the engine.
 #include <Python.h>
 
 #include <atomic>
@@ -80,6 +82,10 @@ class PyEngine {
 
   const Engine& engine() const { return engine_; }
   int context() const { return context_; }
+
+  // Numbers requests in call order; a stream stops when a later request has begun.
+  uint64_t begin_request() { return ++requests_; }
+  bool superseded(uint64_t request) const { return requests_.load() != request; }
 
   // Runs one generation; called without the GIL. Special tokens add no text.
   Completion run(const Request& r, const StepFn& on_step) {
@@ -182,6 +188,7 @@ class PyEngine {
   Engine engine_;
   int context_;
   std::mutex mutex_;
+  std::atomic<uint64_t> requests_{0};
 };
 
 // generate() on the calling thread: the GIL is taken back per token for on_text and the signal
@@ -189,6 +196,7 @@ class PyEngine {
 Completion generate_blocking(PyEngine& e, const Request& r, nb::object on_text) {
   std::optional<nb::python_error> error;
   Completion c;
+  e.begin_request();
   {
     nb::gil_scoped_release release;
     c = e.run(r, [&](const std::string& piece) {
@@ -211,7 +219,7 @@ Completion generate_blocking(PyEngine& e, const Request& r, nb::object on_text) 
 // never touches Python; closing or dropping the stream cancels the generation and joins.
 class Stream {
  public:
-  Stream(PyEngine* engine, Request request) : engine_(engine) {
+  Stream(PyEngine* engine, Request request) : engine_(engine), request_id_(engine->begin_request()) {
     worker_ = std::thread([this, r = std::move(request)] {
       try {
         Completion c = engine_->run(r, [this](const std::string& piece) {
@@ -220,7 +228,7 @@ class Stream {
             pieces_.push_back(piece);
             ready_.notify_one();
           }
-          return !cancel_.load();
+          return !cancel_.load() && !engine_->superseded(request_id_);
         });
         std::lock_guard<std::mutex> lock(mutex_);
         completion_ = std::move(c);
@@ -294,6 +302,7 @@ class Stream {
   }
 
   PyEngine* engine_;  // kept alive by the stream's Python object (keep_alive)
+  uint64_t request_id_;
   std::thread worker_;
   std::mutex mutex_;
   std::condition_variable ready_;
@@ -351,6 +360,7 @@ nb::list evaluate(PyEngine& e, const std::vector<std::string>& tasks, const std:
     config.policies.push_back(o);
   }
   std::vector<EvalRecord> records;
+  e.begin_request();
   {
     nb::gil_scoped_release release;
     // Progress lines reach Python with the GIL held; an exception there (KeyboardInterrupt from
