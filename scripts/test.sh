@@ -20,5 +20,7 @@ if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
 # and only the bindings compile (a few seconds when they are up to date).
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps \
   --config-settings=build-dir="$build" "$root"
-LYCHEE_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q "$root/tests/server" "$root/tests/python"
+# Two runs: each folder's conftest.py is imported as the module `conftest`.
+LYCHEE_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q "$root/tests/server"
+LYCHEE_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q -rs "$root/tests/python"
 "$root/scripts/fuzz.sh"

@@ -410,7 +410,8 @@ void bind_engine(nb::module_& m) {
       .def_rw("duo_recent", &PolicySettings::duo_recent);
 
   nb::class_<Completion>(m, "Completion", "A finished generation: its text, tokens and statistics")
-      .def_ro("text_bytes", &Completion::text, "the text as UTF-8 bytes (str: the text property)")
+      .def_prop_ro("text_bytes", [](const Completion& c) { return nb::bytes(c.text.data(), c.text.size()); },
+                   "the text as UTF-8 bytes (a token may end inside a character)")
       .def_prop_ro("text", [](const Completion& c) { return utf8_str(c.text); }, "the generated text")
       .def_ro("tokens", &Completion::tokens, "every generated token id (a stop token included)")
       .def_ro("finish_reason", &Completion::finish_reason, "\"stop\", \"length\" or \"cancelled\"")
