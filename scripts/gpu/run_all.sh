@@ -6,6 +6,8 @@
 #   scripts/gpu/run_all.sh env | build | test [FILTER] | memcheck | bench-kernels | bench-hybrid | bench-e2e | bench-model | trace
 #   scripts/gpu/run_all.sh python            the Python package: pip install (no network, the CLI's
 #                                            build tree), tests/python (lychee.ops GPU tests included), the example
+#   scripts/gpu/run_all.sh bench-python      lychee.ops.decode_attention from PyTorch vs the C++ benchmark
+#                                            (binding overhead) and torch SDPA cuDNN, dense, the kernel sweep (after python)
 #   scripts/gpu/run_all.sh all [STAGE,STAGE,...]   those stages in order (default: all of them)
 #   scripts/gpu/run_all.sh eval-gpu          the accuracy table of the policies on the default model (GPU)
 #   scripts/gpu/run_all.sh train GATE STEPS [train-heads options]   head roles of the default model
@@ -148,6 +150,18 @@ case "${1:-}" in
     PYTHONPATH="$site" python3 examples/torch_llama_decode.py > "$out/example.log" 2>&1 || rc=$(failed $? torch_llama_decode.py)
     cat "$out/example.log" | tail -8
     exit $rc ;;
+  bench-python)
+    # The binding's overhead: the same dense problems timed by the C++ benchmark (share 0) and
+    # from PyTorch through lychee.ops, and torch's SDPA (cuDNN) beside them, in one run.
+    site=/root/lychee_site
+    [ -d "$site/lychee" ] || { echo "bench-python: no package in $site (run the python stage first, on this warm machine)"; exit 1; }
+    rc=0
+    "$build/bin/bench_decode_attention" --batches 1,2,4,8 --shares 0 --json "$out/cxx_dense.json" \
+      > "$out/bench_cxx_dense.log" 2>&1 || rc=$(failed $? bench_decode_attention)
+    PYTHONPATH="$site" python3 scripts/bench/python_ops_decode_attention.py --cxx-json "$out/cxx_dense.json" \
+      --json "$out/python_ops.json" > "$out/bench_python_ops.log" 2>&1 || rc=$(failed $? python_ops_decode_attention.py)
+    grep -E "^\|" "$out/bench_python_ops.log"; [ $rc -eq 0 ] || tail -15 "$out/bench_python_ops.log"
+    exit $rc ;;
   bench-model)
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
@@ -155,8 +169,8 @@ case "${1:-}" in
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace|python) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace, python)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace|python|bench-python) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace, python, bench-python)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
