@@ -16,10 +16,11 @@ build="${LYCHEE_BUILD_DIR:-$root/build}"
 venv="$build/venv-server-tests"
 if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check openai pytest numpy nanobind scikit-build-core
-# The package (pyproject.toml) is built in the CLI's build tree: every layer's objects are reused
-# and only the bindings compile (a few seconds when they are up to date).
+# The package (pyproject.toml) is built in the CLI's build tree, with the tree's own CUDA setting:
+# every layer's objects are reused and only the bindings compile (seconds when up to date).
+cuda="$(sed -n 's/^LYCHEE_CUDA:STRING=//p' "$build/CMakeCache.txt")"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps \
-  --config-settings=build-dir="$build" "$root"
+  --config-settings=build-dir="$build" --config-settings=cmake.define.LYCHEE_CUDA="${cuda:-AUTO}" "$root"
 # Two runs: each folder's conftest.py is imported as the module `conftest`.
 LYCHEE_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q "$root/tests/server"
 LYCHEE_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q -rs "$root/tests/python"
