@@ -6,17 +6,10 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 
 from . import _lychee
 from . import policy as _policy
+from .policy import _int
 
 Prompt = Union[str, Sequence[int]]
 Message = Union[Mapping[str, str], Sequence[str]]
-
-
-def _int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def _float(name: str, value) -> float:

@@ -16,7 +16,7 @@ import argparse
 import datetime
 import json
 import math
-import statistics
+import os
 import sys
 
 import torch
@@ -25,22 +25,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import lychee.ops as ops
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_decode_attention import time_calls  # noqa: E402  (the same timing as the SDPA benchmark)
+
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 64
 ROTATE_BYTES = 400e6
-
-
-def time_calls(fn, n_sets, warmup, reps):
-    for i in range(warmup):
-        fn(i % n_sets)
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for i, (a, b) in enumerate(ev):
-        a.record()
-        fn(i % n_sets)
-        b.record()
-    torch.cuda.synchronize()
-    us = [a.elapsed_time(b) * 1e3 for a, b in ev]
-    return statistics.median(us), min(us)
 
 
 def bench_shape(batch, context, warmup, reps):
