@@ -109,6 +109,41 @@ class HeadWork:
                 SCORES[self.score], self.list, self.count)
 
 
+@dataclass(frozen=True)
+class PlanNeeds:
+    """What a plan's items read and write beyond q, K and V: decode_attention checks the tensors
+    it is given against these (the kernel itself cannot: the lengths live on the device)."""
+
+    list_extent: int = 0    # unit_lists entries the "units" heads may read (list + n_entries)
+    count_extent: int = 0   # list_counts entries they read (count + 1)
+    uses_window: bool = False
+    score_rows: int = 0     # rows of scores written (group kinds: seq * n_kv + kv; row_token: seq * n_heads + head)
+    score_entries: int = 0  # entries per row (16-token chunks or tokens)
+    dense_pages: int = 0    # block_table columns the dense heads read
+
+
+def plan_needs(heads: Sequence[HeadWork], n_heads: int, n_kv_heads: int, page_size: int) -> PlanNeeds:
+    """The list, score and block-table extents `heads` touch (pure; see PlanNeeds)."""
+    group = n_heads // n_kv_heads
+    units = [h for h in heads if h.kind == "units"]
+    rows = entries = 0
+    for h in heads:
+        if h.score == "none":
+            continue
+        tokens = h.n_entries * h.unit
+        if h.score == "row_token":
+            rows = max(rows, h.seq * n_heads + h.kv_head * group + h.row_begin + h.n_rows)
+        else:
+            rows = max(rows, h.seq * n_kv_heads + h.kv_head + 1)
+        entries = max(entries, -(-tokens // 16) if h.score == "group_chunk16" else tokens)
+    return PlanNeeds(
+        list_extent=max((h.list + h.n_entries for h in units), default=0),
+        count_extent=max((h.count + 1 for h in units), default=0),
+        uses_window=any(h.kind == "window" for h in heads),
+        score_rows=rows, score_entries=entries,
+        dense_pages=max((-(-h.n_entries * h.unit // page_size) for h in heads if h.kind == "dense"), default=0))
+
+
 class DecodePlan:
     """A plan of the hybrid kernel on one device: the work items, the merge arrays and the
     partial-result buffers, plus what the plan needs of the lists and scores it reads/writes."""
@@ -145,23 +180,7 @@ class DecodePlan:
         slots = max(n_items, 1)
         self.partial_o = torch.empty(slots, group, head_dim, dtype=torch.float32, device=device)
         self.partial_lse = torch.empty(slots, group, dtype=torch.float32, device=device)
-        # What the items read and write beyond q, K and V (checked against the tensors given).
-        self.list_extent = max((h.list + h.n_entries for h in self.heads if h.kind == "units"), default=0)
-        self.count_extent = max((h.count + 1 for h in self.heads if h.kind == "units"), default=0)
-        self.uses_window = any(h.kind == "window" for h in self.heads)
-        self.score_rows = 0
-        self.score_entries = 0
-        for h in self.heads:
-            if h.score == "none":
-                continue
-            tokens = h.n_entries * h.unit
-            if h.score == "row_token":
-                row = h.seq * n_heads + h.kv_head * group + h.row_begin + h.n_rows
-            else:
-                row = h.seq * n_kv_heads + h.kv_head + 1
-            self.score_rows = max(self.score_rows, row)
-            self.score_entries = max(self.score_entries, -(-tokens // 16) if h.score == "group_chunk16" else tokens)
-        self.dense_pages = max((h.n_entries * h.unit // page_size for h in self.heads if h.kind == "dense"), default=0)
+        self.needs = plan_needs(self.heads, n_heads, n_kv_heads, page_size)
 
     def __repr__(self):
         return (f"DecodePlan({len(self.heads)} heads -> {self.n_items} items, {self.n_slots} merge slots, "
@@ -229,28 +248,29 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan: Optional[
         raise ValueError(f"decode_attention: the plan is for pages of {plan.page_size} tokens, k_cache's are {page_size}")
     if q.device != plan.device:
         raise ValueError(f"decode_attention: the plan lives on {plan.device}, q on {q.device}")
-    if block_table.dim() == 2 and block_table.shape[1] < plan.dense_pages:
+    needs = plan.needs
+    if block_table.dim() == 2 and block_table.shape[1] < needs.dense_pages:
         raise ValueError(f"decode_attention: block_table has {block_table.shape[1]} pages per sequence; "
-                         f"the plan's dense heads read {plan.dense_pages}")
-    if plan.list_extent > 0:
+                         f"the plan's dense heads read {needs.dense_pages}")
+    if needs.list_extent > 0:
         if unit_lists is None or list_counts is None:
             raise ValueError("decode_attention: the plan has 'units' heads: pass unit_lists and list_counts")
         _check_tensor("unit_lists", unit_lists, torch.int32)
         _check_tensor("list_counts", list_counts, torch.int32)
-        if unit_lists.numel() < plan.list_extent or list_counts.numel() < plan.count_extent:
+        if unit_lists.numel() < needs.list_extent or list_counts.numel() < needs.count_extent:
             raise ValueError(f"decode_attention: unit_lists has {unit_lists.numel()} entries and list_counts "
-                             f"{list_counts.numel()}; the plan's heads read up to {plan.list_extent} and "
-                             f"{plan.count_extent}")
+                             f"{list_counts.numel()}; the plan's heads read up to {needs.list_extent} and "
+                             f"{needs.count_extent}")
         unit_lists, list_counts = unit_lists.reshape(-1), list_counts.reshape(-1)
-    if plan.score_rows > 0:
+    if needs.score_rows > 0:
         if scores is None:
             raise ValueError("decode_attention: the plan has scoring heads: pass scores [rows, stride] float32")
         _check_tensor("scores", scores, torch.float32)
-        if scores.dim() != 2 or scores.shape[0] < plan.score_rows or scores.shape[1] < plan.score_entries:
-            raise ValueError(f"decode_attention: scores must be at least [{plan.score_rows}, {plan.score_entries}] "
+        if scores.dim() != 2 or scores.shape[0] < needs.score_rows or scores.shape[1] < needs.score_entries:
+            raise ValueError(f"decode_attention: scores must be at least [{needs.score_rows}, {needs.score_entries}] "
                              f"for the plan's scoring heads, got {list(scores.shape)}")
     sink, recent = window
-    if plan.uses_window and sink + recent <= 0:
+    if needs.uses_window and sink + recent <= 0:
         raise ValueError("decode_attention: the plan has 'window' heads: pass window=(sink, recent)")
     if token_reads is not None:
         _check_tensor("token_reads", token_reads, torch.uint64)
@@ -302,4 +322,5 @@ def select_units(scores, seq_lens, heads, *, row_heads: int, score_unit: int, un
     return lists, counts
 
 
-__all__ = ["DecodePlan", "HeadWork", "available", "decode_attention", "dense_heads", "plan_decode", "select_units"]
+__all__ = ["DecodePlan", "HeadWork", "PlanNeeds", "available", "decode_attention", "dense_heads", "plan_decode",
+           "plan_needs", "select_units"]

@@ -402,6 +402,22 @@ def test_the_gil_is_released_while_generating(engine):
     assert count > 0.3 * elapsed / 0.0011, (count, elapsed)
 
 
+def test_threads_share_one_engine(engine):
+    prompts = [PROMPT, "Once upon a time", "The capital of France is", "def fibonacci(n):"]
+    want = [engine.generate(p, max_tokens=12, ignore_eos=True).tokens for p in prompts]
+    got = [None] * len(prompts)
+
+    def run(i):
+        got[i] = engine.generate(prompts[i], max_tokens=12, ignore_eos=True).tokens
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == want
+
+
 def rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -94,6 +94,21 @@ def test_the_binding_checks_tensors_before_any_launch():
         ops._ops.select_units(q[0], 1, 1, i32[0], i32[0], 1, i32, i32[0], q[0], "topk", 8, 0.0, 0, 0, 1.0, 0)
 
 
+def test_plan_needs_bound_what_the_items_touch():
+    """The extents decode_attention checks lists, scores and block tables against (pure Python)."""
+    H = ops.HeadWork
+    heads = [H(0, 0, 3, 64, 0, 4, "dense", "group_chunk16"), H(1, 5, 10, 64, 0, 4, "dense", "row_token"),
+             H(1, 1, 7, 16, 0, 4, "units", "none", 100, 9), H(0, 3, 2, 1, 2, 1, "units", "none", 500, 20),
+             H(0, 4, 42, 1, 0, 4, "window")]
+    n = ops.plan_needs(heads, n_heads=24, n_kv_heads=6, page_size=64)
+    assert n.list_extent == 502 and n.count_extent == 21 and n.uses_window
+    assert n.score_rows == 1 * 24 + 5 * 4 + 4  # seq 1, KV head 5's last query row, + 1
+    assert n.score_entries == 640               # row_token: 10 pages x 64 tokens
+    assert n.dense_pages == 10
+    none = ops.plan_needs([H(0, 0, 3, 64)], 8, 8, 64)
+    assert (none.list_extent, none.score_rows, none.uses_window, none.dense_pages) == (0, 0, False, 3)
+
+
 def test_ops_say_why_they_cannot_run():
     if GPU_REASON == "":
         pytest.skip("lychee.ops can run here")
