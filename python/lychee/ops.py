@@ -219,7 +219,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan: Optional[
     plan None: dense attention, planned here from seq_lens (one device-to-host copy of seq_lens;
     pass a plan to avoid it). unit_lists / list_counts: int32 lists "units" heads read; scores:
     float32 [rows, stride] that "*_token" / "group_chunk16" items write; window: (sink, recent)
-    of "window" heads; token_reads: uint64 [batch] += tokens read by GQA-packed items.
+    of "window" heads; token_reads: int64 [batch] += tokens read by GQA-packed items.
     Returns out (allocated when None). Runs on torch.cuda.current_stream().
     """
     _require()
@@ -273,7 +273,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan: Optional[
     if needs.uses_window and sink + recent <= 0:
         raise ValueError("decode_attention: the plan has 'window' heads: pass window=(sink, recent)")
     if token_reads is not None:
-        _check_tensor("token_reads", token_reads, torch.uint64)
+        _check_tensor("token_reads", token_reads, torch.int64)
     if out is None:
         out = torch.empty_like(q)
     if scale is None:

@@ -35,7 +35,9 @@ namespace dl = nb::dlpack;
 constexpr dl::dtype kBf16{uint8_t(dl::dtype_code::Bfloat), 16, 1};
 constexpr dl::dtype kF32{uint8_t(dl::dtype_code::Float), 32, 1};
 constexpr dl::dtype kI32{uint8_t(dl::dtype_code::Int), 32, 1};
-constexpr dl::dtype kU64{uint8_t(dl::dtype_code::UInt), 64, 1};
+// token_reads is int64 on the Python side (torch exports int64 through DLPack everywhere, uint64 not
+// in every version); the kernel adds to it as unsigned long long, the same bits below 2^63.
+constexpr dl::dtype kI64{uint8_t(dl::dtype_code::Int), 64, 1};
 constexpr int kItemWords = int(sizeof(cuda::DecodeWorkItem) / sizeof(int32_t));
 static_assert(sizeof(cuda::DecodeWorkItem) % sizeof(int32_t) == 0);
 
@@ -149,7 +151,7 @@ std::vector<HeadTuple> dense_heads(const std::vector<int32_t>& seq_lens, int n_k
 // merge_begin / merge_count [batch * n_heads] int32, partial_o [slots][group][head_dim] f32,
 // partial_lse [slots][group] f32, out [batch][n_heads][head_dim] bf16; unit_lists / list_counts
 // int32 (1-D, or None), scores [rows][stride] f32 (or None: no item scores),
-// token_reads [batch] uint64 (or None).
+// token_reads [batch] int64 (or None).
 void decode_attention_op(const Array& q, const Array& k_pool, const Array& v_pool, const Array& block_table,
                       const Array& seq_lens, const Array& items, const Array& n_items, const Array& merge_begin,
                       const Array& merge_count, const Array& partial_o, const Array& partial_lse, const Array& out,
@@ -189,7 +191,7 @@ void decode_attention_op(const Array& q, const Array& k_pool, const Array& v_poo
   const bool with_scores = scores.is_valid();
   if (with_scores) check(op, "scores", scores, kF32, {-1, -1}, dev);
   const bool reads = token_reads.is_valid();
-  if (reads) check(op, "token_reads", token_reads, kU64, {batch}, dev);
+  if (reads) check(op, "token_reads", token_reads, kI64, {batch}, dev);
   LY_CHECK(max_items >= 1, ErrorCode::kInvalidArgument, "{}: the plan has no work item", op);
 
   cuda::DecodeAttentionArgs a{};

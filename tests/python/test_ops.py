@@ -247,7 +247,7 @@ def test_hybrid_heads_in_one_launch_match_the_reference(d):
     for sms in (1, 132):
         plan = ops.plan_decode(heads, batch, n_heads, n_kv, d, ps, q.device, sm_count=sms)
         scores = torch.full((batch * n_heads, stride), float("nan"), device=q.device)
-        token_reads = torch.zeros(batch, dtype=torch.uint64, device=q.device)
+        token_reads = torch.zeros(batch, dtype=torch.int64, device=q.device)
         out = ops.decode_attention(q, k, v, table, seq, plan, unit_lists=lists.cuda(), list_counts=counts.cuda(),
                                    scores=scores, window=(sink, recent), token_reads=token_reads)
         torch.cuda.synchronize()
