@@ -4,15 +4,18 @@ checked against the engine: greedy tokens from the same prompt must equal lychee
     python examples/torch_llama_decode.py                       # the default model, 32 tokens
     python examples/torch_llama_decode.py -m path/to/model -n 64 -p "The Roman Empire"
 
-Needs a CUDA build of lychee on a Hopper GPU, torch, and numpy. The weights are the engine's own
-(lychee.read_weights: safetensors or GGUF, dequantised, in Hugging Face layout); the arithmetic
+Needs a CUDA build of lychee on a Hopper GPU, torch, and numpy (safetensors for HF directories).
+A Hugging Face directory is loaded with safetensors; a GGUF file (the default model) through
+lychee.read_weights (the engine's loader: dequantised, Hugging Face names and layout); the arithmetic
 follows the engine's GPU path: bf16 weights and matrix inputs, f32 residual stream and norms,
 rotate-half RoPE, a paged bf16 KV cache of 64-token pages, dense prefill by torch's SDPA, then one
 lychee.ops.decode_attention per layer and step (one plan per step, shared by every layer).
 Models with RoPE scaling (Llama-3.1) are not handled here.
 """
 import argparse
+import json
 import math
+import os
 import sys
 
 import torch
@@ -35,9 +38,22 @@ def rope(x, pos, inv_freq):  # x [n, heads, hd] bf16, rotate-half, computed in f
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).bfloat16()
 
 
+def load_weights(model):
+    """name -> tensor in Hugging Face names and layout."""
+    if model is not None and os.path.isdir(model):
+        from safetensors.torch import load_file
+        index = os.path.join(model, "model.safetensors.index.json")
+        files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+        w = {}
+        for f in files:
+            w.update(load_file(os.path.join(model, f)))
+        return w
+    return {k: torch.from_numpy(v) for k, v in lychee.read_weights(model).items()}
+
+
 class TorchLlama:
     def __init__(self, model, cfg, max_tokens, dev):
-        w = {k: torch.from_numpy(v) for k, v in lychee.read_weights(model).items()}
+        w = load_weights(model)
         self.c, self.dev = cfg, dev
         bf = lambda t: t.to(dev, torch.bfloat16)  # noqa: E731
         f32 = lambda t: t.to(dev, torch.float32)  # noqa: E731
