@@ -54,6 +54,9 @@ def load_weights(model):
 class TorchLlama:
     def __init__(self, model, cfg, max_tokens, dev):
         w = load_weights(model)
+        extra = [k for k in w if k.endswith("_proj.bias") or "q_norm" in k or "k_norm" in k]
+        if extra:
+            sys.exit(f"torch_llama_decode: a plain Llama only; this model has {extra[0]} (biases / q-k norms)")
         self.c, self.dev = cfg, dev
         bf = lambda t: t.to(dev, torch.bfloat16)  # noqa: E731
         f32 = lambda t: t.to(dev, torch.float32)  # noqa: E731
