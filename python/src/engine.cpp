@@ -90,6 +90,7 @@ class PyEngine {
   // Runs one generation; called without the GIL. Special tokens add no text.
   Completion run(const Request& r, const StepFn& on_step) {
     std::lock_guard<std::mutex> lock(mutex_);
+    Timer timer;  // TTFT counts the session and policy set-up too, as a caller sees it
     const Tokenizer& tok = engine_.tokenizer();
     const ModelConfig& c = engine_.config();
     LY_CHECK(!r.prompt.empty(), ErrorCode::kInvalidArgument, "the prompt is empty (no tokens)");
@@ -121,7 +122,6 @@ class PyEngine {
     server::TextStream text(r.stop);
     bool cancelled = false;
     double t_first = 0.0, t_last = 0.0;
-    Timer timer;
     const GenerateResult g = generate(*session, r.prompt, options, [&](int32_t token) {
       t_last = timer.seconds();
       if (out.tokens.empty()) t_first = t_last;
