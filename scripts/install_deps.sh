@@ -3,7 +3,7 @@
 # when nvcc is found, the cudnn-frontend headers the CUDA backend compiles against.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-pkgs=(cmake ninja-build g++ clang pkg-config python3 python3-pip
+pkgs=(cmake ninja-build g++ clang pkg-config python3 python3-pip python3-dev python3-venv
       nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev libpcre2-dev libutf8proc-dev
       libgtest-dev libcpp-httplib-dev)
 missing=()

@@ -4,6 +4,10 @@
 # and JSON results under $OUT.
 #   scripts/gpu/run_all.sh stage-a|stage-b GGUF_PART   carry the default model in two halves
 #   scripts/gpu/run_all.sh env | build | test [FILTER] | memcheck | bench-kernels | bench-hybrid | bench-e2e | bench-model | trace
+#   scripts/gpu/run_all.sh python            the Python package: pip install (no network, the CLI's
+#                                            build tree), tests/python (lychee.ops GPU tests included), the example
+#   scripts/gpu/run_all.sh bench-python      lychee.ops.decode_attention from PyTorch vs the C++ benchmark
+#                                            (binding overhead) and torch SDPA cuDNN, dense, the kernel sweep (after python)
 #   scripts/gpu/run_all.sh all [STAGE,STAGE,...]   those stages in order (default: all of them)
 #   scripts/gpu/run_all.sh eval-gpu          the accuracy table of the policies on the default model (GPU)
 #   scripts/gpu/run_all.sh train GATE STEPS [train-heads options]   head roles of the default model
@@ -205,6 +209,38 @@ case "${1:-}" in
         | tee "$out/trace_model.log" || rc=$(failed $? bench_e2e -m)
     fi
     exit $rc ;;
+  python)
+    # The package (pyproject.toml) installed without network (the image has torch, nanobind,
+    # scikit-build-core and pytest) from the CLI's build tree: only the bindings compile. Then
+    # tests/python with the GPU ops tests required (LYCHEE_REQUIRE_GPU=1: they fail, not skip,
+    # if the GPU is unusable) and the worked example, whose tokens must equal the engine's.
+    link_model
+    if [ ! -x "$build/bin/lychee" ]; then RUN_ALL_NESTED=1 bash "$0" build || exit 1; fi
+    site=/root/lychee_site
+    rm -rf "$site"
+    python3 -m pip install --no-build-isolation --no-deps --no-index --target "$site" \
+      --config-settings=build-dir="$build" --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90a \
+      --config-settings=cmake.define.LYCHEE_DEPS_PREFIX="$PWD/.deps" . > "$out/pip.log" 2>&1 \
+      || { grep -B2 -A12 -m4 "FAILED\|rror" "$out/pip.log"; tail -20 "$out/pip.log"; exit 1; }
+    rc=0
+    PYTHONPATH="$site" LYCHEE_BUILD_DIR="$build" PYTHONUNBUFFERED=1 python3 -m pytest -v -rs tests/python \
+      > "$out/pytest.log" 2>&1 || rc=$(failed $? pytest)
+    grep -E "PASSED|FAILED|SKIPPED|ERROR" "$out/pytest.log" | grep -v "PASSED" | head -40; tail -3 "$out/pytest.log"
+    PYTHONPATH="$site" python3 examples/torch_llama_decode.py > "$out/example.log" 2>&1 || rc=$(failed $? torch_llama_decode.py)
+    cat "$out/example.log" | tail -8
+    exit $rc ;;
+  bench-python)
+    # The binding's overhead: the same dense problems timed by the C++ benchmark (share 0) and
+    # from PyTorch through lychee.ops, and torch's SDPA (cuDNN) beside them, in one run.
+    site=/root/lychee_site
+    [ -d "$site/lychee" ] || { echo "bench-python: no package in $site (run the python stage first, on this warm machine)"; exit 1; }
+    rc=0
+    "$build/bin/bench_decode_attention" --batches 1,2,4,8 --shares 0 --json "$out/cxx_dense.json" \
+      > "$out/bench_cxx_dense.log" 2>&1 || rc=$(failed $? bench_decode_attention)
+    PYTHONPATH="$site" python3 scripts/bench/python_ops_decode_attention.py --cxx-json "$out/cxx_dense.json" \
+      --json "$out/python_ops.json" > "$out/bench_python_ops.log" 2>&1 || rc=$(failed $? python_ops_decode_attention.py)
+    grep -E "^\|" "$out/bench_python_ops.log"; [ $rc -eq 0 ] || tail -15 "$out/bench_python_ops.log"
+    exit $rc ;;
   bench-model)
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
@@ -212,8 +248,8 @@ case "${1:-}" in
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace|bench-peers) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace, bench-peers)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace|bench-peers|python|bench-python) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace, bench-peers, python, bench-python)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))

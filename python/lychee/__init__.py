@@ -1,0 +1,47 @@
+"""lychee: long-context LLM inference with LycheeDecode hybrid-head sparse decoding.
+
+    import lychee
+    engine = lychee.Engine()                      # the default model (scripts/fetch_assets.sh)
+    print(engine.generate("The capital of France is", max_tokens=16).text)
+    for piece in engine.stream("Once upon a time", max_tokens=32):
+        print(piece, end="", flush=True)
+    out = engine.generate("...", policy=lychee.policy.Lychee(budget=256, block_size=16))
+
+lychee.ops (a CUDA build) runs the decode-attention and selection kernels on torch tensors.
+"""
+import os as _os
+
+# libgomp reads its wait policy once, when it loads (with the extension below): short spins, then
+# sleep, as the CLI does (src/runtime/threads.h), unless the caller chose a policy.
+if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ["GOMP_SPINCOUNT"] = "1000"
+
+from . import _lychee  # noqa: E402
+from ._lychee import (  # noqa: E402
+    CapacityError,
+    Completion,
+    CudaError,
+    Error,
+    HeadRoles,
+    InternalError,
+    InvalidArgumentError,
+    InvalidFileError,
+    NotFoundError,
+    Stream,
+    UnsupportedError,
+    cuda_device_status,
+    default_model_path,
+    load_head_roles,
+    models_dir,
+)
+from . import policy  # noqa: E402
+from ._engine import Engine, read_weights, select_units_reference, train_heads  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CapacityError", "Completion", "CudaError", "Engine", "Error", "HeadRoles", "InternalError",
+    "InvalidArgumentError", "InvalidFileError", "NotFoundError", "Stream", "UnsupportedError",
+    "cuda_device_status", "default_model_path", "load_head_roles", "models_dir", "policy",
+    "read_weights", "select_units_reference", "train_heads",
+]

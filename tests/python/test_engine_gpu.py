@@ -1,0 +1,74 @@
+"""The Python engine API on the CUDA backend (the GPU machine: scripts/gpu/run_all.sh python).
+
+Skips, saying why, where no usable CUDA device is; with LYCHEE_REQUIRE_GPU=1 (the GPU script) it
+fails instead, so a broken driver cannot make the run green.
+"""
+import _thread
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+import lychee
+from lychee.policy import Full, Lychee, Quest
+
+from lychee_test_paths import cli_binary
+
+PROMPT = "The Roman Empire was"
+WHY = lychee.cuda_device_status()
+if os.environ.get("LYCHEE_REQUIRE_GPU") != "1":
+    pytestmark = pytest.mark.skipif(WHY != "", reason=f"no usable CUDA device: {WHY}")
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return lychee.Engine(device="cuda", max_context=4096)
+
+
+def long_prompt(engine, n_tokens):
+    text = ""
+    while len(engine.tokenize(text)) < n_tokens:
+        text += "The quick brown fox jumps over the lazy dog near the river bank. "
+    return text
+
+
+def test_gpu_generate_equals_the_cli(gpu):
+    assert gpu.device == "cuda"
+    out = subprocess.run([str(cli_binary()), "generate", "--device", "cuda", "--max-context", "4096", "-p", PROMPT,
+                          "-n", "24"], capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out == gpu.generate(PROMPT, max_tokens=24).text + "\n"
+
+
+def test_gpu_stream_equals_generate(gpu):
+    whole = gpu.generate(PROMPT, max_tokens=32, temperature=0.8, seed=3)
+    s = gpu.stream(PROMPT, max_tokens=32, temperature=0.8, seed=3)
+    assert "".join(s) == whole.text
+    assert s.completion.tokens == whole.tokens
+
+
+def test_gpu_budgets_covering_the_sequence_equal_full(gpu):
+    prompt = long_prompt(gpu, 600)
+    full = gpu.generate(prompt, max_tokens=8, ignore_eos=True, policy=Full())
+    for policy in [Lychee(budget=4096, block_size=16), Quest(budget=4096)]:
+        assert gpu.generate(prompt, max_tokens=8, ignore_eos=True, policy=policy).tokens == full.tokens, policy
+    sparse = gpu.generate(prompt, max_tokens=8, ignore_eos=True, policy=Lychee(budget=128, block_size=16))
+    assert 0 < sparse.kv_bytes_read < 0.8 * sparse.kv_bytes_dense
+
+
+def test_gpu_unsupported_policy_is_a_clear_error(gpu):
+    with pytest.raises(lychee.UnsupportedError, match="block"):
+        gpu.generate(PROMPT, max_tokens=4, policy=Lychee(budget=256, block_size=24))
+
+
+def test_gpu_keyboard_interrupt(gpu):
+    want = gpu.generate(PROMPT, max_tokens=8).tokens
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    t0 = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        gpu.generate(PROMPT, max_tokens=4000, ignore_eos=True)
+    timer.join()
+    assert time.monotonic() - t0 < 5.0
+    assert gpu.generate(PROMPT, max_tokens=8).tokens == want
