@@ -155,6 +155,8 @@ class DecodePlan:
         device = torch.device(device if device is not None else "cuda")
         if device.type != "cuda":
             raise ValueError(f"plan_decode: device must be a CUDA device, got {device}")
+        if device.index is None:  # "cuda" means the current device; tensors say "cuda:N"
+            device = torch.device("cuda", torch.cuda.current_device())
         if n_kv_heads < 1 or n_heads % n_kv_heads != 0:
             raise ValueError(f"plan_decode: n_heads {n_heads} must be a multiple of n_kv_heads {n_kv_heads}")
         self.heads = list(heads)
