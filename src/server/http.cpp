@@ -192,7 +192,10 @@ void HttpServer::Impl::routes() {
     completion(Endpoint::kCompletion, req, res);
   });
   server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (scheduler.load() == nullptr) send_error(res, ApiError(503, "the model is loading"));
+    // 503 while the model loads and while draining (SIGTERM), so a load balancer stops sending.
+    Scheduler* s = scheduler.load();
+    if (s == nullptr) send_error(res, ApiError(503, "the model is loading"));
+    else if (s->draining()) send_error(res, ApiError(503, "the server is shutting down"));
     else send_json(res, 200, json{{"status", "ok"}});
   });
   server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {

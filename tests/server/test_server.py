@@ -253,6 +253,8 @@ def test_full_queue_is_503_and_sigterm_drains():
             time.sleep(0.02)
         status, _, body = s.request("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
         assert status == 503 and "shutting down" in body["error"]["message"]
+        status, _, body = s.request("GET", "/health")  # a load balancer stops sending
+        assert status == 503 and "shutting down" in body["error"]["message"]
         rest = resp.read().decode()
         assert rest.endswith("data: [DONE]\n\n") and '"finish_reason":"length"' in rest
         conn.close()
