@@ -1,5 +1,6 @@
 // lychee heads: head-role files. show prints the map; import converts DuoAttention's TSV or a
-// plain 0/1 matrix; export writes those formats back; default writes the layer stand-in.
+// plain 0/1 matrix; export writes those formats back; default writes the layer stand-in; tp
+// prints the tensor-parallel head assignment and its balance (attention/tp_assign.h).
 #include "cmd_heads.h"
 
 #include <algorithm>
@@ -8,8 +9,10 @@
 #include <numeric>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "app.h"
+#include "attention/tp_assign.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/checkpoint.h"
@@ -25,6 +28,10 @@ struct HeadsArgs {
   std::string out;           // import / default: -o
   double sparsity = 0.5;     // import --duo: fraction of heads that become sparse
   std::vector<int> layers;   // default --layers
+  std::string shape;         // tp: a named shape instead of -m ("llama3-8b")
+  int random = 0;            // tp: a seeded draw of this many retrieval heads instead of a file
+  uint32_t seed = 7;         // tp --random: bench_e2e's seed
+  std::vector<int> gpus;     // tp --gpus
 };
 
 ModelConfig model_config(const std::string& model) {
@@ -66,6 +73,72 @@ void run_default(const HeadsArgs& a) {
   const HeadRoles roles = a.layers.empty() ? default_head_roles(c) : head_roles_from_layers(c, a.layers);
   save_head_roles(roles, a.out);
   print_written(roles, a.out);
+}
+
+// tp: the model's shape (-m, --shape, or the file's own), then the roles (file or seeded draw).
+ModelConfig tp_config(const HeadsArgs& a) {
+  if (a.shape == "llama3-8b") return llama3_8b_shape();
+  LY_CHECK(a.shape.empty(), ErrorCode::kInvalidArgument, "--shape: unknown shape '{}' (known: llama3-8b)", a.shape);
+  if (!a.model.empty() || a.file.empty()) return model_config(a.model);
+  const HeadRoles r = load_head_roles_unchecked(a.file);
+  ModelConfig c;
+  c.name = r.model.value("name", std::string());
+  c.n_layers = r.n_layers;
+  c.n_kv_heads = r.n_kv_heads;
+  c.n_heads = r.model.value("n_heads", r.n_kv_heads);
+  return c;
+}
+
+void print_tp(const ModelConfig& c, const HeadRoles& roles, int n_gpus) {
+  check_tensor_parallel(c, n_gpus);
+  std::printf("\n%d GPUs: %d of %d KV heads per GPU per layer, %d layers, %d retrieval heads\n", n_gpus,
+              c.n_kv_heads / n_gpus, c.n_kv_heads, c.n_layers, roles.n_retrieval());
+  std::printf("  %-12s %14s %6s %7s %13s %15s %8s\n", "rule", "straggler sum", "bound", "mean", "layers > bound",
+              "sets sent/step", "optimal");
+  std::vector<TpAssignment> as;
+  std::vector<TpBalance> bs;
+  for (TpRule rule : {TpRule::kContiguous, TpRule::kPermutation, TpRule::kPerLayer}) {
+    as.push_back(tp_assign(c, roles, n_gpus, rule));
+    bs.push_back(tp_balance(as.back(), roles));
+    const TpBalance& b = bs.back();
+    std::printf("  %-12s %14d %6d %7.2f %13d %15d %8s\n", tp_rule_name(rule), b.sum_max, b.sum_bound, b.sum_mean,
+                b.layers_above_bound, b.selection_transfers, as.back().optimal ? "yes" : "no");
+  }
+  std::printf("  permutation (the default):");
+  for (int g = 0; g < n_gpus; ++g) std::printf("  GPU %d: %s", g, fmt::format("{}", fmt::join(as[1].local_heads(0, g), ",")).c_str());
+  std::printf("\n  max retrieval heads on one GPU, layers with any (contiguous / permutation / per-layer):\n  ");
+  for (int l = 0; l < c.n_layers; ++l)
+    if (bs[0].retrieval[size_t(l)] > 0)
+      std::printf(" L%d(r%d):%d/%d/%d", l, bs[0].retrieval[size_t(l)], bs[0].max_on_gpu[size_t(l)],
+                  bs[1].max_on_gpu[size_t(l)], bs[2].max_on_gpu[size_t(l)]);
+  std::printf("\n");
+}
+
+void run_tp(const HeadsArgs& a) {
+  LY_CHECK(a.file.empty() != (a.random == 0), ErrorCode::kInvalidArgument,
+           "heads tp: give a role file or --random N (not both)");
+  const ModelConfig c = tp_config(a);
+  HeadRoles roles;
+  if (a.random > 0) roles = seeded_head_roles(c, a.random, a.seed);
+  else if (!a.model.empty()) roles = load_head_roles_for(a.file, c);
+  else roles = load_head_roles_unchecked(a.file);
+  std::printf("model          %s, %d layers x %d KV heads\n", c.name.empty() ? "(unnamed)" : c.name.c_str(), c.n_layers,
+              c.n_kv_heads);
+  std::printf("roles          %s\n", a.random > 0 ? fmt::format("seeded draw: {} retrieval heads, seed {}", a.random, a.seed).c_str()
+                                                  : a.file.c_str());
+  std::printf("straggler sum  sum over layers of the most retrieval heads one GPU holds in the layer\n");
+  int failed = 0;
+  for (int n : a.gpus) {
+    try {
+      print_tp(c, roles, n);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kInvalidArgument) throw;
+      std::printf("\n%d GPUs: %s\n", n, e.what());
+      ++failed;
+    }
+  }
+  LY_CHECK(failed < int(a.gpus.size()), ErrorCode::kInvalidArgument, "heads tp: no GPU count of {} fits the model",
+           fmt::format("{}", fmt::join(a.gpus, ",")));
 }
 
 std::string gate_summary(const char* name, const std::vector<float>& g) {
@@ -135,6 +208,16 @@ void register_heads(CLI::App& app) {
   def->add_option("--layers", a->layers, "Retrieval layers, e.g. 0,1,2,12 (default: 0, 1, 2, round(13/32 * n_layers))")
       ->delimiter(',');
   def->callback([a] { run_default(*a); });
+
+  CLI::App* tp = heads->add_subcommand("tp", "Tensor parallelism: KV heads per GPU, retrieval heads balanced");
+  tp->add_option("file", a->file, "Head-role JSON file (or --random)");
+  tp->add_option("-m,--model", a->model, "Model the roles are for (default: the file's own shape)");
+  tp->add_option("--shape", a->shape, "A named shape instead of -m: llama3-8b")->excludes("--model");
+  tp->add_option("--random", a->random, "A seeded draw of this many retrieval heads (layer 0's included) instead of a file")
+      ->check(positive_int());
+  tp->add_option("--seed", a->seed, "Seed of --random (default 7, bench_e2e's)");
+  tp->add_option("--gpus", a->gpus, "GPU counts, e.g. 2,4,8")->required()->delimiter(',')->check(positive_int());
+  tp->callback([a] { run_tp(*a); });
 }
 
 }  // namespace lychee::app

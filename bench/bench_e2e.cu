@@ -36,17 +36,6 @@ namespace {
 
 using namespace lychee;
 
-ModelConfig llama3_8b() {
-  ModelConfig c;
-  c.arch = Arch::kLlama;
-  c.arch_label = "LlamaForCausalLM";
-  c.name = "Llama-3-8B shape, random bf16 weights";
-  c.n_layers = 32; c.d_model = 4096; c.n_heads = 32; c.n_kv_heads = 8; c.head_dim = 128;
-  c.d_ff = 14336; c.vocab_size = 128256; c.max_context = 131072 + 1024;
-  c.rms_eps = 1e-5f; c.rope_theta = 500000.0f;
-  return c;
-}
-
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
   std::stringstream ss(s);
@@ -63,14 +52,8 @@ struct BenchPolicy {
 };
 
 BenchPolicy make_policy(const std::string& name, const ModelConfig& c, int budget, int n_retrieval) {
-  HeadRoles roles = make_head_roles(c);
-  std::fill(roles.retrieval.begin(), roles.retrieval.begin() + c.n_kv_heads, uint8_t(1));
-  std::vector<int> rest(roles.retrieval.size() - size_t(c.n_kv_heads));
-  for (size_t i = 0; i < rest.size(); ++i) rest[i] = int(i) + c.n_kv_heads;
-  std::mt19937 rng(7);
-  std::shuffle(rest.begin(), rest.end(), rng);
-  for (int i = 0; i < n_retrieval - c.n_kv_heads && i < int(rest.size()); ++i)
-    roles.retrieval[size_t(rest[size_t(i)])] = 1;
+  const int n_heads = c.n_layers * c.n_kv_heads;
+  const HeadRoles roles = seeded_head_roles(c, std::clamp(n_retrieval, c.n_kv_heads, n_heads), 7);
   SelectParams select;
   select.budget = budget;
   if (name == "full") return {full_spec(c)};
@@ -151,7 +134,7 @@ int main(int argc, char** argv) try {
   std::shared_ptr<const cuda::GpuWeights> w;
   ModelConfig c;
   if (model.empty()) {
-    c = llama3_8b();
+    c = llama3_8b_shape();
     w = cuda::random_weights(c, 1234);
   } else {
     const Checkpoint ck = Checkpoint::open(model);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <numeric>
+#include <random>
 #include <set>
 #include <type_traits>
 
@@ -367,6 +368,22 @@ HeadRoles default_head_roles(const ModelConfig& c) {
   HeadRoles r = head_roles_from_layers(c, layers);
   r.provenance["method"] = "default";
   r.provenance["rule"] = "TidalDecode-matched stand-in: every KV head of layers 0, 1, 2 and round(13/32 * n_layers)";
+  return r;
+}
+
+HeadRoles seeded_head_roles(const ModelConfig& c, int n_retrieval, uint32_t seed) {
+  const int n = c.n_layers * c.n_kv_heads;
+  LY_CHECK(n_retrieval >= c.n_kv_heads && n_retrieval <= n, ErrorCode::kInvalidArgument,
+           "{} retrieval heads: need from {} (layer 0) to {} (every head)", n_retrieval, c.n_kv_heads, n);
+  HeadRoles r = make_head_roles(c);
+  std::fill_n(r.retrieval.begin(), c.n_kv_heads, uint8_t(1));
+  std::vector<int> rest(size_t(n - c.n_kv_heads));
+  std::iota(rest.begin(), rest.end(), c.n_kv_heads);
+  std::mt19937 rng(seed);
+  std::shuffle(rest.begin(), rest.end(), rng);
+  for (int i = 0; i < n_retrieval - c.n_kv_heads; ++i) r.retrieval[size_t(rest[size_t(i)])] = 1;
+  r.provenance = {{"method", "seeded"}, {"seed", seed}, {"n_retrieval", n_retrieval},
+                  {"rule", "layer 0 and a draw from layers 1.. (std::shuffle, std::mt19937(seed))"}};
   return r;
 }
 

@@ -43,6 +43,10 @@ HeadRoles head_roles_from_layers(const ModelConfig& c, const std::vector<int>& l
 // TidalDecode-matched stand-in: layers 0, 1, 2 and round(13/32 * n_layers) (the paper gives
 // LycheeDecode as many retrieval heads as TidalDecode has full-attention heads).
 HeadRoles default_head_roles(const ModelConfig& c);
+// A seeded random matrix (bench_e2e's): every head of layer 0 plus n_retrieval - n_kv_heads
+// heads drawn from layers 1.. (their flat indices shuffled by std::shuffle with
+// std::mt19937(seed), the first ones taken), n_retrieval retrieval heads in all.
+HeadRoles seeded_head_roles(const ModelConfig& c, int n_retrieval, uint32_t seed);
 
 // lychee's JSON head-role file (see docs/head-roles.md). load validates against the model.
 HeadRoles load_head_roles(const std::string& path, const ModelConfig& c);

@@ -21,6 +21,17 @@ const char* arch_name(Arch a) {
   return "?";
 }
 
+ModelConfig llama3_8b_shape() {
+  ModelConfig c;
+  c.arch = Arch::kLlama;
+  c.arch_label = "LlamaForCausalLM";
+  c.name = "Llama-3-8B shape, random bf16 weights";
+  c.n_layers = 32; c.d_model = 4096; c.n_heads = 32; c.n_kv_heads = 8; c.head_dim = 128;
+  c.d_ff = 14336; c.vocab_size = 128256; c.max_context = 131072 + 1024;
+  c.rms_eps = 1e-5f; c.rope_theta = 500000.0f;
+  return c;
+}
+
 int64_t ModelConfig::n_params() const {
   const int64_t d = d_model;
   int64_t per_layer = 2 * d                                   // attn + ffn norms

@@ -52,6 +52,10 @@ struct ModelConfig {
   void validate(const std::string& source) const;
 };
 
+// Llama-3-8B's shape (32 layers, d_model 4096, 32 query / 8 KV heads of 128, d_ff 14336, vocab
+// 128256, context 128K + 1024), no checkpoint: benchmarks with random weights and planning tools.
+ModelConfig llama3_8b_shape();
+
 // Reads config.json in a Hugging Face model directory.
 ModelConfig config_from_hf_json(const std::string& config_json_path);
 // Reads the <arch>.* keys of a GGUF file (architectures llama, mistral, qwen2, qwen3).

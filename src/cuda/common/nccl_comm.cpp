@@ -1,0 +1,137 @@
+#include "cuda/common/nccl_comm.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "core/error.h"
+#include "cuda/common/common.h"
+
+#ifdef LYCHEE_HAS_NCCL
+#include <nccl.h>
+#endif
+
+namespace lychee::cuda {
+
+size_t reduce_type_bytes(ReduceType t) { return t == ReduceType::kF32 ? 4 : 2; }
+
+double all_reduce_wire_bytes(uint64_t payload_bytes, int n_ranks) {
+  return n_ranks <= 1 ? 0.0 : 2.0 * double(n_ranks - 1) / double(n_ranks) * double(payload_bytes);
+}
+
+#ifdef LYCHEE_HAS_NCCL
+
+namespace {
+
+#define LY_NCCL_CHECK(expr)                                                                                   \
+  do {                                                                                                        \
+    const ncclResult_t ly_r_ = (expr);                                                                        \
+    if (ly_r_ != ncclSuccess)                                                                                 \
+      ::lychee::fail(::lychee::ErrorCode::kCuda, "{} failed: {} ({}) ({}:{})", #expr, ncclGetErrorString(ly_r_), \
+                     ncclGetLastError(nullptr), __FILE__, __LINE__);                                          \
+  } while (0)
+
+ncclDataType_t nccl_type(ReduceType t) { return t == ReduceType::kF32 ? ncclFloat32 : ncclBfloat16; }
+
+}  // namespace
+
+struct NcclComm::Impl {
+  std::vector<int> devices;         // [N] CUDA device of rank r
+  std::vector<ncclComm_t> comms;    // [N]
+  ~Impl() {
+    for (ncclComm_t c : comms)
+      if (c != nullptr) ncclCommDestroy(c);
+  }
+};
+
+bool nccl_built() { return true; }
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "";
+  // NCCL_VERSION(X, Y, Z) = X * 10000 + Y * 100 + Z since 2.9.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+NcclComm::NcclComm(const std::vector<int>& devices) : impl_(std::make_unique<Impl>()) {
+  LY_CHECK(!devices.empty(), ErrorCode::kInvalidArgument, "NCCL communicator: no devices given");
+  int n_devices = 0;
+  LY_CUDA_CHECK(cudaGetDeviceCount(&n_devices));
+  std::set<int> seen;
+  for (int d : devices) {
+    LY_CHECK(d >= 0 && d < n_devices, ErrorCode::kInvalidArgument,
+             "NCCL communicator: device {} does not exist (this process sees {} CUDA devices)", d, n_devices);
+    LY_CHECK(seen.insert(d).second, ErrorCode::kInvalidArgument, "NCCL communicator: device {} given twice", d);
+  }
+  impl_->devices = devices;
+  impl_->comms.assign(devices.size(), nullptr);
+  int current = 0;
+  LY_CUDA_CHECK(cudaGetDevice(&current));
+  LY_NCCL_CHECK(ncclCommInitAll(impl_->comms.data(), int(devices.size()), devices.data()));
+  LY_CUDA_CHECK(cudaSetDevice(current));  // ncclCommInitAll may leave another device current
+}
+
+void NcclComm::all_reduce_sum(std::span<const void* const> send, std::span<void* const> recv, size_t n,
+                              ReduceType type, std::span<const cudaStream_t> streams) {
+  const size_t N = impl_->comms.size();
+  LY_CHECK(send.size() == N && recv.size() == N && streams.size() == N, ErrorCode::kInvalidArgument,
+           "NCCL all-reduce over {} ranks: got {} send buffers, {} receive buffers, {} streams", N, send.size(),
+           recv.size(), streams.size());
+  for (size_t r = 0; r < N; ++r)
+    LY_CHECK(n == 0 || (send[r] != nullptr && recv[r] != nullptr), ErrorCode::kInvalidArgument,
+             "NCCL all-reduce: rank {} has a null buffer", r);
+  if (n == 0) return;
+  LY_NCCL_CHECK(ncclGroupStart());
+  for (size_t r = 0; r < N; ++r) {
+    const ncclResult_t res =
+        ncclAllReduce(send[r], recv[r], n, nccl_type(type), ncclSum, impl_->comms[r], streams[r]);
+    if (res != ncclSuccess) {
+      ncclGroupEnd();  // close the group before reporting
+      fail(ErrorCode::kCuda, "ncclAllReduce (rank {}, {} elements) failed: {} ({})", r, n, ncclGetErrorString(res),
+           ncclGetLastError(impl_->comms[r]));
+    }
+  }
+  LY_NCCL_CHECK(ncclGroupEnd());
+  const uint64_t payload = uint64_t(n) * reduce_type_bytes(type);
+  counters_.calls += 1;
+  counters_.payload_bytes += payload;
+  counters_.wire_bytes += all_reduce_wire_bytes(payload, int(N));
+}
+
+#else  // no NCCL in this build
+
+struct NcclComm::Impl {
+  std::vector<int> devices;
+};
+
+bool nccl_built() { return false; }
+std::string nccl_version() { return ""; }
+
+NcclComm::NcclComm(const std::vector<int>& devices) {
+  fail(ErrorCode::kUnsupported,
+       "tensor parallelism over {} GPUs needs NCCL, which this build does not link (install NCCL or set NCCL_ROOT, "
+       "then reconfigure with LYCHEE_NCCL=AUTO or ON)",
+       devices.size());
+}
+
+void NcclComm::all_reduce_sum(std::span<const void* const>, std::span<void* const>, size_t, ReduceType,
+                              std::span<const cudaStream_t>) {
+  fail(ErrorCode::kUnsupported, "NCCL all-reduce: this build does not link NCCL");
+}
+
+#endif  // LYCHEE_HAS_NCCL
+
+NcclComm::~NcclComm() = default;
+NcclComm::NcclComm(NcclComm&&) noexcept = default;
+NcclComm& NcclComm::operator=(NcclComm&&) noexcept = default;
+
+int NcclComm::size() const { return int(impl_->devices.size()); }
+int NcclComm::device(int rank) const { return impl_->devices.at(size_t(rank)); }
+
+void NcclComm::all_reduce_sum_in_place(std::span<void* const> bufs, size_t n, ReduceType type,
+                                       std::span<const cudaStream_t> streams) {
+  const std::vector<const void*> send(bufs.begin(), bufs.end());
+  all_reduce_sum(send, bufs, n, type, streams);
+}
+
+}  // namespace lychee::cuda

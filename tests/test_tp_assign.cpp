@@ -1,0 +1,300 @@
+// Tensor-parallel head assignment (attention/tp_assign.h): every rule gives each GPU the same
+// number of KV heads per layer; the permutation rule is the same in every layer and its cost
+// equals a brute-force minimum over all balanced partitions; the per-layer rule reaches
+// sum_l ceil(r_l / N), itself checked by brute force; selection transfers are counted as the
+// hand-worked cases say; N that does not divide the KV heads is an error naming both numbers.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/head_roles.h"
+#include "attention/tp_assign.h"
+#include "core/error.h"
+#include "test_util.h"
+#include "tiny_checkpoint.h"
+
+namespace lychee {
+namespace {
+
+using test::expect_error;
+
+ModelConfig shape(int n_layers, int n_kv_heads) {
+  ModelConfig c = test::tiny_llama_config();
+  c.name = "tiny";
+  c.n_layers = n_layers;
+  c.n_kv_heads = n_kv_heads;
+  c.n_heads = 2 * n_kv_heads;
+  return c;
+}
+
+HeadRoles roles_of(const ModelConfig& c, const std::vector<std::vector<int>>& rows) {
+  HeadRoles r = make_head_roles(c);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_kv_heads; ++h) r.retrieval[size_t(l * c.n_kv_heads + h)] = uint8_t(rows[l][h]);
+  return r;
+}
+
+// Each layer gives every GPU exactly n_kv_heads / N heads, and local_heads lists them.
+void expect_balanced_heads(const TpAssignment& a) {
+  const int k = a.heads_per_gpu();
+  for (int l = 0; l < a.n_layers; ++l) {
+    std::vector<int> all;
+    for (int g = 0; g < a.n_gpus; ++g) {
+      const std::vector<int> mine = a.local_heads(l, g);
+      EXPECT_EQ(int(mine.size()), k) << "layer " << l << " GPU " << g;
+      EXPECT_TRUE(std::is_sorted(mine.begin(), mine.end()));
+      all.insert(all.end(), mine.begin(), mine.end());
+    }
+    std::sort(all.begin(), all.end());
+    for (int h = 0; h < a.n_kv_heads; ++h) ASSERT_EQ(all[size_t(h)], h) << "layer " << l;
+  }
+}
+
+// Every map of n heads to N GPUs with n / N heads each, as a vector per map.
+std::vector<std::vector<int>> balanced_maps(int n, int N) {
+  std::vector<std::vector<int>> out;
+  std::vector<int> m(size_t(n), 0);
+  while (true) {
+    std::vector<int> cnt(size_t(N), 0);
+    for (int g : m) ++cnt[size_t(g)];
+    if (std::all_of(cnt.begin(), cnt.end(), [&](int x) { return x == n / N; })) out.push_back(m);
+    int i = 0;
+    while (i < n && ++m[size_t(i)] == N) m[size_t(i++)] = 0;
+    if (i == n) break;
+  }
+  return out;
+}
+
+int layer_max(const HeadRoles& r, int l, const std::vector<int>& map, int N) {
+  std::vector<int> cnt(size_t(N), 0);
+  for (int h = 0; h < r.n_kv_heads; ++h)
+    if (r.is_retrieval(l, h)) ++cnt[size_t(map[size_t(h)])];
+  return *std::max_element(cnt.begin(), cnt.end());
+}
+
+TEST(TpAssign, NotDividingIsAnErrorNamingBothNumbers) {
+  const ModelConfig c = shape(2, 8);
+  const HeadRoles r = make_head_roles(c);
+  expect_error([&] { tp_assign_contiguous(c, 3); }, ErrorCode::kInvalidArgument, "over 3 GPUs", "has 8 KV heads");
+  expect_error([&] { tp_assign_permutation(c, r, 16); }, ErrorCode::kInvalidArgument, "16", "8 KV heads");
+  expect_error([&] { tp_assign_per_layer(c, r, 5); }, ErrorCode::kInvalidArgument, "5", "8 KV heads");
+  expect_error([&] { tp_assign(c, r, 0); }, ErrorCode::kInvalidArgument, "0 GPUs");
+  expect_error([&] { check_tensor_parallel(c, -2); }, ErrorCode::kInvalidArgument, "-2 GPUs");
+  EXPECT_NO_THROW(check_tensor_parallel(c, 8));
+  EXPECT_NO_THROW(check_tensor_parallel(c, 1));
+}
+
+TEST(TpAssign, RolesOfAnotherShapeAreAnError) {
+  const ModelConfig c = shape(2, 4);
+  const HeadRoles wrong = make_head_roles(shape(3, 4));
+  expect_error([&] { tp_assign_permutation(c, wrong, 2); }, ErrorCode::kInvalidArgument, "3 layers x 4",
+               "2 layers x 4");
+  const TpAssignment a = tp_assign_contiguous(c, 2);
+  expect_error([&] { tp_balance(a, wrong); }, ErrorCode::kInvalidArgument, "3 layers x 4");
+}
+
+TEST(TpAssign, ContiguousIsMegatronsSplit) {
+  const TpAssignment a = tp_assign_contiguous(shape(3, 8), 4);
+  for (int l = 0; l < 3; ++l)
+    for (int h = 0; h < 8; ++h) EXPECT_EQ(a.gpu_of(l, h), h / 2);
+  EXPECT_EQ(a.local_heads(1, 3), (std::vector<int>{6, 7}));
+  EXPECT_TRUE(a.same_in_every_layer());
+}
+
+// Layer 1 has its two retrieval heads in the first half: contiguous puts both on GPU 0, a
+// permutation pairing head 0 with head 2 (or 3) splits them, and layer 2 (heads 0 and 2) must
+// not then collide: {0, 3} | {1, 2} serves both.
+TEST(TpAssign, HandCase) {
+  const ModelConfig c = shape(3, 4);
+  const HeadRoles r = roles_of(c, {{1, 1, 1, 1}, {1, 1, 0, 0}, {1, 0, 1, 0}});
+  const TpBalance contiguous = tp_balance(tp_assign_contiguous(c, 2), r);
+  EXPECT_EQ(contiguous.max_on_gpu, (std::vector<int>{2, 2, 1}));
+  EXPECT_EQ(contiguous.sum_max, 5);
+  EXPECT_EQ(contiguous.sum_bound, 4);
+  EXPECT_EQ(contiguous.layers_above_bound, 1);
+  EXPECT_DOUBLE_EQ(contiguous.sum_mean, 4.0);
+  const TpAssignment p = tp_assign_permutation(c, r, 2);
+  EXPECT_EQ(p.gpu, (std::vector<int>{0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0}));
+  EXPECT_TRUE(p.optimal);
+  const TpBalance b = tp_balance(p, r);
+  EXPECT_EQ(b.max_on_gpu, (std::vector<int>{2, 1, 1}));
+  EXPECT_EQ(b.sum_max, 4);
+  EXPECT_EQ(b.layers_above_bound, 0);
+  EXPECT_EQ(b.selection_transfers, 0);
+}
+
+// A tie keeps the contiguous split (no reason to move weights).
+TEST(TpAssign, PermutationKeepsContiguousWhenItIsOptimal) {
+  const ModelConfig c = shape(3, 4);
+  const HeadRoles r = roles_of(c, {{1, 1, 1, 1}, {1, 0, 1, 0}, {0, 0, 0, 0}});
+  EXPECT_EQ(tp_assign_permutation(c, r, 2).gpu, tp_assign_contiguous(c, 2).gpu);
+}
+
+TEST(TpAssign, SelectionTransfersHandCounted) {
+  const ModelConfig c = shape(4, 2);
+  //             layer 0   1       2       3
+  const HeadRoles r = roles_of(c, {{1, 1}, {0, 0}, {0, 1}, {0, 0}});
+  TpAssignment a = tp_assign_contiguous(c, 2);
+  EXPECT_EQ(tp_balance(a, r).selection_transfers, 0);
+  // Head 0 moves to GPU 1 in layers 1 and 3 (GPU 0's set sent once: same writer, same GPU); head
+  // 1 moves to GPU 0 in layer 1 (layer 0's set) and layer 3 (layer 2's set: a new writer).
+  a.gpu = {0, 1, 1, 0, 0, 1, 1, 0};
+  const TpBalance b = tp_balance(a, r);
+  EXPECT_FALSE(a.same_in_every_layer());
+  EXPECT_EQ(b.selection_transfers, 3);
+  EXPECT_EQ(b.max_on_gpu, (std::vector<int>{1, 0, 1, 0}));
+}
+
+TEST(TpAssign, PerLayerReachesTheBoundAndMovesFew) {
+  const ModelConfig c = shape(4, 4);
+  // No one partition serves layers 1, 2 and 3 together ({0,1}, {0,2}, {0,3} each want their pair
+  // split), so the permutation pays 1 extra somewhere and the per-layer rule swaps there.
+  const HeadRoles r = roles_of(c, {{1, 1, 1, 1}, {1, 1, 0, 0}, {1, 0, 1, 0}, {1, 0, 0, 1}});
+  const TpBalance p = tp_balance(tp_assign_permutation(c, r, 2), r);
+  EXPECT_EQ(p.sum_max, 6);
+  EXPECT_EQ(p.sum_bound, 5);
+  const TpAssignment a = tp_assign_per_layer(c, r, 2);
+  expect_balanced_heads(a);
+  const TpBalance b = tp_balance(a, r);
+  EXPECT_EQ(b.sum_max, 5);
+  EXPECT_EQ(b.layers_above_bound, 0);
+  EXPECT_GT(b.selection_transfers, 0);
+  // One layer differs from the permutation, by one swap (two heads).
+  const TpAssignment perm = tp_assign_permutation(c, r, 2);
+  int moved = 0;
+  for (size_t i = 0; i < a.gpu.size(); ++i) moved += a.gpu[i] != perm.gpu[i];
+  EXPECT_EQ(moved, 2);
+}
+
+// Brute force over every balanced map: the permutation rule's cost is the minimum over maps used
+// in every layer; the per-layer rule's is the sum of per-layer minima, which is sum ceil(r_l / N).
+TEST(TpAssign, ExhaustiveOptimalityOnSmallCases) {
+  std::mt19937 rng(12345);
+  int cases = 0;
+  for (int H : {1, 2, 3, 4, 6, 8})
+    for (int N = 1; N <= H; ++N) {
+      if (H % N != 0 || (H == 8 && N != 2 && N != 4)) continue;
+      const std::vector<std::vector<int>> maps = balanced_maps(H, N);
+      for (int L : {1, 2, 5, 9, 32})
+        for (int density : {20, 50, 80})
+          for (int rep = 0; rep < 3; ++rep) {
+            const ModelConfig c = shape(L, H);
+            HeadRoles r = make_head_roles(c);
+            for (uint8_t& x : r.retrieval) x = uint8_t(int(rng() % 100) < density);
+            int best_perm = INT_MAX, best_layers = 0;
+            for (const std::vector<int>& m : maps) {
+              int cost = 0;
+              for (int l = 0; l < L; ++l) cost += layer_max(r, l, m, N);
+              best_perm = std::min(best_perm, cost);
+            }
+            for (int l = 0; l < L; ++l) {
+              int best = INT_MAX;
+              for (const std::vector<int>& m : maps) best = std::min(best, layer_max(r, l, m, N));
+              best_layers += best;
+            }
+            const TpAssignment p = tp_assign_permutation(c, r, N);
+            const TpAssignment q = tp_assign_per_layer(c, r, N);
+            const TpBalance pb = tp_balance(p, r), qb = tp_balance(q, r);
+            const std::string where = "H " + std::to_string(H) + " N " + std::to_string(N) + " L " +
+                                      std::to_string(L) + " density " + std::to_string(density);
+            ASSERT_TRUE(p.optimal) << where;
+            ASSERT_TRUE(p.same_in_every_layer()) << where;
+            ASSERT_EQ(pb.sum_max, best_perm) << where;
+            ASSERT_EQ(pb.selection_transfers, 0) << where;
+            ASSERT_EQ(qb.sum_max, best_layers) << where;
+            ASSERT_EQ(qb.sum_bound, best_layers) << where;
+            ASSERT_LE(pb.sum_max, tp_balance(tp_assign_contiguous(c, N), r).sum_max) << where;
+            expect_balanced_heads(p);
+            expect_balanced_heads(q);
+            ++cases;
+          }
+    }
+  EXPECT_GT(cases, 300);
+}
+
+// With no search nodes the result is the local search's: still a balanced partition, no worse
+// than contiguous, and claimed optimal only when it reaches the lower bound.
+TEST(TpAssign, NodeLimitReportsNotProvenOptimal) {
+  const ModelConfig c = shape(12, 8);
+  std::mt19937 rng(3);
+  HeadRoles r = make_head_roles(c);
+  for (uint8_t& x : r.retrieval) x = uint8_t(rng() % 3 == 0);
+  const TpAssignment limited = tp_assign_permutation(c, r, 4, 0);
+  expect_balanced_heads(limited);
+  const TpBalance lb = tp_balance(limited, r);
+  EXPECT_LE(lb.sum_max, tp_balance(tp_assign_contiguous(c, 4), r).sum_max);
+  EXPECT_EQ(limited.optimal, lb.sum_max == lb.sum_bound);
+  const TpAssignment full = tp_assign_permutation(c, r, 4);
+  EXPECT_TRUE(full.optimal);
+  EXPECT_LE(tp_balance(full, r).sum_max, lb.sum_max);
+}
+
+// bench_e2e's roles on the 8B shape: 32 retrieval heads (layer 0's 8 and 24 drawn with seed 7).
+TEST(TpAssign, Llama3_8bSeededDraw) {
+  const ModelConfig c = llama3_8b_shape();
+  const HeadRoles r = seeded_head_roles(c, 32, 7);
+  EXPECT_EQ(r.n_retrieval(), 32);
+  for (int h = 0; h < 8; ++h) EXPECT_TRUE(r.is_retrieval(0, h));
+  EXPECT_EQ(seeded_head_roles(c, 32, 7).retrieval, r.retrieval);
+  EXPECT_NE(seeded_head_roles(c, 32, 8).retrieval, r.retrieval);
+  expect_error([&] { seeded_head_roles(c, 7, 7); }, ErrorCode::kInvalidArgument, "7 retrieval heads", "from 8");
+  // The numbers docs/scaling.md quotes: straggler sums (contiguous, permutation = bound).
+  const std::vector<std::pair<int, int>> quoted = {{22, 22}, {20, 19}, {18, 18}};
+  for (int i = 0; i < 3; ++i) {
+    const int N = 2 << i;
+    const TpBalance contiguous = tp_balance(tp_assign_contiguous(c, N), r);
+    EXPECT_EQ(contiguous.sum_max, quoted[size_t(i)].first) << N;
+    EXPECT_EQ(tp_balance(tp_assign_permutation(c, r, N), r).sum_max, quoted[size_t(i)].second) << N;
+    const TpAssignment p = tp_assign_permutation(c, r, N);
+    EXPECT_TRUE(p.optimal) << N;
+    const TpBalance pb = tp_balance(p, r);
+    EXPECT_LE(pb.sum_max, contiguous.sum_max) << N;
+    EXPECT_EQ(tp_balance(tp_assign_per_layer(c, r, N), r).sum_max, pb.sum_bound) << N;
+  }
+}
+
+// The default model has 3 KV heads: 2, 4 and 8 GPUs cannot own whole heads; 3 can.
+TEST(TpAssign, DefaultModelTrainedRoles) {
+  const HeadRoles r =
+      load_head_roles_unchecked(std::string(LYCHEE_SOURCE_DIR) + "/docs/results/train/hardkuma/roles.json");
+  ModelConfig c = shape(r.n_layers, r.n_kv_heads);
+  for (int N : {2, 4, 8})
+    expect_error([&] { tp_assign_permutation(c, r, N); }, ErrorCode::kInvalidArgument, std::to_string(N),
+                 "has 3 KV heads");
+  const TpBalance b = tp_balance(tp_assign_permutation(c, r, 3), r);
+  EXPECT_EQ(b.sum_max, b.sum_bound);
+  EXPECT_EQ(r.n_retrieval(), 13);
+  EXPECT_EQ(b.sum_max, 11);  // layer 0's 3 heads (one per GPU) and the 10 layers with one each
+}
+
+}  // namespace
+}  // namespace lychee
+
+namespace lychee {
+namespace {
+
+// `lychee heads tp`: the bench draw at 4 GPUs (contiguous 20 dense heads on the straggler, the
+// permutation 19 = the bound), a GPU count that does not divide reported beside the others, and
+// only such counts an error.
+TEST(TpAssignCli, HeadsTpPrintsTheRulesAndRefusesNonDividingCounts) {
+  const test::RunResult r = test::run_cli("heads tp --shape llama3-8b --random 32 --gpus 4,3");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* line : {"4 GPUs: 2 of 8 KV heads per GPU per layer, 32 layers, 32 retrieval heads",
+                           "contiguous               20     19", "permutation              19     19",
+                           "3 GPUs: tensor parallel over 3 GPUs: the model has 8 KV heads"})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  const std::string roles = std::string(LYCHEE_SOURCE_DIR) + "/docs/results/train/hardkuma/roles.json";
+  const test::RunResult bad = test::run_cli("heads tp " + roles + " --gpus 2");
+  EXPECT_EQ(bad.status, 1) << bad.output;
+  EXPECT_NE(bad.output.find("the model has 3 KV heads, which 2 does not divide"), std::string::npos) << bad.output;
+  const test::RunResult both = test::run_cli("heads tp " + roles + " --random 8 --gpus 3");
+  EXPECT_EQ(both.status, 1) << both.output;
+  EXPECT_NE(both.output.find("not both"), std::string::npos) << both.output;
+}
+
+}  // namespace
+}  // namespace lychee
