@@ -40,7 +40,6 @@ import datetime
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -48,26 +47,15 @@ import traceback
 
 import torch
 
+# The same timing and copy reference as torch SDPA's benchmark (this folder is on sys.path when run).
+from torch_decode_attention import copy_bandwidth, driver_version, time_calls  # noqa: E402
+
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 32, 8, 128, 64
 GROUP = HEADS // KV_HEADS
 ROTATE_BYTES = 400e6
 WORKSPACE_BYTES = 256 << 20
 DENSE_CONFIGS = ("decode-cc", "decode-tc")
 SPARSE_CONFIGS = ("perhead-cc", "perhead-tc", "bsr", "vbsr")
-
-
-def time_calls(fn, n_sets, warmup, reps):
-    for i in range(warmup):
-        fn(i % n_sets)
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for i, (a, b) in enumerate(ev):
-        a.record()
-        fn(i % n_sets)
-        b.record()
-    torch.cuda.synchronize()
-    us = [a.elapsed_time(b) * 1e3 for a, b in ev]
-    return statistics.median(us), min(us)
 
 
 def time_graphs(fn, n_sets, warmup, reps):
@@ -89,24 +77,6 @@ def time_graphs(fn, n_sets, warmup, reps):
     med, best = time_calls(lambda i: graphs[i].replay(), n_sets, warmup, reps)
     del graphs
     return med, best
-
-
-def copy_bandwidth():
-    n = 1 << 30
-    src = torch.ones(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    med, _ = time_calls(lambda i: dst.copy_(src), 1, 5, 20)
-    del src, dst
-    return 2 * n / (med * 1e-6)
-
-
-def driver_version():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        return out.stdout.strip().splitlines()[0]
-    except Exception:  # noqa: BLE001 - the version is informative only
-        return "unknown"
 
 
 def short_error(e):
