@@ -40,7 +40,6 @@ import datetime
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 import traceback
