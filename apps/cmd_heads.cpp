@@ -1,6 +1,8 @@
 // lychee heads: head-role files. show prints the map; import converts DuoAttention's TSV or a
 // plain 0/1 matrix; export writes those formats back; default writes the layer stand-in; tp
-// prints the tensor-parallel head assignment and its balance (attention/tp_assign.h).
+// prints the tensor-parallel head assignment and its balance (attention/tp_assign.h); overlap
+// measures the top-k overlap of same-index heads in adjacent layers (the paper's Figure 1,
+// eval/head_overlap.h).
 #include "cmd_heads.h"
 
 #include <algorithm>
@@ -15,7 +17,12 @@
 #include "attention/tp_assign.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "eval/head_overlap.h"
 #include "model/checkpoint.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 namespace lychee::app {
 
@@ -32,6 +39,10 @@ struct HeadsArgs {
   int random = 0;            // tp: a seeded draw of this many retrieval heads instead of a file
   uint32_t seed = 7;         // tp --random: bench_e2e's seed
   std::vector<int> gpus;     // tp --gpus
+  std::vector<std::string> prompts;  // overlap --prompt (default: the paper's five)
+  int k = 5;                         // overlap -k
+  std::string json;                  // overlap --json
+  bool raw = false;                  // overlap --raw: no chat template
 };
 
 ModelConfig model_config(const std::string& model) {
@@ -141,6 +152,37 @@ void run_tp(const HeadsArgs& a) {
            fmt::format("{}", fmt::join(a.gpus, ",")));
 }
 
+void run_overlap(const HeadsArgs& a) {
+  EngineOptions o;
+  o.model_path = a.model;
+  o.device = "cpu";
+  Engine engine(o);
+  const ModelConfig& c = engine.config();
+  const std::vector<std::string>& prompts = a.prompts.empty() ? paper_overlap_prompts() : a.prompts;
+  nlohmann::json cases = nlohmann::json::array();
+  for (const std::string& p : prompts) {
+    const HeadOverlap r = head_topk_overlap(engine, p, a.k, !a.raw);
+    const double mean = std::accumulate(r.overlap.begin(), r.overlap.end(), 0.0) / double(r.overlap.size());
+    const auto full = std::count(r.overlap.begin(), r.overlap.end(), 1.0f);
+    const auto none = std::count(r.overlap.begin(), r.overlap.end(), 0.0f);
+    std::printf("answer %-12s %d context tokens, top-%d overlap of same-index heads in adjacent layers: mean %.2f, "
+                "%td of %zu head pairs 1.0, %td 0.0\n",
+                ("'" + r.answer + "'").c_str(), r.context, r.k, mean, full, r.overlap.size(), none);
+    for (int l = 0; l + 1 < r.n_layers; ++l) {
+      std::string row;
+      for (int h = 0; h < r.n_heads; ++h) row += fmt::format(" {:.1f}", r.at(l, h));
+      std::printf("  layers %2d-%-2d%s\n", l, l + 1, row.c_str());
+    }
+    cases.push_back({{"prompt", r.prompt}, {"answer", r.answer}, {"answer_token", r.answer_token}, {"k", r.k},
+                     {"context", r.context}, {"n_layers", r.n_layers}, {"n_heads", r.n_heads},
+                     {"overlap", r.overlap}, {"topk", r.topk}});
+  }
+  if (!a.json.empty()) {
+    std::ofstream(a.json) << nlohmann::json{{"model", c.name}, {"k", a.k}, {"cases", cases}}.dump(1) << "\n";
+    std::printf("wrote %s\n", a.json.c_str());
+  }
+}
+
 std::string gate_summary(const char* name, const std::vector<float>& g) {
   if (g.empty()) return "";
   const auto [lo, hi] = std::minmax_element(g.begin(), g.end());
@@ -218,6 +260,15 @@ void register_heads(CLI::App& app) {
   tp->add_option("--seed", a->seed, "Seed of --random (default 7, bench_e2e's)");
   tp->add_option("--gpus", a->gpus, "GPU counts, e.g. 2,4,8")->required()->delimiter(',')->check(positive_int());
   tp->callback([a] { run_tp(*a); });
+
+  CLI::App* ov = heads->add_subcommand(
+      "overlap", "Top-k overlap of same-index heads in adjacent layers for the answer token (the paper's Figure 1; CPU)");
+  ov->add_option("-m,--model", a->model, model_help);
+  ov->add_option("--prompt", a->prompts, "A prompt (repeatable; default: the paper's five)");
+  ov->add_option("-k", a->k, "Top-k tokens per head (default 5, the paper's)")->check(positive_int());
+  ov->add_flag("--raw", a->raw, "Feed the prompt as raw text, not as the user turn of the chat template");
+  ov->add_option("--json", a->json, "Also write every case's overlap matrix and top-k sets as JSON");
+  ov->callback([a] { run_overlap(*a); });
 }
 
 }  // namespace lychee::app

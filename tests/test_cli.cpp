@@ -69,6 +69,22 @@ TEST(Cli, BenchTakesThePolicyFlags) {
   EXPECT_EQ(lychee.output.find("100.0% of full attention"), std::string::npos) << lychee.output;
 }
 
+// lychee heads overlap: the paper's Figure 1 measurement, its table on stdout and the JSON.
+TEST(Cli, HeadsOverlapPrintsAndWritesTheMatrix) {
+  const std::string json = test::temp_dir("cli_overlap") + "/overlap.json";
+  const RunResult r = run_cli("heads overlap -m " + test::golden_dir() +
+                              "/models/llama_tied_f32 --raw --prompt 'one two three four five six' -k 2 --json " + json);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("top-2 overlap of same-index heads in adjacent layers"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("layers  0-1"), std::string::npos) << r.output;
+  const nlohmann::json j = test::read_json(json);
+  ASSERT_EQ(j["cases"].size(), 1u);
+  EXPECT_EQ(j["cases"][0]["k"], 2);
+  EXPECT_FALSE(j["cases"][0]["overlap"].empty());
+  const RunResult bad = run_cli("heads overlap -m " + test::golden_dir() + "/models/llama_tied_f32 --raw --prompt 'one' -k 9");
+  expect_error(bad, "fewer than k = 9");
+}
+
 TEST(Cli, MissingModel) {
   expect_error(run_cli("generate -m /nonexistent/model -p hi"), "/nonexistent/model: no such file or directory");
 }
