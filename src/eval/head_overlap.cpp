@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "attention/policies.h"
+#include "attention/selection.h"
 #include "core/error.h"
 #include "model/chat_template.h"
 #include "runtime/sampler.h"
@@ -12,6 +13,15 @@
 namespace lychee {
 
 namespace {
+
+// out[t] = q·k_t (double accumulation) for the first out.size() tokens of one KV head's cache.
+void dot_scores(const float* q, const float* k, int head_dim, std::span<double> out) {
+  for (size_t t = 0; t < out.size(); ++t) {
+    double dot = 0.0;
+    for (int i = 0; i < head_dim; ++i) dot += double(q[i]) * double(k[t * size_t(head_dim) + size_t(i)]);
+    out[t] = dot;
+  }
+}
 
 // A dense policy that, in the one decode step it sees, records each query head's top-k positions
 // by q·k (softmax is monotonic, so the same order as the attention scores) over the tokens before
@@ -27,16 +37,10 @@ class TopkRecorder final : public AttentionPolicy {
   void begin_step(int) override {}
   void plan_layer(int layer, const float* q, const LayerKvView& kv, std::span<HeadRead>) override {
     const int group = c_.n_heads / c_.n_kv_heads, hd = kv.head_dim, n = kv.length - 1;
-    std::vector<float> s(static_cast<size_t>(n));
+    std::vector<double> s(static_cast<size_t>(n));
     std::vector<int32_t> idx(static_cast<size_t>(n));
     for (int h = 0; h < c_.n_heads; ++h) {
-      const float* qh = q + size_t(h) * size_t(hd);
-      const float* k = kv.k_head(h / group);
-      for (int t = 0; t < n; ++t) {
-        double dot = 0.0;
-        for (int i = 0; i < hd; ++i) dot += double(qh[i]) * double(k[size_t(t) * size_t(hd) + size_t(i)]);
-        s[size_t(t)] = float(dot);
-      }
+      dot_scores(q + size_t(h) * size_t(hd), kv.k_head(h / group), hd, s);
       std::iota(idx.begin(), idx.end(), 0);
       const size_t m = std::min(size_t(k_), idx.size());
       std::partial_sort(idx.begin(), idx.begin() + long(m), idx.end(), [&](int32_t a, int32_t b) {
@@ -100,8 +104,8 @@ namespace {
 class QuestRecorder final : public AttentionPolicy {
  public:
   QuestRecorder(const ModelConfig& c, int page, int budget, int dense_layers)
-      : c_(c), spec_(full_spec(c)), page_(page), budget_(budget), dense_(dense_layers),
-        recall_(size_t(c.n_layers), 0.0), mass_(size_t(c.n_layers), 0.0) {}
+      : recall_(size_t(c.n_layers), 0.0), mass_(size_t(c.n_layers), 0.0), c_(c), spec_(full_spec(c)), page_(page),
+        budget_(budget), dense_(dense_layers) {}
   std::string name() const override { return "quest check"; }
   const DecodeSpec& spec() const override { return spec_; }
   void reset() override {}
@@ -110,59 +114,49 @@ class QuestRecorder final : public AttentionPolicy {
     if (layer < dense_) return;
     const int group = c_.n_heads / c_.n_kv_heads, d = kv.head_dim, n = kv.length;
     const int n_pages = (n + page_ - 1) / page_, K = std::min(n_pages, std::max(1, budget_ / page_));
+    // Quest's metadata: channel-wise min and max of each page's keys, once per KV head.
+    std::vector<float> mn(size_t(n_pages) * size_t(d)), mx(size_t(n_pages) * size_t(d));
+    SelectParams top;  // top-k pages, the last one always: Quest's rule, for both rankings
+    top.budget = K * page_;
     std::vector<float> exact(static_cast<size_t>(n_pages)), bound(static_cast<size_t>(n_pages));
-    std::vector<float> mn(static_cast<size_t>(d)), mx(static_cast<size_t>(d));
-    std::vector<double> s(static_cast<size_t>(n));
+    std::vector<double> s(static_cast<size_t>(n)), page_mass(static_cast<size_t>(n_pages));
     double rec = 0.0, mass = 0.0;
     for (int h = 0; h < c_.n_heads; ++h) {
       const float* qh = q + size_t(h) * size_t(d);
       const float* k = kv.k_head(h / group);
-      double smax = -INFINITY;
-      for (int t = 0; t < n; ++t) {
-        double dot = 0.0;
-        for (int i = 0; i < d; ++i) dot += double(qh[i]) * double(k[size_t(t) * size_t(d) + size_t(i)]);
-        s[size_t(t)] = dot / std::sqrt(double(d));
-        smax = std::max(smax, s[size_t(t)]);
-      }
-      std::vector<double> p(static_cast<size_t>(n));
-      double z = 0.0;
-      for (int t = 0; t < n; ++t) z += p[size_t(t)] = std::exp(s[size_t(t)] - smax);
-      for (int pg = 0; pg < n_pages; ++pg) {
-        const int t0 = pg * page_, t1 = std::min(n, t0 + page_);
-        float best = -INFINITY;
+      if (h % group == 0) {
         std::fill(mn.begin(), mn.end(), INFINITY);
         std::fill(mx.begin(), mx.end(), -INFINITY);
-        for (int t = t0; t < t1; ++t) {
-          best = std::max(best, float(s[size_t(t)]));
+        for (int t = 0; t < n; ++t)
           for (int i = 0; i < d; ++i) {
-            mn[size_t(i)] = std::min(mn[size_t(i)], k[size_t(t) * size_t(d) + size_t(i)]);
-            mx[size_t(i)] = std::max(mx[size_t(i)], k[size_t(t) * size_t(d) + size_t(i)]);
+            const size_t at = size_t(t / page_) * size_t(d) + size_t(i);
+            mn[at] = std::min(mn[at], k[size_t(t) * size_t(d) + size_t(i)]);
+            mx[at] = std::max(mx[at], k[size_t(t) * size_t(d) + size_t(i)]);
           }
-        }
-        exact[size_t(pg)] = best;
-        bound[size_t(pg)] = quest_page_bound(qh, mn.data(), mx.data(), d);
       }
-      const auto top = [&](const std::vector<float>& score) {
-        std::vector<uint8_t> keep(static_cast<size_t>(n_pages), 0);
-        keep[size_t(n_pages - 1)] = 1;
-        std::vector<int32_t> order(static_cast<size_t>(n_pages));
-        std::iota(order.begin(), order.end(), 0);
-        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return score[size_t(a)] > score[size_t(b)]; });
-        int left = K - 1;
-        for (int32_t u : order)
-          if (left > 0 && !keep[size_t(u)]) keep[size_t(u)] = 1, --left;
-        return keep;
-      };
-      const std::vector<uint8_t> a = top(bound), b = top(exact);
+      dot_scores(qh, k, d, s);
+      double smax = -INFINITY;
+      for (double& v : s) smax = std::max(smax, v /= std::sqrt(double(d)));
+      double z = 0.0;
+      std::fill(page_mass.begin(), page_mass.end(), 0.0);
+      std::fill(exact.begin(), exact.end(), -INFINITY);
+      for (int t = 0; t < n; ++t) {
+        const double p = std::exp(s[size_t(t)] - smax);
+        z += p;
+        page_mass[size_t(t / page_)] += p;
+        exact[size_t(t / page_)] = std::max(exact[size_t(t / page_)], float(s[size_t(t)]));
+      }
+      for (int pg = 0; pg < n_pages; ++pg)
+        bound[size_t(pg)] = quest_page_bound(qh, &mn[size_t(pg) * size_t(d)], &mx[size_t(pg) * size_t(d)], d);
+      const std::vector<int32_t> a = select_units(bound, page_, n, top, 1.0f),
+                                 b = select_units(exact, page_, n, top, 1.0f);
       int common = 0;
       double ma = 0.0, mb = 0.0;
-      for (int pg = 0; pg < n_pages; ++pg) {
-        common += a[size_t(pg)] && b[size_t(pg)];
-        double m = 0.0;
-        for (int t = pg * page_; t < std::min(n, (pg + 1) * page_); ++t) m += p[size_t(t)] / z;
-        if (a[size_t(pg)]) ma += m;
-        if (b[size_t(pg)]) mb += m;
+      for (int32_t pg : a) {
+        common += std::binary_search(b.begin(), b.end(), pg) ? 1 : 0;
+        ma += page_mass[size_t(pg)] / z;
       }
+      for (int32_t pg : b) mb += page_mass[size_t(pg)] / z;
       rec += double(common) / double(K);
       mass += mb > 0.0 ? ma / mb : 1.0;
     }
