@@ -25,14 +25,7 @@ namespace {
 using nlohmann::json;
 using test::expect_error;
 
-ModelConfig config_of(int n_layers, int n_kv_heads) {
-  ModelConfig c = test::tiny_llama_config();
-  c.name = "tiny";
-  c.n_layers = n_layers;
-  c.n_kv_heads = n_kv_heads;
-  c.n_heads = 2 * n_kv_heads;
-  return c;
-}
+ModelConfig config_of(int n_layers, int n_kv_heads) { return test::tiny_config_of(n_layers, n_kv_heads); }
 
 std::string write_file(const std::string& name, const std::string& text) {
   const std::string path = test::temp_dir("head_roles") + "/" + name;

@@ -22,14 +22,7 @@ namespace {
 
 using test::expect_error;
 
-ModelConfig shape(int n_layers, int n_kv_heads) {
-  ModelConfig c = test::tiny_llama_config();
-  c.name = "tiny";
-  c.n_layers = n_layers;
-  c.n_kv_heads = n_kv_heads;
-  c.n_heads = 2 * n_kv_heads;
-  return c;
-}
+ModelConfig shape(int n_layers, int n_kv_heads) { return test::tiny_config_of(n_layers, n_kv_heads); }
 
 HeadRoles roles_of(const ModelConfig& c, const std::vector<std::vector<int>>& rows) {
   HeadRoles r = make_head_roles(c);

@@ -35,6 +35,17 @@ inline ModelConfig tiny_llama_config() {
   return c;
 }
 
+// The tiny Llama's shape with other layer and KV-head counts (two query heads per KV head), for
+// head-role and head-assignment tests.
+inline ModelConfig tiny_config_of(int n_layers, int n_kv_heads) {
+  ModelConfig c = tiny_llama_config();
+  c.name = "tiny";
+  c.n_layers = n_layers;
+  c.n_kv_heads = n_kv_heads;
+  c.n_heads = 2 * n_kv_heads;
+  return c;
+}
+
 struct TinyEdit {
   std::string drop;                        // tensor name to leave out
   std::string reshape;                     // tensor name to give shape `shape`
