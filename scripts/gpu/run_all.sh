@@ -6,6 +6,8 @@
 #   scripts/gpu/run_all.sh env | build | test [FILTER] | memcheck | bench-kernels | bench-hybrid | bench-e2e | bench-model | trace
 #   scripts/gpu/run_all.sh python            the Python package: pip install (no network, the CLI's
 #                                            build tree), tests/python (lychee.ops GPU tests included), the example
+#   scripts/gpu/run_all.sh python-diag       a GPU generation from Python in variants (torch first or not,
+#                                            GEMM tuning off), the failing one under cuda-gdb
 #   scripts/gpu/run_all.sh bench-python      lychee.ops.decode_attention from PyTorch vs the C++ benchmark
 #                                            (binding overhead) and torch SDPA cuDNN, dense, the kernel sweep (after python)
 #   scripts/gpu/run_all.sh all [STAGE,STAGE,...]   those stages in order (default: all of them)
@@ -41,6 +43,15 @@ export LYCHEE_REQUIRE_GPU=1
 failed() {  # rc name: says which command of a stage failed; prints the rc to keep
   echo "FAILED: $2 (rc $1)" >&2
   echo "$1"
+}
+
+site=/root/lychee_site
+install_package() {  # the package into $site from the CLI's build tree (offline); log in $out/pip.log
+  rm -rf "$site"
+  python3 -m pip install --no-build-isolation --no-deps --no-index --target "$site" \
+    --config-settings=build-dir="$build" --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90a \
+    --config-settings=cmake.define.LYCHEE_DEPS_PREFIX="$PWD/.deps" . > "$out/pip.log" 2>&1 \
+    || { grep -B2 -A12 -m4 "FAILED\|rror" "$out/pip.log"; tail -20 "$out/pip.log"; return 1; }
 }
 
 fi_env() {  # FlashInfer staged by fi-stage-b: importable, its JIT cache kept under $stage
@@ -216,12 +227,7 @@ case "${1:-}" in
     # if the GPU is unusable) and the worked example, whose tokens must equal the engine's.
     link_model
     if [ ! -x "$build/bin/lychee" ]; then RUN_ALL_NESTED=1 bash "$0" build || exit 1; fi
-    site=/root/lychee_site
-    rm -rf "$site"
-    python3 -m pip install --no-build-isolation --no-deps --no-index --target "$site" \
-      --config-settings=build-dir="$build" --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90a \
-      --config-settings=cmake.define.LYCHEE_DEPS_PREFIX="$PWD/.deps" . > "$out/pip.log" 2>&1 \
-      || { grep -B2 -A12 -m4 "FAILED\|rror" "$out/pip.log"; tail -20 "$out/pip.log"; exit 1; }
+    install_package || exit 1
     rc=0
     PYTHONPATH="$site" LYCHEE_BUILD_DIR="$build" PYTHONUNBUFFERED=1 python3 -m pytest -v -rs tests/python \
       > "$out/pytest.log" 2>&1 || rc=$(failed $? pytest)
@@ -229,10 +235,40 @@ case "${1:-}" in
     PYTHONPATH="$site" python3 examples/torch_llama_decode.py > "$out/example.log" 2>&1 || rc=$(failed $? torch_llama_decode.py)
     cat "$out/example.log" | tail -8
     exit $rc ;;
+  python-diag)
+    # Where a GPU generation from Python fails: the same generation with and without torch
+    # imported first and with the GEMM tuning off, each under faulthandler; the first that fails
+    # again under cuda-gdb (the image has no gdb) for the native backtrace; the module's CUDA
+    # libraries as the loader resolves them.
+    link_model
+    if [ ! -x "$build/bin/lychee" ]; then RUN_ALL_NESTED=1 bash "$0" build || exit 1; fi
+    [ -d "$site/lychee" ] || install_package || exit 1
+    export PYTHONPATH="$site"
+    for m in "$site"/lychee/_*.so; do echo "== ldd $(basename "$m")"; ldd "$m" | grep -E "cuda|cublas|cudnn|gomp|stdc|nccl"; done
+    gen='import lychee; e = lychee.Engine(device="cuda", max_context=4096); r = e.generate("The Roman Empire was", max_tokens=8); print("ok:", repr(r.text))'
+    rc=0; first_bad=""
+    for variant in plain torch-first torch-first-notune ops-first; do
+      case $variant in
+        plain) code="$gen"; envs=() ;;
+        torch-first) code="import torch; torch.zeros(1, device='cuda'); $gen"; envs=() ;;
+        torch-first-notune) code="import torch; torch.zeros(1, device='cuda'); $gen"; envs=(LYCHEE_GEMM_TUNE=0) ;;
+        ops-first) code="import torch, lychee.ops; $gen"; envs=() ;;
+      esac
+      echo "== $variant"
+      env "${envs[@]}" timeout 180 python3 -X faulthandler -c "$code" > "$out/diag_$variant.log" 2>&1
+      r=$?; tail -25 "$out/diag_$variant.log"; echo "== $variant: rc $r"
+      if [ $r -ne 0 ]; then rc=1; [ -z "$first_bad" ] && first_bad="$variant" && bad_code="$code" && bad_envs=("${envs[@]}"); fi
+    done
+    if [ -n "$first_bad" ] && command -v cuda-gdb > /dev/null; then
+      echo "== cuda-gdb: $first_bad"
+      env "${bad_envs[@]}" timeout 240 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex bt -ex "info threads" \
+        -ex "thread apply all bt 8" --args python3 -c "$bad_code" > "$out/diag_gdb.log" 2>&1
+      grep -v "^\[New Thread\|^\[Thread .* exited" "$out/diag_gdb.log" | tail -120
+    fi
+    exit $rc ;;
   bench-python)
     # The binding's overhead: the same dense problems timed by the C++ benchmark (share 0) and
     # from PyTorch through lychee.ops, and torch's SDPA (cuDNN) beside them, in one run.
-    site=/root/lychee_site
     [ -d "$site/lychee" ] || { echo "bench-python: no package in $site (run the python stage first, on this warm machine)"; exit 1; }
     rc=0
     "$build/bin/bench_decode_attention" --batches 1,2,4,8 --shares 0 --json "$out/cxx_dense.json" \
@@ -248,8 +284,8 @@ case "${1:-}" in
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace|bench-peers|python|bench-python) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace, bench-peers, python, bench-python)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace|bench-peers|python|python-diag|bench-python) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace, bench-peers, python, python-diag, bench-python)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
