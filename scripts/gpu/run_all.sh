@@ -46,10 +46,11 @@ failed() {  # rc name: says which command of a stage failed; prints the rc to ke
 }
 
 site=/root/lychee_site
-install_package() {  # the package into $site from the CLI's build tree (offline); log in $out/pip.log
+install_package() {  # [STRIP] the package into $site from the CLI's build tree (offline); log in $out/pip.log
   rm -rf "$site"
   python3 -m pip install --no-build-isolation --no-deps --no-index --target "$site" \
     --config-settings=build-dir="$build" --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90a \
+    --config-settings=cmake.define.LYCHEE_PYTHON_STRIP="${1:-ON}" \
     --config-settings=cmake.define.LYCHEE_DEPS_PREFIX="$PWD/.deps" . > "$out/pip.log" 2>&1 \
     || { grep -B2 -A12 -m4 "FAILED\|rror" "$out/pip.log"; tail -20 "$out/pip.log"; return 1; }
 }
@@ -242,7 +243,7 @@ case "${1:-}" in
     # libraries as the loader resolves them.
     link_model
     if [ ! -x "$build/bin/lychee" ]; then RUN_ALL_NESTED=1 bash "$0" build || exit 1; fi
-    [ -d "$site/lychee" ] || install_package || exit 1
+    install_package OFF || exit 1   # symbols kept for the backtrace
     export PYTHONPATH="$site"
     for m in "$site"/lychee/_*.so; do echo "== ldd $(basename "$m")"; ldd "$m" | grep -E "cuda|cublas|cudnn|gomp|stdc|nccl"; done
     gen='import lychee; e = lychee.Engine(device="cuda", max_context=4096); r = e.generate("The Roman Empire was", max_tokens=8); print("ok:", repr(r.text))'
@@ -261,8 +262,8 @@ case "${1:-}" in
     done
     if [ -n "$first_bad" ] && command -v cuda-gdb > /dev/null; then
       echo "== cuda-gdb: $first_bad"
-      env "${bad_envs[@]}" timeout 240 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex bt -ex "info threads" \
-        -ex "thread apply all bt 8" --args python3 -c "$bad_code" > "$out/diag_gdb.log" 2>&1
+      env "${bad_envs[@]}" timeout 240 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex bt -ex "x/2a \$sp" \
+        -ex "set \$pc = *(void **)\$sp" -ex "set \$sp = \$sp + 8" -ex "bt 40" -ex "info threads" --args python3 -c "$bad_code" > "$out/diag_gdb.log" 2>&1
       grep -v "^\[New Thread\|^\[Thread .* exited" "$out/diag_gdb.log" | tail -120
     fi
     exit $rc ;;
