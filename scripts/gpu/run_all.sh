@@ -248,19 +248,28 @@ case "${1:-}" in
     for m in "$site"/lychee/_*.so; do echo "== ldd $(basename "$m")"; ldd "$m" | grep -E "cuda|cublas|cudnn|gomp|stdc|nccl"; done
     gen='import lychee; e = lychee.Engine(device="cuda", max_context=4096); r = e.generate("The Roman Empire was", max_tokens=8); print("ok:", repr(r.text))'
     rc=0; first_bad=""
-    for variant in plain torch-first torch-first-notune ops-first; do
+    for variant in ${DIAG_VARIANTS:-plain torch-first torch-first-notune ops-first}; do
       case $variant in
         plain) code="$gen"; envs=() ;;
         torch-first) code="import torch; torch.zeros(1, device='cuda'); $gen"; envs=() ;;
         torch-first-notune) code="import torch; torch.zeros(1, device='cuda'); $gen"; envs=(LYCHEE_GEMM_TUNE=0) ;;
         ops-first) code="import torch, lychee.ops; $gen"; envs=() ;;
+        bindings) code="$gen"; envs=(LD_DEBUG=bindings,symbols LD_DEBUG_OUTPUT=$out/ld_debug) ;;
+        preload-stdcxx) code="$gen"; envs=(LD_PRELOAD=libstdc++.so.6) ;;
+        stdcxx-global) code="import ctypes, os; ctypes.CDLL('libstdc++.so.6', mode=os.RTLD_GLOBAL); $gen"; envs=() ;;
+        module-global) code="import sys, os; sys.setdlopenflags(os.RTLD_GLOBAL | os.RTLD_NOW); $gen"; envs=() ;;
+        cudnn-global) code="import ctypes, os; ctypes.CDLL('libcudnn.so.9', mode=os.RTLD_GLOBAL); $gen"; envs=() ;;
       esac
       echo "== $variant"
       env "${envs[@]}" timeout 180 python3 -X faulthandler -c "$code" > "$out/diag_$variant.log" 2>&1
       r=$?; tail -25 "$out/diag_$variant.log"; echo "== $variant: rc $r"
       if [ $r -ne 0 ]; then rc=1; [ -z "$first_bad" ] && first_bad="$variant" && bad_code="$code" && bad_envs=("${envs[@]}"); fi
     done
-    if [ -n "$first_bad" ] && command -v cuda-gdb > /dev/null; then
+    if ls "$out"/ld_debug.* > /dev/null 2>&1; then  # who defines the call_once TLS and proxy, and who binds to whom
+      echo "== LD_DEBUG once bindings"; cat "$out"/ld_debug.* | grep -E "once_call|once_proxy" | sed 's/^ *[0-9]*: *//' | sort | uniq -c | head -40
+      rm -f "$out"/ld_debug.*
+    fi
+    if [ -n "$first_bad" ] && [ -z "${DIAG_NO_GDB:-}" ] && command -v cuda-gdb > /dev/null; then
       echo "== cuda-gdb: $first_bad"
       env "${bad_envs[@]}" timeout 240 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex bt -ex "x/2a \$sp" \
         -ex "set \$pc = *(void **)\$sp" -ex "set \$sp = \$sp + 8" -ex "bt 40" -ex "info threads" --args python3 -c "$bad_code" > "$out/diag_gdb.log" 2>&1
