@@ -245,7 +245,15 @@ case "${1:-}" in
     if [ ! -x "$build/bin/lychee" ]; then RUN_ALL_NESTED=1 bash "$0" build || exit 1; fi
     install_package OFF || exit 1   # symbols kept for the backtrace
     export PYTHONPATH="$site"
-    for m in "$site"/lychee/_*.so; do echo "== ldd $(basename "$m")"; ldd "$m" | grep -E "cuda|cublas|cudnn|gomp|stdc|nccl"; done
+    for m in "$site"/lychee/_*.so; do
+      echo "== $(basename "$m"): $(nm -D --defined-only "$m" | wc -l) exported symbols: $(nm -D --defined-only "$m" | grep -c once) call_once ones"
+      ldd "$m" | grep -E "cuda|cublas|cudnn|gomp|stdc|nccl"
+    done
+    # Which link inputs define libstdc++'s call_once state (the module must not export them).
+    for a in $(grep -A8 "^build python/stubs/lychee/_lychee" "$build/build.ninja" | grep -o "LINK_LIBRARIES = .*" | tr ' ' '\n' | grep "\.a$\|\.so"); do
+      [ -f "$a" ] && nm --defined-only "$a" 2>/dev/null | grep -q "__once_proxy" && echo "defines __once_proxy: $a"
+    done
+    grep -A8 "^build python/stubs/lychee/_lychee" "$build/build.ninja" | grep -o "LINK_FLAGS = .*"
     gen='import lychee; e = lychee.Engine(device="cuda", max_context=4096); r = e.generate("The Roman Empire was", max_tokens=8); print("ok:", repr(r.text))'
     rc=0; first_bad=""
     for variant in ${DIAG_VARIANTS:-plain torch-first torch-first-notune ops-first}; do
