@@ -590,6 +590,71 @@ TEST(HybridPolicies, PipelinedGenerateEqualsStepByStep) {
   }
 }
 
+// The server's batched step: Session::decode_batch over five sessions of the same runner (batch
+// of at most 2) — three LycheeDecode sessions with equal settings (one batch of two, then one),
+// one dense, one Quest — gives each session the logits and reads it gets decoded alone (within
+// bf16 rounding: the products of a batch of two round differently from a batch of one), and a
+// greedy token sampled in `after` equal to the token of the session alone.
+TEST(HybridPolicies, BatchedSessionsGetWhatEachGetsAlone) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  DefaultPair p(path);
+  const ModelConfig& c = p.ck.config();
+  PolicyOptions lo, qo, fo;
+  lo.kind = PolicyKind::kLychee;
+  lo.select.budget = 256;
+  qo.kind = PolicyKind::kQuest;
+  qo.select.budget = 256;
+  const std::vector<PolicyOptions> kinds = {lo, lo, fo, lo, qo};
+  const int steps = 24;
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<Trace> alone;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    ids.push_back(prompt_ids(700 + 37 * int(i), c.vocab_size - int(i)));
+    auto policy = kinds[i].kind == PolicyKind::kFull ? nullptr : make_policy(kinds[i], c);
+    GpuSession s(p.runner, 1024);
+    alone.push_back(run_session(s, policy.get(), ids[i], int(ids[i].size()) - steps));
+  }
+  std::vector<std::unique_ptr<AttentionPolicy>> policies;
+  std::vector<std::unique_ptr<GpuSession>> owned;
+  std::vector<Session*> sessions;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    policies.push_back(kinds[i].kind == PolicyKind::kFull ? nullptr : make_policy(kinds[i], c));
+    owned.push_back(std::make_unique<GpuSession>(p.runner, 1024));
+    owned.back()->set_policy(policies.back().get());
+    owned.back()->feed(std::span<const int32_t>(ids[i]).first(ids[i].size() - steps));
+    sessions.push_back(owned.back().get());
+  }
+  const uint64_t forwards = p.runner.forwards();
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int32_t> tokens;
+    for (size_t i = 0; i < kinds.size(); ++i) tokens.push_back(ids[i][ids[i].size() - steps + size_t(step)]);
+    std::vector<size_t> order;
+    Session::decode_batch(sessions, tokens, [&](size_t i) {
+      order.push_back(i);
+      const auto l = sessions[i]->logits();
+      const std::vector<float>& want = alone[i].logits[size_t(step)];
+      EXPECT_LT(rel_error(std::vector<float>(l.begin(), l.end()), want), test::kBf16LogitsTol)
+          << "session " << i << " step " << step;
+      Sampler greedy(SamplingParams{});
+      const int32_t best = int32_t(std::max_element(want.begin(), want.end()) - want.begin());
+      EXPECT_EQ(sessions[i]->sample(greedy), best) << "session " << i << " step " << step;
+    });
+    // Grouped by policy in order of first appearance, at most 2 a batch.
+    EXPECT_EQ(order, (std::vector<size_t>{0, 1, 3, 2, 4})) << "step " << step;
+  }
+  EXPECT_EQ(p.runner.forwards() - forwards, uint64_t(4 * steps));  // {0,1} {3} {2} {4}
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const KvReadStats& got = sessions[i]->stats();
+    EXPECT_EQ(got.decode_steps, alone[i].stats.decode_steps) << i;
+    EXPECT_EQ(got.dense_token_reads, alone[i].stats.dense_token_reads) << i;
+    if (kinds[i].kind == PolicyKind::kQuest)
+      EXPECT_NEAR(double(got.token_reads) / double(alone[i].stats.token_reads), 1.0, 0.05) << i;
+    else
+      EXPECT_EQ(got.token_reads, alone[i].stats.token_reads) << i;
+  }
+}
+
 // Sessions share one runner (the server steps many): each session's policy, logits and KV-read
 // counts stay its own when steps of sessions with different policies interleave — the same logits
 // bit for bit and the same reads as the session run alone.

@@ -46,6 +46,7 @@ except ImportError:  # a build without CUDA
 
 try:
     import torch
+    from torch.utils.dlpack import to_dlpack as _to_dlpack
 except ImportError:  # torch is an optional dependency of lychee.ops only
     torch = None
 
@@ -70,10 +71,30 @@ def available() -> str:
     return ""
 
 
+_ready = False  # available() said "" once: it stays so for the process
+
+
 def _require():
+    global _ready
+    if _ready:
+        return
     why = available()
     if why:
         raise RuntimeError(f"lychee.ops: {why}")
+    _ready = True
+
+
+def _dl(t):
+    """A tensor as a DLPack capsule for the binding (None stays None). torch.utils.dlpack.to_dlpack
+    is one C call; letting nanobind call Tensor.__dlpack__ (a Python method) costs several
+    microseconds per tensor, which at a dozen tensors per call was most of a small decode's time.
+    The capsule shares the tensor's memory and keeps it alive; nothing is copied or synchronised
+    (the kernel runs on the stream passed with it)."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
+    return _to_dlpack(t)
 
 
 @dataclass(frozen=True)
@@ -281,9 +302,10 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan: Optional[
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
     stream = torch.cuda.current_stream(q.device).cuda_stream
-    _ops.decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan.items, plan.n_items_d, plan.merge_begin,
-                          plan.merge_count, plan.partial_o, plan.partial_lse, out, unit_lists, list_counts, scores,
-                          token_reads, int(sink), int(recent), float(scale), stream)
+    _ops.decode_attention(_dl(q), _dl(k_cache), _dl(v_cache), _dl(block_table), _dl(seq_lens), _dl(plan.items),
+                          _dl(plan.n_items_d), _dl(plan.merge_begin), _dl(plan.merge_count), _dl(plan.partial_o),
+                          _dl(plan.partial_lse), _dl(out), _dl(unit_lists), _dl(list_counts), _dl(scores),
+                          _dl(token_reads), int(sink), int(recent), float(scale), stream)
     return out
 
 
@@ -319,7 +341,8 @@ def select_units(scores, seq_lens, heads, *, row_heads: int, score_unit: int, un
     counts = torch.zeros(rows, dtype=torch.int32, device=dev)
     scratch = torch.empty(rows, units + 1, dtype=torch.float32, device=dev)
     stream = torch.cuda.current_stream(dev).cuda_stream
-    _ops.select_units(scores, score_unit, unit, seq_lens, heads, row_heads, lists, counts, scratch, strategy,
+    _ops.select_units(_dl(scores), score_unit, unit, _dl(seq_lens), _dl(heads), row_heads, _dl(lists), _dl(counts),
+                      _dl(scratch), strategy,
                       int(budget), float(value), int(sink), int(recent), float(scale), stream)
     return lists, counts
 

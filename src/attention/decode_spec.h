@@ -61,6 +61,9 @@ struct DecodeSpec {
   std::vector<std::vector<HeadSpec>> patterns;  // [n_patterns][n_kv_heads]; pattern 0 is all dense
   std::vector<int> layer_pattern;               // [n_layers]
 
+  // Equal specs run as one batch on the GPU (the server's sessions with the same policy settings).
+  bool operator==(const DecodeSpec&) const = default;
+
   int n_layers() const { return int(layer_pattern.size()); }
   const std::vector<HeadSpec>& layer(int l) const { return patterns[size_t(layer_pattern[size_t(l)])]; }
   // Whether any head of the spec does anything but read densely (Full has none).

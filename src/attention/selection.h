@@ -22,6 +22,7 @@ struct SelectParams {
   int sink = 0;          // tokens always kept at the start
   int recent = 0;        // tokens always kept at the end (the current token is always kept)
   void validate() const; // Error(kInvalidArgument) naming the bad field
+  bool operator==(const SelectParams&) const = default;
 };
 
 // Chooses units 0 .. n_units-1 given their scores (raw logits q·k; for blocks the max over the

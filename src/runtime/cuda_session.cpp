@@ -28,33 +28,49 @@ void GpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
   const int before = seq_.length;
   runner_.prefill(seq_, tokens);
   forward_ = runner_.forwards();
+  row_ = 0;
   if (!allow_policy && before > 0 && policy_ != nullptr)  // cache correction: a dense re-prefill
     stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(seq_.length);
 }
 
-// One decode step of this session's sequence; its counts become the pending step.
-void GpuSession::decode_step(std::span<const int32_t> tokens, bool allow_policy) {
-  const ModelConfig& c = runner_.config();
-  cuda::GpuSeq* seqs[] = {&seq_};
-  const bool with_policy = allow_policy && policy_ != nullptr;
+void GpuSession::use_policy() {
   // Sessions share the runner: another session may have set its own policy since.
-  if (with_policy && runner_.policy_epoch() != policy_epoch_) {
+  if (policy_ != nullptr && runner_.policy_epoch() != policy_epoch_) {
     runner_.set_policy(policy_->spec());
     policy_epoch_ = runner_.policy_epoch();
   }
+}
+
+// One decode step of this session's sequence; its counts become the pending step.
+void GpuSession::decode_step(std::span<const int32_t> tokens, bool allow_policy) {
+  cuda::GpuSeq* seqs[] = {&seq_};
+  const bool with_policy = allow_policy && policy_ != nullptr;
+  if (with_policy) use_policy();
   runner_.decode(seqs, tokens, with_policy);
+  if (!allow_policy) {  // like the CPU session: a step outside the policy is not counted
+    forward_ = runner_.forwards();
+    row_ = 0;
+    logits_valid_ = false;
+    return;
+  }
+  // Counted on the device in row 0: the copy and reset are queued right behind this step,
+  // before any other session's step.
+  stepped(0, with_policy ? runner_.take_token_reads_async() : cuda::Ticket{});
+}
+
+void GpuSession::stepped(int row, const cuda::Ticket& reads) {
+  const ModelConfig& c = runner_.config();
   forward_ = runner_.forwards();
+  row_ = row;
   logits_valid_ = false;
-  if (!allow_policy) return;  // like the CPU session: a step outside the policy is not counted
   PendingStep p;
   p.active = true;
+  p.row = row;
   const uint64_t n_ctx = uint64_t(seq_.length);
   p.counts.decode_steps = 1;
   p.counts.dense_token_reads = uint64_t(c.n_layers) * c.n_kv_heads * n_ctx;
-  if (with_policy) {
-    // Counted on the device in row 0, which every session's single-sequence step uses: the copy
-    // and reset are queued right behind this step, before any other session's step.
-    p.reads = runner_.take_token_reads_async();
+  if (policy_ != nullptr) {
+    p.reads = reads;
     for (int l = 0; l < c.n_layers; ++l) p.counts.metadata_bytes += policy_->metadata_bytes(l, int(n_ctx));
   } else {
     p.counts.token_reads = uint64_t(c.n_layers) * c.n_kv_heads * n_ctx;
@@ -62,11 +78,58 @@ void GpuSession::decode_step(std::span<const int32_t> tokens, bool allow_policy)
   pending_ = p;
 }
 
+void GpuSession::decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                                 const std::function<void(size_t)>& after) {
+  const size_t n = sessions.size();
+  std::vector<GpuSession*> gs(n);
+  for (size_t i = 0; i < n; ++i) {
+    gs[i] = dynamic_cast<GpuSession*>(sessions[i]);
+    LY_CHECK(gs[i] != nullptr && &gs[i]->runner_ == &runner_, ErrorCode::kInvalidArgument,
+             "decode_batch: session {} is not a GPU session of this runner", i);
+    gs[i]->commit_pending();
+  }
+  const int max_batch = runner_.options().max_batch;
+  auto same_policy = [&](const GpuSession* a, const GpuSession* b) {
+    if ((a->policy_ == nullptr) != (b->policy_ == nullptr)) return false;
+    return a->policy_ == nullptr || a->policy_ == b->policy_ || a->policy_->spec() == b->policy_->spec();
+  };
+  std::vector<bool> done(n, false);
+  std::vector<size_t> group;
+  std::vector<cuda::GpuSeq*> seqs;
+  std::vector<int32_t> group_tokens;
+  for (size_t first = 0; first < n; ++first) {
+    if (done[first]) continue;
+    group.clear();
+    for (size_t j = first; j < n && int(group.size()) < max_batch; ++j)
+      if (!done[j] && same_policy(gs[first], gs[j])) {
+        group.push_back(j);
+        done[j] = true;
+      }
+    GpuSession& lead = *gs[first];
+    const bool with_policy = lead.policy_ != nullptr;
+    if (with_policy) {
+      lead.use_policy();
+      for (size_t j : group) gs[j]->policy_epoch_ = lead.policy_epoch_;  // the same spec is in force
+    }
+    seqs.clear();
+    group_tokens.clear();
+    for (size_t j : group) {
+      seqs.push_back(&gs[j]->seq_);
+      group_tokens.push_back(tokens[j]);
+    }
+    runner_.decode(seqs, group_tokens, with_policy);
+    const cuda::Ticket reads = with_policy ? runner_.take_token_reads_async() : cuda::Ticket{};
+    for (size_t r = 0; r < group.size(); ++r) gs[group[r]]->stepped(int(r), reads);
+    if (after)
+      for (size_t j : group) after(j);
+  }
+}
+
 void GpuSession::commit_pending() const {
   if (!pending_.active) return;
   PendingStep p = pending_;
   pending_ = {};
-  if (p.reads.id != 0) p.counts.token_reads += runner_.token_reads(p.reads)[0];
+  if (p.reads.id != 0) p.counts.token_reads += runner_.token_reads(p.reads)[size_t(p.row)];
   stats_.decode_steps += p.counts.decode_steps;
   stats_.dense_token_reads += p.counts.dense_token_reads;
   stats_.token_reads += p.counts.token_reads;
@@ -94,7 +157,7 @@ void GpuSession::check_last_forward() const {
 std::span<const float> GpuSession::logits() {
   if (!logits_valid_) {
     check_last_forward();
-    runner_.copy_logits(0, logits_);
+    runner_.copy_logits(row_, logits_);
     logits_valid_ = true;
   }
   return logits_;
@@ -103,8 +166,9 @@ std::span<const float> GpuSession::logits() {
 cuda::Ticket GpuSession::queue_sample(Sampler& sampler) {
   check_last_forward();
   const SamplingParams& p = sampler.params();
-  if (p.temperature == 0.0f) return runner_.greedy_async(1);
-  return runner_.sample_async(1, p.temperature, p.top_k, p.top_p, p.seed, uint64_t(seq_.length));
+  // Row row_ alone: the same draw as this sequence decoded on its own.
+  if (p.temperature == 0.0f) return runner_.greedy_row_async(row_);
+  return runner_.sample_row_async(row_, p.temperature, p.top_k, p.top_p, p.seed, uint64_t(seq_.length));
 }
 
 int32_t GpuSession::sample(Sampler& sampler) {
@@ -117,6 +181,12 @@ int32_t GpuSession::sample(Sampler& sampler) {
 int32_t GpuSession::sample_and_feed(Sampler& sampler, bool feed_next, bool allow_policy) {
   commit_pending();
   const cuda::Ticket t = queue_sample(sampler);
+  if (feed_next && row_ != 0) {  // a device-side feed reads row 0: after a batched step, feed from the host
+    int32_t token = 0;
+    runner_.wait_tokens(t, std::span<int32_t>(&token, 1));
+    feed(std::span<const int32_t>(&token, 1), allow_policy);
+    return token;
+  }
   if (feed_next) {
     LY_CHECK(seq_.length + 1 <= capacity_, ErrorCode::kCapacity,
              "KV cache full: {} cached + 1 new token exceed the session's {} tokens", seq_.length, capacity_);

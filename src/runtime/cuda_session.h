@@ -32,6 +32,12 @@ class GpuSession final : public Session {
   const KvReadStats& stats() const override;
   void reset_stats() override;
 
+ protected:
+  // Groups the sessions by their policy's DecodeSpec (no policy: dense) and runs each group as
+  // batched runner steps; after(i) right after the step holding session i.
+  void decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                       const std::function<void(size_t)>& after) override;
+
  private:
   cuda::GpuRunner& runner_;
   cuda::GpuSeq seq_;
@@ -39,6 +45,11 @@ class GpuSession final : public Session {
   AttentionPolicy* policy_ = nullptr;
   void check_last_forward() const;
   void decode_step(std::span<const int32_t> tokens, bool allow_policy);  // empty tokens: fed on the device
+  // The runner's policy set to this session's (if another session's is in force).
+  void use_policy();
+  // This session's step as row `row` of a decode step just run: its counts become the pending
+  // step (device reads from row `row` of `reads`).
+  void stepped(int row, const cuda::Ticket& reads);
   cuda::Ticket queue_sample(Sampler& sampler);
   // A decode step's counts, added to stats_ once the step is known to stay: at the session's
   // next call (a pipelined step dropped by truncate(length() - 1) right after is not counted).
@@ -47,12 +58,14 @@ class GpuSession final : public Session {
     bool active = false;
     KvReadStats counts;
     cuda::Ticket reads;  // id 0: none
+    int row = 0;         // this session's row of the counters
   };
   void commit_pending() const;
   mutable PendingStep pending_;
   mutable KvReadStats stats_;
   int policy_epoch_ = -1;  // the runner's policy epoch when this session set its policy
   uint64_t forward_ = 0;   // the runner's forward count after this session's last step
+  int row_ = 0;            // this session's logits row in that forward pass
   std::vector<float> logits_;
   bool logits_valid_ = false;
 };

@@ -20,6 +20,31 @@ void CpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
   }
 }
 
+void Session::decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                           const std::function<void(size_t)>& after) {
+  LY_CHECK(sessions.size() == tokens.size(), ErrorCode::kInvalidArgument,
+           "decode_batch: {} sessions but {} tokens", sessions.size(), tokens.size());
+  if (sessions.empty()) return;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    const Session* s = sessions[i];
+    LY_CHECK(s != nullptr, ErrorCode::kInvalidArgument, "decode_batch: session {} is null", i);
+    LY_CHECK(s->length() > 0, ErrorCode::kInvalidArgument, "decode_batch: session {} is empty (prefill first)", i);
+    LY_CHECK(s->length() + 1 <= s->capacity(), ErrorCode::kCapacity,
+             "KV cache full: session {} holds {} tokens, its capacity", i, s->length());
+    for (size_t j = 0; j < i; ++j)
+      LY_CHECK(sessions[j] != s, ErrorCode::kInvalidArgument, "decode_batch: sessions {} and {} are the same", j, i);
+  }
+  sessions[0]->decode_together(sessions, tokens, after);
+}
+
+void Session::decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                              const std::function<void(size_t)>& after) {
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    sessions[i]->feed(tokens.subspan(i, 1));
+    if (after) after(i);
+  }
+}
+
 void Session::copy_prefix(const Session&, int) {
   LY_CHECK(false, ErrorCode::kUnsupported, "this backend's sessions cannot copy a cached prefix");
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -48,6 +49,15 @@ class Session {
     feed(tokens, allow_policy);
     return logits();
   }
+  // Batched decoding (the server's step): one decode step of each of `sessions` (of one backend
+  // and model, each at most once), sessions[i] fed tokens[i] through its policy. after(i) is
+  // called once session i's step has run and before any other forward pass, so the caller reads
+  // its logits or samples there. The GPU runs the sessions whose policies compile to the same
+  // DecodeSpec as one batch (one launch per layer, rows of at most the runner's batch); the
+  // default steps them one at a time. Every session is checked (capacity, a prefix to continue)
+  // before any runs; Error names the session's index.
+  static void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                           const std::function<void(size_t)>& after);
   virtual int length() const = 0;     // tokens in the cache
   virtual int capacity() const = 0;   // most tokens the cache can hold
   // Keeps the first n tokens; the policy is reset (its per-sequence state is rebuilt).
@@ -57,6 +67,11 @@ class Session {
   // What decode steps (and cache corrections) read from the KV cache since the last reset.
   virtual const KvReadStats& stats() const = 0;
   virtual void reset_stats() = 0;
+
+ protected:
+  // decode_batch's work, called on sessions[0] once the arguments are checked.
+  virtual void decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                               const std::function<void(size_t)>& after);
 };
 
 class CpuSession final : public Session {

@@ -244,31 +244,64 @@ std::unique_ptr<Scheduler::Running> Scheduler::start(const std::shared_ptr<Reque
   return run;
 }
 
+// One engine step: prompt chunks within the step's prefill budget (a prompt that completes is
+// sampled right away), then one decode step of every request past its prompt, batched by the
+// backend (Session::decode_batch: on the GPU one launch per layer for the requests that share a
+// policy), each sampled as soon as its step has run.
 void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
   int budget = options_.prefill_chunk;
+  std::vector<Running*> decoding;
   for (std::unique_ptr<Running>& rp : running) {
     Running& r = *rp;
+    if (r.finished) continue;
     if (r.request->cancelled()) {
       retire(r, "cancelled");
       continue;
     }
+    const std::vector<int32_t>& prompt = r.request->params().prompt;
+    if (r.n_prefilled >= prompt.size()) {
+      // The reservation covers prompt + max_tokens, so this is a guard, not a path taken.
+      if (r.session->length() + 1 > r.session->capacity()) retire(r, "length");
+      else decoding.push_back(&r);
+      continue;
+    }
     try {
-      const std::vector<int32_t>& prompt = r.request->params().prompt;
-      if (r.n_prefilled < prompt.size()) {
-        const size_t n = std::min(prompt.size() - r.n_prefilled, size_t(budget));
-        if (n == 0) continue;  // the step's prefill budget is spent; next step
-        r.session->feed(std::span<const int32_t>(prompt.data() + r.n_prefilled, n));
-        r.n_prefilled += n;
-        budget -= int(n);
-        if (r.n_prefilled == prompt.size()) sample_and_emit(r);
-      } else {
-        r.session->feed(std::span<const int32_t>(&r.last_token, 1));
-        sample_and_emit(r);
-      }
+      const size_t n = std::min(prompt.size() - r.n_prefilled, size_t(budget));
+      if (n == 0) continue;  // the step's prefill budget is spent; next step
+      r.session->feed(std::span<const int32_t>(prompt.data() + r.n_prefilled, n));
+      r.n_prefilled += n;
+      budget -= int(n);
+      if (r.n_prefilled == prompt.size()) sample_and_emit(r);
     } catch (const std::exception& e) {
       LY_LOG_WARN("request failed: {}", e.what());
       retire(r, "error", e.what());
     }
+  }
+  if (decoding.empty()) return;
+  std::vector<Session*> sessions;
+  std::vector<int32_t> tokens;
+  std::vector<int> before;
+  for (Running* r : decoding) {
+    sessions.push_back(r->session.get());
+    tokens.push_back(r->last_token);
+    before.push_back(r->session->length());
+  }
+  auto sample = [&](size_t i) {
+    try {
+      sample_and_emit(*decoding[i]);
+    } catch (const std::exception& e) {
+      LY_LOG_WARN("request failed: {}", e.what());
+      retire(*decoding[i], "error", e.what());
+    }
+  };
+  try {
+    Session::decode_batch(sessions, tokens, sample);
+  } catch (const std::exception& e) {
+    // The batch checks every session before any step runs; whatever did not step ends with the
+    // error (a request that stepped was sampled already).
+    LY_LOG_WARN("decode step failed: {}", e.what());
+    for (size_t i = 0; i < decoding.size(); ++i)
+      if (decoding[i]->session->length() == before[i]) retire(*decoding[i], "error", e.what());
   }
 }
 

@@ -243,9 +243,12 @@ def test_hybrid_heads_in_one_launch_match_the_reference(d):
                 continue
             for gq in range(group):
                 reads[(s, h * group + gq)] = toks
-    stride = 3001 + 1
     for sms in (1, 132):
         plan = ops.plan_decode(heads, batch, n_heads, n_kv, d, ps, q.device, sm_count=sms)
+        # The dense heads are planned in whole pages: scores must hold 47 x 64 = 3008 tokens per
+        # row (decode_attention refuses fewer, since the true lengths live on the device).
+        stride = plan.needs.score_entries
+        assert stride == -(-max(lens) // ps) * ps
         scores = torch.full((batch * n_heads, stride), float("nan"), device=q.device)
         token_reads = torch.zeros(batch, dtype=torch.int64, device=q.device)
         out = ops.decode_attention(q, k, v, table, seq, plan, unit_lists=lists.cuda(), list_counts=counts.cuda(),

@@ -114,6 +114,10 @@ class GpuRunner {
   // waits for that copy only, so a caller can queue the next step first and the device never
   // waits for the host (generate's pipelined loop). The last kTicketRing tickets stay readable.
   Ticket greedy_async(int batch);
+  // Row `row` alone (batch 1 at that row, random subsequence 0: the same draw as the sequence
+  // decoded by itself), its token left in that row for a device-side feed.
+  Ticket greedy_row_async(int row);
+  Ticket sample_row_async(int row, float temperature, int top_k, float top_p, uint64_t seed, uint64_t counter);
   Ticket sample_async(int batch, float temperature, int top_k, float top_p, uint64_t seed, uint64_t counter);
   void wait_tokens(const Ticket& t, std::span<int32_t> out);
   // Host waits on the device that found it still busy (metadata staging, plan uploads, token

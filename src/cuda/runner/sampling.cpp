@@ -34,6 +34,25 @@ Ticket GpuRunner::sample_async(int batch, float temperature, int top_k, float to
   return m.tokens_ring.push(m.sampled.data(), batch, m.stream);
 }
 
+Ticket GpuRunner::greedy_row_async(int row) {
+  Impl& m = *impl_;
+  LY_CHECK(row >= 0 && row < m.o.max_batch, ErrorCode::kInvalidArgument, "greedy: row {} (0..{})", row,
+           m.o.max_batch - 1);
+  argmax(m.logits.data() + size_t(row) * m.c.vocab_size, m.sampled.data() + row, 1, m.c.vocab_size, m.stream);
+  return m.tokens_ring.push(m.sampled.data() + row, 1, m.stream);
+}
+
+Ticket GpuRunner::sample_row_async(int row, float temperature, int top_k, float top_p, uint64_t seed,
+                                   uint64_t counter) {
+  Impl& m = *impl_;
+  if (temperature <= 0.0f) return greedy_row_async(row);
+  LY_CHECK(row >= 0 && row < m.o.max_batch, ErrorCode::kInvalidArgument, "sample: row {} (0..{})", row,
+           m.o.max_batch - 1);
+  lychee::cuda::sample(m.logits.data() + size_t(row) * m.c.vocab_size, m.sampled.data() + row, 1, m.c.vocab_size,
+                       temperature, top_k, top_p, seed, counter, m.stream);
+  return m.tokens_ring.push(m.sampled.data() + row, 1, m.stream);
+}
+
 void GpuRunner::wait_tokens(const Ticket& t, std::span<int32_t> out) {
   const std::span<const int32_t> got = impl_->tokens_ring.read(t);
   std::copy_n(got.begin(), std::min(out.size(), got.size()), out.begin());
