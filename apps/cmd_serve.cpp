@@ -32,6 +32,7 @@ struct ServeArgs {
   int prefill_chunk = 512;
   int64_t prefix_cache = -1;
   double drain_seconds = 30.0;
+  std::string random_weights;
 };
 
 // The KV pool in tokens: --kv-memory over the bytes a token's K and V take in every layer (f32
@@ -46,6 +47,7 @@ int64_t kv_tokens(const ServeArgs& a, const Engine& engine) {
 
 std::string model_id(const ServeArgs& a, const Engine& engine) {
   if (!a.model_name.empty()) return a.model_name;
+  if (!a.random_weights.empty()) return a.random_weights + "-random";
   std::filesystem::path p(engine.checkpoint().path());
   if (p.filename().empty()) p = p.parent_path();  // a directory given with a trailing slash
   return p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
@@ -77,6 +79,7 @@ void run_serve(const ServeArgs& a) {
   try {
     EngineOptions eo = a.model.engine_options(&a.policy);
     eo.max_batch = a.max_running;
+    eo.random_shape = a.random_weights;
     engine = std::make_unique<Engine>(eo);
     a.policy.options(engine->config());  // the server's default policy fits the model
     server::SchedulerOptions so;
@@ -134,6 +137,10 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--prefix-cache", args->prefix_cache,
                   "KV tokens finished prompts may keep for reuse by later prompts that start the same way "
                   "(default: half the pool; 0 = off)")->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
+  cmd->add_option("--random-weights", args->random_weights,
+                  "Benchmarks, GPU only: serve a model of this shape (llama3-8b) with seeded random bf16 weights "
+                  "(decode time does not depend on them); -m's tokenizer and chat template")
+      ->check(CLI::IsMember({"llama3-8b"}));
   cmd->add_option("--drain-seconds", args->drain_seconds, "On SIGTERM: how long running requests may finish")
       ->check(non_negative_real());
   cmd->callback([args] { run_serve(*args); });

@@ -25,6 +25,10 @@ struct BackendOptions {
   int max_context = 0;         // 0 = the model's context length
   int max_batch = 8;
   int page_size = 64;
+  // CUDA backend only (benchmarks): seeded random bf16 weights of this shape instead of the
+  // checkpoint's (decode time does not depend on the values); null = the checkpoint's weights.
+  const ModelConfig* random_shape = nullptr;
+  uint64_t random_seed = 1234;  // bench_e2e's
 };
 
 class Backend {

@@ -29,6 +29,8 @@ std::string resolve_device(const std::string& requested) {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& device, const Checkpoint& ck, const BackendOptions& o) {
+  LY_CHECK(o.random_shape == nullptr || device == "cuda", ErrorCode::kUnsupported,
+           "random weights (--random-weights) run on the GPU only (--device cuda)");
   if (device == "cpu") return make_cpu_backend(ck, o.cpu_weights);
 #ifdef LYCHEE_HAS_CUDA
   if (device == "cuda") return make_cuda_backend(ck, o);

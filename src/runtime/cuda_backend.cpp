@@ -20,7 +20,9 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const Checkpoint& ck, const BackendOptions& o) : weights_(cuda::upload_weights(ck)) {
+  CudaBackend(const Checkpoint& ck, const BackendOptions& o)
+      : weights_(o.random_shape != nullptr ? cuda::random_weights(*o.random_shape, o.random_seed)
+                                           : cuda::upload_weights(ck)) {
     cuda::RunnerOptions ro;
     ro.kv_memory_gib = o.kv_memory_gib;
     ro.max_context = o.max_context;

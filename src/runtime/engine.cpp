@@ -57,8 +57,14 @@ std::string choose_device(const EngineOptions& o, const ModelConfig& c) {
 }  // namespace
 
 Engine::Engine(const EngineOptions& options)
-    : checkpoint_(open_checkpoint(options.model_path)), tokenizer_(load_tokenizer(checkpoint_)) {
-  const ModelConfig& c = checkpoint_.config();
+    : checkpoint_(open_checkpoint(options.model_path)), tokenizer_(load_tokenizer(checkpoint_)),
+      config_(checkpoint_.config()) {
+  if (!options.random_shape.empty()) {
+    LY_CHECK(options.random_shape == "llama3-8b", ErrorCode::kInvalidArgument,
+             "--random-weights: unknown shape '{}' (llama3-8b)", options.random_shape);
+    config_ = llama3_8b_shape();
+  }
+  const ModelConfig& c = config_;
   LY_CHECK(tokenizer_.vocab_size() <= c.vocab_size, ErrorCode::kInvalidFile,
            "{}: the tokenizer has {} tokens but the model's vocabulary has {}", checkpoint_.path(),
            tokenizer_.vocab_size(), c.vocab_size);
@@ -70,6 +76,7 @@ Engine::Engine(const EngineOptions& options)
   bo.max_context = options.max_context;
   bo.max_batch = options.max_batch;
   bo.page_size = options.page_size;
+  if (!options.random_shape.empty()) bo.random_shape = &config_;
   backend_ = make_backend(device_, checkpoint_, bo);
   LY_LOG_INFO("loaded {} ({}, {} layers, {:.1f} M params) to the {} in {:.2f} s", c.name, arch_name(c.arch),
               c.n_layers, double(c.n_params()) / 1e6, device_ == "cuda" ? "GPU" : "CPU", timer.seconds());

@@ -27,6 +27,9 @@ struct EngineOptions {
   // With device "auto": the decode specs the engine will run, given the model's config. A GPU
   // that cannot run one of them is passed over for the CPU (logged, naming the option).
   std::function<std::vector<DecodeSpec>(const ModelConfig&)> policies;
+  // Benchmarks (GPU only): "llama3-8b" serves a model of that shape with seeded random bf16
+  // weights; the tokenizer (and chat template) stay model_path's. "" = the checkpoint's model.
+  std::string random_shape;
 };
 
 // The default model's path: $LYCHEE_MODEL if set, else
@@ -44,7 +47,8 @@ class Engine {
  public:
   explicit Engine(const EngineOptions& options);
 
-  const ModelConfig& config() const { return checkpoint_.config(); }
+  // The model run: the checkpoint's, or the random-weight shape's (EngineOptions::random_shape).
+  const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const Checkpoint& checkpoint() const { return checkpoint_; }
   const std::string& device() const { return device_; }
@@ -64,6 +68,7 @@ class Engine {
  private:
   Checkpoint checkpoint_;
   Tokenizer tokenizer_;
+  ModelConfig config_;
   std::string device_;
   std::unique_ptr<Backend> backend_;
 };

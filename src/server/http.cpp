@@ -127,7 +127,9 @@ void HttpServer::Impl::stream(Endpoint endpoint, const CompletionRequest& parsed
       return true;  // nothing yet: called again
     }
     std::string out;
-    if (!u.text.empty() || !u.logprobs.empty() || (st->first && !u.done)) {
+    // A chunk per step that generated tokens, even when their text is empty or held back (a stop
+    // string's prefix, an incomplete UTF-8 character, ids without text): clients time tokens.
+    if (!u.text.empty() || u.tokens > 0 || (st->first && !u.done)) {
       out += sse_event(stream_chunk(st->endpoint, st->meta, u.text, st->logprobs ? &u.logprobs : nullptr, "",
                                     st->first, st->include_usage));
       st->first = false;

@@ -70,6 +70,7 @@ GenerationParams make_params(const CompletionRequest& req, const ServerModel& mo
   p.stop = req.stop;
   p.logprobs = req.logprobs;
   p.top_logprobs = req.top_logprobs;
+  p.ignore_eos = req.ignore_eos;
   try {
     p.policy = apply_overrides(model.defaults, req.lychee).options(engine.config());
   } catch (const Error& e) {

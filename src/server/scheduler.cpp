@@ -25,10 +25,13 @@ void Request::cancel() { cancelled_.store(true, std::memory_order_relaxed); }
 
 bool Request::next(RequestUpdate& out, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return !pending_.text.empty() || !pending_.logprobs.empty() || pending_.done; });
-  const bool any = !pending_.text.empty() || !pending_.logprobs.empty() || pending_.done;
+  auto ready = [&] { return !pending_.text.empty() || pending_.tokens > 0 || pending_.done; };
+  cv_.wait_for(lock, timeout, ready);
+  const bool any = ready();
   out.text += pending_.text;
   pending_.text.clear();
+  out.tokens += pending_.tokens;
+  pending_.tokens = 0;
   for (TokenLogprob& t : pending_.logprobs) out.logprobs.push_back(std::move(t));
   pending_.logprobs.clear();
   if (pending_.done) {
@@ -50,6 +53,7 @@ void Request::emit(const std::string& text, const TokenLogprob* logprob) {
   {
     std::lock_guard lock(mu_);
     pending_.text += text;
+    ++pending_.tokens;
     if (logprob != nullptr) pending_.logprobs.push_back(*logprob);
   }
   cv_.notify_all();
@@ -349,7 +353,7 @@ void Scheduler::sample_and_emit(Running& r) {
   r.last_token_time = now;
   r.last_token = token;
   const std::vector<int32_t>& stop_ids = tok.stop_ids();
-  if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+  if (!p.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
     r.request->emit(r.text.finish(), p.logprobs ? &lp : nullptr);
     retire(r, "stop");
     return;

@@ -42,6 +42,7 @@ struct GenerationParams {
   std::vector<std::string> stop;
   bool logprobs = false;
   int top_logprobs = 0;
+  bool ignore_eos = false;  // the model's stop tokens do not end the request (stop strings still do)
   PolicyOptions policy;
 };
 
@@ -49,6 +50,7 @@ struct GenerationParams {
 struct RequestUpdate {
   std::string text;                    // new final text (stop strings removed)
   std::vector<TokenLogprob> logprobs;  // one per new generated token (with logprobs)
+  int tokens = 0;                      // new generated tokens (a token's text may be held back or empty)
   bool done = false;
   std::string finish_reason;           // "stop", "length", "cancelled" or "error"
   std::string error;                   // with "error"

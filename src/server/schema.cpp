@@ -239,6 +239,7 @@ void parse_common(const json& obj, CompletionRequest& r) {
     if (n != 1) bad("best_of", fmt::format("only best_of = 1 is supported, got {}", n));
   }
   if (const json* v = field(obj, "stream")) r.stream = as_bool(*v, "stream");
+  if (const json* v = field(obj, "ignore_eos")) r.ignore_eos = as_bool(*v, "ignore_eos");
   if (const json* v = field(obj, "stream_options")) {
     if (!v->is_object()) bad("stream_options", fmt::format("must be an object, got {}", kind(*v)));
     if (const json* u = field(*v, "include_usage")) r.include_usage = as_bool(*u, "stream_options.include_usage");

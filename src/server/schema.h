@@ -75,6 +75,7 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   bool stream = false;
+  bool ignore_eos = false;              // vLLM's extension: go on past the model's stop tokens (benchmarks)
   bool include_usage = false;           // stream_options.include_usage
   bool logprobs = false;
   int top_logprobs = 0;

@@ -50,6 +50,16 @@ def test_chat(client, model_id):
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
 
+def test_ignore_eos_runs_to_max_tokens(client, model_id):
+    """vLLM's ignore_eos (benchmarks with a fixed output length): the model's end-of-turn token does
+    not end the request; without it the same greedy answer stops there."""
+    r = chat(client, model_id, "What is the capital of France?", max_tokens=60)
+    assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens < 60
+    longer = chat(client, model_id, "What is the capital of France?", max_tokens=60, extra_body={"ignore_eos": True})
+    assert longer.choices[0].finish_reason == "length" and longer.usage.completion_tokens == 60
+    assert longer.choices[0].message.content.startswith(r.choices[0].message.content)
+
+
 def test_completion_max_tokens(client, model_id):
     r = complete(client, model_id, "Once upon a time", max_tokens=5)
     assert r.object == "text_completion"
