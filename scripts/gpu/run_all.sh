@@ -8,6 +8,8 @@
 #                                            build tree), tests/python (lychee.ops GPU tests included), the example
 #   scripts/gpu/run_all.sh python-diag       a GPU generation from Python in variants (torch first or not,
 #                                            GEMM tuning off), the failing one under cuda-gdb
+#   scripts/gpu/run_all.sh bench-serve       lychee serve under load (scripts/bench/serve_load.py): sweeps, soak,
+#                                            a 100K prompt during 64 streams (SERVE_PARTS picks parts)
 #   scripts/gpu/run_all.sh bench-python      lychee.ops.decode_attention from PyTorch vs the C++ benchmark
 #                                            (binding overhead) and torch SDPA cuDNN, dense, the kernel sweep (after python)
 #   scripts/gpu/run_all.sh all [STAGE,STAGE,...]   those stages in order (default: all of them)
@@ -295,6 +297,37 @@ case "${1:-}" in
       --json "$out/python_ops.json" > "$out/bench_python_ops.log" 2>&1 || rc=$(failed $? python_ops_decode_attention.py)
     grep -E "^\|" "$out/bench_python_ops.log"; [ $rc -eq 0 ] || tail -15 "$out/bench_python_ops.log"
     exit $rc ;;
+  bench-serve)
+    # `lychee serve` under load (scripts/bench/serve_load.py, one server per policy): the default
+    # model at 2K-token prompts, concurrency 1/4/16/64, Full and LycheeDecode; a soak of
+    # SERVE_SOAK (default 10000) requests at 64 streams with 10% cancelled (0 failures, KV pages
+    # back to their start); the 8B shape (random weights) at 32K-token prompts, concurrency 1/4/16
+    # (64 x 32K x 128 KB of KV does not fit one GPU); a 100K-token prompt arriving during 64 streams
+    # on the 8B shape (p99 TPOT during vs before).
+    link_model
+    [ -f "$model" ] || { echo "bench-serve: the default model is not staged (stage-a/stage-b first)"; exit 1; }
+    rc=0
+    bench="python3 scripts/bench/serve_load.py --binary $build/bin/lychee"
+    for what in ${SERVE_PARTS:-sweep soak sweep8b long}; do
+      case $what in
+        sweep) $bench --server-args "-m $model --device cuda --max-running 64 --max-context 4096 --kv-memory 8" \
+                 --policy full,lychee --prompt-tokens 2048 --output-tokens 64 --concurrency 1,4,16,64 \
+                 --label smollm2 --json "$out/serve_smollm2.json" 2>&1 | tee "$out/serve_smollm2.log" || rc=$(failed $? "serve sweep") ;;
+        soak) $bench --server-args "-m $model --device cuda --max-running 64 --max-context 2048 --kv-memory 8" \
+                --policy lychee --prompt-tokens 256 --output-tokens 32 --soak "${SERVE_SOAK:-10000}" --soak-concurrency 64 \
+                --cancel-fraction 0.1 --label smollm2-soak --json "$out/serve_soak.json" 2>&1 | tail -30 | tee "$out/serve_soak.log" \
+                || rc=$(failed $? "serve soak") ;;
+        sweep8b) $bench --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 16 --max-context 34816 --kv-memory 56" \
+                   --vocab 128256 --policy full,lychee --policy-args "--budget 4096" --prompt-tokens 32768 --output-tokens 32 \
+                   --concurrency 1,4,16 --requests-per-level c --label llama3-8b-random \
+                   --json "$out/serve_8b.json" 2>&1 | tee "$out/serve_8b.log" || rc=$(failed $? "serve 8b sweep") ;;
+        long) $bench --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 65 --max-context 102400 --kv-memory 40 --prefill-chunk 256" \
+                --vocab 128256 --policy lychee --policy-args "--budget 4096" --prompt-tokens 512 --output-tokens 256 \
+                --long-prompt 100000 --concurrency 64 --window 10 --label llama3-8b-random \
+                --json "$out/serve_long_prompt.json" 2>&1 | tee "$out/serve_long_prompt.log" || rc=$(failed $? "serve long prompt") ;;
+      esac
+    done
+    exit $rc ;;
   bench-model)
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
@@ -302,8 +335,8 @@ case "${1:-}" in
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace|bench-peers|python|python-diag|bench-python) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace, bench-peers, python, python-diag, bench-python)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace|bench-peers|python|python-diag|bench-python|bench-serve) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace, bench-peers, python, python-diag, bench-python, bench-serve)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
