@@ -8,7 +8,7 @@ streams while one long prompt is prefilled). Python 3 standard library only.
 Modes (all write a JSON list of runs, one per --policy, with --json):
 
   load (default)   per concurrency level c: exactly c requests in flight (c workers pulling from a queue
-                   of --requests-per-level requests, default max(8, 2c)); output tok/s = completion
+                   of --requests-per-level requests: N, or Kc = K times c; default max(8, 2c)); output tok/s = completion
                    tokens / wall time of the level, TTFT and TPOT (per request: (t_last - t_first) /
                    (tokens - 1), tokens from the usage chunk) p50/p99 over the successful requests.
   --soak N         N requests at --soak-concurrency, --cancel-fraction of them (seeded) cancelled by
@@ -22,10 +22,17 @@ Requests: "prompt" is a list of token ids drawn from [10, vocab - 10) (vocab fro
 reports one, else --vocab), distinct per request (no prefix-cache hits) unless --shared-prefix K;
 "temperature": 0, "stream": true, "stream_options": {"include_usage": true}, "ignore_eos": true (a
 server that ignores it may stop early: finish_reason "stop" counts as success; the "short" column counts
-those). One SSE chunk may carry several tokens: token counts come from usage.completion_tokens; in the
-interference mode a gap is divided by the chunk's token count, estimated per request as completion
-tokens / content chunks (exact with --exact-chunk-tokens, which asks for logprobs and so makes the
-server fetch logits: slower on the GPU).
+those). A content chunk is one that carries generated tokens: text, or no finish_reason (lychee sends a
+chunk per step that generated tokens even when their text is empty or held back; older builds sent
+only chunks with text). One chunk may carry several tokens (the HTTP thread lagging the engine):
+token counts come from usage.completion_tokens; in the interference mode a gap is divided by the
+chunk's token count, estimated per request as completion tokens / content chunks (exact with
+--exact-chunk-tokens, which asks for logprobs and so makes the server fetch logits: slower on the GPU).
+A value of --server-args that is a single flag needs the = form: --server-args=--flag.
+
+The server's HTTP pool has 64 threads (src/server/http.h) and a streaming request holds one for its
+whole life: with 64 streams in flight a 65th connection (the long prompt, a /metrics scrape) waits in
+the pool's queue until a stream ends, and that wait counts in its latency.
 
 GPU examples:
   python3 scripts/bench/serve_load.py --binary build/bin/lychee \\
@@ -309,7 +316,10 @@ def one_request(port, prompt, max_tokens, timeout, cancel_after=None, exact_chun
             for ch in chunk.get("choices") or []:
                 if ch.get("finish_reason"):
                     rec["finish_reason"] = ch["finish_reason"]
-                if ch.get("text"):
+                # A token chunk: text, or no finish_reason (the server sends a chunk per step that
+                # generated tokens even when their text is empty or held back; the usage chunk has no
+                # choices and the finish chunk no text).
+                if ch.get("text") or not ch.get("finish_reason"):
                     if rec["t_first"] is None:
                         rec["t_first"] = now
                     rec["chunk_times"].append(now)
@@ -415,9 +425,13 @@ def mode_load(a, port, prompts, policy, table_printed):
     levels = []
     if a.warmup > 0:
         log(f"[{policy}] warm-up: {a.warmup} request(s)")
-        run_pool(port, prompts.make(f"{policy}/warmup", a.warmup, a.prompt_tokens), a.output_tokens, 1, a.timeout)
+        recs, _ = run_pool(port, prompts.make(f"{policy}/warmup", a.warmup, a.prompt_tokens), a.output_tokens, 1,
+                           a.timeout)
+        bad = [r for r in recs if is_failure(r)]
+        if bad:
+            die(f"[{policy}] the warm-up request failed: {failure_text(bad[0])}")
     for c in a.concurrency:
-        n = a.requests_per_level or max(8, 2 * c)
+        n = a.requests_per_level(c)
         ps = prompts.make(f"level/{c}", n, a.prompt_tokens)
         log(f"[{policy}] concurrency {c}: {n} requests")
 
@@ -603,6 +617,7 @@ def mode_interference(a, port, prompts, policy):
                 "tpot_ms_max": ms(max(g) if g else None), "max_overlapping_gap_ms": ms(mx)}
 
     b, d = stats(base, base_max), stats(during, during_max)
+    del b["max_overlapping_gap_ms"]  # for the baseline it would catch the first stall of the long prompt
 
     def ratio(key):
         return None if not b[key] or d[key] is None else d[key] / b[key]
@@ -621,7 +636,7 @@ def mode_interference(a, port, prompts, policy):
           "|---|---:|---|---:|---:|---:|---:|---:|")
     for name, s in (("baseline", b), (f"during {a.long_prompt}-token prompt", d)):
         print(f"| {policy} | {c} | {name} | {s['gaps']} | {fmt(s['tpot_ms_p50'], 2)} | {fmt(s['tpot_ms_p99'], 2)} | "
-              f"{fmt(s['tpot_ms_max'], 2)} | {fmt(s['max_overlapping_gap_ms'], 2)} |")
+              f"{fmt(s['tpot_ms_max'], 2)} | {fmt(s.get('max_overlapping_gap_ms'), 2)} |")
     print(f"\nratio during/baseline: p50 {fmt(r['ratio_p50'], 2)}, p99 {fmt(r['ratio_p99'], 2)}; long request "
           f"{r['long_latency_s']:.2f} s (status {r['long_status']}); tokens per chunk {fmt(r['tokens_per_chunk'], 2)}; "
           f"failures {r['failures']}", flush=True)
@@ -663,6 +678,21 @@ def int_list(s):
     return v
 
 
+def per_level(s):
+    """--requests-per-level: N, or Kc (K times the concurrency; 'c' alone is 1c)."""
+    t = s.strip().lower()
+    try:
+        if t.endswith("c"):
+            k = int(t[:-1]) if t[:-1] else 1
+            if k > 0:
+                return lambda c: k * c
+        elif int(t) > 0:
+            return lambda c: int(t)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected a positive count N or Kc (K times the concurrency), got {s!r}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -674,7 +704,8 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=2048)
     ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--concurrency", type=int_list, default=[1, 4, 16, 64], help="comma-separated levels (default 1,4,16,64)")
-    ap.add_argument("--requests-per-level", type=int, default=None, help="default max(8, 2*c)")
+    ap.add_argument("--requests-per-level", type=per_level, default=lambda c: max(8, 2 * c),
+                    help="N, or Kc for K times the level's concurrency ('c' = c requests); default max(8, 2c)")
     ap.add_argument("--warmup", type=int, default=1, help="requests before the first level (default 1)")
     ap.add_argument("--shared-prefix", type=int, default=0, help="first K prompt tokens shared by every request")
     ap.add_argument("--vocab", type=int, default=49152, help="token ids are drawn below this unless /v1/models reports a vocabulary")
