@@ -133,7 +133,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--model-name", args->model_name, "The model id clients pass (default: the file name)");
   cmd->add_option("--max-running", args->max_running, "Sequences decoded together")->check(positive_int());
   cmd->add_option("--max-queue", args->max_queue, "Requests waiting for admission; more get 503")->check(non_negative_int());
-  cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt tokens prefilled per scheduler step")->check(positive_int());
+  cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt token-equivalents prefilled per scheduler step (a token deep in a long prompt weighs more: its attention work)")->check(positive_int());
   cmd->add_option("--prefix-cache", args->prefix_cache,
                   "KV tokens finished prompts may keep for reuse by later prompts that start the same way "
                   "(default: half the pool; 0 = off)")->check(CLI::Range(int64_t(-1), int64_t(1) << 40));

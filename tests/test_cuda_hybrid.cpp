@@ -591,7 +591,7 @@ TEST(HybridPolicies, PipelinedGenerateEqualsStepByStep) {
 }
 
 // The server's batched step: Session::decode_batch over five sessions of the same runner (batch
-// of at most 2) — three LycheeDecode sessions with equal settings (one batch of two, then one),
+// of at most 2) — three LycheeDecode sessions with equal settings (a batch of two, later one),
 // one dense, one Quest — gives each session the logits and reads it gets decoded alone (within
 // bf16 rounding: the products of a batch of two round differently from a batch of one), and a
 // greedy token sampled in `after` equal to the token of the session alone.
@@ -640,10 +640,11 @@ TEST(HybridPolicies, BatchedSessionsGetWhatEachGetsAlone) {
       const int32_t best = int32_t(std::max_element(want.begin(), want.end()) - want.begin());
       EXPECT_EQ(sessions[i]->sample(greedy), best) << "session " << i << " step " << step;
     });
-    // Grouped by policy in order of first appearance, at most 2 a batch.
-    EXPECT_EQ(order, (std::vector<size_t>{0, 1, 3, 2, 4})) << "step " << step;
+    // A batch starts at the first session not yet stepped and takes the later ones with the same
+    // policy, at most 2: {0, 1}, then {2} (dense), {3} (the third LycheeDecode), {4}.
+    EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 3, 4})) << "step " << step;
   }
-  EXPECT_EQ(p.runner.forwards() - forwards, uint64_t(4 * steps));  // {0,1} {3} {2} {4}
+  EXPECT_EQ(p.runner.forwards() - forwards, uint64_t(4 * steps));
   for (size_t i = 0; i < kinds.size(); ++i) {
     const KvReadStats& got = sessions[i]->stats();
     EXPECT_EQ(got.decode_steps, alone[i].stats.decode_steps) << i;

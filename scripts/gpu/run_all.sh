@@ -318,11 +318,11 @@ case "${1:-}" in
                 --cancel-fraction 0.1 --label smollm2-soak --json "$out/serve_soak.json" 2>&1 | tail -30 | tee "$out/serve_soak.log" \
                 || rc=$(failed $? "serve soak") ;;
         sweep8b) $bench --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 16 --max-context 34816 --kv-memory 56" \
-                   --vocab 128256 --policy full,lychee --policy-args "--budget 4096" --prompt-tokens 32768 --output-tokens 32 \
+                   --policy full,lychee --policy-args "--budget 4096" --prompt-tokens 32768 --output-tokens 32 \
                    --concurrency 1,4,16 --requests-per-level c --label llama3-8b-random \
                    --json "$out/serve_8b.json" 2>&1 | tee "$out/serve_8b.log" || rc=$(failed $? "serve 8b sweep") ;;
         long) $bench --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 65 --max-context 102400 --kv-memory 40 --prefill-chunk 256" \
-                --vocab 128256 --policy lychee --policy-args "--budget 4096" --prompt-tokens 512 --output-tokens 256 \
+                --policy lychee --policy-args "--budget 4096" --prompt-tokens 512 --output-tokens 256 \
                 --long-prompt 100000 --concurrency 64 --window 10 --label llama3-8b-random \
                 --json "$out/serve_long_prompt.json" 2>&1 | tee "$out/serve_long_prompt.log" || rc=$(failed $? "serve long prompt") ;;
       esac

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "core/error.h"
@@ -68,6 +69,19 @@ void Request::finish(const std::string& reason, const Usage& usage, const std::s
     pending_.error = error;
   }
   cv_.notify_all();
+}
+
+double attention_balance_context(const ModelConfig& c) {
+  const double linear = double(c.d_model) * (2.0 * c.q_dim() + 2.0 * c.kv_dim()) + 3.0 * c.d_model * c.d_ff;
+  return std::max(1.0, linear / (2.0 * c.q_dim()));
+}
+
+int prefill_tokens_within(double budget, int64_t position, double k) {
+  // n tokens from position P weigh n (1 + P / k) + n^2 / (2 k): the largest n within budget.
+  if (budget <= 0.0) return 0;
+  const double b = 1.0 + double(position) / k;
+  const double n = k * (std::sqrt(b * b + 2.0 * budget / k) - b);
+  return int(std::min(n + 1e-9, double(std::numeric_limits<int>::max())));
 }
 
 // --- Scheduler -----------------------------------------------------------------------------------
@@ -253,7 +267,9 @@ std::unique_ptr<Scheduler::Running> Scheduler::start(const std::shared_ptr<Reque
 // backend (Session::decode_batch: on the GPU one launch per layer for the requests that share a
 // policy), each sampled as soon as its step has run.
 void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
-  int budget = options_.prefill_chunk;
+  double budget = options_.prefill_chunk;
+  bool prefilled = false;  // a step prefills at least a few tokens, however long the prompt
+  const double k = attention_balance_context(engine_.config());
   std::vector<Running*> decoding;
   for (std::unique_ptr<Running>& rp : running) {
     Running& r = *rp;
@@ -270,11 +286,15 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
       continue;
     }
     try {
-      const size_t n = std::min(prompt.size() - r.n_prefilled, size_t(budget));
+      const size_t left = prompt.size() - r.n_prefilled;
+      size_t n = std::min(left, size_t(prefill_tokens_within(budget, int64_t(r.n_prefilled), k)));
+      if (!prefilled) n = std::max(n, std::min(left, size_t(16)));
       if (n == 0) continue;  // the step's prefill budget is spent; next step
       r.session->feed(std::span<const int32_t>(prompt.data() + r.n_prefilled, n));
+      const double p = double(r.n_prefilled);
+      budget -= double(n) * (1.0 + p / k) + double(n) * double(n) / (2.0 * k);
       r.n_prefilled += n;
-      budget -= int(n);
+      prefilled = true;
       if (r.n_prefilled == prompt.size()) sample_and_emit(r);
     } catch (const std::exception& e) {
       LY_LOG_WARN("request failed: {}", e.what());

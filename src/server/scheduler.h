@@ -5,9 +5,13 @@
 // Request's condition variable for text and the finish. Nothing else crosses between the threads.
 //
 // Continuous batching at the session level: every step admits waiting requests (a KV budget in
-// tokens: the sum of the admitted requests' prompt + max_tokens must fit the pool), prefills up
-// to prefill_chunk prompt tokens (cut across steps), decodes one token for each running request,
-// and retires finished and cancelled requests, releasing their capacity in the same step.
+// tokens: the sum of the admitted requests' prompt + max_tokens must fit the pool), prefills
+// prompt chunks within a budget of prefill_chunk token-equivalents (cut across steps; a prompt
+// token at position P weighs 1 + P / K, K the context length at which a token's attention work
+// equals its weights' work, so the chunks of a long prompt shrink as it grows and the running
+// requests' step time stays bounded), decodes one token for each running request (one batched
+// step: Session::decode_batch), and retires finished and cancelled requests, releasing their
+// capacity in the same step.
 // Prefix reuse: a finished request's session is kept, truncated to its prompt, in a PrefixCache
 // (its capacity counted in the KV budget, given back least recently used first when admission
 // needs room); a later prompt starting with a kept prompt copies those tokens instead of
@@ -83,11 +87,18 @@ class Request {
   friend class Scheduler;
 };
 
+// The context length at which one token's attention work (4 x n_heads x head_dim FLOPs per
+// cached token and layer) equals the work of its weights (2 x the layer's linear parameters).
+double attention_balance_context(const ModelConfig& c);
+// Prompt tokens to prefill from `position` within `budget` token-equivalents, each token at
+// position p weighing 1 + p / k (0 when even one token does not fit).
+int prefill_tokens_within(double budget, int64_t position, double k);
+
 struct SchedulerOptions {
   int max_running = 4;     // sequences in the running batch
   int max_queue = 64;      // waiting requests; more are refused (503)
   int64_t kv_tokens = 0;   // the KV pool in tokens; 0 = max_running x context
-  int prefill_chunk = 512; // prompt tokens prefilled per step, over all requests
+  int prefill_chunk = 512; // prompt token-equivalents prefilled per step, over all requests (see above)
   int max_context = 0;     // longest sequence; 0 = the model's context
   int64_t prefix_cache_tokens = -1;  // KV tokens kept prompts may hold; -1 = half the pool; 0 = off
 };
