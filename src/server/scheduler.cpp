@@ -267,7 +267,12 @@ std::unique_ptr<Scheduler::Running> Scheduler::start(const std::shared_ptr<Reque
 // backend (Session::decode_batch: on the GPU one launch per layer for the requests that share a
 // policy), each sampled as soon as its step has run.
 void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
-  double budget = options_.prefill_chunk;
+  // With no request decoding, nobody waits on the step: prompts go in larger chunks (the
+  // runner cuts them again to what one forward pass takes).
+  bool any_decoding = false;
+  for (const std::unique_ptr<Running>& rp : running)
+    any_decoding |= !rp->finished && rp->n_prefilled >= rp->request->params().prompt.size();
+  double budget = (any_decoding ? 1.0 : 4.0) * options_.prefill_chunk;
   bool prefilled = false;  // a step prefills at least a few tokens, however long the prompt
   const double k = attention_balance_context(engine_.config());
   std::vector<Running*> decoding;

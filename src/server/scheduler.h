@@ -9,9 +9,9 @@
 // prompt chunks within a budget of prefill_chunk token-equivalents (cut across steps; a prompt
 // token at position P weighs 1 + P / K, K the context length at which a token's attention work
 // equals its weights' work, so the chunks of a long prompt shrink as it grows and the running
-// requests' step time stays bounded), decodes one token for each running request (one batched
-// step: Session::decode_batch), and retires finished and cancelled requests, releasing their
-// capacity in the same step.
+// requests' step time stays bounded; with no request decoding, four times that budget), decodes
+// one token for each running request (one batched step: Session::decode_batch), and retires
+// finished and cancelled requests, releasing their capacity in the same step.
 // Prefix reuse: a finished request's session is kept, truncated to its prompt, in a PrefixCache
 // (its capacity counted in the KV budget, given back least recently used first when admission
 // needs room); a later prompt starting with a kept prompt copies those tokens instead of
