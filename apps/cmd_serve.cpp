@@ -69,6 +69,9 @@ void run_serve(const ServeArgs& a) {
   ho.host = a.host;
   ho.port = a.port;
   ho.api_key = a.api_key;
+  // A streaming or waiting request holds an HTTP thread for its life: room for every running and
+  // queued request, plus some for /health, /metrics and requests being refused.
+  ho.threads = std::max(64, a.max_running + a.max_queue + 16);
   if (ho.api_key.empty())
     if (const char* k = std::getenv("LYCHEE_API_KEY"); k != nullptr) ho.api_key = k;
   server::HttpServer http(ho, metrics);

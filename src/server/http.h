@@ -18,7 +18,8 @@ struct HttpOptions {
   int port = 8080;                       // 0 = any free port
   std::string api_key;                   // "" = no authentication
   size_t max_body_bytes = size_t(8) << 20;
-  int threads = 64;                      // HTTP worker threads (each streaming request holds one)
+  int threads = 64;                      // HTTP worker threads (each streaming or waiting request holds one;
+                                         // lychee serve: max_running + max_queue + 16, at least 64)
 };
 
 class HttpServer {

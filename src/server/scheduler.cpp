@@ -290,6 +290,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
       else decoding.push_back(&r);
       continue;
     }
+    // While requests decode, a step runs one prefill forward pass at most (each pass reads every
+    // weight again): a decoding stream's step is at most one bounded chunk longer.
+    if (any_decoding && prefilled) continue;
     try {
       const size_t left = prompt.size() - r.n_prefilled;
       size_t n = std::min(left, size_t(prefill_tokens_within(budget, int64_t(r.n_prefilled), k)));

@@ -9,7 +9,8 @@
 // prompt chunks within a budget of prefill_chunk token-equivalents (cut across steps; a prompt
 // token at position P weighs 1 + P / K, K the context length at which a token's attention work
 // equals its weights' work, so the chunks of a long prompt shrink as it grows and the running
-// requests' step time stays bounded; with no request decoding, four times that budget), decodes
+// requests' step time stays bounded; while requests decode, one prompt's chunk per step, the
+// oldest first; with no request decoding, four times the budget over several prompts), decodes
 // one token for each running request (one batched step: Session::decode_batch), and retires
 // finished and cancelled requests, releasing their capacity in the same step.
 // Prefix reuse: a finished request's session is kept, truncated to its prompt, in a PrefixCache
