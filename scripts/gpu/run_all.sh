@@ -308,7 +308,7 @@ case "${1:-}" in
     [ -f "$model" ] || { echo "bench-serve: the default model is not staged (stage-a/stage-b first)"; exit 1; }
     rc=0
     bench="python3 scripts/bench/serve_load.py --binary $build/bin/lychee"
-    for what in ${SERVE_PARTS:-sweep soak sweep8b long}; do
+    for what in ${SERVE_PARTS:-sweep soak sweep8b long long-warm}; do
       case $what in
         sweep) $bench --server-args "-m $model --device cuda --max-running 64 --max-context 4096 --kv-memory 8" \
                  --policy full,lychee --prompt-tokens 2048 --output-tokens 64 --concurrency 1,4,16,64 \
@@ -325,6 +325,10 @@ case "${1:-}" in
                 --policy lychee --policy-args "--budget 4096" --prompt-tokens 512 --output-tokens 256 \
                 --long-prompt 100000 --concurrency 64 --window 10 --label llama3-8b-random \
                 --json "$out/serve_long_prompt.json" 2>&1 | tee "$out/serve_long_prompt.log" || rc=$(failed $? "serve long prompt") ;;
+        long-warm) $bench --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 65 --max-context 102400 --kv-memory 40 --prefill-chunk 256" \
+                --policy lychee --policy-args "--budget 4096" --prompt-tokens 512 --output-tokens 256 \
+                --long-prompt 100000 --long-warmup --concurrency 64 --window 10 --label llama3-8b-random-warm \
+                --json "$out/serve_long_prompt_warm.json" 2>&1 | tee "$out/serve_long_prompt_warm.log" || rc=$(failed $? "serve long prompt (warm)") ;;
       esac
     done
     exit $rc ;;
