@@ -2,8 +2,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <random>
+
+#include <sys/socket.h>
 
 #include <httplib.h>
 
@@ -45,8 +49,22 @@ struct HttpServer::Impl {
   std::atomic<Scheduler*> scheduler{nullptr};
   ServerModel model;
   std::atomic<int> in_flight{0};
+  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's
+  // library): 64 clients connecting at once overflowed it, and one connection of a 10,000-request
+  // GPU soak was reset before its request was read. The socket hook remembers the listening
+  // socket; bind() raises its backlog to SOMAXCONN (Linux takes listen() again on it).
+  int listen_socket = -1;
 
-  Impl(const HttpOptions& o, Metrics& m) : options(o), metrics(m) {}
+  Impl(const HttpOptions& o, Metrics& m) : options(o), metrics(m) {
+    server.set_socket_options([this](socket_t s) {
+      httplib::default_socket_options(s);
+      listen_socket = int(s);
+    });
+  }
+  void raise_backlog() const {
+    if (listen_socket >= 0 && ::listen(listen_socket, SOMAXCONN) != 0)
+      LY_LOG_WARN("could not raise the listen backlog to {}: {}", SOMAXCONN, std::strerror(errno));
+  }
 
   // Counts a request in flight for its lifetime (a stream's lives in its content provider).
   struct InFlight {
@@ -248,10 +266,12 @@ int HttpServer::bind() {
   if (o.port == 0) {
     const int port = impl_->server.bind_to_any_port(o.host);
     LY_CHECK(port > 0, ErrorCode::kInvalidArgument, "cannot listen on {} (any port)", o.host);
+    impl_->raise_backlog();
     return port;
   }
   LY_CHECK(impl_->server.bind_to_port(o.host, o.port), ErrorCode::kInvalidArgument,
            "cannot listen on {}:{} (in use, or not an address of this machine)", o.host, o.port);
+  impl_->raise_backlog();
   return o.port;
 }
 
