@@ -52,15 +52,15 @@ def linear_ticks(hi):
     return [i * step for i in range(n + 1)], n * step
 
 
-def log_ticks(lo, hi):
-    """1/2/5 ticks between 10**lo and 10**hi (only powers of ten over a wide range)."""
-    mults = (1, 2, 5) if hi - lo <= 3.5 else (1,) if hi - lo > 6 else (1, 3)
-    out = []
-    for e in range(math.floor(lo) - 1, math.ceil(hi) + 1):
-        for m in mults:
-            t = m * 10.0 ** e
-            if lo <= math.log10(t) <= hi:
-                out.append(t)
+def log_ticks(lo, hi, px_per_decade, min_gap=16):
+    """Ticks between 10**lo and 10**hi: the finest of 1..9, 1/2/3/5, 1/2/5, 1/3 and powers of ten
+    whose neighbours are all at least min_gap pixels apart."""
+    for mults in ((1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 3, 5), (1, 2, 5), (1, 3), (1,)):
+        out = [m * 10.0 ** e for e in range(math.floor(lo) - 1, math.ceil(hi) + 1) for m in mults
+               if lo <= math.log10(m * 10.0 ** e) <= hi]
+        gaps = [math.log10(b / a) * px_per_decade for a, b in zip(out, out[1:])]
+        if not gaps or min(gaps) >= min_gap:
+            return out
     return out
 
 
@@ -167,14 +167,14 @@ def main():
                 mid = (hi + lo) / 2
                 lo, hi = mid - 0.25, mid + 0.25
             py = lambda v, lo=lo, hi=hi: y0 + ph * (1 - (math.log10(v) - lo) / (hi - lo))
-            ticks = log_ticks(lo, hi)
+            ticks = log_ticks(lo, hi, ph / (hi - lo))
         else:
             ticks, top_v = linear_ticks(max(vals) * 1.05)
             py = lambda v, t=top_v: y0 + ph * (1 - v / t)
         last_y = 1e9
         for t in ticks:
             y = py(t)
-            if last_y - y < 13:      # keep tick labels at least a line apart
+            if last_y - y < 16:      # keep tick labels more than a line apart
                 continue
             last_y = y
             svg.append(f'<line x1="{x0}" x2="{x0 + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
