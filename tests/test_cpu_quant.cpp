@@ -189,9 +189,9 @@ TEST(QuantDot, RefusesPlainTypes) {
 }
 
 // linear() on a quantised WeightView against ops.h's f32 linear on the dequantised matrix, at
-// awkward row counts: up to kQuantMaxRows rows through the integer products (within each
-// output's activation error plus rounding), more rows through dequantised tiles and sgemm
-// (the same f32 weights: within sgemm's rounding).
+// awkward row counts (across the 16-row tiles): every row through the integer products, within
+// each output's activation error plus rounding; and every row bit for bit what that row gives
+// alone (the native path is chunk-invariant).
 TEST(WeightLinear, QuantisedMatchesF32OnTheDequantisedWeights) {
   std::mt19937 rng(11);
   for (DType t : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
@@ -203,7 +203,7 @@ TEST(WeightLinear, QuantisedMatchesF32OnTheDequantisedWeights) {
       convert_to_f32(t, blocks.data(), m * k, wf.data());
       std::vector<float> bias(static_cast<size_t>(m));
       for (float& b : bias) b = std::uniform_real_distribution<float>(-1, 1)(rng);
-      for (int n : {1, 2, kQuantMaxRows, kQuantMaxRows + 3}) {
+      for (int n : {1, 2, 4, 7, 17, 33}) {
         const std::vector<float> x = random_activations(n * k, rng);
         std::vector<float> want(size_t(n * m)), got(size_t(n * m));
         linear(x.data(), wf.data(), bias.data(), want.data(), n, int(k), int(m));
@@ -211,6 +211,10 @@ TEST(WeightLinear, QuantisedMatchesF32OnTheDequantisedWeights) {
           LinearScratch s;
           linear(x.data(), v, bias.data(), got.data(), n, isa, s);
           for (int i = 0; i < n; ++i) {
+            std::vector<float> alone(static_cast<size_t>(m));
+            linear(x.data() + i * k, v, bias.data(), alone.data(), 1, isa, s);
+            ASSERT_EQ(std::vector<float>(got.begin() + i * m, got.begin() + (i + 1) * m), alone)
+                << dtype_name(t) << " m=" << m << " n=" << n << " row " << i << " " << quant_isa_name(isa);
             std::vector<Q8Block> q(static_cast<size_t>(k / 32));
             quantize_row_q8(x.data() + i * k, k, q.data());
             const std::vector<float> ah = dequantised(q);
@@ -219,7 +223,7 @@ TEST(WeightLinear, QuantisedMatchesF32OnTheDequantisedWeights) {
               const std::vector<float> xi(x.begin() + i * k, x.begin() + (i + 1) * k);
               double err = 0;
               for (int64_t c = 0; c < k; ++c) err += std::fabs(double(wj[size_t(c)])) * std::fabs(double(xi[size_t(c)]) - ah[size_t(c)]);
-              const double tol = n <= kQuantMaxRows ? err + rounding_tol(wj, ah) : rounding_tol(wj, xi);
+              const double tol = err + rounding_tol(wj, ah);
               ASSERT_NEAR(got[size_t(i * m + j)], want[size_t(i * m + j)], tol)
                   << dtype_name(t) << " m=" << m << " n=" << n << " row " << i << " col " << j << " "
                   << quant_isa_name(isa);

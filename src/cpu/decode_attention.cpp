@@ -7,40 +7,58 @@
 
 namespace lychee::cpu {
 
+namespace {
+
+// One query head over the first n_ctx rows of its KV head: scores, softmax, weighted sum of V.
+// Not inlined, so that a decode step and a prompt row run the very same instructions (the
+// native path's results must not depend on how a prompt was chunked).
+[[gnu::noinline]] void attend_head(const float* qh, const float* kh, const float* vh, int hd, int n_ctx,
+                                   float scale, float* o) {
+  thread_local std::vector<float> p;  // [n_ctx] scores, then probabilities
+  p.resize(size_t(n_ctx));
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < n_ctx; ++j) {
+    const float* kj = kh + int64_t(j) * hd;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int d = 0; d < hd; ++d) s += qh[d] * kj[d];
+    p[size_t(j)] = s * scale;
+    mx = std::max(mx, p[size_t(j)]);
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < n_ctx; ++j) {
+    p[size_t(j)] = std::exp(p[size_t(j)] - mx);
+    sum += p[size_t(j)];
+  }
+  std::fill(o, o + hd, 0.0f);
+  const float inv = 1.0f / sum;
+  for (int j = 0; j < n_ctx; ++j) {
+    const float pj = p[size_t(j)] * inv;
+    const float* vj = vh + int64_t(j) * hd;
+#pragma omp simd
+    for (int d = 0; d < hd; ++d) o[d] += pj * vj[d];
+  }
+}
+
+}  // namespace
+
 void attend_decode(const float* q, int n_heads, int group, int hd, const float* k, const float* v,
                    int64_t head_stride, int n_ctx, float scale, float* out) {
-  // Dynamic, one head at a time: n_heads is small (9 on the default model) and a thread
-  // preempted by another process should not hold a static share.
+  attend_rows(q, 1, n_heads, group, hd, k, v, head_stride, n_ctx - 1, scale, out);
+}
+
+void attend_rows(const float* q, int n, int n_heads, int group, int hd, const float* k, const float* v,
+                 int64_t head_stride, int pos0, float scale, float* out) {
+  const int64_t row = int64_t(n_heads) * hd;
+  const int64_t work = int64_t(n) * n_heads;
+  // Dynamic, one (row, head) at a time: a decode step has only n_heads items (9 on the default
+  // model) and a thread preempted by another process should not hold a static share.
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int h = 0; h < n_heads; ++h) {
-    thread_local std::vector<float> p;  // [n_ctx] scores, then probabilities
-    p.resize(size_t(n_ctx));
-    const float* qh = q + int64_t(h) * hd;
-    const float* kh = k + int64_t(h / group) * head_stride;
-    const float* vh = v + int64_t(h / group) * head_stride;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int j = 0; j < n_ctx; ++j) {
-      const float* kj = kh + int64_t(j) * hd;
-      float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-      for (int d = 0; d < hd; ++d) s += qh[d] * kj[d];
-      p[size_t(j)] = s * scale;
-      mx = std::max(mx, p[size_t(j)]);
-    }
-    float sum = 0.0f;
-    for (int j = 0; j < n_ctx; ++j) {
-      p[size_t(j)] = std::exp(p[size_t(j)] - mx);
-      sum += p[size_t(j)];
-    }
-    float* o = out + int64_t(h) * hd;
-    std::fill(o, o + hd, 0.0f);
-    const float inv = 1.0f / sum;
-    for (int j = 0; j < n_ctx; ++j) {
-      const float pj = p[size_t(j)] * inv;
-      const float* vj = vh + int64_t(j) * hd;
-#pragma omp simd
-      for (int d = 0; d < hd; ++d) o[d] += pj * vj[d];
-    }
+  for (int64_t w = 0; w < work; ++w) {
+    const int64_t t = w / n_heads;
+    const int h = int(w % n_heads);
+    attend_head(q + t * row + int64_t(h) * hd, k + int64_t(h / group) * head_stride,
+                v + int64_t(h / group) * head_stride, hd, pos0 + int(t) + 1, scale, out + t * row + int64_t(h) * hd);
   }
 }
 

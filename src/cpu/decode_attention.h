@@ -1,8 +1,9 @@
-// Dense attention of one decode step for every query head at once, f32, for the native-weight
-// CPU path (the f32 reference keeps ops.h's attend_causal, which goes through BLAS). With one
-// query row, sgemm packs each head's K and V before multiplying (measured ~6 ms of a 13.5 ms
-// decode step at 512 tokens on one core); here each query head reads its KV head's rows once:
-// scores, softmax, weighted sum of V. Parallel over query heads.
+// Dense causal attention for the native-weight CPU path, f32, one query row at a time (the f32
+// reference keeps ops.h's attend_causal, which goes through BLAS). With one query row, sgemm packs
+// each head's K and V before multiplying (measured ~6 ms of a 13.5 ms decode step at 512 tokens on
+// one core); here each query head reads its KV head's rows once: scores, softmax, weighted sum of
+// V. A prompt row and a decode step at the same position run the same per-head routine on the
+// same inputs, so the native path does not depend on how a prompt was chunked.
 #pragma once
 
 #include <cstdint>
@@ -13,5 +14,10 @@ namespace lychee::cpu {
 // query head h reads KV head h / group. out: [n_heads, hd].
 void attend_decode(const float* q, int n_heads, int group, int hd, const float* k, const float* v,
                    int64_t head_stride, int n_ctx, float scale, float* out);
+// n query rows at positions pos0 .. pos0 + n - 1 (row t attends to the first pos0 + t + 1 keys):
+// q, out: [n, n_heads, hd]. Row t equals attend_decode of that row with n_ctx = pos0 + t + 1,
+// bit for bit. Parallel over (row, head).
+void attend_rows(const float* q, int n, int n_heads, int group, int hd, const float* k, const float* v,
+                 int64_t head_stride, int pos0, float scale, float* out);
 
 }  // namespace lychee::cpu

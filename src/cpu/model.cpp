@@ -59,7 +59,15 @@ void Model::forward(std::span<const int32_t> tokens, KvCache& kv, std::vector<fl
 
 void Model::linear(const float* x, WeightId id, WeightId bias, int layer, float* y, int n) {
   const float* b = bias == WeightId::kCount ? nullptr : weights_.get(bias, layer);
-  cpu::linear(x, weights_.view(id, layer), b, y, n, isa_, s_.lin);
+  const WeightView w = weights_.view(id, layer);
+  if (weights_.format() == WeightFormat::kNative && !w.quantized() && n > 1) {
+    // A plain matrix in a native model: row by row through the decode step's product, so that a
+    // prompt row gets what it gets as a decode step (sgemm sums in another order).
+    for (int i = 0; i < n; ++i)
+      cpu::linear(x + int64_t(i) * w.cols, w, b, y + int64_t(i) * w.rows, 1, isa_, s_.lin);
+    return;
+  }
+  cpu::linear(x, w, b, y, n, isa_, s_.lin);
 }
 
 void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats) {
@@ -99,9 +107,9 @@ void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* poli
     }
     const int group = c.group_size();
     const float scale = 1.0f / std::sqrt(float(hd));
-    if (n == 1 && weights_.format() == WeightFormat::kNative) {  // decode_attention.h says why
-      attend_decode(s_.q.data(), c.n_heads, group, hd, kv.k(layer, 0), kv.v(layer, 0),
-                    int64_t(kv.capacity()) * hd, pos0 + 1, scale, s_.att.data());
+    if (weights_.format() == WeightFormat::kNative) {  // decode_attention.h says why
+      attend_rows(s_.q.data(), n, c.n_heads, group, hd, kv.k(layer, 0), kv.v(layer, 0),
+                  int64_t(kv.capacity()) * hd, pos0, scale, s_.att.data());
     } else {
 #pragma omp parallel for schedule(dynamic)
       for (int h = 0; h < c.n_kv_heads; ++h)

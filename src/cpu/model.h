@@ -16,8 +16,9 @@ namespace lychee::cpu {
 class Model {
  public:
   // Weights held in f32 (the reference) or with WeightFormat::kNative: quantised matrices in
-  // their blocks, multiplied through the integer dot products of the ISA this CPU has, and dense
-  // decode steps attending through attend_decode (decode_attention.h) instead of BLAS.
+  // their blocks, multiplied through the integer dot products of the ISA this CPU has for every
+  // row count, and dense attention through attend_rows (decode_attention.h) instead of BLAS:
+  // chunk-invariant (a prompt row computes what it computes as a decode step, bit for bit).
   Model(const ModelConfig& config, HostWeights weights);
 
   const ModelConfig& config() const { return config_; }

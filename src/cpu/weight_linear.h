@@ -1,6 +1,8 @@
 // Products with weights as HostWeights holds them (model/checkpoint.h's WeightView): f32 through
 // ops.h's linear (the oracle), block-quantised (WeightFormat::kNative) through the integer dot
-// products of quant_dot.h for a few rows, and through dequantised tiles and BLAS for many.
+// products of quant_dot.h for every row count: each output element is one integer dot product of
+// a weight row with the row's own int8 quantisation, so a prompt token gets the same result in a
+// chunk of any size and as a decode step (the native path is chunk-invariant; ARCHITECTURE.md).
 #pragma once
 
 #include <cstdint>
@@ -11,15 +13,9 @@
 
 namespace lychee::cpu {
 
-// Up to this many rows of x, a quantised weight is used in its blocks (decode: memory-bound, the
-// blocks are 4-7x fewer bytes than f32); more rows (prefill: compute-bound) dequantise W in
-// row tiles and multiply with sgemm, which is faster per row than the integer products here.
-constexpr int kQuantMaxRows = 4;
-
 // Reused buffers of the quantised products (kept by the caller so decode allocates nothing).
 struct LinearScratch {
   std::vector<Q8Block> qx;  // [n, k / 32]
-  std::vector<float> tile;  // [tile rows, k] dequantised weights
 };
 
 // y[n, m] = x[n, k] · w[m, k]ᵀ + b[m] (b may be nullptr); w.cols == k, w.rows == m.
