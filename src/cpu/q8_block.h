@@ -28,6 +28,7 @@ float dot_q4_k(const uint8_t* w, const Q8Block* a, int64_t n);
 float dot_q5_k(const uint8_t* w, const Q8Block* a, int64_t n);
 float dot_q6_k(const uint8_t* w, const Q8Block* a, int64_t n);
 float dot_q8_k(const uint8_t* w, const Q8Block* a, int64_t n);
+void dot4_q4_1(const uint8_t* w, const Q8Block* a, int64_t a_stride, int64_t n, float* out);
 }  // namespace avx2
 
 }  // namespace lychee::cpu

@@ -172,6 +172,15 @@ QuantIsa detected_quant_isa() {
 
 const char* quant_isa_name(QuantIsa isa) { return isa == QuantIsa::kAvx2 ? "avx2" : "scalar"; }
 
+QuantDot4Fn quant_dot4_fn(DType t, QuantIsa isa) {
+#if defined(__x86_64__)
+  if (isa == QuantIsa::kAvx2 && detected_quant_isa() == QuantIsa::kAvx2 && t == DType::kQ4_1) return avx2::dot4_q4_1;
+#else
+  (void)t, (void)isa;
+#endif
+  return nullptr;
+}
+
 QuantDotFn quant_dot_fn(DType t, QuantIsa isa) {
   LY_CHECK(isa == QuantIsa::kScalar || detected_quant_isa() == QuantIsa::kAvx2, ErrorCode::kUnsupported,
            "the AVX2 quantised dot products need a CPU with AVX2, FMA and F16C");

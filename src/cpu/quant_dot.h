@@ -32,4 +32,12 @@ using QuantDotFn = float (*)(const uint8_t* w, const Q8Block* a, int64_t n);
 // The kernel for block type t on `isa`; Error(kUnsupported) for a type that is not block-quantised.
 QuantDotFn quant_dot_fn(DType t, QuantIsa isa);
 
+// Four activation rows at once against one weight row (the weight block unpacked once for the
+// four): out[r] = Σ_i w[i] a_r[i], a_r = a + r * a_stride, each bit for bit what QuantDotFn gives
+// for that row alone (the same operations in the same order per row), so prompt rows computed four
+// at a time equal decode steps.
+using QuantDot4Fn = void (*)(const uint8_t* w, const Q8Block* a, int64_t a_stride, int64_t n, float* out);
+// The four-row kernel for t on isa, or nullptr where there is none (callers loop QuantDotFn).
+QuantDot4Fn quant_dot4_fn(DType t, QuantIsa isa);
+
 }  // namespace lychee::cpu

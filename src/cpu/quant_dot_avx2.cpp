@@ -117,6 +117,39 @@ float dot_q4_1(const uint8_t* w, const Q8Block* a, int64_t n) {
   return hsum(_mm256_add_ps(acc0, acc1)) + acc_min;
 }
 
+// dot_q4_1 for four activation rows: per row the same accumulators, operations and order as
+// dot_q4_1 (two vector accumulators over alternate blocks, the mins summed in block order), the
+// nibbles and the weight scales unpacked once per block for the four.
+void dot4_q4_1(const uint8_t* w, const Q8Block* a, int64_t a_stride, int64_t n, float* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc0[4], acc1[4];
+  float acc_min[4];
+  for (int r = 0; r < 4; ++r) {
+    acc0[r] = _mm256_setzero_ps();
+    acc1[r] = _mm256_setzero_ps();
+    acc_min[r] = 0.0f;
+  }
+  const int64_t nb = n / 32;
+  auto block = [&](int64_t i, __m256* acc) {
+    const uint8_t* wb = w + 20 * i;
+    const float wd = f16(wb), wm = f16(wb + 2);
+    const __m256i u = unpack_nibbles16(wb + 4);
+    for (int r = 0; r < 4; ++r) {
+      const Q8Block& ab = a[r * a_stride + i];
+      acc_min[r] += wm * ab.d * float(sum_of(ab));
+      const __m256i p = dot_u8(u, load_q(ab), ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * ab.d), acc[r]);
+    }
+  };
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    block(b, acc0);
+    block(b + 1, acc1);
+  }
+  if (b < nb) block(b, acc0);
+  for (int r = 0; r < 4; ++r) out[r] = hsum(_mm256_add_ps(acc0[r], acc1[r])) + acc_min[r];
+}
+
 namespace {
 
 // Q4_K (five = false) and Q5_K: per 256-element super-block 8 sub-blocks of 32, sub-block j

@@ -20,6 +20,7 @@ void quant_rows(const float* x, const WeightView& w, float* y, int n, QuantIsa i
   s.qx.resize(size_t(n * nb));
   for (int i = 0; i < n; ++i) quantize_row_q8(x + i * k, k, s.qx.data() + i * nb);
   const QuantDotFn dot = quant_dot_fn(w.dtype, isa);
+  const QuantDot4Fn dot4 = quant_dot4_fn(w.dtype, isa);  // bit for bit the same per row
   const Q8Block* qx = s.qx.data();
   constexpr int64_t kRowTile = 64, kXTile = 16;
   const int64_t tiles = (m + kRowTile - 1) / kRowTile;
@@ -30,7 +31,13 @@ void quant_rows(const float* x, const WeightView& w, float* y, int n, QuantIsa i
       const int64_t i1 = std::min<int64_t>(n, i0 + kXTile);
       for (int64_t j = j0; j < j1; ++j) {
         const uint8_t* row = w.data + j * w.row_bytes;
-        for (int64_t i = i0; i < i1; ++i) y[i * m + j] = dot(row, qx + i * nb, k);
+        int64_t i = i0;
+        if (dot4 != nullptr)
+          for (float out[4]; i + 4 <= i1; i += 4) {
+            dot4(row, qx + i * nb, nb, k, out);
+            for (int r = 0; r < 4; ++r) y[(i + r) * m + j] = out[r];
+          }
+        for (; i < i1; ++i) y[i * m + j] = dot(row, qx + i * nb, k);
       }
     }
   }
