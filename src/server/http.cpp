@@ -3,10 +3,15 @@
 #include <atomic>
 #include <chrono>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <random>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <httplib.h>
@@ -38,6 +43,51 @@ void send_json(httplib::Response& res, int status, const json& body) {
 void send_error(httplib::Response& res, const ApiError& e) {
   if (e.status() == 503) res.set_header("Retry-After", "1");
   send_json(res, e.status(), e.body());
+}
+
+}  // namespace
+
+namespace {
+
+// The accepted socket of a request: cpp-httplib 0.11 (Debian's) hands handlers no socket and has
+// no is_connection_closed(), so a non-streaming request finds its descriptor by its peer address
+// (the one open socket whose peer is remote_addr:remote_port). -1 when none matches.
+int client_socket(const std::string& addr, int port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (const dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    sockaddr_storage peer{};
+    socklen_t len = sizeof(peer);
+    if (getpeername(int(fd), reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    int peer_port = -1;
+    if (peer.ss_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);
+      inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
+      peer_port = ntohs(a->sin_port);
+    } else if (peer.ss_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&peer);
+      inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
+      peer_port = ntohs(a->sin6_port);
+    }
+    if (peer_port == port && addr == text) {
+      found = int(fd);
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// Whether the client closed its side (end of stream or an error on the socket): as uvicorn
+// reports a disconnect. HTTP clients do not half-close while they wait for a response.
+bool client_gone(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
 }  // namespace
@@ -98,7 +148,18 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
       stream(endpoint, parsed, std::move(request), std::move(meta), res);
       return;
     }
-    const RequestUpdate u = request->wait();
+    // Non-streaming: wait for the finish, watching the connection so that a client that went
+    // away cancels its request (its pages freed within a step), as a stream's does.
+    const int fd = client_socket(req.remote_addr, req.remote_port);
+    RequestUpdate u;
+    while (!u.done) {
+      request->next(u, std::chrono::milliseconds(200));
+      if (!u.done && fd >= 0 && client_gone(fd)) {
+        request->cancel();
+        u = request->wait();
+        return;  // nobody to answer
+      }
+    }
     t_tokens = u.usage.completion_tokens;
     if (u.finish_reason == "error") throw ApiError(500, u.error.empty() ? "generation failed" : u.error);
     const ChoiceResult choice{u.text, u.finish_reason, u.logprobs};

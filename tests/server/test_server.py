@@ -199,6 +199,26 @@ def test_cancellation_mid_stream_frees_capacity(server, client, model_id):
     assert chat(client, model_id, "Hi", max_tokens=3).choices[0].message.content  # still serving
 
 
+def test_a_vanished_non_streaming_client_cancels_its_request(server):
+    """A client that sent a non-streaming request and went away (closed its socket) gets its
+    request cancelled and its KV pages freed long before the 400 tokens would have finished."""
+    before = server.metrics()["lychee_requests_total{outcome=\"cancelled\"}"]
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("POST", "/v1/completions",
+                 json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "ignore_eos": True}),
+                 {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
+    deadline = time.time() + 30
+    while server.metrics()["lychee_kv_tokens_used"] == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    assert server.metrics()["lychee_kv_tokens_used"] > 0
+    t0 = time.time()
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    m = server.wait_pool_empty()
+    assert m["lychee_requests_total{outcome=\"cancelled\"}"] == before + 1
+    assert time.time() - t0 < 5  # 400 tokens take longer than that on the CPU
+
+
 def test_concurrent_greedy_requests_are_isolated(server, client, model_id):
     alone = [complete(client, model_id, p, max_tokens=8).choices[0].text for p in PROMPTS]
     with cf.ThreadPoolExecutor(8) as pool:
