@@ -11,13 +11,15 @@ namespace lychee::cpu {
 
 // 32 activations: x[i] ≈ d * q[i], d = max|x| / 127 (0 for an all-zero block), q rounded to
 // nearest. sum[h] = Σ q[16h .. 16h + 15]: the weight types with an offset (Q4_0, Q6_K) or a min
-// (Q4_1, Q4_K, Q5_K) take it from there.
+// (Q4_1, Q4_K, Q5_K) take it from there; ds = d * (sum[0] + sum[1]) once per block for Q4_1's min
+// term (one multiply-add per weight block instead of two products and a conversion).
 struct Q8Block {
   float d;
   int16_t sum[2];
   int8_t q[32];
+  float ds;
 };
-static_assert(sizeof(Q8Block) == 40);
+static_assert(sizeof(Q8Block) == 44);
 
 namespace avx2 {
 // Defined in quant_dot_avx2.cpp; call only when detected_quant_isa() == kAvx2.

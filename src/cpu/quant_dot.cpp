@@ -30,6 +30,7 @@ void quantize_row_q8(const float* x, int64_t n, Q8Block* out) {
       }
       o.sum[h] = int16_t(sum);
     }
+    o.ds = d * float(o.sum[0] + o.sum[1]);
   }
 }
 
@@ -78,7 +79,7 @@ float dot_q4_1(const uint8_t* w, const Q8Block* a, int64_t n) {
   for (int64_t b = 0; b < n / 32; ++b, w += 20) {
     const int s = dot32(a[b].q, [&](int i) { return nibble32(w + 4, i); });
     acc += load_f16(w) * a[b].d * float(s);
-    acc_min += load_f16(w + 2) * a[b].d * float(sum_of(a[b]));
+    acc_min = std::fma(load_f16(w + 2), a[b].ds, acc_min);
   }
   return acc + acc_min;
 }

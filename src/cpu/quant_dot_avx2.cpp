@@ -104,7 +104,7 @@ float dot_q4_1(const uint8_t* w, const Q8Block* a, int64_t n) {
   const int64_t nb = n / 32;
   auto block = [&](int64_t i, __m256 acc) {
     const uint8_t* wb = w + 20 * i;
-    acc_min += f16(wb + 2) * a[i].d * float(sum_of(a[i]));
+    acc_min = __builtin_fmaf(f16(wb + 2), a[i].ds, acc_min);
     const __m256i p = dot_u8(unpack_nibbles16(wb + 4), load_q(a[i]), ones);
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16(wb) * a[i].d), acc);
   };
@@ -136,7 +136,7 @@ void dot4_q4_1(const uint8_t* w, const Q8Block* a, int64_t a_stride, int64_t n, 
     const __m256i u = unpack_nibbles16(wb + 4);
     for (int r = 0; r < 4; ++r) {
       const Q8Block& ab = a[r * a_stride + i];
-      acc_min[r] += wm * ab.d * float(sum_of(ab));
+      acc_min[r] = __builtin_fmaf(wm, ab.ds, acc_min[r]);
       const __m256i p = dot_u8(u, load_q(ab), ones);
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * ab.d), acc[r]);
     }
