@@ -70,6 +70,24 @@ void Model::linear(const float* x, WeightId id, WeightId bias, int layer, float*
   cpu::linear(x, w, b, y, n, isa_, s_.lin);
 }
 
+void Model::linear_group(const float* x, std::initializer_list<Product> products, int layer, int n) {
+  if (weights_.format() == WeightFormat::kNative) {
+    std::vector<LinearOut>& outs = s_.group;
+    outs.clear();
+    bool quantised = true;
+    for (const Product& p : products) {
+      const WeightView w = weights_.view(p.id, layer);
+      quantised &= w.quantized();
+      outs.push_back({w, p.bias == WeightId::kCount ? nullptr : weights_.get(p.bias, layer), p.y});
+    }
+    if (quantised) {
+      cpu::linear_group(x, outs, n, isa_, s_.lin);
+      return;
+    }
+  }
+  for (const Product& p : products) linear(x, p.id, p.bias, layer, p.y, n);
+}
+
 void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats) {
   const ModelConfig& c = config_;
   const int d = c.d_model, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
@@ -79,9 +97,10 @@ void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* poli
   s_.q.resize(size_t(n) * qd);
   s_.k.resize(size_t(n) * kvd);
   s_.v.resize(size_t(n) * kvd);
-  linear(s_.h.data(), WeightId::kWq, WeightId::kBq, layer, s_.q.data(), n);
-  linear(s_.h.data(), WeightId::kWk, WeightId::kBk, layer, s_.k.data(), n);
-  linear(s_.h.data(), WeightId::kWv, WeightId::kBv, layer, s_.v.data(), n);
+  linear_group(s_.h.data(),
+               {{WeightId::kWq, WeightId::kBq, s_.q.data()}, {WeightId::kWk, WeightId::kBk, s_.k.data()},
+                {WeightId::kWv, WeightId::kBv, s_.v.data()}},
+               layer, n);
   if (c.qk_norm) {
     rmsnorm(s_.q.data(), w(WeightId::kQNorm), s_.q.data(), n * c.n_heads, hd, c.rms_eps);
     rmsnorm(s_.k.data(), w(WeightId::kKNorm), s_.k.data(), n * c.n_kv_heads, hd, c.rms_eps);
@@ -159,8 +178,9 @@ void Model::mlp_block(int layer, int n) {
   rmsnorm(s_.x.data(), w(WeightId::kFfnNorm), s_.h.data(), n, d, c.rms_eps);
   s_.gate.resize(size_t(n) * ff);
   s_.up.resize(size_t(n) * ff);
-  linear(s_.h.data(), WeightId::kWGate, WeightId::kBGate, layer, s_.gate.data(), n);
-  linear(s_.h.data(), WeightId::kWUp, WeightId::kBUp, layer, s_.up.data(), n);
+  linear_group(s_.h.data(),
+               {{WeightId::kWGate, WeightId::kBGate, s_.gate.data()}, {WeightId::kWUp, WeightId::kBUp, s_.up.data()}},
+               layer, n);
   silu_mul(s_.gate.data(), s_.up.data(), int64_t(n) * ff);
   s_.o.resize(size_t(n) * d);
   linear(s_.gate.data(), WeightId::kWDown, WeightId::kBDown, layer, s_.o.data(), n);

@@ -42,9 +42,17 @@ class Model {
     std::vector<int32_t> pos;
     std::vector<HeadRead> reads;
     LinearScratch lin;
+    std::vector<LinearOut> group;  // linear_group's products
   };
   // y[n, w.rows] = x[n, w.cols] · wᵀ (+ bias).
   void linear(const float* x, WeightId id, WeightId bias, int layer, float* y, int n);
+  // Products of the same x: one parallel region for a native model whose weights are all
+  // quantised (cpu::linear_group), else one linear() each. {weight, bias, output}.
+  struct Product {
+    WeightId id, bias;
+    float* y;
+  };
+  void linear_group(const float* x, std::initializer_list<Product> products, int layer, int n);
   void attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats);
   void mlp_block(int layer, int n);
   void decode_attention(int layer, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats);

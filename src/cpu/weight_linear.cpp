@@ -10,37 +10,34 @@ namespace lychee::cpu {
 
 namespace {
 
-// y[n, m] with x quantised row by row: each output element one integer dot product over a
-// weight row, the same whatever n is. Tiles of 64 weight rows x 16 activation rows keep both in
-// L1 (a tile of weight rows is read once per 16 rows of x instead of once per row); parallel over
-// weight-row tiles, dynamic, so that a thread preempted by another process does not hold the
-// others at the barrier (as ops.h's f32 matrix-vector product).
-void quant_rows(const float* x, const WeightView& w, float* y, int n, QuantIsa isa, LinearScratch& s) {
+// Rows j0..j1 of y[n, m] = qx · wᵀ: each output element one integer dot product of a weight row
+// with an activation row's int8 blocks, the same whatever n is. Within a tile, 16 activation rows
+// at a time keep both in L1 (a weight row is read once per 16 rows of x).
+void quant_tile(const WeightView& w, QuantDotFn dot, QuantDot4Fn dot4, const Q8Block* qx, float* y, int64_t n,
+                int64_t j0, int64_t j1) {
   const int64_t k = w.cols, m = w.rows, nb = k / 32;
-  s.qx.resize(size_t(n * nb));
-  for (int i = 0; i < n; ++i) quantize_row_q8(x + i * k, k, s.qx.data() + i * nb);
-  const QuantDotFn dot = quant_dot_fn(w.dtype, isa);
-  const QuantDot4Fn dot4 = quant_dot4_fn(w.dtype, isa);  // bit for bit the same per row
-  const Q8Block* qx = s.qx.data();
-  constexpr int64_t kRowTile = 64, kXTile = 16;
-  const int64_t tiles = (m + kRowTile - 1) / kRowTile;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t j0 = t * kRowTile, j1 = std::min(m, j0 + kRowTile);
-    for (int64_t i0 = 0; i0 < n; i0 += kXTile) {
-      const int64_t i1 = std::min<int64_t>(n, i0 + kXTile);
-      for (int64_t j = j0; j < j1; ++j) {
-        const uint8_t* row = w.data + j * w.row_bytes;
-        int64_t i = i0;
-        if (dot4 != nullptr)
-          for (float out[4]; i + 4 <= i1; i += 4) {
-            dot4(row, qx + i * nb, nb, k, out);
-            for (int r = 0; r < 4; ++r) y[(i + r) * m + j] = out[r];
-          }
-        for (; i < i1; ++i) y[i * m + j] = dot(row, qx + i * nb, k);
-      }
+  constexpr int64_t kXTile = 16;
+  for (int64_t i0 = 0; i0 < n; i0 += kXTile) {
+    const int64_t i1 = std::min<int64_t>(n, i0 + kXTile);
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint8_t* row = w.data + j * w.row_bytes;
+      int64_t i = i0;
+      if (dot4 != nullptr)  // bit for bit what dot gives per row
+        for (float out[4]; i + 4 <= i1; i += 4) {
+          dot4(row, qx + i * nb, nb, k, out);
+          for (int r = 0; r < 4; ++r) y[(i + r) * m + j] = out[r];
+        }
+      for (; i < i1; ++i) y[i * m + j] = dot(row, qx + i * nb, k);
     }
   }
+}
+
+constexpr int64_t kRowTile = 64;  // weight rows per parallel work item
+
+void add_bias(const float* b, float* y, int n, int64_t m) {
+  if (b != nullptr)
+    for (int i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) y[i * m + j] += b[j];
 }
 
 }  // namespace
@@ -52,10 +49,39 @@ void linear(const float* x, const WeightView& w, const float* b, float* y, int n
     linear(x, w.f32(), b, y, n, int(w.cols), int(w.rows));
     return;
   }
-  quant_rows(x, w, y, n, isa, scratch);
-  if (b != nullptr)
-    for (int i = 0; i < n; ++i)
-      for (int64_t j = 0; j < w.rows; ++j) y[i * w.rows + j] += b[j];
+  const LinearOut one{w, b, y};
+  linear_group(x, std::span<const LinearOut>(&one, 1), n, isa, scratch);
+}
+
+// Parallel over weight-row tiles of all the products, dynamic, so that a thread preempted by
+// another process does not hold the others at the barrier (as ops.h's f32 matrix-vector product).
+void linear_group(const float* x, std::span<const LinearOut> outs, int n, QuantIsa isa, LinearScratch& s) {
+  if (outs.empty()) return;
+  const int64_t k = outs[0].w.cols, nb = k / 32;
+  bool together = true;
+  for (const LinearOut& o : outs) together &= o.w.quantized() && o.w.cols == k && o.w.data != nullptr;
+  if (!together) {
+    for (const LinearOut& o : outs) linear(x, o.w, o.b, o.y, n, isa, s);
+    return;
+  }
+  s.qx.resize(size_t(n * nb));
+  for (int i = 0; i < n; ++i) quantize_row_q8(x + i * k, k, s.qx.data() + i * nb);
+  s.fns.clear();
+  s.tiles.clear();
+  for (size_t p = 0; p < outs.size(); ++p) {
+    s.fns.push_back({quant_dot_fn(outs[p].w.dtype, isa), quant_dot4_fn(outs[p].w.dtype, isa)});
+    for (int64_t j0 = 0; j0 < outs[p].w.rows; j0 += kRowTile) s.tiles.push_back({int(p), j0});
+  }
+  const Q8Block* qx = s.qx.data();
+  const int64_t n_tiles = int64_t(s.tiles.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const LinearScratch::Tile tile = s.tiles[size_t(t)];
+    const LinearOut& o = outs[size_t(tile.product)];
+    quant_tile(o.w, s.fns[size_t(tile.product)].dot, s.fns[size_t(tile.product)].dot4, qx, o.y, n, tile.j0,
+               std::min(o.w.rows, tile.j0 + kRowTile));
+  }
+  for (const LinearOut& o : outs) add_bias(o.b, o.y, n, o.w.rows);
 }
 
 void weight_row_f32(const WeightView& w, int64_t row, float* dst) {

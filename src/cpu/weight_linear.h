@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "cpu/quant_dot.h"
@@ -16,12 +17,35 @@ namespace lychee::cpu {
 // Reused buffers of the quantised products (kept by the caller so decode allocates nothing).
 struct LinearScratch {
   std::vector<Q8Block> qx;  // [n, k / 32]
+  struct Fns {
+    QuantDotFn dot;
+    QuantDot4Fn dot4;
+  };
+  struct Tile {
+    int product;
+    int64_t j0;
+  };
+  std::vector<Fns> fns;     // per product of a group
+  std::vector<Tile> tiles;  // the group's parallel work items
+};
+
+// One product of linear_group: y[n, w.rows] = x · wᵀ + b (b may be nullptr).
+struct LinearOut {
+  WeightView w;
+  const float* b;
+  float* y;
 };
 
 // y[n, m] = x[n, k] · w[m, k]ᵀ + b[m] (b may be nullptr); w.cols == k, w.rows == m.
 // `isa` picks the quantised kernels (cpu/quant_dot.h).
 void linear(const float* x, const WeightView& w, const float* b, float* y, int n, QuantIsa isa,
             LinearScratch& scratch);
+
+// Several products of the same x (Q, K and V; gate and up): x quantised once and every weight's
+// row tiles in one parallel region (a decode step has that many fewer barriers), each output
+// element what linear() gives. Falls back to one linear() per product unless every weight is
+// quantised with the same number of columns.
+void linear_group(const float* x, std::span<const LinearOut> outs, int n, QuantIsa isa, LinearScratch& scratch);
 
 // Row `row` of w as f32 (an embedding lookup). dst: [w.cols].
 void weight_row_f32(const WeightView& w, int64_t row, float* dst);
