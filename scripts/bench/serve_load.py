@@ -202,10 +202,10 @@ def model_info(port):
     data = json.loads(body).get("data") or [{}]
     m = data[0]
     vocab = None
-    for key in ("vocab_size", "n_vocab", "vocab"):
-        if isinstance(m.get(key), int):
-            vocab = m[key]
-            break
+    for where in (m, m.get("meta") or {}):  # lychee and llama.cpp report it under "meta"
+        for key in ("vocab_size", "n_vocab", "vocab"):
+            if vocab is None and isinstance(where.get(key), int):
+                vocab = where[key]
     ctx = m.get("context_length") or m.get("max_model_len")
     return m.get("id"), vocab, ctx
 

@@ -284,6 +284,13 @@ void HttpServer::Impl::routes() {
       ready_scheduler();
       json m = {{"id", model.id}, {"object", "model"}, {"created", int64_t(std::time(nullptr))},
                 {"owned_by", "lychee"}, {"context_length", model.context}};
+      // As llama.cpp's server reports them: what a client needs to build token-id prompts.
+      if (model.engine != nullptr) {
+        const ModelConfig& c = model.engine->config();
+        m["meta"] = {{"n_vocab", model.engine->tokenizer().vocab_size()}, {"n_vocab_model", c.vocab_size},
+                     {"n_ctx", model.context}, {"n_ctx_train", c.max_context}, {"n_params", c.n_params()},
+                     {"device", model.engine->device()}};
+      }
       send_json(res, 200, json{{"object", "list"}, {"data", json::array({m})}});
     } catch (const ApiError& e) {
       send_error(res, e);
