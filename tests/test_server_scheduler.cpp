@@ -188,11 +188,10 @@ TEST(ServerScheduler, PromptLongerThanTheContextIsRefusedBeforeAnyWork) {
 TEST(ServerScheduler, PrefillChunksShrinkWithThePromptsDepth) {
   EXPECT_NEAR(attention_balance_context(llama3_8b_shape()), 26624.0, 1e-6);
   const double k = 26624.0;
-  auto weight = [&](int n, int64_t p) { return n * (1.0 + double(p) / k) + double(n) * n / (2.0 * k); };
   for (const int64_t position : {int64_t(0), int64_t(2048), int64_t(32768), int64_t(100000)}) {
     const int n = prefill_tokens_within(512.0, position, k);
-    EXPECT_LE(weight(n, position), 512.0 + 1e-9) << position;
-    EXPECT_GT(weight(n + 1, position), 512.0) << position;
+    EXPECT_LE(prefill_weight(n, position, k), 512.0 + 1e-9) << position;
+    EXPECT_GT(prefill_weight(n + 1, position, k), 512.0) << position;
   }
   EXPECT_EQ(prefill_tokens_within(512.0, 0, 1e15), 512);   // no attention weight: plain tokens
   EXPECT_EQ(prefill_tokens_within(512.0, 100000, k), 107); // 512 / 4.76, less the n^2 term

@@ -76,8 +76,12 @@ double attention_balance_context(const ModelConfig& c) {
   return std::max(1.0, linear / (2.0 * c.q_dim()));
 }
 
+double prefill_weight(int64_t n, int64_t position, double k) {
+  return double(n) * (1.0 + double(position) / k) + double(n) * double(n) / (2.0 * k);
+}
+
 int prefill_tokens_within(double budget, int64_t position, double k) {
-  // n tokens from position P weigh n (1 + P / k) + n^2 / (2 k): the largest n within budget.
+  // The largest n with prefill_weight(n, P, k) = n (1 + P / k) + n^2 / (2 k) within budget.
   if (budget <= 0.0) return 0;
   const double b = 1.0 + double(position) / k;
   const double n = k * (std::sqrt(b * b + 2.0 * budget / k) - b);
@@ -267,42 +271,37 @@ std::unique_ptr<Scheduler::Running> Scheduler::start(const std::shared_ptr<Reque
 // backend (Session::decode_batch: on the GPU one launch per layer for the requests that share a
 // policy), each sampled as soon as its step has run.
 void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
-  // With no request decoding, nobody waits on the step: prompts go in larger chunks (the
-  // runner cuts them again to what one forward pass takes).
-  bool any_decoding = false;
-  for (const std::unique_ptr<Running>& rp : running)
-    any_decoding |= !rp->finished && rp->n_prefilled >= rp->request->params().prompt.size();
-  double budget = (any_decoding ? 1.0 : 4.0) * options_.prefill_chunk;
-  bool prefilled = false;  // a step prefills at least a few tokens, however long the prompt
-  const double k = attention_balance_context(engine_.config());
-  std::vector<Running*> decoding;
+  std::vector<Running*> decoding, prefilling;
   for (std::unique_ptr<Running>& rp : running) {
     Running& r = *rp;
     if (r.finished) continue;
-    if (r.request->cancelled()) {
-      retire(r, "cancelled");
-      continue;
-    }
+    if (r.request->cancelled()) retire(r, "cancelled");
+    else if (r.n_prefilled < r.request->params().prompt.size()) prefilling.push_back(&r);
+    // The reservation covers prompt + max_tokens, so this is a guard, not a path taken.
+    else if (r.session->length() + 1 > r.session->capacity()) retire(r, "length");
+    else decoding.push_back(&r);
+  }
+  // With no request decoding, nobody waits on the step: prompts go in larger chunks (the runner
+  // cuts them again to what one forward pass takes), over several prompts. While requests decode,
+  // one prompt's chunk at most (each forward pass reads every weight again): a decoding stream's
+  // step is at most one bounded chunk longer.
+  double budget = (decoding.empty() ? 4.0 : 1.0) * options_.prefill_chunk;
+  const size_t max_prompts = decoding.empty() ? prefilling.size() : 1;
+  const double k = attention_balance_context(engine_.config());
+  size_t prompts = 0;
+  for (Running* rp : prefilling) {
+    if (prompts == max_prompts) break;
+    Running& r = *rp;
     const std::vector<int32_t>& prompt = r.request->params().prompt;
-    if (r.n_prefilled >= prompt.size()) {
-      // The reservation covers prompt + max_tokens, so this is a guard, not a path taken.
-      if (r.session->length() + 1 > r.session->capacity()) retire(r, "length");
-      else decoding.push_back(&r);
-      continue;
-    }
-    // While requests decode, a step runs one prefill forward pass at most (each pass reads every
-    // weight again): a decoding stream's step is at most one bounded chunk longer.
-    if (any_decoding && prefilled) continue;
     try {
       const size_t left = prompt.size() - r.n_prefilled;
       size_t n = std::min(left, size_t(prefill_tokens_within(budget, int64_t(r.n_prefilled), k)));
-      if (!prefilled) n = std::max(n, std::min(left, size_t(16)));
-      if (n == 0) continue;  // the step's prefill budget is spent; next step
+      if (prompts == 0) n = std::max(n, std::min(left, size_t(16)));  // a few tokens, however deep
+      if (n == 0) continue;  // nothing of this prompt fits what is left of the budget
       r.session->feed(std::span<const int32_t>(prompt.data() + r.n_prefilled, n));
-      const double p = double(r.n_prefilled);
-      budget -= double(n) * (1.0 + p / k) + double(n) * double(n) / (2.0 * k);
+      budget -= prefill_weight(int64_t(n), int64_t(r.n_prefilled), k);
       r.n_prefilled += n;
-      prefilled = true;
+      ++prompts;
       if (r.n_prefilled == prompt.size()) sample_and_emit(r);
     } catch (const std::exception& e) {
       LY_LOG_WARN("request failed: {}", e.what());

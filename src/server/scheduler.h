@@ -91,8 +91,11 @@ class Request {
 // The context length at which one token's attention work (4 x n_heads x head_dim FLOPs per
 // cached token and layer) equals the work of its weights (2 x the layer's linear parameters).
 double attention_balance_context(const ModelConfig& c);
-// Prompt tokens to prefill from `position` within `budget` token-equivalents, each token at
-// position p weighing 1 + p / k (0 when even one token does not fit).
+// What n prompt tokens from `position` weigh in token-equivalents: each token at position p
+// weighs 1 + p / k (the continuous sum: n (1 + position / k) + n^2 / (2 k)).
+double prefill_weight(int64_t n, int64_t position, double k);
+// The most prompt tokens to prefill from `position` within `budget` token-equivalents (0 when
+// even one token does not fit).
 int prefill_tokens_within(double budget, int64_t position, double k);
 
 struct SchedulerOptions {
