@@ -149,12 +149,16 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
       return;
     }
     // Non-streaming: wait for the finish, watching the connection so that a client that went
-    // away cancels its request (its pages freed within a step), as a stream's does.
-    const int fd = client_socket(req.remote_addr, req.remote_port);
+    // away cancels its request (its pages freed within a step), as a stream's does. The socket is
+    // looked up only for a request still running 200 ms after it was submitted.
+    const auto watch_from = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    int fd = -2;  // -2: not looked up yet; -1: not found
     RequestUpdate u;
     while (!u.done) {
       request->next(u, std::chrono::milliseconds(200));
-      if (!u.done && fd >= 0 && client_gone(fd)) {
+      if (u.done || std::chrono::steady_clock::now() < watch_from) continue;
+      if (fd == -2) fd = client_socket(req.remote_addr, req.remote_port);
+      if (fd >= 0 && client_gone(fd)) {
         request->cancel();
         u = request->wait();
         return;  // nobody to answer
