@@ -264,7 +264,7 @@ TEST(DecodeAttention, MatchesAttendCausal) {
     for (int h = 0; h < n_kv; ++h)
       attend_causal(q.data() + h * group * hd, 1, group, hd, n_heads * hd, k.data() + int64_t(h) * capacity * hd,
                     v.data() + int64_t(h) * capacity * hd, n_ctx - 1, scale, want.data() + h * group * hd, n_heads * hd);
-    attend_decode(q.data(), n_heads, group, hd, k.data(), v.data(), int64_t(capacity) * hd, n_ctx, scale, got.data());
+    attend_rows(q.data(), 1, n_heads, group, hd, k.data(), v.data(), int64_t(capacity) * hd, n_ctx - 1, scale, got.data());
     double worst = 0;
     size_t at = 0;
     for (size_t i = 0; i < got.size(); ++i)

@@ -42,11 +42,6 @@ namespace {
 
 }  // namespace
 
-void attend_decode(const float* q, int n_heads, int group, int hd, const float* k, const float* v,
-                   int64_t head_stride, int n_ctx, float scale, float* out) {
-  attend_rows(q, 1, n_heads, group, hd, k, v, head_stride, n_ctx - 1, scale, out);
-}
-
 void attend_rows(const float* q, int n, int n_heads, int group, int hd, const float* k, const float* v,
                  int64_t head_stride, int pos0, float scale, float* out) {
   const int64_t row = int64_t(n_heads) * hd;

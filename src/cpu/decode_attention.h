@@ -10,13 +10,10 @@
 
 namespace lychee::cpu {
 
-// q: [n_heads, hd]; k, v: KV head g's rows at k + g * head_stride, [n_ctx, hd];
-// query head h reads KV head h / group. out: [n_heads, hd].
-void attend_decode(const float* q, int n_heads, int group, int hd, const float* k, const float* v,
-                   int64_t head_stride, int n_ctx, float scale, float* out);
-// n query rows at positions pos0 .. pos0 + n - 1 (row t attends to the first pos0 + t + 1 keys):
-// q, out: [n, n_heads, hd]. Row t equals attend_decode of that row with n_ctx = pos0 + t + 1,
-// bit for bit. Parallel over (row, head).
+// n query rows at positions pos0 .. pos0 + n - 1 (row t attends to the first pos0 + t + 1 keys;
+// a decode step is n = 1): q, out: [n, n_heads, hd]; k, v: KV head g's rows at
+// k + g * head_stride; query head h reads KV head h / group. Row t is bit for bit what that row
+// gives alone (n = 1, pos0 + t). Parallel over (row, head).
 void attend_rows(const float* q, int n, int n_heads, int group, int hd, const float* k, const float* v,
                  int64_t head_stride, int pos0, float scale, float* out);
 
