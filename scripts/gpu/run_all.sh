@@ -321,14 +321,13 @@ case "${1:-}" in
                    --policy full,lychee --policy-args "--budget 4096" --prompt-tokens 32768 --output-tokens 32 \
                    --concurrency 1,4,16 --requests-per-level c --label llama3-8b-random \
                    --json "$out/serve_8b.json" 2>&1 | tee "$out/serve_8b.log" || rc=$(failed $? "serve 8b sweep") ;;
-        long) $bench --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 65 --max-context 102400 --kv-memory 40 --prefill-chunk 256" \
-                --policy lychee --policy-args "--budget 4096" --prompt-tokens 512 --output-tokens 256 \
-                --long-prompt 100000 --concurrency 64 --window 10 --label llama3-8b-random \
-                --json "$out/serve_long_prompt.json" 2>&1 | tee "$out/serve_long_prompt.log" || rc=$(failed $? "serve long prompt") ;;
-        long-warm) $bench --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 65 --max-context 102400 --kv-memory 40 --prefill-chunk 256" \
-                --policy lychee --policy-args "--budget 4096" --prompt-tokens 512 --output-tokens 256 \
-                --long-prompt 100000 --long-warmup --concurrency 64 --window 10 --label llama3-8b-random-warm \
-                --json "$out/serve_long_prompt_warm.json" 2>&1 | tee "$out/serve_long_prompt_warm.log" || rc=$(failed $? "serve long prompt (warm)") ;;
+        long|long-warm)  # long-warm: the server first takes one 100K prompt alone (a warm server)
+          warm=(); tag=""
+          [ "$what" = long-warm ] && warm=(--long-warmup) && tag=_warm
+          $bench --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 65 --max-context 102400 --kv-memory 40 --prefill-chunk 256" \
+            --policy lychee --policy-args "--budget 4096" --prompt-tokens 512 --output-tokens 256 \
+            --long-prompt 100000 "${warm[@]}" --concurrency 64 --window 10 --label "llama3-8b-random${tag/_/-}" \
+            --json "$out/serve_long_prompt$tag.json" 2>&1 | tee "$out/serve_long_prompt$tag.log" || rc=$(failed $? "serve $what") ;;
       esac
     done
     exit $rc ;;
