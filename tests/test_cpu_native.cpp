@@ -11,7 +11,9 @@
 #include "core/error.h"
 #include "cpu/model.h"
 #include "model/checkpoint.h"
+#include "attention/policies.h"
 #include "runtime/sampler.h"
+#include "runtime/threads.h"
 #include "test_util.h"
 #include "tiny_checkpoint.h"
 
@@ -154,6 +156,40 @@ TEST(NativeDefaultModel, LogitsDoNotDependOnHowThePromptIsChunked) {
     }
     EXPECT_EQ(all, whole) << "chunks of " << chunk;
   }
+}
+
+// A decode step's attention through a policy's read lists (every head dense: Full) runs the same
+// per-head routine as a step without a policy, so both give the same logits bit for bit; and the
+// products split rows among threads without changing any element, so one compute thread and two
+// give the same logits too.
+TEST(NativeDefaultModel, DecodeStepsDoNotDependOnThePolicyPathOrTheThreadCount) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  const Checkpoint ck = Checkpoint::open(path);
+  cpu::Model native(ck.config(), HostWeights::load(ck, WeightFormat::kNative));
+  const nlohmann::json prompts = test::read_json(test::golden_dir() + "/smollm2/reference.json")["prompts"];
+  const auto ids = prompts[0]["ids"].get<std::vector<int32_t>>();
+  constexpr int kSteps = 12;
+  auto decode = [&](AttentionPolicy* policy, int threads) {
+    const int before = compute_threads();
+    set_compute_threads(threads);
+    cpu::KvCache kv(native.config(), int(ids.size()) + kSteps);
+    std::vector<float> logits, all;
+    native.forward(ids, kv, logits);
+    if (policy != nullptr) policy->reset();
+    for (int step = 0; step < kSteps; ++step) {
+      const int32_t t = argmax(logits);
+      if (policy != nullptr) policy->begin_step(kv.length() + 1);
+      native.forward(std::span<const int32_t>(&t, 1), kv, logits, false, policy);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    set_compute_threads(before);
+    return all;
+  };
+  const std::vector<float> plain = decode(nullptr, 1);
+  const auto full = make_policy(PolicyOptions{}, native.config());
+  EXPECT_EQ(decode(full.get(), 1), plain);
+  EXPECT_EQ(decode(nullptr, 2), plain);
+  EXPECT_EQ(decode(full.get(), 2), plain);
 }
 
 // Malformed quantised tensors are refused at open with the loader's messages, before either

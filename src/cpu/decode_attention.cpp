@@ -7,18 +7,16 @@
 
 namespace lychee::cpu {
 
-namespace {
-
-// One query head over the first n_ctx rows of its KV head: scores, softmax, weighted sum of V.
 // Not inlined, so that a decode step and a prompt row run the very same instructions (the
-// native path's results must not depend on how a prompt was chunked).
-[[gnu::noinline]] void attend_head(const float* qh, const float* kh, const float* vh, int hd, int n_ctx,
-                                   float scale, float* o) {
+// native path's results must not depend on how a prompt was chunked, nor on whether a decode
+// step's dense head came through attend_rows or a policy's read list).
+[[gnu::noinline]] void attend_head(const float* qh, const float* kh, const float* vh, int hd, const int32_t* tokens,
+                                   int n_ctx, float scale, float* o) {
   thread_local std::vector<float> p;  // [n_ctx] scores, then probabilities
   p.resize(size_t(n_ctx));
   float mx = -std::numeric_limits<float>::infinity();
   for (int j = 0; j < n_ctx; ++j) {
-    const float* kj = kh + int64_t(j) * hd;
+    const float* kj = kh + int64_t(tokens != nullptr ? tokens[j] : j) * hd;
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int d = 0; d < hd; ++d) s += qh[d] * kj[d];
@@ -34,13 +32,11 @@ namespace {
   const float inv = 1.0f / sum;
   for (int j = 0; j < n_ctx; ++j) {
     const float pj = p[size_t(j)] * inv;
-    const float* vj = vh + int64_t(j) * hd;
+    const float* vj = vh + int64_t(tokens != nullptr ? tokens[j] : j) * hd;
 #pragma omp simd
     for (int d = 0; d < hd; ++d) o[d] += pj * vj[d];
   }
 }
-
-}  // namespace
 
 void attend_rows(const float* q, int n, int n_heads, int group, int hd, const float* k, const float* v,
                  int64_t head_stride, int pos0, float scale, float* out) {
@@ -53,7 +49,7 @@ void attend_rows(const float* q, int n, int n_heads, int group, int hd, const fl
     const int64_t t = w / n_heads;
     const int h = int(w % n_heads);
     attend_head(q + t * row + int64_t(h) * hd, k + int64_t(h / group) * head_stride,
-                v + int64_t(h / group) * head_stride, hd, pos0 + int(t) + 1, scale, out + t * row + int64_t(h) * hd);
+                v + int64_t(h / group) * head_stride, hd, nullptr, pos0 + int(t) + 1, scale, out + t * row + int64_t(h) * hd);
   }
 }
 

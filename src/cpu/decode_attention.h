@@ -14,6 +14,13 @@ namespace lychee::cpu {
 // a decode step is n = 1): q, out: [n, n_heads, hd]; k, v: KV head g's rows at
 // k + g * head_stride; query head h reads KV head h / group. Row t is bit for bit what that row
 // gives alone (n = 1, pos0 + t). Parallel over (row, head).
+// One query head q: [hd] over rows of its KV head k, v: [*, hd]: the rows tokens[0 .. n) (ascending,
+// as a policy's read list), or rows 0 .. n - 1 when tokens is nullptr: scores, softmax, weighted
+// sum of V into out: [hd]. The routine attend_rows runs for each (row, head), so a dense head of a
+// decode step gives the same bits whether it comes from attend_rows or a policy's read list.
+void attend_head(const float* q, const float* k, const float* v, int hd, const int32_t* tokens, int n, float scale,
+                 float* out);
+
 void attend_rows(const float* q, int n, int n_heads, int group, int hd, const float* k, const float* v,
                  int64_t head_stride, int pos0, float scale, float* out);
 

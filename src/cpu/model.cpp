@@ -148,18 +148,30 @@ void Model::decode_attention(int layer, KvCache& kv, AttentionPolicy* policy, Kv
   LayerKvView view{kv.k(layer, 0), kv.v(layer, 0), kv.capacity(), c.n_kv_heads, hd, n_ctx};
   s_.reads.assign(size_t(c.n_heads), HeadRead{});
   policy->plan_layer(layer, s_.q.data(), view, s_.reads);
-  const float scale = 1.0f / std::sqrt(float(hd));
-  for (int h = 0; h < c.n_heads; ++h) {
-    const int kvh = h / c.group_size();
+  for (int h = 0; h < c.n_heads; ++h) {  // checked before the parallel loop, which must not throw
     const HeadRead& r = s_.reads[size_t(h)];
     if (!r.dense) {
       LY_CHECK(!r.tokens.empty() && r.tokens.back() < n_ctx && r.tokens.front() >= 0,
                ErrorCode::kInternal, "policy {} gave layer {} head {} an invalid read set",
                policy->name(), layer, h);
     }
-    attend(&s_.q[size_t(h) * hd], kv.k(layer, kvh), kv.v(layer, kvh), hd,
-           r.dense ? nullptr : r.tokens.data(), r.dense ? n_ctx : int(r.tokens.size()), scale,
-           &s_.att[size_t(h) * hd]);
+  }
+  const float scale = 1.0f / std::sqrt(float(hd));
+  // Native weights: the f32 per-head routine of attend_rows (a dense head gives what a step without
+  // a policy gives); f32 weights: ops.h's attend, the reference (double sums). Heads in parallel,
+  // one at a time, so that a preempted thread holds no static share.
+  const bool native = weights_.format() == WeightFormat::kNative;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int h = 0; h < c.n_heads; ++h) {
+    const int kvh = h / c.group_size();
+    const HeadRead& r = s_.reads[size_t(h)];
+    const int32_t* tokens = r.dense ? nullptr : r.tokens.data();
+    const int n = r.dense ? n_ctx : int(r.tokens.size());
+    float* out = &s_.att[size_t(h) * hd];
+    if (native)
+      attend_head(&s_.q[size_t(h) * hd], kv.k(layer, kvh), kv.v(layer, kvh), hd, tokens, n, scale, out);
+    else
+      attend(&s_.q[size_t(h) * hd], kv.k(layer, kvh), kv.v(layer, kvh), hd, tokens, n, scale, out);
   }
   if (stats != nullptr) {
     const int group = c.group_size();
