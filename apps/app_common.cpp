@@ -23,8 +23,8 @@ void ModelArgs::add(CLI::App& cmd) {
       ->check(positive_int());
   cmd.add_option("--cpu-weights", cpu_weights,
                  "CPU weights: f32 expands every weight to f32 (the reference, default); native keeps a GGUF "
-                 "file's quantised matrices in their blocks (faster decode, int8 activations: results depend "
-                 "on how a prompt is chunked, see ARCHITECTURE.md)")
+                 "file's quantised matrices in their blocks (faster, int8 activations: the default model's answers "
+                 "change, see ARCHITECTURE.md)")
       ->check(CLI::IsMember({"native", "f32"}));
 }
 
