@@ -28,6 +28,7 @@ struct EvalArgs {
   int samples = 1;
   uint64_t seed = 0;
   std::string haystack = "essays";
+  bool coverage = false;
   std::string json_path, markdown_path;
   std::string command;
 };
@@ -66,6 +67,7 @@ void run(const EvalArgs& a) {
   cfg.seed = a.seed;
   cfg.synthetic_haystack = a.haystack == "synthetic";
   cfg.correct_every = a.policy.correct_every;
+  cfg.coverage = a.coverage;
   cfg.policies = expand_policies(a, engine.config());
   const auto records = run_eval(engine, cfg, [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
@@ -99,6 +101,9 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "Seed of the task generators");
   cmd->add_option("--haystack", args->haystack, "essays (Paul Graham) or synthetic")
       ->check(CLI::IsMember({"essays", "synthetic"}));
+  cmd->add_flag("--coverage", args->coverage,
+               "Also measure full attention's probability mass on the tokens each policy reads, against the "
+               "most any as many tokens hold (CPU backend; every head's full softmax per step)");
   cmd->add_option("--json", args->json_path, "Write every record and the aggregates as JSON");
   cmd->add_option("--markdown", args->markdown_path, "Write the tables as Markdown");
   cmd->callback([args, cmd] {

@@ -2,9 +2,11 @@
 // outputs, sparse budgets read fewer bytes, and the CLI writes its reports.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
+#include "eval/coverage.h"
 #include "eval/runner.h"
 #include "test_util.h"
 
@@ -60,6 +62,58 @@ TEST(EvalRunner, SmallBudgetsReadLess) {
     ++n_checked;
   }
   EXPECT_EQ(n_checked, 2 * 4) << "every sparse policy of both tasks decodes at least one step";
+}
+
+// read_mass on a hand-computed case: scores 0, ln 2, ln 3, 0 (scale 1) give probabilities
+// 1/7, 2/7, 3/7, 1/7.
+TEST(EvalCoverage, ReadMassIsTheSoftmaxMassOfTheTokensRead) {
+  const float ln2 = std::log(2.0f), ln3 = std::log(3.0f);
+  const std::vector<float> q = {1.0f, 0.0f};
+  const std::vector<float> k = {0.0f, 5.0f, ln2, -1.0f, ln3, 2.0f, 0.0f, 0.0f};  // [4, 2]
+  HeadRead dense;
+  EXPECT_EQ(read_mass(q.data(), k.data(), 2, 4, dense, 1.0f).covered, 1.0);
+  HeadRead two{false, {0, 1}};
+  const HeadMass m = read_mass(q.data(), k.data(), 2, 4, two, 1.0f);
+  EXPECT_NEAR(m.covered, 3.0 / 7.0, 1e-6);
+  EXPECT_NEAR(m.best, 5.0 / 7.0, 1e-6);  // tokens 2 and 1
+  HeadRead all{false, {0, 1, 2, 3}};
+  EXPECT_NEAR(read_mass(q.data(), k.data(), 2, 4, all, 1.0f).covered, 1.0, 1e-12);
+}
+
+// With --coverage every policy's record carries the mass it read: full attention and policies
+// whose budget covers the context read all of it, small budgets less, never more than the best
+// selection of as many tokens; the decisions (outputs) are the same as without the probe.
+TEST(EvalRunner, CoverageMeasuresTheMassEachPolicyReads) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Engine engine(EngineOptions{path, "cpu"});
+  EvalConfig cfg = tiny_config(engine.config(), 16);
+  cfg.tasks = {TaskKind::kPasskey};
+  const auto plain = run_eval(engine, cfg);
+  cfg.coverage = true;
+  const auto probed = run_eval(engine, cfg);
+  ASSERT_EQ(probed.size(), plain.size());
+  for (size_t i = 0; i < probed.size(); ++i) {
+    const EvalRecord& r = probed[i];
+    EXPECT_EQ(r.output, plain[i].output) << r.policy_label;
+    EXPECT_LT(plain[i].coverage, 0.0) << "not measured without --coverage";
+    ASSERT_GT(r.decode_steps, 0);
+    ASSERT_EQ(r.coverage_by_layer.size(), size_t(engine.config().n_layers)) << r.policy_label;
+    EXPECT_LE(r.coverage, r.coverage_best + 1e-9) << r.policy_label;
+    if (r.policy == "full") {
+      EXPECT_DOUBLE_EQ(r.coverage, 1.0);
+    } else {
+      EXPECT_LT(r.coverage, 0.999) << r.policy_label << " reads 16 of ~300 tokens per head";
+      EXPECT_GT(r.coverage, 0.0) << r.policy_label;
+    }
+  }
+  const nlohmann::json j = records_to_json(probed, nlohmann::json::object());
+  const auto back = records_from_json(j);
+  EXPECT_EQ(back[1].coverage, probed[1].coverage);
+  EXPECT_EQ(back[1].coverage_by_layer, probed[1].coverage_by_layer);
+  EXPECT_EQ(j["summary"]["coverage"].size(), probed.size());
+  EXPECT_NE(records_to_markdown(probed).find("Attention mass read"), std::string::npos);
+  cfg.policies = tiny_config(engine.config(), 4096).policies;  // budgets past the context read everything
+  for (const EvalRecord& r : run_eval(engine, cfg)) EXPECT_NEAR(r.coverage, 1.0, 1e-9) << r.policy_label;
 }
 
 TEST(EvalRunner, CliWritesJsonAndMarkdown) {

@@ -148,20 +148,45 @@ std::vector<KvCell> summarize_kv(const std::vector<EvalRecord>& records) {
   return cells;
 }
 
+std::vector<CoverageCell> summarize_coverage(const std::vector<EvalRecord>& records) {
+  std::map<std::pair<std::string, int>, std::pair<Mean, Mean>> groups;  // (covered, best)
+  for (const EvalRecord& r : records) {
+    if (r.coverage < 0) continue;
+    auto& [covered, best] = groups[{r.policy_label, r.length}];
+    ++covered.n, ++best.n;
+    covered.total += r.coverage;
+    best.total += r.coverage_best;
+  }
+  std::vector<CoverageCell> cells;
+  for (const std::string& label : label_order(records))
+    for (int length : length_order(records)) {
+      const auto it = groups.find({label, length});
+      if (it == groups.end()) continue;
+      cells.push_back({label, length, it->second.first.n, it->second.first.value(), it->second.second.value()});
+    }
+  return cells;
+}
+
 json record_to_json(const EvalRecord& r) {
-  return json{{"task", r.task},
-              {"length", r.length},
-              {"depth", r.depth},
-              {"seed", r.seed},
-              {"policy", r.policy},
-              {"policy_label", r.policy_label},
-              {"budget", r.budget},
-              {"score", r.score},
-              {"kv_bytes_read", r.kv_bytes_read},
-              {"kv_bytes_dense", r.kv_bytes_dense},
-              {"decode_steps", r.decode_steps},
-              {"prompt_tokens", r.prompt_tokens},
-              {"output", r.output}};
+  json j{{"task", r.task},
+         {"length", r.length},
+         {"depth", r.depth},
+         {"seed", r.seed},
+         {"policy", r.policy},
+         {"policy_label", r.policy_label},
+         {"budget", r.budget},
+         {"score", r.score},
+         {"kv_bytes_read", r.kv_bytes_read},
+         {"kv_bytes_dense", r.kv_bytes_dense},
+         {"decode_steps", r.decode_steps},
+         {"prompt_tokens", r.prompt_tokens},
+         {"output", r.output}};
+  if (r.coverage >= 0) {
+    j["coverage"] = r.coverage;
+    j["coverage_best"] = r.coverage_best;
+    j["coverage_by_layer"] = r.coverage_by_layer;
+  }
+  return j;
 }
 
 EvalRecord record_from_json(const json& j, size_t index) {
@@ -179,6 +204,11 @@ EvalRecord record_from_json(const json& j, size_t index) {
   r.decode_steps = field<int>(j, "decode_steps", index);
   r.prompt_tokens = field<int>(j, "prompt_tokens", index);
   r.output = field<std::string>(j, "output", index);
+  if (j.contains("coverage")) {  // written only by eval --coverage
+    r.coverage = field<double>(j, "coverage", index);
+    r.coverage_best = field<double>(j, "coverage_best", index);
+    r.coverage_by_layer = field<std::vector<double>>(j, "coverage_by_layer", index);
+  }
   return r;
 }
 
@@ -206,6 +236,16 @@ json records_to_json(const std::vector<EvalRecord>& records, const json& run_inf
                   {"dense_bytes_per_step", c.dense_bytes_per_step},
                   {"ratio", c.ratio}});
   out["summary"] = {{"accuracy", accuracy}, {"average", average}, {"kv", kv}};
+  const std::vector<CoverageCell> coverage = summarize_coverage(records);
+  if (!coverage.empty()) {
+    out["summary"]["coverage"] = json::array();
+    for (const CoverageCell& c : coverage)
+      out["summary"]["coverage"].push_back({{"policy_label", c.policy_label},
+                                            {"length", c.length},
+                                            {"n_samples", c.n_samples},
+                                            {"covered", c.covered},
+                                            {"best", c.best}});
+  }
   return out;
 }
 
@@ -301,6 +341,28 @@ std::string kv_tables(const std::vector<EvalRecord>& records) {
          md_table(length_header(lengths, nullptr), ratio_rows);
 }
 
+std::string coverage_table(const std::vector<EvalRecord>& records) {
+  const std::vector<CoverageCell> all = summarize_coverage(records);
+  if (all.empty()) return "";
+  const std::vector<int> lengths = length_order(records);
+  std::map<std::pair<std::string, int>, CoverageCell> cells;
+  for (const CoverageCell& c : all) cells[{c.policy_label, c.length}] = c;
+  std::vector<std::vector<std::string>> rows;
+  for (const std::string& label : label_order(records)) {
+    std::vector<std::string> row{label};
+    for (int length : lengths) {
+      const auto it = cells.find({label, length});
+      row.push_back(it == cells.end() ? "-"
+                                      : fmt::format("{:.3f} / {:.3f}", it->second.covered, it->second.best));
+    }
+    rows.push_back(std::move(row));
+  }
+  return "## Attention mass read\n\nMean over samples, decode steps, layers and query heads of full "
+         "attention's probability mass on the tokens the policy read / the most mass any as many "
+         "tokens hold (eval/coverage.h).\n\n" +
+         md_table(length_header(lengths, nullptr), rows);
+}
+
 }  // namespace
 
 std::string records_to_markdown(const std::vector<EvalRecord>& records) {
@@ -308,7 +370,7 @@ std::string records_to_markdown(const std::vector<EvalRecord>& records) {
   return "# Retrieval accuracy\n\nEach cell: the mean score in % (the fraction of expected "
          "answers found in the output, case-insensitive) and, in brackets, the number of "
          "samples. Columns are prompt lengths in tokens.\n\n" +
-         accuracy_tables(records) + average_table(records) + kv_tables(records);
+         accuracy_tables(records) + average_table(records) + kv_tables(records) + coverage_table(records);
 }
 
 }  // namespace lychee

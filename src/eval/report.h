@@ -25,6 +25,11 @@ struct EvalRecord {
   int decode_steps = 0;
   int prompt_tokens = 0;  // the whole rendered chat prompt, in tokens
   std::string output;     // the generated text
+  // eval --coverage (CPU): full attention's probability mass on the tokens read, mean over decode
+  // steps, layers and query heads, and the most any selection of as many tokens holds
+  // (eval/coverage.h); per layer too. Negative when not measured.
+  double coverage = -1, coverage_best = -1;
+  std::vector<double> coverage_by_layer;
 };
 
 // Mean score of one (task, length, policy_label) group.
@@ -55,11 +60,21 @@ struct KvCell {
   double ratio = 0;                 // bytes_per_step / dense_bytes_per_step (0 when dense is 0)
 };
 
+// Mass read of one (policy_label, length) group, over the records that measured it.
+struct CoverageCell {
+  std::string policy_label;
+  int length = 0;
+  int n_samples = 0;
+  double covered = 0;  // mean of coverage
+  double best = 0;     // mean of coverage_best
+};
+
 // Groups are ordered: tasks as in all_tasks() (unknown names after, by first appearance),
 // lengths ascending, policy labels by first appearance.
 std::vector<AccuracyCell> summarize_accuracy(const std::vector<EvalRecord>& records);
 std::vector<AverageCell> summarize_average(const std::vector<EvalRecord>& records);
 std::vector<KvCell> summarize_kv(const std::vector<EvalRecord>& records);
+std::vector<CoverageCell> summarize_coverage(const std::vector<EvalRecord>& records);
 
 nlohmann::json record_to_json(const EvalRecord& record);
 // Error(kInvalidFile) naming the record index and field when one is missing or mistyped.

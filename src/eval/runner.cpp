@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "eval/coverage.h"
 #include "model/chat_template.h"
 #include "runtime/generate.h"
 
@@ -57,8 +58,15 @@ std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const Ev
   TaskGenerator gen(tok, std::move(haystack));
   const ChatFormat format = detect_chat_format(tok);
   const std::string system = default_system_prompt(tok);
+  LY_CHECK(!cfg.coverage || engine.device() == "cpu", ErrorCode::kInvalidArgument,
+           "--coverage measures on the CPU backend (it reads every cached token of every head); this "
+           "engine runs on {}: pass --device cpu", engine.device());
   std::vector<std::unique_ptr<AttentionPolicy>> policies;
-  for (const PolicyOptions& o : cfg.policies) policies.push_back(make_policy(o, c));
+  std::vector<std::unique_ptr<CoverageProbe>> probes;
+  for (const PolicyOptions& o : cfg.policies) {
+    policies.push_back(make_policy(o, c));
+    if (cfg.coverage) probes.push_back(std::make_unique<CoverageProbe>(*policies.back()));
+  }
 
   std::vector<EvalRecord> records;
   const std::vector<Point> points = plan_points(cfg);
@@ -79,7 +87,8 @@ std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const Ev
       // Every policy starts from the same state: the prompt prefilled densely, its last token fed
       // again densely for the first logits.
       session->truncate(int(ids.size()) - 1);
-      session->set_policy(policies[p].get());
+      if (cfg.coverage) probes[p]->clear_stats();
+      session->set_policy(cfg.coverage ? static_cast<AttentionPolicy*>(probes[p].get()) : policies[p].get());
       session->feed(std::span<const int32_t>(&ids.back(), 1), /*allow_policy=*/false);
       session->reset_stats();
       GenerateOptions o;
@@ -101,6 +110,12 @@ std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const Ev
       rec.kv_bytes_dense = session->stats().dense_kv_bytes(c.head_dim);
       rec.decode_steps = int(session->stats().decode_steps);
       rec.prompt_tokens = int(ids.size());
+      if (cfg.coverage && !probes[p]->stats().heads.empty()) {  // empty: no decode step ran
+        const CoverageStats& cs = probes[p]->stats();
+        rec.coverage = cs.mean_covered();
+        rec.coverage_best = cs.mean_best();
+        rec.coverage_by_layer = cs.covered_by_layer();
+      }
       line += fmt::format(" {} {:.2f};", rec.policy_label, rec.score);
       records.push_back(std::move(rec));
     }

@@ -23,6 +23,7 @@ struct EvalConfig {
   std::vector<PolicyOptions> policies;
   bool synthetic_haystack = false;   // else the Paul Graham essays under models_dir()
   int correct_every = 0;             // cache correction (0 = off)
+  bool coverage = false;             // measure the attention mass each policy reads (CPU only)
 };
 
 // A line of progress per sample (to stderr by the CLI).
