@@ -24,8 +24,9 @@ void ModelArgs::add(CLI::App& cmd) {
   cmd.add_option("--cpu-weights", cpu_weights,
                  "CPU weights: f32 expands every weight to f32 (the reference, default); native keeps a GGUF "
                  "file's quantised matrices in their blocks (faster, int8 activations: the default model's answers "
-                 "change, see ARCHITECTURE.md)")
-      ->check(CLI::IsMember({"native", "f32"}));
+                 "change, see ARCHITECTURE.md); fp8 is f32 with the linear matrices rounded through FP8 e4m3 "
+                 "per output channel (what FP8 weights give, for measuring their quality)")
+      ->check(CLI::IsMember({"native", "f32", "fp8"}));
 }
 
 EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<std::string> kinds) const {
@@ -33,7 +34,9 @@ EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<st
   EngineOptions o;
   o.model_path = model;
   o.device = device;
-  o.cpu_weights = cpu_weights == "f32" ? WeightFormat::kF32 : WeightFormat::kNative;
+  o.cpu_weights = cpu_weights == "native" ? WeightFormat::kNative
+                  : cpu_weights == "fp8"  ? WeightFormat::kFp8
+                                          : WeightFormat::kF32;
   o.kv_memory_gib = kv_memory_gib;
   o.max_context = max_context;
   if (policy != nullptr) {

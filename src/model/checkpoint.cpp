@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "core/error.h"
+#include "core/fp8.h"
 #include "core/log.h"
 
 namespace lychee {
@@ -185,6 +186,23 @@ void copy_blocks(const RawWeight& w, uint8_t* dst) {
 
 }  // namespace
 
+const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return "f32";
+    case WeightFormat::kNative: return "native";
+    case WeightFormat::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+bool is_linear_weight(WeightId id) {
+  switch (id) {
+    case WeightId::kWq: case WeightId::kWk: case WeightId::kWv: case WeightId::kWo:
+    case WeightId::kWGate: case WeightId::kWUp: case WeightId::kWDown: return true;
+    default: return false;
+  }
+}
+
 HostWeights HostWeights::load(const Checkpoint& ck, WeightFormat format) {
   const ModelConfig& c = ck.config();
   HostWeights hw;
@@ -220,6 +238,8 @@ HostWeights HostWeights::load(const Checkpoint& ck, WeightFormat format) {
       } else {
         v.row_bytes = v.cols * int64_t(sizeof(float));
         ck.read_f32(spec.id, layer, reinterpret_cast<float*>(arena + offset));
+        if (format == WeightFormat::kFp8 && is_linear_weight(spec.id))
+          round_rows_through_e4m3(reinterpret_cast<float*>(arena + offset), v.rows, v.cols);
       }
       offset += padded(held_bytes(*w, numel));
     }

@@ -66,7 +66,11 @@ class Checkpoint {
 // How the CPU holds weights. kF32: every weight converted to f32 (the reference). kNative:
 // matrices stored in a GGUF block-quantised type (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_K) stay
 // in their blocks, as in the file (Q/K rows un-permuted as whole rows); everything else is f32.
-enum class WeightFormat { kF32, kNative };
+// kFp8: f32, with the seven linear matrices of every layer (Q, K, V, O, gate, up, down) rounded
+// through FP8 e4m3 with one scale per output channel (core/fp8.h): the values the GPU's FP8
+// weights stand for; embedding, norms, biases and the LM head stay as they are.
+enum class WeightFormat { kF32, kNative, kFp8 };
+const char* weight_format_name(WeightFormat f);  // "f32", "native", "fp8" (the --cpu-weights values)
 
 // One weight as HostWeights holds it. A matrix is [rows, cols] row-major (HF order, [out, in]);
 // a vector has rows = 1. dtype is kF32, or with WeightFormat::kNative a block-quantised type
@@ -80,6 +84,9 @@ struct WeightView {
   int64_t n_bytes() const { return rows * row_bytes; }
   const float* f32() const { return reinterpret_cast<const float*>(data); }
 };
+
+// The seven per-layer linear matrices (Q, K, V, O, gate, up, down): what FP8 weights quantise.
+bool is_linear_weight(WeightId id);
 
 // True for the GGUF block-quantised types (block size > 1).
 bool is_block_quantized(DType t);

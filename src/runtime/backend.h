@@ -18,7 +18,8 @@ namespace lychee {
 
 struct BackendOptions {
   // CPU backend only: kNative keeps GGUF block-quantised matrices in their blocks (integer dot
-  // products at decode); kF32 expands every weight to f32 (the reference path).
+  // products at decode); kF32 expands every weight to f32 (the reference path); kFp8 is kF32 with
+  // the linear matrices rounded through FP8 e4m3 (model/checkpoint.h).
   WeightFormat cpu_weights = WeightFormat::kF32;
   // CUDA backend only.
   double kv_memory_gib = 0.0;  // 0 = sized from max_batch x max_context, capped by free memory

@@ -17,7 +17,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend(const Checkpoint& ck, WeightFormat format) : model_(ck.config(), HostWeights::load(ck, format)) {
     LY_LOG_INFO("CPU weights: {} MiB ({}; quantised products: {})", model_.weights().n_bytes() >> 20,
-                format == WeightFormat::kF32 ? "f32" : "native", quant_isa_name(model_.quant_isa()));
+                weight_format_name(format), quant_isa_name(model_.quant_isa()));
   }
   const char* name() const override { return "cpu"; }
   std::unique_ptr<Session> new_session(int capacity) override {
