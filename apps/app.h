@@ -64,5 +64,6 @@ void register_inspect(CLI::App& app);
 void register_eval(CLI::App& app);
 void register_train(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_perplexity(CLI::App& app);
 
 }  // namespace lychee::app

