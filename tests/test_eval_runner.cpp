@@ -78,6 +78,15 @@ TEST(EvalCoverage, ReadMassIsTheSoftmaxMassOfTheTokensRead) {
   EXPECT_NEAR(m.best, 5.0 / 7.0, 1e-6);  // tokens 2 and 1
   HeadRead all{false, {0, 1, 2, 3}};
   EXPECT_NEAR(read_mass(q.data(), k.data(), 2, 4, all, 1.0f).covered, 1.0, 1e-12);
+  // The needle at tokens 1 and 2 (5/7 of the mass); the read set {0, 1} holds token 1 (2/7).
+  const std::vector<int32_t> needle = {1, 2};
+  const HeadMass n = read_mass(q.data(), k.data(), 2, 4, two, 1.0f, needle);
+  EXPECT_NEAR(n.needle_full, 5.0 / 7.0, 1e-6);
+  EXPECT_NEAR(n.needle_read, 2.0 / 7.0, 1e-6);
+  EXPECT_NEAR(n.covered, 3.0 / 7.0, 1e-6);
+  const HeadMass d = read_mass(q.data(), k.data(), 2, 4, dense, 1.0f, needle);
+  EXPECT_NEAR(d.needle_read, 5.0 / 7.0, 1e-6);
+  EXPECT_EQ(d.needle_read, d.needle_full);
 }
 
 // With --coverage every policy's record carries the mass it read: full attention and policies
@@ -99,8 +108,11 @@ TEST(EvalRunner, CoverageMeasuresTheMassEachPolicyReads) {
     ASSERT_GT(r.decode_steps, 0);
     ASSERT_EQ(r.coverage_by_layer.size(), size_t(engine.config().n_layers)) << r.policy_label;
     EXPECT_LE(r.coverage, r.coverage_best + 1e-9) << r.policy_label;
+    ASSERT_GE(r.needle_recall, 0.0) << r.policy_label << ": passkey has a needle";
+    EXPECT_LE(r.needle_recall, 1.0 + 1e-12);
     if (r.policy == "full") {
       EXPECT_DOUBLE_EQ(r.coverage, 1.0);
+      EXPECT_DOUBLE_EQ(r.needle_recall, 1.0);
     } else {
       EXPECT_LT(r.coverage, 0.999) << r.policy_label << " reads 16 of ~300 tokens per head";
       EXPECT_GT(r.coverage, 0.0) << r.policy_label;
@@ -110,10 +122,14 @@ TEST(EvalRunner, CoverageMeasuresTheMassEachPolicyReads) {
   const auto back = records_from_json(j);
   EXPECT_EQ(back[1].coverage, probed[1].coverage);
   EXPECT_EQ(back[1].coverage_by_layer, probed[1].coverage_by_layer);
+  EXPECT_EQ(back[1].needle_recall, probed[1].needle_recall);
   EXPECT_EQ(j["summary"]["coverage"].size(), probed.size());
   EXPECT_NE(records_to_markdown(probed).find("Attention mass read"), std::string::npos);
   cfg.policies = tiny_config(engine.config(), 4096).policies;  // budgets past the context read everything
-  for (const EvalRecord& r : run_eval(engine, cfg)) EXPECT_NEAR(r.coverage, 1.0, 1e-9) << r.policy_label;
+  for (const EvalRecord& r : run_eval(engine, cfg)) {
+    EXPECT_NEAR(r.coverage, 1.0, 1e-9) << r.policy_label;
+    EXPECT_NEAR(r.needle_recall, 1.0, 1e-9) << r.policy_label;
+  }
 }
 
 TEST(EvalRunner, CliWritesJsonAndMarkdown) {

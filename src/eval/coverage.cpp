@@ -13,7 +13,10 @@ void CoverageStats::clear() {
   covered.clear();
   best.clear();
   heads.clear();
+  needle_full = needle_read = 0;
 }
+
+double CoverageStats::needle_recall() const { return needle_full > 0 ? needle_read / needle_full : -1.0; }
 
 namespace {
 
@@ -34,8 +37,9 @@ std::vector<double> CoverageStats::covered_by_layer() const {
   return out;
 }
 
-HeadMass read_mass(const float* q, const float* k, int hd, int n_ctx, const HeadRead& read, float scale) {
-  if (read.dense) return {1.0, 1.0};
+HeadMass read_mass(const float* q, const float* k, int hd, int n_ctx, const HeadRead& read, float scale,
+                   std::span<const int32_t> needle) {
+  if (read.dense && needle.empty()) return {1.0, 1.0, 0.0, 0.0};
   std::vector<double> p(static_cast<size_t>(n_ctx));
   double mx = -INFINITY;
   for (int j = 0; j < n_ctx; ++j) {
@@ -48,6 +52,15 @@ HeadMass read_mass(const float* q, const float* k, int hd, int n_ctx, const Head
   for (double& v : p) sum += (v = std::exp(v - mx));
   for (double& v : p) v /= sum;
   HeadMass m;
+  for (int32_t t : needle) {
+    if (t >= n_ctx) break;
+    m.needle_full += p[size_t(t)];
+    if (read.dense || std::binary_search(read.tokens.begin(), read.tokens.end(), t)) m.needle_read += p[size_t(t)];
+  }
+  if (read.dense) {
+    m.covered = m.best = 1.0;
+    return m;
+  }
   for (int32_t t : read.tokens) m.covered += p[size_t(t)];
   const size_t n = std::min(read.tokens.size(), p.size());
   std::nth_element(p.begin(), p.begin() + std::ptrdiff_t(n), p.end(), std::greater<>());
@@ -73,10 +86,12 @@ void CoverageProbe::plan_layer(int layer, const float* q, const LayerKvView& kv,
 #pragma omp parallel for schedule(dynamic, 1)
   for (int h = 0; h < n_heads; ++h)
     per_head_[size_t(h)] = read_mass(q + int64_t(h) * kv.head_dim, kv.k_head(h / s.group), kv.head_dim, kv.length,
-                                     reads[size_t(h)], scale);
+                                     reads[size_t(h)], scale, needle_);
   for (const HeadMass& m : per_head_) {
     stats_.covered[size_t(layer)] += m.covered;
     stats_.best[size_t(layer)] += m.best;
+    stats_.needle_full += m.needle_full;
+    stats_.needle_read += m.needle_read;
   }
   stats_.heads[size_t(layer)] += uint64_t(n_heads);
 }

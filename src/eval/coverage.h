@@ -5,11 +5,16 @@
 //   best    = the mass on the |read| tokens with the most mass (no selection of that many tokens
 //             holds more, whatever its unit).
 // covered / best says how well a policy picks for the bytes it reads; 1 - covered bounds how far
-// its attention output can move from full attention's (as a share of the weights). The policy's
-// own decisions are untouched: the probe only wraps it.
+// its attention output can move from full attention's (as a share of the weights). With the
+// needle's token positions set (retrieval tasks), the probe also sums full attention's mass on the
+// needle and the part of it on needle tokens the policy read: their ratio (needle recall) is the
+// share of the attention full attention pays the needle that the policy keeps, weighted toward the
+// heads that look at the needle most. The policy's own decisions are untouched: the probe only
+// wraps it.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "attention/policy.h"
@@ -20,17 +25,22 @@ namespace lychee {
 struct CoverageStats {
   std::vector<double> covered, best;
   std::vector<uint64_t> heads;  // (step, query head) pairs measured per layer
+  double needle_full = 0, needle_read = 0;  // sums over steps, layers and heads (set_needle)
   void clear();
+  double needle_recall() const;  // needle_read / needle_full; -1 when no needle mass was measured
   double mean_covered() const;  // over layers and heads (0 when nothing was measured)
   double mean_best() const;
   std::vector<double> covered_by_layer() const;  // per layer (0 where nothing was measured)
 };
 
-// covered and best (above) for one query head: q: [hd]; k: [n_ctx, hd] rows of its KV head.
+// covered and best (above) for one query head: q: [hd]; k: [n_ctx, hd] rows of its KV head;
+// needle: ascending token positions (may be empty); needle_full / needle_read: full attention's
+// mass on them / on those the head read.
 struct HeadMass {
-  double covered = 0, best = 0;
+  double covered = 0, best = 0, needle_full = 0, needle_read = 0;
 };
-HeadMass read_mass(const float* q, const float* k, int hd, int n_ctx, const HeadRead& read, float scale);
+HeadMass read_mass(const float* q, const float* k, int hd, int n_ctx, const HeadRead& read, float scale,
+                   std::span<const int32_t> needle = {});
 
 class CoverageProbe final : public AttentionPolicy {
  public:
@@ -44,11 +54,14 @@ class CoverageProbe final : public AttentionPolicy {
 
   const CoverageStats& stats() const { return stats_; }
   void clear_stats() { stats_.clear(); }
+  // Token positions of the needle of the sample being decoded (ascending; empty = none).
+  void set_needle(std::vector<int32_t> tokens) { needle_ = std::move(tokens); }
 
  private:
   AttentionPolicy& inner_;
   CoverageStats stats_;
   std::vector<HeadMass> per_head_;
+  std::vector<int32_t> needle_;
 };
 
 }  // namespace lychee

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <tuple>
 
@@ -149,20 +150,22 @@ std::vector<KvCell> summarize_kv(const std::vector<EvalRecord>& records) {
 }
 
 std::vector<CoverageCell> summarize_coverage(const std::vector<EvalRecord>& records) {
-  std::map<std::pair<std::string, int>, std::pair<Mean, Mean>> groups;  // (covered, best)
+  std::map<std::pair<std::string, int>, std::array<Mean, 3>> groups;  // covered, best, needle recall
   for (const EvalRecord& r : records) {
     if (r.coverage < 0) continue;
-    auto& [covered, best] = groups[{r.policy_label, r.length}];
-    ++covered.n, ++best.n;
-    covered.total += r.coverage;
-    best.total += r.coverage_best;
+    auto& m = groups[{r.policy_label, r.length}];
+    ++m[0].n, ++m[1].n;
+    m[0].total += r.coverage;
+    m[1].total += r.coverage_best;
+    if (r.needle_recall >= 0) ++m[2].n, m[2].total += r.needle_recall;
   }
   std::vector<CoverageCell> cells;
   for (const std::string& label : label_order(records))
     for (int length : length_order(records)) {
       const auto it = groups.find({label, length});
       if (it == groups.end()) continue;
-      cells.push_back({label, length, it->second.first.n, it->second.first.value(), it->second.second.value()});
+      const auto& m = it->second;
+      cells.push_back({label, length, m[0].n, m[0].value(), m[1].value(), m[2].n, m[2].value()});
     }
   return cells;
 }
@@ -186,6 +189,7 @@ json record_to_json(const EvalRecord& r) {
     j["coverage_best"] = r.coverage_best;
     j["coverage_by_layer"] = r.coverage_by_layer;
   }
+  if (r.needle_recall >= 0) j["needle_recall"] = r.needle_recall;
   return j;
 }
 
@@ -209,6 +213,7 @@ EvalRecord record_from_json(const json& j, size_t index) {
     r.coverage_best = field<double>(j, "coverage_best", index);
     r.coverage_by_layer = field<std::vector<double>>(j, "coverage_by_layer", index);
   }
+  if (j.contains("needle_recall")) r.needle_recall = field<double>(j, "needle_recall", index);
   return r;
 }
 
@@ -244,7 +249,9 @@ json records_to_json(const std::vector<EvalRecord>& records, const json& run_inf
                                             {"length", c.length},
                                             {"n_samples", c.n_samples},
                                             {"covered", c.covered},
-                                            {"best", c.best}});
+                                            {"best", c.best},
+                                            {"n_needle", c.n_needle},
+                                            {"needle_recall", c.needle_recall}});
   }
   return out;
 }
@@ -352,14 +359,20 @@ std::string coverage_table(const std::vector<EvalRecord>& records) {
     std::vector<std::string> row{label};
     for (int length : lengths) {
       const auto it = cells.find({label, length});
-      row.push_back(it == cells.end() ? "-"
-                                      : fmt::format("{:.3f} / {:.3f}", it->second.covered, it->second.best));
+      if (it == cells.end()) {
+        row.push_back("-");
+        continue;
+      }
+      std::string cell = fmt::format("{:.3f} / {:.3f}", it->second.covered, it->second.best);
+      if (it->second.n_needle > 0) cell += fmt::format("; needle {:.3f}", it->second.needle_recall);
+      row.push_back(cell);
     }
     rows.push_back(std::move(row));
   }
   return "## Attention mass read\n\nMean over samples, decode steps, layers and query heads of full "
          "attention's probability mass on the tokens the policy read / the most mass any as many "
-         "tokens hold (eval/coverage.h).\n\n" +
+         "tokens hold; \"needle\": on needle tasks, the share of full attention's mass on the needle's "
+         "tokens that the policy read (eval/coverage.h).\n\n" +
          md_table(length_header(lengths, nullptr), rows);
 }
 

@@ -30,6 +30,9 @@ struct EvalRecord {
   // (eval/coverage.h); per layer too. Negative when not measured.
   double coverage = -1, coverage_best = -1;
   std::vector<double> coverage_by_layer;
+  // Needle tasks with --coverage: the share of full attention's mass on the needle's tokens that
+  // the policy read (eval/coverage.h); negative when not measured.
+  double needle_recall = -1;
 };
 
 // Mean score of one (task, length, policy_label) group.
@@ -67,6 +70,8 @@ struct CoverageCell {
   int n_samples = 0;
   double covered = 0;  // mean of coverage
   double best = 0;     // mean of coverage_best
+  int n_needle = 0;    // records with a needle recall
+  double needle_recall = 0;  // mean of needle_recall over those
 };
 
 // Groups are ordered: tasks as in all_tasks() (unknown names after, by first appearance),

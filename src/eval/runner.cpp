@@ -1,5 +1,6 @@
 #include "eval/runner.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -45,6 +46,27 @@ std::vector<Point> plan_points(const EvalConfig& cfg) {
   return points;
 }
 
+// The needle's token positions in `ids` (the tokens of `prompt`): for each expected answer, its
+// first occurrence in the prompt, as the tokens of the prompt up to its end minus those up to its
+// start, and one token before (a merge across the boundary). Empty for tasks without a needle.
+std::vector<int32_t> needle_tokens(const Tokenizer& tok, TaskKind kind, const std::string& prompt,
+                                   const std::vector<std::string>& answers, size_t n_ids) {
+  std::vector<int32_t> out;
+  if (kind != TaskKind::kPasskey && kind != TaskKind::kNiahSingle && kind != TaskKind::kNiahMultiKey &&
+      kind != TaskKind::kNiahMultiValue && kind != TaskKind::kNiahMultiQuery)
+    return out;
+  for (const std::string& answer : answers) {
+    const size_t at = prompt.find(answer);
+    if (answer.empty() || at == std::string::npos) continue;
+    const size_t n0 = tok.encode(prompt.substr(0, at), false, true).size();
+    const size_t n1 = tok.encode(prompt.substr(0, at + answer.size()), false, true).size();
+    for (size_t t = n0 > 0 ? n0 - 1 : 0; t < std::min(n1, n_ids); ++t) out.push_back(int32_t(t));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 }  // namespace
 
 std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const EvalProgress& progress) {
@@ -79,6 +101,10 @@ std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const Ev
     const std::vector<int32_t> ids = tok.encode(prompt, false, true);
     LY_CHECK(int(ids.size()) + sample.max_new_tokens <= c.max_context, ErrorCode::kCapacity,
              "{} sample of {} tokens does not fit the model's context of {}", sample.task, ids.size(), c.max_context);
+    if (cfg.coverage) {
+      const std::vector<int32_t> needle = needle_tokens(tok, pt.kind, prompt, sample.answers, ids.size());
+      for (auto& probe : probes) probe->set_needle(needle);
+    }
     std::unique_ptr<Session> session = engine.new_session(int(ids.size()) + sample.max_new_tokens);
     prefill(*session, ids, 2048);
     std::string line = fmt::format("[{}/{}] {} len {} depth {:.2f}:", i + 1, points.size(), sample.task,
@@ -115,6 +141,7 @@ std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const Ev
         rec.coverage = cs.mean_covered();
         rec.coverage_best = cs.mean_best();
         rec.coverage_by_layer = cs.covered_by_layer();
+        rec.needle_recall = cs.needle_recall();
       }
       line += fmt::format(" {} {:.2f};", rec.policy_label, rec.score);
       records.push_back(std::move(rec));
