@@ -1,0 +1,245 @@
+// FP8 (e4m3) weight GEMV for decode steps (fp8_gemv.h), Hopper (sm_90a).
+//
+// Bytes: the m·k weight codes, read once per call (k = m = 4096: 16.8 MB, 5.7 µs at 2.95 TB/s),
+// plus the m scales, y (n·m·2 bytes) and x: every block reads all of x (n·k·2 bytes) through L1 and
+// L2, n / (8 R) bytes per weight byte with 16 R rows per block (≤ 0.5 at Llama-3-8B's shapes, n = 8).
+//
+// Why tensor cores: on CUDA cores, n = 8 costs 8 FMAs plus an e4m3 -> f32 conversion per weight
+// byte; at 2.5 TB/s that is ~60% of an H100's FP32 issue rate before the conversions, so large
+// batches would be issue-bound. One mma.sync m16n8k16 (bf16 in, f32 accumulate) multiplies 16 rows
+// x 16 k of weights by all 8 rows of x at once (the batch is the mma's N = 8; rows >= n are zeros),
+// so the issue cost per weight byte is the conversion (~2.5 integer / bf16x2 ops), whatever n is.
+//
+// Conversion, exact: the sign moved to bit 15 and the 7 magnitude bits under bf16's exponent and
+// mantissa give value · 2^-120 for every code (the subnormal codes become bf16 subnormals with the
+// same factor); one bf16x2 multiply by 2^120 restores the value (exact; bf16 arithmetic keeps
+// subnormals). 4 codes -> the bf16 pairs (bytes 0, 2) and (bytes 1, 3).
+//
+// Layout. A block is 8 warps and a tile of 16 R rows (R = 1, 2 or 4 m16 tiles: fp8_gemv_tiles);
+// every warp multiplies all the tile's rows over its own part of k and the 8 partial sums are added
+// through shared memory at the end, in warp order. k is cut into chunks of 64: lane (g, t) =
+// (lane / 4, lane % 4) loads codes [16 t, 16 t + 16) of the chunk for rows g and g + 8 of each m16
+// tile (uint4, streamed past L1) and x row g at the same 16 positions (two uint4 of bf16, L1-cached).
+// x is not staged in shared memory: the warps of a block read disjoint parts of it (no reuse to
+// gain), and all of it (224 KiB at k = 14336, n = 8) would leave room for one block per SM. k is a
+// sum, so its positions may take any mma slot as long as A and B agree: byte 4 j + e of the lane's
+// 16 goes to mma j, slot 2t (e = 0), 2t + 1 (e = 2), 2t + 8 (e = 1), 2t + 9 (e = 3). Chunks go to
+// warps in slabs of 4 (warp w: slabs w, w + 8, ...), so a row's sum runs in the same order for
+// every R. A warp takes 4 / R chunks per step (8 weight uint4 per lane, 32 KiB per block) and
+// issues the next step's weight loads before the current step's mma; the first step's weights are
+// loaded before griddepcontrol.wait (PDL), while the previous kernel drains.
+//
+// In flight: >= 32 KiB per busy SM (one block of R = 2 at m = 4096, up to two elsewhere), ~4 MiB
+// on the machine against the ~2.3 MB that 3.35 TB/s x ~700 ns of latency needs. Issue: per 256
+// codes (one mma) a warp spends ~20 instructions (18 integer / bf16x2 for the conversion, the mma,
+// 2 / R byte permutes of x), about a quarter of the SM's issue slots at 85% of HBM bandwidth.
+// Lab numbers: none yet (to be measured on H100 against device_copy_bandwidth_gbps).
+#include "cuda/kernels/fp8_gemv.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "cuda/common/launch.cuh"
+#include "cuda/common/ptx.cuh"
+
+namespace lychee::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kChunk = 64;  // k positions per chunk: 4 lanes x 16 codes of a row
+constexpr int kSlab = 4;    // chunks per slab; slab s belongs to warp s % kWarps
+
+template <typename Out>
+struct Fp8GemvArgs {
+  const bf16* x;         // [n][k] bf16
+  const uint8_t* w;      // [m][k] e4m3 codes
+  const float* w_scale;  // [m] f32
+  Out* y;                // [n][m] bf16 or f32
+  int n, k, m;
+};
+
+// 16 weight codes, read once: not allocated in L1 (x lives there); L2 fetches the aligned 256 bytes
+// around them, the warp's slab of the row when k is a multiple of 256 (its next steps hit L2).
+__device__ __forceinline__ uint4 load_codes(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Codes q = bytes (c0, c1, c2, c3) -> bf16 pairs lo = (c0, c2), hi = (c1, c3), exactly (see the top).
+__device__ __forceinline__ void e4m3x4_to_bf16(uint32_t q, uint32_t& lo, uint32_t& hi) {
+  constexpr uint32_t kSign = 0x80008000u, kTwoPow120 = 0x7B807B80u;  // 2^120 in both bf16 halves
+  hi = mul_bf16x2((q & kSign) | ((q & 0x7F007F00u) >> 4), kTwoPow120);
+  lo = mul_bf16x2(((q << 8) & kSign) | ((q & 0x007F007Fu) << 4), kTwoPow120);
+}
+
+// A lane's operands of one step of its warp: 4 / R consecutive chunks of one slab.
+template <int R>
+struct Step {
+  static constexpr int kChunks = 4 / R;
+  uint4 w[kChunks][R][2];  // [chunk][m16 tile][rows g, g + 8] codes [16 t, 16 t + 16) of the chunk
+};
+template <int R>
+struct StepX {
+  uint4 x[Step<R>::kChunks][2];  // [chunk] x row g at the same positions, bf16
+};
+
+// Lane (g, t)'s codes of chunks c .. c + 4 / R - 1; zeros past m and k (k is a multiple of 16, so
+// a lane's 16 codes are all in or all out).
+template <int R, typename Out>
+__device__ __forceinline__ void load_weights(Step<R>& s, const Fp8GemvArgs<Out>& a, int row0, int c, int g,
+                                             int t) {
+#pragma unroll
+  for (int p = 0; p < Step<R>::kChunks; ++p) {
+    const int col = (c + p) * kChunk + 16 * t;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 16 * r + 8 * h + g;
+        s.w[p][r][h] = row < a.m && col < a.k ? load_codes(a.w + size_t(row) * a.k + col) : make_uint4(0, 0, 0, 0);
+      }
+  }
+}
+
+// x row g at the lane's positions of the same chunks; zeros for rows >= n (the mma's unused columns).
+template <int R, typename Out>
+__device__ __forceinline__ void load_x(StepX<R>& s, const Fp8GemvArgs<Out>& a, int c, int g, int t) {
+#pragma unroll
+  for (int p = 0; p < Step<R>::kChunks; ++p) {
+    const int col = (c + p) * kChunk + 16 * t;
+    const bool in = g < a.n && col < a.k;
+    const uint4* src = reinterpret_cast<const uint4*>(a.x + size_t(g) * a.k + col);
+    s.x[p][0] = in ? __ldg(src) : make_uint4(0, 0, 0, 0);
+    s.x[p][1] = in ? __ldg(src + 1) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <int R>
+__device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, const StepX<R>& xs) {
+#pragma unroll
+  for (int p = 0; p < Step<R>::kChunks; ++p)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // x at the lane's positions 4 j .. 4 j + 3 as (0, 1), (2, 3) -> b0 = (0, 2), b1 = (1, 3): A's pairs.
+      const uint32_t x01 = word(xs.x[p][j / 2], 2 * (j % 2)), x23 = word(xs.x[p][j / 2], 2 * (j % 2) + 1);
+      const uint32_t b0 = __byte_perm(x01, x23, 0x5410), b1 = __byte_perm(x01, x23, 0x7632);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        uint32_t a0, a1, a2, a3;  // rows g (a0, a2) and g + 8 (a1, a3); slots 2t, 2t + 1 (a0, a1), + 8 (a2, a3)
+        e4m3x4_to_bf16(word(s.w[p][r][0], j), a0, a2);
+        e4m3x4_to_bf16(word(s.w[p][r][1], j), a1, a3);
+        ptx::mma_bf16(acc[r], a0, a1, a2, a3, b0, b1);
+      }
+    }
+}
+
+__device__ __forceinline__ void store(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store(float* p, float v) { *p = v; }
+
+// Grid: one block per 16 R rows of w. See the top of the file.
+template <int R, typename Out>
+__global__ void __launch_bounds__(kThreads, 2) fp8_gemv_kernel(const Fp8GemvArgs<Out> a) {
+  constexpr int kRows = 16 * R, kStep = Step<R>::kChunks;
+  // [warp][row of x][row of the tile] partial sums; +4 puts the 4 lanes t of a row on different banks.
+  __shared__ float part[kWarps][kFp8GemvMaxRows][kRows + 4];
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
+  const int row0 = int(blockIdx.x) * kRows;
+  const int n_chunks = (a.k + kChunk - 1) / kChunk;
+  // The warp's i-th chunk: slabs warp, warp + kWarps, ... of kSlab chunks each.
+  const auto chunk = [warp](int i) { return (warp + kWarps * (i / kSlab)) * kSlab + i % kSlab; };
+
+  float acc[R][4] = {};
+  Step<R> cur;
+  load_weights(cur, a, row0, chunk(0), g, t);  // earlier kernels in the stream do not write w
+  ptx::grid_dependency_wait();                 // but they write x
+  ptx::grid_launch_dependents();
+  for (int i = 0; chunk(i) < n_chunks; i += kStep) {
+    StepX<R> xs;
+    load_x(xs, a, chunk(i), g, t);
+    Step<R> next;
+    load_weights(next, a, row0, chunk(i + kStep), g, t);  // in flight during this step's mma
+    mma_step(acc, cur, xs);
+    cur = next;
+  }
+
+#pragma unroll
+  for (int r = 0; r < R; ++r) {  // accumulators: (row g, x rows 2t, 2t + 1), then row g + 8
+    part[warp][2 * t][16 * r + g] = acc[r][0];
+    part[warp][2 * t + 1][16 * r + g] = acc[r][1];
+    part[warp][2 * t][16 * r + g + 8] = acc[r][2];
+    part[warp][2 * t + 1][16 * r + g + 8] = acc[r][3];
+  }
+  __syncthreads();
+  for (int o = int(threadIdx.x); o < kFp8GemvMaxRows * kRows; o += kThreads) {
+    const int i = o / kRows, rr = o % kRows, row = row0 + rr;
+    if (i >= a.n || row >= a.m) continue;
+    float sum = part[0][i][rr];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) sum += part[w][i][rr];
+    store(a.y + size_t(i) * a.m + row, a.w_scale[row] * sum);
+  }
+}
+
+// m16 tiles per block: the widest (x is read once per block, n / (8 R) bytes per weight byte) that
+// still keeps every SM streaming: 4 when that gives two blocks per SM, 2 when one block covers at
+// least 90% of the SMs, else 1. On 132 SMs: m = 4096 and 6144 -> 2, m = 28672 -> 4.
+int fp8_gemv_tiles(int m, int sm_count) {
+  const auto blocks = [m](int r) { return (m + 16 * r - 1) / (16 * r); };
+  if (blocks(4) >= 2 * sm_count) return 4;
+  if (10 * blocks(2) >= 9 * sm_count) return 2;
+  return 1;
+}
+
+// LYCHEE_FP8_GEMV_TILES=1, 2 or 4 in the environment overrides fp8_gemv_tiles (lab A/B; the results
+// are the same bits for every R).
+int forced_tiles() {
+  const char* v = std::getenv("LYCHEE_FP8_GEMV_TILES");
+  const int r = v != nullptr ? std::atoi(v) : 0;
+  return r == 1 || r == 2 || r == 4 ? r : 0;
+}
+
+template <typename Out>
+void launch(const Fp8GemvArgs<Out>& a, cudaStream_t stream) {
+  static const int forced = forced_tiles();
+  const int tiles = forced != 0 ? forced : fp8_gemv_tiles(a.m, device_info().sm_count);
+  const int grid = (a.m + 16 * tiles - 1) / (16 * tiles);
+  switch (tiles) {
+    case 4: launch_pdl(fp8_gemv_kernel<4, Out>, grid, kThreads, 0, stream, a); break;
+    case 2: launch_pdl(fp8_gemv_kernel<2, Out>, grid, kThreads, 0, stream, a); break;
+    default: launch_pdl(fp8_gemv_kernel<1, Out>, grid, kThreads, 0, stream, a); break;
+  }
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+namespace detail {
+
+void launch_fp8_gemv(const bf16* x, const uint8_t* w, const float* w_scale, bf16* y, int n, int k, int m,
+                     cudaStream_t stream) {
+  launch(Fp8GemvArgs<bf16>{x, w, w_scale, y, n, k, m}, stream);
+}
+
+void launch_fp8_gemv_f32_out(const bf16* x, const uint8_t* w, const float* w_scale, float* y, int n, int k,
+                             int m, cudaStream_t stream) {
+  launch(Fp8GemvArgs<float>{x, w, w_scale, y, n, k, m}, stream);
+}
+
+}  // namespace detail
+}  // namespace lychee::cuda
