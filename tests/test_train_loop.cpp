@@ -264,6 +264,23 @@ TEST(TrainLoop, WritesLoadableRoleFileLogAndHeatmap) {
   const nlohmann::json summary = test::read_json(base + "/out/summary.json");
   EXPECT_EQ(summary["steps"], 12);
   EXPECT_EQ(summary["n_retrieval_chosen"], 1);
+  // gate_history.json: a snapshot at step 0 and every snapshot_every steps, each with E[z] per head
+  // and the raw parameters (HardKuma: log alpha and log beta per gate); the last equals the roles'.
+  const nlohmann::json h = test::read_json(base + "/out/gate_history.json");
+  EXPECT_EQ(h["gate"], "hardkuma");
+  const auto steps = h["steps"].get<std::vector<int>>();
+  ASSERT_GE(steps.size(), 2u);
+  EXPECT_EQ(steps.front(), 0);
+  EXPECT_EQ(steps.back(), 12);
+  ASSERT_EQ(h["params"].size(), steps.size());
+  ASSERT_EQ(h["expected_z"].size(), steps.size());
+  const size_t n_gates = size_t((c.n_layers - 1) * c.n_kv_heads);
+  EXPECT_EQ(h["params"][0].size(), 2 * n_gates);
+  EXPECT_EQ(h["params"][0][0].get<double>(), 0.0) << "Kuma(1, 1) at the start: log alpha = 0";
+  const auto last = h["params"].back().get<std::vector<double>>();
+  for (size_t g = 0; g < n_gates; ++g)  // the role file keeps alpha as f32
+    EXPECT_EQ(float(std::exp(last[g])), float(roles.alpha[g + size_t(c.n_kv_heads)])) << "gate " << g;
+  EXPECT_EQ(h["expected_z"].back().get<std::vector<double>>(), r.expected_z);
 }
 
 TEST(TrainLoop, BadOptionsFailClearly) {

@@ -63,7 +63,14 @@ int count_above_half(const std::vector<double>& ez, int n_kv) {
 struct History {
   std::vector<int> steps;                   // [n_snapshots]
   std::vector<std::vector<double>> values;  // [n_snapshots][n_layers · n_kv_heads] E[z]
+  std::vector<std::vector<double>> params;  // [n_snapshots][n_params] the gates' raw parameters
 };
+
+// Snapshots: every snapshot_every steps, the last step, and the steps the paper draws the gate
+// densities at (100, 200, 500, 1000), so a run of any length has them.
+bool snapshot_step(int done, int every, bool last) {
+  return done % every == 0 || last || done == 100 || done == 200 || done == 500 || done == 1000;
+}
 
 constexpr const char* kCsvHeader =
     "step,loss,lambda,expected_l0,n_above_half,lr,context_tokens,target_tokens,step_ms\n";
@@ -127,6 +134,7 @@ struct Run {
   TrainResult finish(const nlohmann::json& provenance);
   nlohmann::json role_provenance(const nlohmann::json& provenance, double total_seconds) const;
   void write_heatmap(const TrainResult& r, const std::vector<uint8_t>& roles) const;
+  void write_gate_history(const std::vector<uint8_t>& roles) const;
   nlohmann::json summary(const TrainResult& r, double total_seconds) const;
 
   const ModelConfig& c;
@@ -193,6 +201,9 @@ void Run::load_checkpoint() {
     start = j.at("step").get<int>();
     history.steps = j.at("history_steps").get<std::vector<int>>();
     history.values = j.at("history_values").get<std::vector<std::vector<double>>>();
+    // Checkpoints written before the parameters were kept have none: the history restarts here.
+    if (j.contains("history_params"))
+      history.params = j.at("history_params").get<std::vector<std::vector<double>>>();
     losses = j.at("losses").get<std::vector<double>>();
     resumed_seconds = j.at("seconds").get<double>();
   } catch (const nlohmann::json::exception& e) {
@@ -209,7 +220,7 @@ void Run::save_checkpoint(int next_step, double seconds) const {
                       {"params", std::vector<double>(params.begin(), params.end())},
                       {"adam", adam.to_json()}, {"lambda", lagrange.lambda},
                       {"history_steps", history.steps}, {"history_values", history.values},
-                      {"losses", losses}, {"seconds", seconds}};
+                      {"history_params", history.params}, {"losses", losses}, {"seconds", seconds}};
   write_text_atomic(ckpt_path, j.dump());
 }
 
@@ -222,6 +233,7 @@ void Run::train() {
   if (start == 0 && history.steps.empty()) {
     history.steps.push_back(0);
     history.values.push_back(gates.expected_z());
+    history.params.emplace_back(params.begin(), params.end());
   }
 
   const double loss_scale = student.options().loss == DistillLoss::kLogits ? 1.0 / c.vocab_size : 1.0;
@@ -247,12 +259,13 @@ void Run::train() {
 
     const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - ts).count();
     const bool last = step + 1 == o.steps;
-    const bool snapshot = (step + 1) % snapshot_every == 0 || last, log_line = step % o.log_every == 0 || last;
+    const bool snapshot = snapshot_step(step + 1, snapshot_every, last), log_line = step % o.log_every == 0 || last;
     // E[z] is a quadrature per gate: computed once for the snapshot and the log line of a step.
     const std::vector<double> ez = snapshot || log_line ? gates.expected_z() : std::vector<double>{};
     if (snapshot) {
       history.steps.push_back(step + 1);
       history.values.push_back(ez);
+      history.params.emplace_back(params.begin(), params.end());
     }
     if (log_line) {
       log_step(step, s, sample, step_ms, ez, window_loss / window_n);
@@ -307,8 +320,8 @@ void Run::log_step(int step, const StepStats& s, const TrainSample& sample, doub
                        format_duration(double(o.steps - done) / std::max(rate, 1e-9))));
 }
 
-// A stopped run returns its gate state only; a finished one also writes roles.json, heatmap.svg
-// and summary.json.
+// A stopped run returns its gate state only; a finished one also writes roles.json, heatmap.svg,
+// gate_history.json and summary.json.
 TrainResult Run::finish(const nlohmann::json& provenance) {
   TrainResult r;
   r.seconds = run_seconds;
@@ -339,6 +352,7 @@ TrainResult Run::finish(const nlohmann::json& provenance) {
   r.roles.provenance = role_provenance(provenance, total_seconds);
   save_head_roles(r.roles, (out / "roles.json").string());
   write_heatmap(r, roles);
+  write_gate_history(roles);
   r.summary = summary(r, total_seconds);
   write_text_atomic(out / "summary.json", r.summary.dump(2) + "\n");
   return r;
@@ -374,6 +388,20 @@ void Run::write_heatmap(const TrainResult& r, const std::vector<uint8_t>& roles)
   hm.final_value = r.expected_z;
   hm.roles = roles;
   write_text_atomic(out / "heatmap.svg", head_role_heatmap_svg(hm));
+}
+
+// gate_history.json: E[z] and the raw gate parameters of every head at every snapshot, for the
+// specialisation-dynamics figure (scripts/plot_gate_dynamics.py). Parameter layout per gate kind
+// as GateSet::params() (gates.h): hardkuma [log alpha of every gate, then log beta]; hardconcrete
+// [log a]; direct [g]; gate g is (layer g / n_kv_heads + 1, KV head g % n_kv_heads).
+void Run::write_gate_history(const std::vector<uint8_t>& roles) const {
+  const GateOptions go;
+  const nlohmann::json j = {{"model", c.name}, {"gate", gate_kind_name(o.gate)}, {"n_layers", c.n_layers},
+                            {"n_kv_heads", c.n_kv_heads}, {"stretch", {go.stretch_low, go.stretch_high}},
+                            {"temperature", go.temperature}, {"steps", history.steps},
+                            {"expected_z", history.values}, {"params", history.params},
+                            {"roles", roles}};
+  write_text_atomic(out / "gate_history.json", j.dump() + "\n");
 }
 
 nlohmann::json Run::summary(const TrainResult& r, double total_seconds) const {
