@@ -111,6 +111,41 @@ def prefill_attention_section():
     return lines
 
 
+def fp8_gemv_section():
+    r = load("fp8_gemv.json")
+    if not r:
+        return []
+    by = {}
+    for row in r["rows"]:
+        by.setdefault((row["shape"], row["k"], row["m"], row["n"]), {})[row["kernel"]] = row
+
+    def cell(row):
+        return f"{row['us']:.1f} ({row['pct_copy']:.0f}%)" if row and row.get("us") else "-"
+
+    def ratio(row, peer):
+        return f"{row['us'] / peer['us']:.2f}" if row and peer and row.get("us") and peer.get("us") else "-"
+
+    lines = [
+        "## FP8 weight GEMV (decode products), Llama-3-8B shapes",
+        "",
+        f"{r['gpu']}, copy bandwidth {r['copy_bandwidth_gbs']:.0f} GB/s measured in the same run; lychee at commit "
+        f"`{r.get('lychee_commit', r.get('commit', '?'))}` (`docs/results/gpu/fp8_gemv.json`), fp8_gemv tiles "
+        f"{r['fp8_gemv_tiles']}. µs per call (median of CUDA-graph replays over weight copies larger than L2) and, in "
+        "brackets, % of copy bandwidth on the bytes the call moves (weights, scales, x, y). cuBLASLt bf16 is the "
+        "engine's tuned `cuda::Gemm` on the dequantised weights; cuBLASLt FP8 takes x quantised to e4m3 (not "
+        f"timed). Target: lychee FP8 >= {r['target_pct_copy']:.0f}% at n = 1 and 8.",
+        "",
+        "| shape | k | m | n | lychee FP8 µs | cuBLASLt bf16 µs | cuBLASLt FP8 µs | lychee / bf16 | lychee / cuBLASLt FP8 | check |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (shape, k, m, n), v in by.items():
+        ours, bf16, fp8 = v.get("lychee_fp8"), v.get("cublaslt_bf16"), v.get("cublaslt_fp8")
+        lines.append(f"| {shape} | {k} | {m} | {n} | {cell(ours)} | {cell(bf16)} | {cell(fp8)} | {ratio(ours, bf16)} | "
+                     f"{ratio(ours, fp8)} | {ours['check'] if ours else '-'} |")
+    lines += ["", "Time ratios below 1: lychee's FP8 kernel is faster.", ""]
+    return lines
+
+
 def e2e_section():
     ours, hf = load("e2e.json"), load("hf_decode.json")
     if not ours:
@@ -275,6 +310,7 @@ def main():
              "do not edit by hand.", ""]
     lines += decode_attention_section()
     lines += prefill_attention_section()
+    lines += fp8_gemv_section()
     lines += e2e_section()
     lines += decode_step_section()
     lines += serving_section()

@@ -17,6 +17,8 @@
 #   scripts/gpu/run_all.sh train GATE STEPS [train-heads options]   head roles of the default model
 #   scripts/gpu/run_all.sh fi-stage-a DIR | fi-stage-b DIR   carry FlashInfer in two halves (see below)
 #   scripts/gpu/run_all.sh bench-peers      our decode kernel, torch cuDNN/flash SDPA and FlashInfer, one call
+#   scripts/gpu/run_all.sh bench-fp8        the FP8 weight GEMV vs cuBLASLt bf16 and cuBLASLt FP8 at the 8B
+#                                            shapes, n = 1..8, then its tiles per block (FP8_TILES)
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
 # (scripts/gpu/make_deps.sh makes .deps, .whl and the model halves .carry/model_a, .carry/model_b.)
 # FlashInfer (the decode peer): scripts/gpu/fetch_flashinfer.sh makes .carry/flashinfer_a and
@@ -331,15 +333,50 @@ case "${1:-}" in
       esac
     done
     exit $rc ;;
+  bench-fp8)
+    # The FP8 weight GEMV (ours) against the engine's cuBLASLt bf16 product and cuBLASLt's FP8 matmul
+    # at Llama-3-8B's linear shapes, n = 1, 2, 4, 8, with the copy bandwidth of the same run
+    # (fp8_gemv.json); then ours alone (--quick) at the m = 4096 / 6144 shapes once per
+    # LYCHEE_FP8_GEMV_TILES setting in FP8_TILES (default auto,1,2,4; empty skips), and the
+    # fastest setting per shape and n (fp8_gemv_tiles.md).
+    rc=0
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_fp8_gemv" --tag "commit $commit" --json "$out/fp8_gemv.json" \
+      > "$out/bench_fp8.log" 2>&1 || rc=$(failed $? bench_fp8_gemv)
+    grep -E "^(\||target|FAIL|device)" "$out/bench_fp8.log" | head -80
+    [ $rc -eq 0 ] || tail -15 "$out/bench_fp8.log"
+    for t in $(echo "${FP8_TILES-auto,1,2,4}" | tr , ' '); do
+      LYCHEE_FP8_GEMV_TILES=$t LYCHEE_COMMIT="$commit" "$build/bin/bench_fp8_gemv" --quick --shapes qkv,o,down \
+        --kernels fp8 --tag "commit $commit, tiles $t" --json "$out/fp8_gemv_tiles_$t.json" \
+        > "$out/bench_fp8_tiles_$t.log" 2>&1 || rc=$(failed $? "bench_fp8_gemv tiles $t")
+    done
+    if ls "$out"/fp8_gemv_tiles_*.json > /dev/null 2>&1; then
+      python3 - "$out" > "$out/fp8_gemv_tiles.md" <<'PY' || rc=$(failed $? "tiles summary")
+import glob, json, sys
+us = {}  # (shape, n) -> {tiles setting: µs per call}
+for f in glob.glob(sys.argv[1] + "/fp8_gemv_tiles_*.json"):
+    d = json.load(open(f))
+    for r in d["rows"]:
+        if r.get("us"):
+            us.setdefault((r["shape"], r["n"]), {})[d["fp8_gemv_tiles"]] = r["us"]
+sets = [t for t in ("auto", "1", "2", "4") if any(t in v for v in us.values())]
+print("| shape | n | " + " | ".join(f"tiles {t} µs" for t in sets) + " | fastest of 1/2/4 |")
+print("|---" * (len(sets) + 3) + "|")
+for (shape, n), v in sorted(us.items()):
+    best = min((t for t in v if t != "auto"), key=v.get, default="-")
+    print(f"| {shape} | {n} | " + " | ".join(f"{v[t]:.2f}" if t in v else "" for t in sets) + f" | {best} |")
+PY
+      cat "$out/fp8_gemv_tiles.md"
+    fi
+    exit $rc ;;
   bench-model)
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
   all)
-    stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model}"
+    stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|trace|bench-peers|python|python-diag|bench-python|bench-serve) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, trace, bench-peers, python, python-diag, bench-python, bench-serve)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|trace|bench-peers|python|python-diag|bench-python|bench-serve) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, trace, bench-peers, python, python-diag, bench-python, bench-serve)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
@@ -388,5 +425,5 @@ case "${1:-}" in
     [ $rc -eq 124 ] && echo "train $gate: stopped by the time limit; the next call resumes"
     exit $rc ;;
   *)
-    sed -n 2,25p "$0"; exit 2 ;;
+    sed -n 2,27p "$0"; exit 2 ;;
 esac
