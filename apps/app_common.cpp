@@ -27,6 +27,10 @@ void ModelArgs::add(CLI::App& cmd) {
                  "change, see ARCHITECTURE.md); fp8 is f32 with the linear matrices rounded through FP8 e4m3 "
                  "per output channel (what FP8 weights give, for measuring their quality)")
       ->check(CLI::IsMember({"native", "f32", "fp8"}));
+  cmd.add_option("--weights", weights,
+                 "GPU linear weights: bf16 (default) or fp8 = e4m3 with one scale per output channel, 1 byte per "
+                 "weight (see ARCHITECTURE.md, FP8 weights); GPU only: on the CPU use --cpu-weights fp8")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
 }
 
 EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<std::string> kinds) const {
@@ -37,6 +41,7 @@ EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<st
   o.cpu_weights = cpu_weights == "native" ? WeightFormat::kNative
                   : cpu_weights == "fp8"  ? WeightFormat::kFp8
                                           : WeightFormat::kF32;
+  o.gpu_weights = weights == "fp8" ? GpuWeightFormat::kFp8 : GpuWeightFormat::kBf16;
   o.kv_memory_gib = kv_memory_gib;
   o.max_context = max_context;
   if (policy != nullptr) {

@@ -73,9 +73,11 @@ void run(const PerplexityArgs& a) {
       make_policy(a.policy.options(test_engine.config(), kind), test_engine.config());
   std::unique_ptr<Session> base_session = base.new_session(a.ctx), test_session = test_engine.new_session(a.ctx);
   test_session->set_policy(policy.get());
+  // The GPU runs --weights (bf16 or fp8), the CPU --cpu-weights.
+  const std::string weights = test_engine.device() == "cuda" ? a.model.weights + " GPU" : a.model.cpu_weights;
   const std::string base_label = fmt::format("{} weights, full attention",
-                                             a.base_cpu_weights.empty() ? a.model.cpu_weights : a.base_cpu_weights);
-  const std::string test_label = fmt::format("{} weights, {}", a.model.cpu_weights, policy->name());
+                                             a.base_cpu_weights.empty() ? weights : a.base_cpu_weights);
+  const std::string test_label = fmt::format("{} weights, {}", weights, policy->name());
   std::fprintf(stderr, "perplexity: %zu tokens of text, windows of %d (the second half of each scored); base: %s; test: %s\n",
                ids.size(), a.ctx, base_label.c_str(), test_label.c_str());
   const PerplexityResult r = compare_perplexity(*base_session, *test_session, ids, a.ctx, a.windows,

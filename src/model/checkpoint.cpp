@@ -195,6 +195,14 @@ const char* weight_format_name(WeightFormat f) {
   return "?";
 }
 
+const char* gpu_weight_format_name(GpuWeightFormat f) {
+  switch (f) {
+    case GpuWeightFormat::kBf16: return "bf16";
+    case GpuWeightFormat::kFp8: return "fp8";
+  }
+  return "?";
+}
+
 bool is_linear_weight(WeightId id) {
   switch (id) {
     case WeightId::kWq: case WeightId::kWk: case WeightId::kWv: case WeightId::kWo:

@@ -72,6 +72,14 @@ class Checkpoint {
 enum class WeightFormat { kF32, kNative, kFp8 };
 const char* weight_format_name(WeightFormat f);  // "f32", "native", "fp8" (the --cpu-weights values)
 
+// How the GPU holds the seven linear matrices (Q, K, V, O, gate, up, down; fused there as QKV,
+// O, gate/up, down). kBf16: bf16 (the default). kFp8: FP8 e4m3 codes with one f32 scale per
+// output channel, made by core/fp8.h's quantiser from the checkpoint's f32 values, the very
+// values WeightFormat::kFp8 holds on the CPU. Embedding, LM head, norms and biases are the same
+// in both (bf16 matrices, f32 vectors).
+enum class GpuWeightFormat { kBf16, kFp8 };
+const char* gpu_weight_format_name(GpuWeightFormat f);  // "bf16", "fp8" (the --weights values)
+
 // One weight as HostWeights holds it. A matrix is [rows, cols] row-major (HF order, [out, in]);
 // a vector has rows = 1. dtype is kF32, or with WeightFormat::kNative a block-quantised type
 // whose rows are `row_bytes` apart (cols is a multiple of its block size).

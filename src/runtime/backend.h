@@ -21,13 +21,17 @@ struct BackendOptions {
   // products at decode); kF32 expands every weight to f32 (the reference path); kFp8 is kF32 with
   // the linear matrices rounded through FP8 e4m3 (model/checkpoint.h).
   WeightFormat cpu_weights = WeightFormat::kF32;
-  // CUDA backend only.
+  // CUDA backend only: how the GPU holds the linear matrices (model/checkpoint.h): bf16 (the
+  // default) or FP8 e4m3 with one scale per output channel. The CPU backend has no FP8 form of
+  // its own beyond cpu_weights = kFp8 and refuses kFp8 here (make_backend).
+  GpuWeightFormat gpu_weights = GpuWeightFormat::kBf16;
   double kv_memory_gib = 0.0;  // 0 = sized from max_batch x max_context, capped by free memory
   int max_context = 0;         // 0 = the model's context length
   int max_batch = 8;
   int page_size = 64;
-  // CUDA backend only (benchmarks): seeded random bf16 weights of this shape instead of the
-  // checkpoint's (decode time does not depend on the values); null = the checkpoint's weights.
+  // CUDA backend only (benchmarks): seeded random weights of this shape (in gpu_weights' format)
+  // instead of the checkpoint's (decode time does not depend on the values); null = the
+  // checkpoint's weights.
   const ModelConfig* random_shape = nullptr;
   uint64_t random_seed = 1234;  // bench_e2e's
 };

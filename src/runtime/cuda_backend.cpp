@@ -1,4 +1,4 @@
-// The CUDA backend: bf16 weights and the paged runner (src/cuda/runner), sessions over it, and
+// The CUDA backend: bf16 or FP8 weights and the paged runner (src/cuda/runner), sessions over it, and
 // the trainer's GPU student. Compiled only with CUDA (src/CMakeLists.txt); backends.cpp is the
 // one file that decides whether it exists.
 #include "runtime/cuda_backend.h"
@@ -21,8 +21,8 @@ namespace {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const Checkpoint& ck, const BackendOptions& o)
-      : weights_(o.random_shape != nullptr ? cuda::random_weights(*o.random_shape, o.random_seed)
-                                           : cuda::upload_weights(ck)) {
+      : weights_(o.random_shape != nullptr ? cuda::random_weights(*o.random_shape, o.random_seed, o.gpu_weights)
+                                           : cuda::upload_weights(ck, o.gpu_weights)) {
     cuda::RunnerOptions ro;
     ro.kv_memory_gib = o.kv_memory_gib;
     ro.max_context = o.max_context;

@@ -54,6 +54,20 @@ std::string choose_device(const EngineOptions& o, const ModelConfig& c) {
   return device;
 }
 
+// --weights fp8 is a GPU format: an engine on the CPU refuses it, naming why it is on the CPU
+// and the CPU's option for the same FP8 values (--cpu-weights fp8).
+void check_gpu_weights(const EngineOptions& o, const std::string& device) {
+  if (o.gpu_weights == GpuWeightFormat::kBf16 || device != "cpu") return;
+  const std::string status = o.device == "cpu" ? std::string() : cuda_device_status();
+  const std::string why = o.device == "cpu"  ? std::string("--device cpu")
+                          : !status.empty() ? "--device auto found no usable GPU: " + status
+                                            : std::string("--device auto chose the CPU for a policy the GPU cannot run");
+  fail(o.device == "cpu" ? ErrorCode::kInvalidArgument : ErrorCode::kUnsupported,
+       "--weights {}: a GPU weight format, and this engine runs on the CPU ({}); for the CPU reference with the same "
+       "FP8 values pass --cpu-weights fp8",
+       gpu_weight_format_name(o.gpu_weights), why);
+}
+
 }  // namespace
 
 Engine::Engine(const EngineOptions& options)
@@ -69,9 +83,11 @@ Engine::Engine(const EngineOptions& options)
            "{}: the tokenizer has {} tokens but the model's vocabulary has {}", checkpoint_.path(),
            tokenizer_.vocab_size(), c.vocab_size);
   device_ = choose_device(options, c);
+  check_gpu_weights(options, device_);
   Timer timer;
   BackendOptions bo;
   bo.cpu_weights = options.cpu_weights;
+  bo.gpu_weights = options.gpu_weights;
   bo.kv_memory_gib = options.kv_memory_gib;
   bo.max_context = options.max_context;
   bo.max_batch = options.max_batch;
@@ -79,7 +95,10 @@ Engine::Engine(const EngineOptions& options)
   if (!options.random_shape.empty()) bo.random_shape = &config_;
   backend_ = make_backend(device_, checkpoint_, bo);
   LY_LOG_INFO("loaded {} ({}, {} layers, {:.1f} M params) to the {} in {:.2f} s", c.name, arch_name(c.arch),
-              c.n_layers, double(c.n_params()) / 1e6, device_ == "cuda" ? "GPU" : "CPU", timer.seconds());
+              c.n_layers, double(c.n_params()) / 1e6,
+              device_ == "cuda" ? fmt::format("GPU ({} weights)", gpu_weight_format_name(options.gpu_weights))
+                                : fmt::format("CPU ({} weights)", weight_format_name(options.cpu_weights)),
+              timer.seconds());
 }
 
 std::unique_ptr<Session> Engine::new_session(int capacity) {

@@ -20,6 +20,10 @@ struct EngineOptions {
   std::string device = "auto";  // "cpu", "cuda", or "auto" (cuda when this build has it and a GPU is present)
   WeightFormat cpu_weights = WeightFormat::kF32;  // CPU backend: see BackendOptions
   // CUDA backend only.
+  // How the GPU holds the linear matrices (BackendOptions). kFp8 on an engine that runs on the
+  // CPU (--device cpu, or auto without a usable GPU) is an error pointing at cpu_weights = kFp8,
+  // before any weight is loaded.
+  GpuWeightFormat gpu_weights = GpuWeightFormat::kBf16;
   double kv_memory_gib = 0.0;   // 0 = sized from max_batch x max_context, capped by free memory
   int max_context = 0;          // 0 = the model's context length
   int max_batch = 8;
@@ -27,8 +31,9 @@ struct EngineOptions {
   // With device "auto": the decode specs the engine will run, given the model's config. A GPU
   // that cannot run one of them is passed over for the CPU (logged, naming the option).
   std::function<std::vector<DecodeSpec>(const ModelConfig&)> policies;
-  // Benchmarks (GPU only): "llama3-8b" serves a model of that shape with seeded random bf16
-  // weights; the tokenizer (and chat template) stay model_path's. "" = the checkpoint's model.
+  // Benchmarks (GPU only): "llama3-8b" serves a model of that shape with seeded random weights
+  // (in gpu_weights' format); the tokenizer (and chat template) stay model_path's. "" = the
+  // checkpoint's model.
   std::string random_shape;
 };
 

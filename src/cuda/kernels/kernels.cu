@@ -1,5 +1,6 @@
 #include "cuda/kernels/kernels.h"
 
+#include <cuda_fp8.h>
 #include <curand_kernel.h>
 
 #include <algorithm>
@@ -282,12 +283,48 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Two uniform numbers of element i: u1 in (0, 1], u2 in [0, 1) (Box-Muller's inputs).
+__device__ __forceinline__ void hashed_uniforms(uint64_t seed, size_t i, float& u1, float& u2) {
+  const uint64_t h = splitmix64(seed ^ (i * 0xd1b54a32d192ed03ull));
+  u1 = (float((h >> 40) & 0xffffffu) + 1.0f) * (1.0f / 16777217.0f);
+  u2 = float(h & 0xffffffu) * (1.0f / 16777216.0f);
+}
+
 __global__ void fill_normal_kernel(bf16* p, size_t n, uint64_t seed, float std) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint64_t h = splitmix64(seed ^ (i * 0xd1b54a32d192ed03ull));
-    const float u1 = (float((h >> 40) & 0xffffffu) + 1.0f) * (1.0f / 16777217.0f);
-    const float u2 = float(h & 0xffffffu) * (1.0f / 16777216.0f);
+    float u1, u2;
+    hashed_uniforms(seed, i, u1, u2);
     p[i] = __float2bfloat16(std * sqrtf(-2.0f * __logf(u1)) * __cosf(6.2831853f * u2));
+  }
+}
+
+__global__ void fill_normal_e4m3_kernel(uint8_t* p, size_t n, uint64_t seed, float code_std) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    float u1, u2;
+    hashed_uniforms(seed, i, u1, u2);
+    p[i] = __nv_cvt_float_to_fp8(code_std * sqrtf(-2.0f * __logf(u1)) * __cosf(6.2831853f * u2), __NV_SATFINITE,
+                                 __NV_E4M3);
+  }
+}
+
+// One vector of 16 codes per iteration: a uint4 in, two uint4 of bf16 out (cols % 16 == 0, so a
+// vector lies in one row). Byte j of the uint4 is the code at column 16 v + j (little endian).
+__global__ void dequantize_e4m3_kernel(const uint8_t* __restrict__ codes, const float* __restrict__ scales,
+                                       bf16* __restrict__ out, size_t n_vec, int vecs_per_row) {
+  for (size_t v = size_t(blockIdx.x) * blockDim.x + threadIdx.x; v < n_vec; v += size_t(gridDim.x) * blockDim.x) {
+    const float s = scales[v / size_t(vecs_per_row)];
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(codes) + v);
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    __align__(16) bf16 o[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      __nv_fp8_e4m3 c;
+      c.__x = __nv_fp8_storage_t((words[j / 4] >> (8 * (j % 4))) & 0xffu);
+      o[j] = __float2bfloat16_rn(float(c) * s);
+    }
+    uint4* dst = reinterpret_cast<uint4*>(out) + 2 * v;
+    dst[0] = reinterpret_cast<const uint4*>(o)[0];
+    dst[1] = reinterpret_cast<const uint4*>(o)[1];
   }
 }
 
@@ -374,5 +411,21 @@ void fill_const_f32(float* p, size_t n, float value, cudaStream_t s) {
   fill_const_kernel<<<grid_for(n, 256), 256, 0, s>>>(p, n, value);
   LY_CUDA_CHECK_LAUNCH();
 }
+
+void fill_normal_e4m3(uint8_t* codes, size_t n, uint64_t seed, float code_std, cudaStream_t s) {
+  fill_normal_e4m3_kernel<<<grid_for(n, 256), 256, 0, s>>>(codes, n, seed, code_std);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+namespace detail {
+
+void launch_dequantize_e4m3(const uint8_t* codes, const float* scales, bf16* out, int rows, int cols,
+                            cudaStream_t s) {
+  const size_t n_vec = size_t(rows) * size_t(cols / 16);
+  dequantize_e4m3_kernel<<<grid_for(n_vec, 256), 256, 0, s>>>(codes, scales, out, n_vec, cols / 16);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace detail
 
 }  // namespace lychee::cuda

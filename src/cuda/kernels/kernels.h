@@ -53,6 +53,24 @@ void sample(const float* logits, int32_t* out, int batch, int vocab, float tempe
 // Fills p[n] with N(0, std²) values (a counter-based hash, deterministic in seed).
 void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float std, cudaStream_t s);
 void fill_const_f32(float* p, size_t n, float value, cudaStream_t s);
+// Random FP8 weight codes for speed benchmarks: codes[n] = e4m3(code_std · z), z ~ N(0, 1) from the
+// same hash as fill_normal_bf16, rounded to nearest and saturating at ±448 (never a NaN code).
+void fill_normal_e4m3(uint8_t* codes, size_t n, uint64_t seed, float code_std, cudaStream_t s);
+
+// An FP8 weight matrix widened to bf16: out[r][c] = bf16(e4m3(codes[r][c]) · scales[r]) (the
+// product in f32, exact; one rounding to bf16). codes [rows][cols] e4m3 (core/fp8.h, CUDA's
+// __nv_fp8_e4m3 bits), scales [rows] f32, out [rows][cols] bf16. For the GPU runner's products of
+// more rows than the FP8 GEMV takes (prefill chunks, large batches), which then go through
+// cuBLASLt in bf16. Reads 1 and writes 2 bytes per value; asynchronous, capturable in CUDA graphs.
+// Checked on the host (kernels_host.cpp): kInvalidArgument for rows or cols < 1, a null pointer,
+// or codes / out not 16-byte aligned; kUnsupported for cols not a multiple of 16 (16 codes per load).
+void dequantize_e4m3(const uint8_t* codes, const float* scales, bf16* out, int rows, int cols, cudaStream_t s);
+
+namespace detail {
+// dequantize_e4m3's launcher (kernels.cu), without the argument checks.
+void launch_dequantize_e4m3(const uint8_t* codes, const float* scales, bf16* out, int rows, int cols,
+                            cudaStream_t s);
+}  // namespace detail
 
 // dst[pairs[2 i]] = pairs[2 i + 1] for i < *n (a device count, at most max_n; fixed grid, so a
 // CUDA graph can replay it with any count). The decode step's block-table update.

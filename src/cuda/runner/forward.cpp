@@ -1,9 +1,11 @@
 // The forward pass of the GPU runner: per layer the fused QKV product, bias/q-k norm/RoPE/KV
 // append, attention (cuDNN prefill, or the hybrid-head decode kernel with the policy's plans and
 // selections), the output product and the SwiGLU MLP.
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/kernels/decode_attention.h"
+#include "cuda/kernels/fp8_gemv.h"
 #include "cuda/kernels/kernels.h"
 #include "cuda/kernels/select.h"
 #include "cuda/runner/runner_impl.h"
@@ -68,12 +70,32 @@ void GpuRunner::Impl::attention(int layer, bool decode, int batch, int q_len, in
   prefill_attn->run(a, stream);
 }
 
+// y[n][w.rows] = x[n][w.cols] · wᵀ, bf16 in and out, f32 sums. bf16 weights: cuBLASLt. FP8
+// weights (fp8_gemv_launches): decode-sized products through the FP8 GEMV, groups of up to 8 rows
+// (each row's sums are the same whatever the group: fp8_gemv.h), exact code x bf16 products
+// scaled once per output; larger ones (prefill chunks, large batches) widen the matrix to bf16
+// (bf16(code · scale): one rounding per weight, as bf16 weights have) into `dequant` and use
+// cuBLASLt, in stream order, so one scratch serves every matrix. cuBLASLt's FP8 GEMM would skip
+// the widening but takes FP8 activations too (e4m3 x, one more quantisation of every input row):
+// a quality question left to measure before it replaces this.
+void GpuRunner::Impl::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
+  if (!w.fp8()) return gemm->bf16_out(x, w.values, y, n, w.cols, w.rows);
+  if (fp8_gemv_launches(n) > 0) {
+    for (int i = 0; i < n; i += kFp8GemvMaxRows)
+      fp8_gemv(x + size_t(i) * size_t(w.cols), w.codes, w.scales, y + size_t(i) * size_t(w.rows),
+               std::min(kFp8GemvMaxRows, n - i), w.cols, w.rows, stream);
+    return;
+  }
+  dequantize_e4m3(w.codes, w.scales, dequant.data(), w.rows, w.cols, stream);
+  gemm->bf16_out(x, dequant.data(), y, n, w.cols, w.rows);
+}
+
 // n tokens through every layer; the logits of the last `decode ? n : 1` rows. A decode step
 // first applies the step's block-table changes; with the policy, a layer's selections run on a
 // side stream (a parallel branch of the graph) beside the next layer's projections and MLP, and
 // the next layer's attention waits for them (it reads their lists and rewrites the scores).
 void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_kv_len) {
-  const int d = c.d_model, qkv_dim = c.q_dim() + 2 * c.kv_dim(), ff = c.d_ff;
+  const int d = c.d_model, ff = c.d_ff;
   if (decode)
     scatter_pairs(decode_table.data(), meta_dev<int32_t>(meta.deltas), meta_dev<int32_t>(meta.n_deltas),
                   o.max_batch * max_pages, stream);
@@ -88,7 +110,7 @@ void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_
   add_rmsnorm(x.data(), nullptr, nullptr, w->layers[0].attn_norm, h.data(), n, d, c.rms_eps, stream);
   for (int l = 0; l < c.n_layers; ++l) {
     const GpuLayerWeights& L = w->layers[size_t(l)];
-    gemm->bf16_out(h.data(), L.wqkv, qkv.data(), n, d, qkv_dim);
+    linear(L.wqkv, h.data(), qkv.data(), n);
     QkvArgs qa{qkv.data(), L.bqkv, L.q_norm, L.k_norm, c.rms_eps, meta_dev<int32_t>(meta.positions),
                meta_dev<int32_t>(meta.kv_page), meta_dev<int32_t>(meta.kv_row), w->inv_freq, q.data(),
                pool->k(l), pool->v(l), n, c.n_heads, c.n_kv_heads, c.head_dim, o.page_size};
@@ -102,11 +124,11 @@ void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_
       select_after(l, batch, side);
       forked = true;
     }
-    gemm->bf16_out(att.data(), L.wo, o_buf.data(), n, c.q_dim(), d);
+    linear(L.wo, att.data(), o_buf.data(), n);
     add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, d, c.rms_eps, stream);
-    gemm->bf16_out(h.data(), L.w_gate_up, gu.data(), n, d, 2 * ff);
+    linear(L.w_gate_up, h.data(), gu.data(), n);
     silu_mul(gu.data(), L.b_gate_up, act.data(), n, ff, stream);
-    gemm->bf16_out(act.data(), L.w_down, o_buf.data(), n, ff, d);
+    linear(L.w_down, act.data(), o_buf.data(), n);
     const float* next_norm = l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
     add_rmsnorm(x.data(), o_buf.data(), L.b_down, next_norm, h.data(), n, d, c.rms_eps, stream);
   }

@@ -15,11 +15,11 @@
 
 namespace lychee::cuda {
 
-std::shared_ptr<const GpuWeights> upload_weights(const Checkpoint& ck) {
-  return std::make_shared<const GpuWeights>(GpuWeights::from_checkpoint(ck));
+std::shared_ptr<const GpuWeights> upload_weights(const Checkpoint& ck, GpuWeightFormat format) {
+  return std::make_shared<const GpuWeights>(GpuWeights::from_checkpoint(ck, format));
 }
-std::shared_ptr<const GpuWeights> random_weights(const ModelConfig& c, uint64_t seed) {
-  return std::make_shared<const GpuWeights>(GpuWeights::random(c, seed));
+std::shared_ptr<const GpuWeights> random_weights(const ModelConfig& c, uint64_t seed, GpuWeightFormat format) {
+  return std::make_shared<const GpuWeights>(GpuWeights::random(c, seed, format));
 }
 uint64_t weight_bytes_per_step(const GpuWeights& w, int batch) { return w.bytes_read_per_step(batch); }
 size_t weight_bytes(const GpuWeights& w) { return w.bytes(); }
@@ -46,6 +46,14 @@ PlannerShape planner_shape(const ModelConfig& c, const RunnerOptions& o, int max
   s.max_items = max_items;
   s.max_pages = max_pages;
   return s;
+}
+
+// Elements of the largest linear matrix (every layer has the same shapes).
+size_t largest_matrix(const GpuWeights& w) {
+  const GpuLayerWeights& L = w.layers[0];
+  size_t n = 0;
+  for (const GpuMatrix* m : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) n = std::max(n, size_t(m->rows) * size_t(m->cols));
+  return n;
 }
 
 }  // namespace
@@ -85,6 +93,8 @@ GpuRunner::Impl::Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOpt
   o_buf = DeviceBuffer<bf16>(mt * d);
   gu = DeviceBuffer<bf16>(mt * 2 * size_t(c.d_ff));
   act = DeviceBuffer<bf16>(mt * size_t(c.d_ff));
+  if (w->format() == GpuWeightFormat::kFp8 && fp8_gemv_launches(max_tokens) == 0)
+    dequant = DeviceBuffer<bf16>(largest_matrix(*w));
   logits = DeviceBuffer<float>(size_t(o.max_batch) * c.vocab_size);
   partial_o = DeviceBuffer<float>(size_t(max_slots) * c.group_size() * c.head_dim);
   partial_lse = DeviceBuffer<float>(size_t(max_slots) * c.group_size());

@@ -1,9 +1,13 @@
 #include "cuda/runner/gpu_weights.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/fp8.h"
+#include "cuda/kernels/fp8_gemv.h"
 #include "cuda/kernels/kernels.h"
 
 namespace lychee::cuda {
@@ -20,9 +24,16 @@ struct ArenaPlan {
   }
 };
 
+// A linear weight's place: its values (bf16 or e4m3 codes) and, for FP8, its row scales.
+struct MatrixOffsets {
+  size_t values = SIZE_MAX, scales = SIZE_MAX;
+  int rows = 0, cols = 0;
+};
+
 struct LayerOffsets {
-  size_t attn_norm, wqkv, bqkv = SIZE_MAX, q_norm = SIZE_MAX, k_norm = SIZE_MAX, wo, bo = SIZE_MAX,
-         ffn_norm, w_gate_up, b_gate_up = SIZE_MAX, w_down, b_down = SIZE_MAX;
+  size_t attn_norm, bqkv = SIZE_MAX, q_norm = SIZE_MAX, k_norm = SIZE_MAX, bo = SIZE_MAX, ffn_norm,
+         b_gate_up = SIZE_MAX, b_down = SIZE_MAX;
+  MatrixOffsets wqkv, wo, w_gate_up, w_down;
 };
 
 struct Layout {
@@ -31,10 +42,19 @@ struct Layout {
   size_t total;
 };
 
-Layout plan_layout(const ModelConfig& c) {
+// The same sequence of tensors for both formats (bf16: the layout of before FP8 existed).
+Layout plan_layout(const ModelConfig& c, GpuWeightFormat format) {
   ArenaPlan a;
   Layout l;
-  const size_t d = size_t(c.d_model), ff = size_t(c.d_ff), qkv = size_t(c.q_dim() + 2 * c.kv_dim());
+  const bool fp8 = format == GpuWeightFormat::kFp8;
+  const auto matrix = [&](int rows, int cols) {
+    MatrixOffsets m{SIZE_MAX, SIZE_MAX, rows, cols};
+    m.values = a.add(size_t(rows) * size_t(cols) * (fp8 ? 1 : 2));
+    if (fp8) m.scales = a.add(size_t(rows) * 4);
+    return m;
+  };
+  const size_t d = size_t(c.d_model);
+  const int qkv = c.q_dim() + 2 * c.kv_dim();
   l.embed = a.add(size_t(c.vocab_size) * d * 2);
   l.output = c.tie_embeddings ? l.embed : a.add(size_t(c.vocab_size) * d * 2);
   l.out_norm = a.add(d * 4);
@@ -42,18 +62,18 @@ Layout plan_layout(const ModelConfig& c) {
   for (int i = 0; i < c.n_layers; ++i) {
     LayerOffsets o;
     o.attn_norm = a.add(d * 4);
-    o.wqkv = a.add(qkv * d * 2);
-    if (c.qkv_bias) o.bqkv = a.add(qkv * 4);
+    o.wqkv = matrix(qkv, c.d_model);
+    if (c.qkv_bias) o.bqkv = a.add(size_t(qkv) * 4);
     if (c.qk_norm) {
       o.q_norm = a.add(size_t(c.head_dim) * 4);
       o.k_norm = a.add(size_t(c.head_dim) * 4);
     }
-    o.wo = a.add(d * size_t(c.q_dim()) * 2);
+    o.wo = matrix(c.d_model, c.q_dim());
     if (c.o_bias) o.bo = a.add(d * 4);
     o.ffn_norm = a.add(d * 4);
-    o.w_gate_up = a.add(2 * ff * d * 2);
-    if (c.mlp_bias) o.b_gate_up = a.add(2 * ff * 4);
-    o.w_down = a.add(d * ff * 2);
+    o.w_gate_up = matrix(2 * c.d_ff, c.d_model);
+    if (c.mlp_bias) o.b_gate_up = a.add(2 * size_t(c.d_ff) * 4);
+    o.w_down = matrix(c.d_model, c.d_ff);
     if (c.mlp_bias) o.b_down = a.add(d * 4);
     l.layers.push_back(o);
   }
@@ -66,17 +86,30 @@ const T* at(const DeviceBuffer<uint8_t>& arena, size_t off) {
   return off == SIZE_MAX ? nullptr : reinterpret_cast<const T*>(arena.data() + off);
 }
 
-void bind(const Layout& l, const DeviceBuffer<uint8_t>& arena, std::vector<GpuLayerWeights>& layers,
+GpuMatrix bind_matrix(const MatrixOffsets& m, const DeviceBuffer<uint8_t>& arena, bool fp8) {
+  GpuMatrix g;
+  if (fp8) {
+    g.codes = at<uint8_t>(arena, m.values);
+    g.scales = at<float>(arena, m.scales);
+  } else {
+    g.values = at<bf16>(arena, m.values);
+  }
+  g.rows = m.rows;
+  g.cols = m.cols;
+  return g;
+}
+
+void bind(const Layout& l, const DeviceBuffer<uint8_t>& arena, bool fp8, std::vector<GpuLayerWeights>& layers,
           const bf16*& embed, const bf16*& output, const float*& out_norm, const float*& inv_freq) {
   embed = at<bf16>(arena, l.embed);
   output = at<bf16>(arena, l.output);
   out_norm = at<float>(arena, l.out_norm);
   inv_freq = at<float>(arena, l.inv_freq);
   for (const LayerOffsets& o : l.layers)
-    layers.push_back({at<float>(arena, o.attn_norm), at<bf16>(arena, o.wqkv), at<float>(arena, o.bqkv),
-                      at<float>(arena, o.q_norm), at<float>(arena, o.k_norm), at<bf16>(arena, o.wo),
-                      at<float>(arena, o.bo), at<float>(arena, o.ffn_norm), at<bf16>(arena, o.w_gate_up),
-                      at<float>(arena, o.b_gate_up), at<bf16>(arena, o.w_down), at<float>(arena, o.b_down)});
+    layers.push_back({at<float>(arena, o.attn_norm), bind_matrix(o.wqkv, arena, fp8), at<float>(arena, o.bqkv),
+                      at<float>(arena, o.q_norm), at<float>(arena, o.k_norm), bind_matrix(o.wo, arena, fp8),
+                      at<float>(arena, o.bo), at<float>(arena, o.ffn_norm), bind_matrix(o.w_gate_up, arena, fp8),
+                      at<float>(arena, o.b_gate_up), bind_matrix(o.w_down, arena, fp8), at<float>(arena, o.b_down)});
 }
 
 // Host-side conversion and upload of one checkpoint weight to arena + off (+ row offset).
@@ -88,6 +121,19 @@ class Uploader {
     bf16_.resize(size_t(n));
     for (int64_t i = 0; i < n; ++i) bf16_[size_t(i)] = lychee::f32_to_bf16(f32_[size_t(i)]);
     LY_CUDA_CHECK(cudaMemcpy(arena_.data() + off + first_elem * 2, bf16_.data(), size_t(n) * 2,
+                             cudaMemcpyHostToDevice));
+  }
+  // The weight's rows as rows first_row.. of the fused matrix m, in m's format. FP8 rows are
+  // quantised one by one (core/fp8.h), so a fused matrix holds exactly its parts' codes.
+  void matrix_rows(WeightId id, int layer, const MatrixOffsets& m, int first_row) {
+    if (m.scales == SIZE_MAX) return bf16_rows(id, layer, m.values, size_t(first_row) * size_t(m.cols));
+    const int64_t n = read(id, layer), rows = n / m.cols;
+    codes_.resize(size_t(n));
+    scales_.resize(size_t(rows));
+    quantize_rows_e4m3(f32_.data(), rows, m.cols, codes_.data(), scales_.data());
+    LY_CUDA_CHECK(cudaMemcpy(arena_.data() + m.values + size_t(first_row) * size_t(m.cols), codes_.data(),
+                             size_t(n), cudaMemcpyHostToDevice));
+    LY_CUDA_CHECK(cudaMemcpy(arena_.data() + m.scales + size_t(first_row) * 4, scales_.data(), size_t(rows) * 4,
                              cudaMemcpyHostToDevice));
   }
   void f32(WeightId id, int layer, size_t off, size_t first_elem = 0) {
@@ -107,15 +153,65 @@ class Uploader {
   DeviceBuffer<uint8_t>& arena_;
   std::vector<float> f32_;
   std::vector<uint16_t> bf16_;
+  std::vector<uint8_t> codes_;
+  std::vector<float> scales_;
 };
+
+void upload_layer(Uploader& up, const ModelConfig& c, int i, const LayerOffsets& o) {
+  const int qd = c.q_dim(), kvd = c.kv_dim();
+  up.f32(WeightId::kAttnNorm, i, o.attn_norm);
+  up.matrix_rows(WeightId::kWq, i, o.wqkv, 0);
+  up.matrix_rows(WeightId::kWk, i, o.wqkv, qd);
+  up.matrix_rows(WeightId::kWv, i, o.wqkv, qd + kvd);
+  if (c.qkv_bias) {
+    up.f32(WeightId::kBq, i, o.bqkv, 0);
+    up.f32(WeightId::kBk, i, o.bqkv, size_t(qd));
+    up.f32(WeightId::kBv, i, o.bqkv, size_t(qd + kvd));
+  }
+  if (c.qk_norm) {
+    up.f32(WeightId::kQNorm, i, o.q_norm);
+    up.f32(WeightId::kKNorm, i, o.k_norm);
+  }
+  up.matrix_rows(WeightId::kWo, i, o.wo, 0);
+  if (c.o_bias) up.f32(WeightId::kBo, i, o.bo);
+  up.f32(WeightId::kFfnNorm, i, o.ffn_norm);
+  up.matrix_rows(WeightId::kWGate, i, o.w_gate_up, 0);
+  up.matrix_rows(WeightId::kWUp, i, o.w_gate_up, c.d_ff);
+  if (c.mlp_bias) {
+    up.f32(WeightId::kBGate, i, o.b_gate_up, 0);
+    up.f32(WeightId::kBUp, i, o.b_gate_up, size_t(c.d_ff));
+    up.f32(WeightId::kBDown, i, o.b_down);
+  }
+  up.matrix_rows(WeightId::kWDown, i, o.w_down, 0);
+}
+
+void check_format(const ModelConfig& c, GpuWeightFormat format) {
+  if (format != GpuWeightFormat::kFp8) return;
+  const std::string why = fp8_weights_unsupported(c);
+  LY_CHECK(why.empty(), ErrorCode::kUnsupported, "{}", why);
+}
 
 }  // namespace
 
-GpuWeights GpuWeights::from_checkpoint(const Checkpoint& ck) {
+int fp8_gemv_launches(int n) {
+  const int launches = (n + kFp8GemvMaxRows - 1) / kFp8GemvMaxRows;
+  return n >= 1 && launches <= kFp8GemvMaxLaunches ? launches : 0;
+}
+
+std::string fp8_weights_unsupported(const ModelConfig& c) {
+  if (c.d_model % 16 == 0 && c.q_dim() % 16 == 0 && c.d_ff % 16 == 0) return "";
+  return fmt::format("--weights fp8: the FP8 products read 16 codes at a time, so every input width must be a "
+                     "multiple of 16; {} has hidden size {}, q_dim {} (heads x head_dim) and intermediate size {}",
+                     c.name, c.d_model, c.q_dim(), c.d_ff);
+}
+
+GpuWeights GpuWeights::from_checkpoint(const Checkpoint& ck, GpuWeightFormat format) {
+  check_format(ck.config(), format);
   GpuWeights w;
   w.config_ = ck.config();
+  w.format_ = format;
   const ModelConfig& c = w.config_;
-  const Layout l = plan_layout(c);
+  const Layout l = plan_layout(c, format);
   w.arena_ = DeviceBuffer<uint8_t>(l.total);
   Uploader up(ck, w.arena_);
   up.bf16_rows(WeightId::kTokEmbd, 0, l.embed, 0);
@@ -128,42 +224,17 @@ GpuWeights GpuWeights::from_checkpoint(const Checkpoint& ck) {
     for (size_t i = 0; i < inv.size(); ++i) inv[i] /= ff[i];
   }
   LY_CUDA_CHECK(cudaMemcpy(w.arena_.data() + l.inv_freq, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
-  const size_t d = size_t(c.d_model), qd = size_t(c.q_dim()), kvd = size_t(c.kv_dim()), ff = size_t(c.d_ff);
-  for (int i = 0; i < c.n_layers; ++i) {
-    const LayerOffsets& o = l.layers[size_t(i)];
-    up.f32(WeightId::kAttnNorm, i, o.attn_norm);
-    up.bf16_rows(WeightId::kWq, i, o.wqkv, 0);
-    up.bf16_rows(WeightId::kWk, i, o.wqkv, qd * d);
-    up.bf16_rows(WeightId::kWv, i, o.wqkv, (qd + kvd) * d);
-    if (c.qkv_bias) {
-      up.f32(WeightId::kBq, i, o.bqkv, 0);
-      up.f32(WeightId::kBk, i, o.bqkv, qd);
-      up.f32(WeightId::kBv, i, o.bqkv, qd + kvd);
-    }
-    if (c.qk_norm) {
-      up.f32(WeightId::kQNorm, i, o.q_norm);
-      up.f32(WeightId::kKNorm, i, o.k_norm);
-    }
-    up.bf16_rows(WeightId::kWo, i, o.wo, 0);
-    if (c.o_bias) up.f32(WeightId::kBo, i, o.bo);
-    up.f32(WeightId::kFfnNorm, i, o.ffn_norm);
-    up.bf16_rows(WeightId::kWGate, i, o.w_gate_up, 0);
-    up.bf16_rows(WeightId::kWUp, i, o.w_gate_up, ff * d);
-    if (c.mlp_bias) {
-      up.f32(WeightId::kBGate, i, o.b_gate_up, 0);
-      up.f32(WeightId::kBUp, i, o.b_gate_up, ff);
-      up.f32(WeightId::kBDown, i, o.b_down);
-    }
-    up.bf16_rows(WeightId::kWDown, i, o.w_down, 0);
-  }
-  bind(l, w.arena_, w.layers, w.embed, w.output, w.out_norm, w.inv_freq);
+  for (int i = 0; i < c.n_layers; ++i) upload_layer(up, c, i, l.layers[size_t(i)]);
+  bind(l, w.arena_, format == GpuWeightFormat::kFp8, w.layers, w.embed, w.output, w.out_norm, w.inv_freq);
   return w;
 }
 
-GpuWeights GpuWeights::random(const ModelConfig& c, uint64_t seed) {
+GpuWeights GpuWeights::random(const ModelConfig& c, uint64_t seed, GpuWeightFormat format) {
+  check_format(c, format);
   GpuWeights w;
   w.config_ = c;
-  const Layout l = plan_layout(c);
+  w.format_ = format;
+  const Layout l = plan_layout(c, format);
   w.arena_ = DeviceBuffer<uint8_t>(l.total);
   auto fill = [&](size_t off, size_t n) {
     fill_normal_bf16(reinterpret_cast<bf16*>(w.arena_.data() + off), n, seed++, 0.02f, nullptr);
@@ -171,31 +242,41 @@ GpuWeights GpuWeights::random(const ModelConfig& c, uint64_t seed) {
   auto ones = [&](size_t off, size_t n) {
     fill_const_f32(reinterpret_cast<float*>(w.arena_.data() + off), n, 1.0f, nullptr);
   };
-  const size_t d = size_t(c.d_model), ff = size_t(c.d_ff), qkv = size_t(c.q_dim() + 2 * c.kv_dim());
+  constexpr float kCodeStd = kE4m3Max / 4;
+  auto matrix = [&](const MatrixOffsets& m) {
+    const size_t n = size_t(m.rows) * size_t(m.cols);
+    if (m.scales == SIZE_MAX) return fill(m.values, n);
+    fill_normal_e4m3(w.arena_.data() + m.values, n, seed++, kCodeStd, nullptr);
+    fill_const_f32(reinterpret_cast<float*>(w.arena_.data() + m.scales), size_t(m.rows), 0.02f / kCodeStd, nullptr);
+  };
+  const size_t d = size_t(c.d_model);
   fill(l.embed, size_t(c.vocab_size) * d);
   if (!c.tie_embeddings) fill(l.output, size_t(c.vocab_size) * d);
   ones(l.out_norm, d);
   for (const LayerOffsets& o : l.layers) {
     ones(o.attn_norm, d);
     ones(o.ffn_norm, d);
-    fill(o.wqkv, qkv * d);
-    fill(o.wo, d * size_t(c.q_dim()));
-    fill(o.w_gate_up, 2 * ff * d);
-    fill(o.w_down, d * ff);
+    matrix(o.wqkv);
+    matrix(o.wo);
+    matrix(o.w_gate_up);
+    matrix(o.w_down);
     LY_CHECK(o.bqkv == SIZE_MAX && o.q_norm == SIZE_MAX && o.bo == SIZE_MAX && o.b_gate_up == SIZE_MAX,
              ErrorCode::kInvalidArgument, "random weights support Llama-shaped configs without biases or q/k norms");
   }
   const std::vector<float> inv = rope_inv_freq(c);
   LY_CUDA_CHECK(cudaMemcpy(w.arena_.data() + l.inv_freq, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
   LY_CUDA_CHECK(cudaDeviceSynchronize());
-  bind(l, w.arena_, w.layers, w.embed, w.output, w.out_norm, w.inv_freq);
+  bind(l, w.arena_, format == GpuWeightFormat::kFp8, w.layers, w.embed, w.output, w.out_norm, w.inv_freq);
   return w;
 }
 
 uint64_t GpuWeights::bytes_read_per_step(int batch) const {
   const ModelConfig& c = config_;
-  const uint64_t d = uint64_t(c.d_model), ff = uint64_t(c.d_ff);
-  const uint64_t per_layer = (uint64_t(c.q_dim() + 2 * c.kv_dim()) * d + d * uint64_t(c.q_dim()) + 3 * ff * d) * 2 + 2 * d * 4;
+  const uint64_t d = uint64_t(c.d_model), ff = uint64_t(c.d_ff), qkv = uint64_t(c.q_dim() + 2 * c.kv_dim());
+  const uint64_t weights = qkv * d + d * uint64_t(c.q_dim()) + 3 * ff * d;  // per layer
+  const uint64_t rows = qkv + d + 2 * ff + d;                               // per layer: one scale each (FP8)
+  const uint64_t matrices = format_ == GpuWeightFormat::kFp8 ? weights + rows * 4 : weights * 2;
+  const uint64_t per_layer = matrices + 2 * d * 4;
   return per_layer * uint64_t(c.n_layers) + uint64_t(c.vocab_size) * d * 2 + d * 4 + uint64_t(batch) * d * 2;
 }
 

@@ -106,6 +106,9 @@ struct GpuRunner::Impl {
   std::unique_ptr<PrefillAttention> prefill_attn;
   DeviceBuffer<float> x, logits, partial_o, partial_lse;
   DeviceBuffer<bf16> h, qkv, q, att, o_buf, gu, act;
+  // FP8 weights: the matrix of a product too large for the FP8 GEMV, widened to bf16 ([rows][cols]
+  // of the largest linear matrix; empty with bf16 weights).
+  DeviceBuffer<bf16> dequant;
   DeviceBuffer<int32_t> sampled;
   MetaLayout meta;
   // Host staging of the metadata block: the plan section once (rewritten only on a replan, after
@@ -159,6 +162,7 @@ struct GpuRunner::Impl {
 
   // forward.cpp: n tokens through every layer; decode steps run the policy when step_policy.
   void forward(int n, bool decode, int batch, int q_len, int max_kv_len);
+  void linear(const GpuMatrix& w, const bf16* x, bf16* y, int n);  // y[n][w.rows] = x[n][w.cols] · wᵀ
   void attention(int layer, bool decode, int batch, int q_len, int max_kv_len);
   void decode_attention_layer(int layer, int batch);
   void select_before(int layer, int batch);
