@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_env.h"
 #include "cuda/common/common.h"
 #include "cuda/kernels/decode_attention.h"
 #include "cuda/common/device_buffer.h"
@@ -237,22 +238,6 @@ Row bench_one(int batch, int context, int share, const Options& opt) {
   return {batch, context, share, n_sets, n_items, plan.n_slots, kv_bytes, us, us_graph, us_min};
 }
 
-std::string driver_string() {
-  int v = 0;
-  cudaDriverGetVersion(&v);
-  std::string s = "CUDA driver API " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-  if (FILE* f = std::fopen("/proc/driver/nvidia/version", "r")) {
-    char line[512] = {};
-    if (std::fgets(line, sizeof line, f)) {
-      std::string l(line);
-      while (!l.empty() && (l.back() == '\n' || l.back() == ' ')) l.pop_back();
-      s += "; " + l;
-    }
-    std::fclose(f);
-  }
-  return s;
-}
-
 std::string json_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -292,7 +277,7 @@ int main(int argc, char** argv) {
     }
     const DeviceInfo& dev = device_info();
     const double copy_bw = device_copy_bandwidth_gbps() * 1e9;
-    std::printf("%s, %d SMs, %s\n", dev.name, dev.sm_count, driver_string().c_str());
+    std::printf("%s, %d SMs, %s\n", dev.name, dev.sm_count, lychee::bench::driver_string().c_str());
     std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_bw / 1e9);
     std::printf("decode attention: %d q / %d kv heads, d %d, page %d, bf16; %d CTAs/SM\n", kHeads, kKvHeads, kHeadDim,
                 kPageSize, decode_attention_ctas_per_sm(kHeadDim, kPageSize));
@@ -336,7 +321,7 @@ int main(int argc, char** argv) {
       std::fprintf(f, "{\n  \"benchmark\": \"decode_attention\",\n  \"gpu\": \"%s\",\n  \"sm_count\": %d,\n",
                    json_escape(dev.name).c_str(), dev.sm_count);
       std::fprintf(f, "  \"driver\": \"%s\",\n  \"date\": \"%s\",\n  \"command\": \"%s\",\n  \"tag\": \"%s\",\n",
-                   json_escape(driver_string()).c_str(), date, json_escape(command).c_str(), json_escape(opt.tag).c_str());
+                   json_escape(lychee::bench::driver_string()).c_str(), date, json_escape(command).c_str(), json_escape(opt.tag).c_str());
       std::fprintf(f, "  \"copy_bandwidth_gbs\": %.1f,\n", copy_bw / 1e9);
       std::fprintf(f, "  \"shape\": {\"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, \"page_size\": %d, "
                       "\"dtype\": \"bf16\"},\n  \"sparse_frac\": %.3f,\n  \"reps\": %d,\n  \"rows\": [\n",

@@ -51,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_env.h"
 #include "core/fp8.h"
 #include "cuda/common/common.h"
 #include "cuda/common/device_buffer.h"
@@ -648,22 +649,6 @@ void print_table(const std::vector<Row>& rows, double copy_gbs) {
               kTargetPct, met, total, missed.empty() ? "" : "; missed:", missed.c_str());
 }
 
-std::string driver_string() {
-  int v = 0;
-  cudaDriverGetVersion(&v);
-  std::string s = "CUDA driver API " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-  if (FILE* f = std::fopen("/proc/driver/nvidia/version", "r")) {
-    char line[512] = {};
-    if (std::fgets(line, sizeof line, f)) {
-      std::string l(line);
-      while (!l.empty() && (l.back() == '\n' || l.back() == ' ')) l.pop_back();
-      s += "; " + l;
-    }
-    std::fclose(f);
-  }
-  return s;
-}
-
 nlohmann::json row_json(const Row& r, double copy_gbs) {
   nlohmann::json j = {{"shape", r.shape}, {"k", r.k}, {"m", r.m}, {"n", r.n}, {"kernel", r.kernel}, {"out", r.out},
                       {"bytes", r.bytes}, {"check", r.check}, {"note", r.note}};
@@ -687,7 +672,7 @@ void write_json(const Options& opt, const std::string& command, const std::vecto
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   const char* commit = std::getenv("LYCHEE_COMMIT");
   nlohmann::json j = {{"benchmark", "fp8_gemv"}, {"gpu", dev.name}, {"sm_count", dev.sm_count},
-                      {"l2_bytes", dev.l2_bytes}, {"driver", driver_string()}, {"date", date},
+                      {"l2_bytes", dev.l2_bytes}, {"driver", lychee::bench::driver_string()}, {"date", date},
                       {"command", command}, {"tag", opt.tag}, {"commit", commit != nullptr ? commit : "unknown"},
                       {"copy_bandwidth_gbs", copy_gbs}, {"fp8_gemv_tiles", tiles_setting()},
                       {"target_pct_copy", kTargetPct}, {"tolerance", kTolerance}, {"reps", opt.reps},
@@ -795,7 +780,7 @@ int main(int argc, char** argv) {
     }
     const DeviceInfo& dev = device_info();
     const double copy_gbs = device_copy_bandwidth_gbps();
-    std::printf("%s, %d SMs, L2 %.0f MB, %s\n", dev.name, dev.sm_count, dev.l2_bytes / 1e6, driver_string().c_str());
+    std::printf("%s, %d SMs, L2 %.0f MB, %s\n", dev.name, dev.sm_count, dev.l2_bytes / 1e6, lychee::bench::driver_string().c_str());
     std::printf("device-to-device copy: %.0f GB/s (read + write); fp8_gemv tiles: %s\n", copy_gbs,
                 tiles_setting().c_str());
     Context c;
