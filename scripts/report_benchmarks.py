@@ -35,6 +35,27 @@ def cpu_section():
     ]
 
 
+def cpu_vs_llamacpp_section():
+    path = os.path.join(RES, "cpu_vs_llamacpp.json")
+    if not os.path.exists(path):
+        return []
+    r = json.load(open(path))
+    med, ref = r["median"], r["median"]["llama.cpp"]["decode_tok_s"]
+    lines = ["## CPU beside llama.cpp, same GGUF file",
+             "",
+             f"`{r['command']}` at commit `{r['commit']}` on {r['machine']}, {r['date']}: "
+             f"{len(r['rounds']) // len(med)} alternated rounds, medians; {r['threads']} threads; "
+             f"lychee's decode runs after its {r['prompt_tokens']}-token prompt, set against llama.cpp's "
+             f"tg{r['gen_tokens']} at depth {r['prompt_tokens']} (results file: `docs/results/cpu_vs_llamacpp.json`, "
+             "method: docs/results/cpu_quantized.md).",
+             "",
+             f"| engine | prefill {r['prompt_tokens']} tok/s | decode tok/s | decode / llama.cpp |",
+             "|---|---:|---:|---:|"]
+    for engine, m in med.items():
+        lines.append(f"| {engine} | {m['prefill_tok_s']:.1f} | {m['decode_tok_s']:.1f} | {m['decode_tok_s'] / ref:.2f}x |")
+    return lines + [""]
+
+
 def load(name):
     path = os.path.join(RES, "gpu", name)
     return json.load(open(path)) if os.path.exists(path) else None
@@ -316,6 +337,7 @@ def main():
     lines += serving_section()
     lines += gpu_model_section()
     lines += cpu_section()
+    lines += cpu_vs_llamacpp_section()
     earlier = os.path.join(RES, "gpu", "earlier.md")
     if os.path.exists(earlier):
         lines += ["## Earlier GPU runs", ""] + [l for l in open(earlier).read().splitlines() if not l.startswith("<!--")]
