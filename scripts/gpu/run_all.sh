@@ -19,6 +19,8 @@
 #   scripts/gpu/run_all.sh bench-peers      our decode kernel, torch cuDNN/flash SDPA and FlashInfer, one call
 #   scripts/gpu/run_all.sh bench-fp8        the FP8 weight GEMV vs cuBLASLt bf16 and cuBLASLt FP8 at the 8B
 #                                            shapes, n = 1..8, then its tiles per block (FP8_TILES)
+#   scripts/gpu/run_all.sh e2e-fp8          decode steps with bf16 and FP8 weights (bench_e2e --weights bf16,fp8),
+#                                            Full and LycheeDecode, batch 1 at 32K and 128K (issue 16's 3x target)
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
 # (scripts/gpu/make_deps.sh makes .deps, .whl and the model halves .carry/model_a, .carry/model_b.)
 # FlashInfer (the decode peer): scripts/gpu/fetch_flashinfer.sh makes .carry/flashinfer_a and
@@ -333,6 +335,11 @@ case "${1:-}" in
       esac
     done
     exit $rc ;;
+  e2e-fp8)
+    rc=0
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights bf16,fp8 --contexts 32768,131072 --batches 1 \
+      --policies full,lychee --json "$out/e2e_fp8.json" 2>&1 | tee "$out/bench_e2e_fp8.log" || rc=$(failed $? bench_e2e)
+    exit $rc ;;
   bench-fp8)
     # The FP8 weight GEMV (ours) against the engine's cuBLASLt bf16 product and cuBLASLt's FP8 matmul
     # at Llama-3-8B's linear shapes, n = 1, 2, 4, 8, with the copy bandwidth of the same run
@@ -372,11 +379,11 @@ PY
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
   all)
-    stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8}"
+    stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|trace|bench-peers|python|python-diag|bench-python|bench-serve) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, trace, bench-peers, python, python-diag, bench-python, bench-serve)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|trace|bench-peers|python|python-diag|bench-python|bench-serve) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, trace, bench-peers, python, python-diag, bench-python, bench-serve)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
@@ -425,5 +432,5 @@ PY
     [ $rc -eq 124 ] && echo "train $gate: stopped by the time limit; the next call resumes"
     exit $rc ;;
   *)
-    sed -n 2,27p "$0"; exit 2 ;;
+    sed -n 2,29p "$0"; exit 2 ;;
 esac
