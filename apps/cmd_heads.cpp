@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "eval/haystack.h"
 #include "eval/head_overlap.h"
+#include "eval/role_attention.h"
 #include "eval/tasks.h"
 #include "model/chat_template.h"
 #include "model/checkpoint.h"
@@ -47,6 +48,9 @@ struct HeadsArgs {
   std::string json;                  // overlap --json
   bool raw = false;                  // overlap --raw: no chat template
   int length = 2048, samples = 6, budget = 0, page = 16, dense_layers = 2;  // quest-check
+  std::string distractor;            // denoise: the passage (default: the built-in case's)
+  std::string roles;                 // denoise --heads
+  int block_size = 16;               // denoise --block-size
 };
 
 ModelConfig model_config(const std::string& model) {
@@ -194,6 +198,39 @@ void run_overlap(const HeadsArgs& a) {
   }
 }
 
+// The denoising case study: attention of the answer token by head role, and on a distractor.
+void run_denoise(const HeadsArgs& a) {
+  Engine engine(cpu_engine_options(a.model));
+  const ModelConfig& c = engine.config();
+  PolicyOptions o;
+  o.kind = PolicyKind::kLychee;
+  o.block_size = a.block_size;
+  o.select.budget = a.budget > 0 ? a.budget : 64;
+  if (!a.roles.empty()) o.roles = load_head_roles(a.roles, c);
+  const std::unique_ptr<AttentionPolicy> policy = make_policy(o, c);
+  const std::string prompt = a.prompts.empty() ? denoise_prompt() : a.prompts[0];
+  const std::string distractor = a.distractor.empty() && a.prompts.empty() ? denoise_distractor() : a.distractor;
+  const RoleAttention r = attention_by_role(engine, prompt, distractor, *policy, !a.raw);
+  std::printf("%s, %d context tokens, answer token '%s'; distractor: %zu tokens\n", o.label().c_str(), r.context,
+              r.answer.c_str(), r.distractor.size());
+  std::printf("attention of the answer token on the distractor: retrieval heads %.4f (%d heads), sparse heads %.4f "
+              "(%d heads; %.4f under full attention)\n", r.retrieval_distractor, r.n_retrieval, r.sparse_distractor,
+              r.n_sparse, r.full_distractor_sparse_heads);
+  if (!a.json.empty()) {
+    std::ofstream(a.json) << nlohmann::json{{"model", c.name}, {"policy", o.label()}, {"roles", a.roles},
+                                            {"prompt", prompt}, {"distractor", distractor}, {"answer", r.answer},
+                                            {"pieces", r.pieces}, {"retrieval", r.retrieval}, {"sparse", r.sparse},
+                                            {"n_retrieval", r.n_retrieval}, {"n_sparse", r.n_sparse},
+                                            {"distractor_tokens", r.distractor},
+                                            {"retrieval_distractor", r.retrieval_distractor},
+                                            {"sparse_distractor", r.sparse_distractor},
+                                            {"full_distractor_sparse_heads", r.full_distractor_sparse_heads}}
+                                .dump(1)
+                         << "\n";
+    std::printf("wrote %s\n", a.json.c_str());
+  }
+}
+
 // Quest's pages against the exact ones on passkey samples (the essays haystack, as lychee eval).
 void run_quest_check(const HeadsArgs& a) {
   Engine engine(cpu_engine_options(a.model));
@@ -328,6 +365,19 @@ void register_heads(CLI::App& app) {
   qc->add_option("--page", a->page, "Quest page size (default 16)")->check(positive_int());
   qc->add_option("--dense-layers", a->dense_layers, "Leading dense layers (default 2)")->check(non_negative_int());
   qc->callback([a] { run_quest_check(*a); });
+
+  CLI::App* dn = heads->add_subcommand(
+      "denoise", "Attention of the answer token by head role and on a distractor passage (the paper's case study; CPU)");
+  dn->add_option("-m,--model", a->model, model_help);
+  dn->add_option("--prompt", a->prompts, "The prompt (default: a built-in ordering puzzle with one irrelevant sentence)")
+      ->expected(1);
+  dn->add_option("--distractor", a->distractor, "The irrelevant passage, as it occurs in the prompt");
+  dn->add_option("--heads", a->roles, "Head-role file (default: the TidalDecode-matched stand-in)")->check(CLI::ExistingFile);
+  dn->add_option("--budget", a->budget, "Tokens a sparse head reads (default 64)")->check(positive_int());
+  dn->add_option("--block-size", a->block_size, "Selection unit in tokens (default 16)")->check(positive_int());
+  dn->add_flag("--raw", a->raw, "Feed the prompt as raw text, not as the user turn of the chat template");
+  dn->add_option("--json", a->json, "Also write the per-token attention of both roles as JSON");
+  dn->callback([a] { run_denoise(*a); });
 }
 
 }  // namespace lychee::app
