@@ -1,6 +1,7 @@
 // lychee perplexity: perplexity of a text and the KL divergence of one configuration's
 // next-token distributions from a reference's (eval/perplexity.h): weights (--cpu-weights against
-// --base-cpu-weights) and/or an attention policy (--policy, decode steps) against full attention.
+// --base-cpu-weights on the CPU, --weights against --base-weights on the GPU) and/or an attention
+// policy (--policy, decode steps) against full attention.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +24,7 @@ struct PerplexityArgs {
   PolicyArgs policy;
   std::string file;
   std::string base_cpu_weights;  // "" = the same as --cpu-weights
+  std::string base_weights;      // GPU: "" = the same as --weights
   int ctx = 1024;
   int windows = 4;
   std::string json_path;
@@ -53,14 +55,17 @@ WeightFormat parse_weights(const std::string& s) {
 void run(const PerplexityArgs& a) {
   EngineOptions test_options = a.model.engine_options(&a.policy);
   Engine test_engine(test_options);
-  const bool other_weights = !a.base_cpu_weights.empty() && a.base_cpu_weights != a.model.cpu_weights;
-  LY_CHECK(!other_weights || test_engine.device() == "cpu", ErrorCode::kInvalidArgument,
-           "--base-cpu-weights compares CPU weight formats; this engine runs on {} (pass --device cpu)",
-           test_engine.device());
+  const bool cpu = test_engine.device() == "cpu";
+  const std::string base_weights = cpu ? a.base_cpu_weights : a.base_weights;
+  const std::string test_weights = cpu ? a.model.cpu_weights : a.model.weights;
+  LY_CHECK(cpu ? a.base_weights.empty() : a.base_cpu_weights.empty(), ErrorCode::kInvalidArgument,
+           "{} compares {} weight formats; this engine runs on the {}", cpu ? "--base-weights" : "--base-cpu-weights",
+           cpu ? "GPU" : "CPU", cpu ? "CPU (use --base-cpu-weights)" : "GPU (use --base-weights)");
   std::unique_ptr<Engine> base_engine;
-  if (other_weights) {
+  if (!base_weights.empty() && base_weights != test_weights) {
     EngineOptions base_options = test_options;
-    base_options.cpu_weights = parse_weights(a.base_cpu_weights);
+    if (cpu) base_options.cpu_weights = parse_weights(base_weights);
+    else base_options.gpu_weights = base_weights == "fp8" ? GpuWeightFormat::kFp8 : GpuWeightFormat::kBf16;
     base_engine = std::make_unique<Engine>(base_options);
   }
   Engine& base = base_engine ? *base_engine : test_engine;
@@ -74,10 +79,10 @@ void run(const PerplexityArgs& a) {
   std::unique_ptr<Session> base_session = base.new_session(a.ctx), test_session = test_engine.new_session(a.ctx);
   test_session->set_policy(policy.get());
   // The GPU runs --weights (bf16 or fp8), the CPU --cpu-weights.
-  const std::string weights = test_engine.device() == "cuda" ? a.model.weights + " GPU" : a.model.cpu_weights;
-  const std::string base_label = fmt::format("{} weights, full attention",
-                                             a.base_cpu_weights.empty() ? weights : a.base_cpu_weights);
-  const std::string test_label = fmt::format("{} weights, {}", weights, policy->name());
+  const std::string suffix = cpu ? "" : " GPU";
+  const std::string base_label =
+      fmt::format("{}{} weights, full attention", base_weights.empty() ? test_weights : base_weights, suffix);
+  const std::string test_label = fmt::format("{}{} weights, {}", test_weights, suffix, policy->name());
   std::fprintf(stderr, "perplexity: %zu tokens of text, windows of %d (the second half of each scored); base: %s; test: %s\n",
                ids.size(), a.ctx, base_label.c_str(), test_label.c_str());
   const PerplexityResult r = compare_perplexity(*base_session, *test_session, ids, a.ctx, a.windows,
@@ -110,6 +115,9 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--base-cpu-weights", args->base_cpu_weights,
                   "CPU weights of the reference (default: those of --cpu-weights); the reference runs full attention")
       ->check(CLI::IsMember({"native", "f32", "fp8"}));
+  cmd->add_option("--base-weights", args->base_weights,
+                  "GPU weights of the reference (default: those of --weights); the reference runs full attention")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--ctx", args->ctx, "Window length in tokens (its second half is scored)")->check(positive_int());
   cmd->add_option("--windows", args->windows, "Most windows to score")->check(positive_int());
   cmd->add_option("--json", args->json_path, "Also write the figures as JSON");

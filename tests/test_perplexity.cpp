@@ -65,6 +65,9 @@ TEST(Perplexity, CliComparesWeightFormatsAndWritesJson) {
   EXPECT_EQ(j["scored"], 8);
   EXPECT_GT(j["mean_kl"].get<double>(), 0.0);
   EXPECT_EQ(j["base"], "f32 weights, full attention");
+  const test::RunResult gpu_only = test::run_cli("perplexity --device cpu --ctx 16 --base-weights fp8 -f " + text);
+  EXPECT_EQ(gpu_only.status, 1);
+  EXPECT_NE(gpu_only.output.find("--base-weights compares GPU weight formats"), std::string::npos) << gpu_only.output;
   const test::RunResult bad = test::run_cli("perplexity --device cpu --ctx 4096 -f " + text);
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.output.find("less than one window of --ctx 4096"), std::string::npos) << bad.output;
