@@ -20,7 +20,8 @@
 #   scripts/gpu/run_all.sh bench-fp8        the FP8 weight GEMV vs cuBLASLt bf16 and cuBLASLt FP8 at the 8B
 #                                            shapes, n = 1..8, then its tiles per block (FP8_TILES)
 #   scripts/gpu/run_all.sh e2e-fp8          decode steps with bf16 and FP8 weights (bench_e2e --weights bf16,fp8),
-#                                            Full and LycheeDecode, batch 1 at 32K and 128K (issue 16's 3x target)
+#                                            batch 1 at 32K and 128K (issue 16's 3x target); FP8 quality vs bf16
+#                                            (perplexity/KL, eval accuracy paired) on the staged default model
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
 # (scripts/gpu/make_deps.sh makes .deps, .whl and the model halves .carry/model_a, .carry/model_b.)
 # FlashInfer (the decode peer): scripts/gpu/fetch_flashinfer.sh makes .carry/flashinfer_a and
@@ -336,9 +337,25 @@ case "${1:-}" in
     done
     exit $rc ;;
   e2e-fp8)
+    # Speed (8B shape) and, with the default model staged, quality of FP8 weights on the GPU:
+    # perplexity and KL against bf16, and eval accuracy with both formats on the same samples.
+    link_model
     rc=0
     LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights bf16,fp8 --contexts 32768,131072 --batches 1 \
       --policies full,lychee --json "$out/e2e_fp8.json" 2>&1 | tee "$out/bench_e2e_fp8.log" || rc=$(failed $? bench_e2e)
+    if [ -f "$model" ]; then
+      "$build/bin/lychee" perplexity --device cuda --weights fp8 --base-weights bf16 --ctx 1024 --windows 8 \
+        --json "$out/ppl_fp8_gpu.json" > "$out/ppl_fp8_gpu.log" 2>&1 || rc=$(failed $? "perplexity fp8")
+      tail -5 "$out/ppl_fp8_gpu.log"
+      roles=docs/results/train/hardkuma/roles.json
+      for w in bf16 fp8; do
+        "$build/bin/lychee" eval --device cuda --weights $w --lengths 2048,4096 --depths 0.1,0.5,0.9 --samples 4 \
+          --policies full,lychee,quest,duo --budgets 256 --block-size 16 --heads $roles \
+          --json "$out/eval_$w.json" > "$out/eval_$w.md" 2> "$out/eval_$w.log" || rc=$(failed $? "eval $w")
+      done
+      python3 scripts/compare_eval.py "$out/eval_bf16.json" "$out/eval_fp8.json" --names bf16 fp8 \
+        --markdown "$out/eval_compare.md" || rc=$(failed $? compare_eval)
+    fi
     exit $rc ;;
   bench-fp8)
     # The FP8 weight GEMV (ours) against the engine's cuBLASLt bf16 product and cuBLASLt's FP8 matmul
