@@ -449,5 +449,5 @@ PY
     [ $rc -eq 124 ] && echo "train $gate: stopped by the time limit; the next call resumes"
     exit $rc ;;
   *)
-    sed -n 2,29p "$0"; exit 2 ;;
+    sed -n 2,30p "$0"; exit 2 ;;
 esac
