@@ -88,8 +88,10 @@ RoleAttention attention_by_role(Engine& engine, const std::string& prompt, const
   const std::string text =
       chat ? render_chat(detect_chat_format(tok), {{"user", prompt}}, true, default_system_prompt(tok)) : prompt;
   const size_t at = text.find(distractor);
-  LY_CHECK(!distractor.empty() && at != std::string::npos, ErrorCode::kInvalidArgument,
-           "--distractor: '{}' does not occur in the prompt", distractor);
+  LY_CHECK(!distractor.empty(), ErrorCode::kInvalidArgument,
+           "--distractor: no passage given (with --prompt, pass the irrelevant passage as it occurs in the prompt)");
+  LY_CHECK(at != std::string::npos, ErrorCode::kInvalidArgument, "--distractor: '{}' does not occur in the prompt",
+           distractor);
   const std::vector<int32_t> ids = tok.encode(text, chat ? false : tok.add_bos_default(), true);
   RoleAttention r;
   r.context = int(ids.size());
