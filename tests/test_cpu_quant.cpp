@@ -2,6 +2,8 @@
 // dequantise-then-f32 on random blocks of every GGUF block type, scalar and AVX2 alike.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -182,6 +184,46 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, QuantDot, ::testing::ValuesIn(dot_cases()), [
   const DotCase& c = info.param;
   return fmt::format("{}_n{}{}", dtype_name(c.t), c.n, c.fill < 0 ? "" : fmt::format("_fill{:02x}", c.fill));
 });
+
+// The AVX-VNNI build of the kernels (quant_dot_vnni.cpp) sums the same integers as the AVX2
+// build, so every result is the same bit for bit, one row or four, on random and extreme codes.
+TEST(QuantDotVnni, EqualsTheAvx2KernelsBitForBit) {
+  if (detected_quant_isa() != QuantIsa::kAvx2 || !__builtin_cpu_supports("avxvnni"))
+    GTEST_SKIP() << "this CPU has no AVX-VNNI: the AVX-VNNI kernels are not run here";
+  struct Pair {
+    DType t;
+    QuantDotFn a, v;
+  };
+  const Pair pairs[] = {{DType::kQ8_0, cpu::avx2::dot_q8_0, cpu::avx2vnni::dot_q8_0},
+                        {DType::kQ4_0, cpu::avx2::dot_q4_0, cpu::avx2vnni::dot_q4_0},
+                        {DType::kQ4_1, cpu::avx2::dot_q4_1, cpu::avx2vnni::dot_q4_1},
+                        {DType::kQ4_K, cpu::avx2::dot_q4_k, cpu::avx2vnni::dot_q4_k},
+                        {DType::kQ5_K, cpu::avx2::dot_q5_k, cpu::avx2vnni::dot_q5_k},
+                        {DType::kQ6_K, cpu::avx2::dot_q6_k, cpu::avx2vnni::dot_q6_k},
+                        {DType::kQ8_K, cpu::avx2::dot_q8_k, cpu::avx2vnni::dot_q8_k}};
+  std::mt19937 rng(11);
+  constexpr int64_t n = 1536, rows = 4;
+  for (const Pair& p : pairs)
+    for (const int fill : {-1, 0x00, 0xff, 0x80, 0x7f}) {
+      const std::vector<uint8_t> w = random_blocks(p.t, n / dtype_block_elems(p.t), rng, fill);
+      std::vector<float> a = random_activations(n * rows, rng);
+      if (fill >= 0)
+        for (size_t i = 0; i < a.size(); ++i) a[i] = (i % 3 == 0) ? -1.0f : 1.0f;
+      std::vector<Q8Block> q(size_t(n * rows / 32));
+      for (int64_t r = 0; r < rows; ++r) quantize_row_q8(a.data() + r * n, n, q.data() + r * (n / 32));
+      for (int64_t r = 0; r < rows; ++r) {
+        const Q8Block* qr = q.data() + r * (n / 32);
+        EXPECT_EQ(p.a(w.data(), qr, n), p.v(w.data(), qr, n)) << dtype_name(p.t) << " fill " << fill;
+      }
+      if (p.t == DType::kQ4_1) {
+        float x[4], y[4];
+        cpu::avx2::dot4_q4_1(w.data(), q.data(), n / 32, n, x);
+        cpu::avx2vnni::dot4_q4_1(w.data(), q.data(), n / 32, n, y);
+        for (int r = 0; r < 4; ++r) EXPECT_EQ(x[r], y[r]) << "four rows, row " << r << " fill " << fill;
+      }
+    }
+  EXPECT_TRUE(quant_vnni() || std::getenv("LYCHEE_QUANT_VNNI") != nullptr) << "the CPU has AVX-VNNI, so kAvx2 uses it";
+}
 
 TEST(QuantDot, RefusesPlainTypes) {
   EXPECT_THROW(quant_dot_fn(DType::kF32, QuantIsa::kScalar), Error);

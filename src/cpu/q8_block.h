@@ -21,16 +21,21 @@ struct Q8Block {
 };
 static_assert(sizeof(Q8Block) == 44);
 
-namespace avx2 {
-// Defined in quant_dot_avx2.cpp; call only when detected_quant_isa() == kAvx2.
-float dot_q8_0(const uint8_t* w, const Q8Block* a, int64_t n);
-float dot_q4_0(const uint8_t* w, const Q8Block* a, int64_t n);
-float dot_q4_1(const uint8_t* w, const Q8Block* a, int64_t n);
-float dot_q4_k(const uint8_t* w, const Q8Block* a, int64_t n);
-float dot_q5_k(const uint8_t* w, const Q8Block* a, int64_t n);
-float dot_q6_k(const uint8_t* w, const Q8Block* a, int64_t n);
-float dot_q8_k(const uint8_t* w, const Q8Block* a, int64_t n);
-void dot4_q4_1(const uint8_t* w, const Q8Block* a, int64_t a_stride, int64_t n, float* out);
-}  // namespace avx2
+// Defined in quant_dot_avx2.cpp (namespace avx2; call only when detected_quant_isa() == kAvx2)
+// and again in quant_dot_vnni.cpp (namespace avx2vnni; only when quant_vnni() is true too).
+#define LY_QUANT_KERNELS(ns)                                                                       \
+  namespace ns {                                                                                   \
+  float dot_q8_0(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
+  float dot_q4_0(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
+  float dot_q4_1(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
+  float dot_q4_k(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
+  float dot_q5_k(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
+  float dot_q6_k(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
+  float dot_q8_k(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
+  void dot4_q4_1(const uint8_t* w, const Q8Block* a, int64_t a_stride, int64_t n, float* out);     \
+  }
+LY_QUANT_KERNELS(avx2)
+LY_QUANT_KERNELS(avx2vnni)
+#undef LY_QUANT_KERNELS
 
 }  // namespace lychee::cpu

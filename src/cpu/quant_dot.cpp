@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -171,40 +173,62 @@ QuantIsa detected_quant_isa() {
   return isa;
 }
 
-const char* quant_isa_name(QuantIsa isa) { return isa == QuantIsa::kAvx2 ? "avx2" : "scalar"; }
+bool quant_vnni() {
+  static const bool vnni = [] {
+#if defined(__x86_64__)
+    const char* env = std::getenv("LYCHEE_QUANT_VNNI");
+    return detected_quant_isa() == QuantIsa::kAvx2 && __builtin_cpu_supports("avxvnni") &&
+           !(env != nullptr && std::string_view(env) == "0");
+#else
+    return false;
+#endif
+  }();
+  return vnni;
+}
+
+const char* quant_isa_name(QuantIsa isa) {
+  return isa != QuantIsa::kAvx2 ? "scalar" : quant_vnni() ? "avx2 + avx-vnni" : "avx2";
+}
+
+namespace {
+
+// The kernels of one instruction set, by block type.
+struct KernelSet {
+  QuantDotFn q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, q8_k;
+  QuantDot4Fn q4_1_rows4;  // nullptr: callers loop the one-row kernel
+};
+
+const KernelSet& kernels(QuantIsa isa) {
+  static const KernelSet scalar{dot_q8_0, dot_q4_0, dot_q4_1, dot_q4_k, dot_q5_k, dot_q6_k, dot_q8_k, nullptr};
+#if defined(__x86_64__)
+  static const KernelSet avx2{avx2::dot_q8_0, avx2::dot_q4_0, avx2::dot_q4_1, avx2::dot_q4_k, avx2::dot_q5_k,
+                              avx2::dot_q6_k, avx2::dot_q8_k, avx2::dot4_q4_1};
+  static const KernelSet vnni{avx2vnni::dot_q8_0, avx2vnni::dot_q4_0, avx2vnni::dot_q4_1, avx2vnni::dot_q4_k,
+                              avx2vnni::dot_q5_k, avx2vnni::dot_q6_k, avx2vnni::dot_q8_k, avx2vnni::dot4_q4_1};
+  if (isa == QuantIsa::kAvx2) return quant_vnni() ? vnni : avx2;
+#endif
+  return scalar;
+}
+
+}  // namespace
 
 QuantDot4Fn quant_dot4_fn(DType t, QuantIsa isa) {
-#if defined(__x86_64__)
-  if (isa == QuantIsa::kAvx2 && detected_quant_isa() == QuantIsa::kAvx2 && t == DType::kQ4_1) return avx2::dot4_q4_1;
-#else
-  (void)t, (void)isa;
-#endif
-  return nullptr;
+  if (isa == QuantIsa::kAvx2 && detected_quant_isa() != QuantIsa::kAvx2) return nullptr;
+  return t == DType::kQ4_1 ? kernels(isa).q4_1_rows4 : nullptr;
 }
 
 QuantDotFn quant_dot_fn(DType t, QuantIsa isa) {
   LY_CHECK(isa == QuantIsa::kScalar || detected_quant_isa() == QuantIsa::kAvx2, ErrorCode::kUnsupported,
            "the AVX2 quantised dot products need a CPU with AVX2, FMA and F16C");
-#if defined(__x86_64__)
-  if (isa == QuantIsa::kAvx2) switch (t) {
-      case DType::kQ8_0: return avx2::dot_q8_0;
-      case DType::kQ4_0: return avx2::dot_q4_0;
-      case DType::kQ4_1: return avx2::dot_q4_1;
-      case DType::kQ4_K: return avx2::dot_q4_k;
-      case DType::kQ5_K: return avx2::dot_q5_k;
-      case DType::kQ6_K: return avx2::dot_q6_k;
-      case DType::kQ8_K: return avx2::dot_q8_k;
-      default: break;
-    }
-#endif
+  const KernelSet& k = kernels(isa);
   switch (t) {
-    case DType::kQ8_0: return dot_q8_0;
-    case DType::kQ4_0: return dot_q4_0;
-    case DType::kQ4_1: return dot_q4_1;
-    case DType::kQ4_K: return dot_q4_k;
-    case DType::kQ5_K: return dot_q5_k;
-    case DType::kQ6_K: return dot_q6_k;
-    case DType::kQ8_K: return dot_q8_k;
+    case DType::kQ8_0: return k.q8_0;
+    case DType::kQ4_0: return k.q4_0;
+    case DType::kQ4_1: return k.q4_1;
+    case DType::kQ4_K: return k.q4_k;
+    case DType::kQ5_K: return k.q5_k;
+    case DType::kQ6_K: return k.q6_k;
+    case DType::kQ8_K: return k.q8_k;
     default: break;
   }
   fail(ErrorCode::kUnsupported, "no quantised dot product for {} weights", dtype_name(t));

@@ -23,7 +23,10 @@ void quantize_row_q8(const float* x, int64_t n, Q8Block* out);
 enum class QuantIsa { kScalar, kAvx2 };
 // kAvx2 when this CPU has AVX2, FMA and F16C (checked once, at run time), else kScalar.
 QuantIsa detected_quant_isa();
-const char* quant_isa_name(QuantIsa isa);
+const char* quant_isa_name(QuantIsa isa);  // "scalar", "avx2", "avx2 + avx-vnni"
+// Whether kAvx2 runs the AVX-VNNI build of its kernels (quant_dot_vnni.cpp: the same results bit
+// for bit, fewer instructions): the CPU has AVX-VNNI and LYCHEE_QUANT_VNNI is not "0". Checked once.
+bool quant_vnni();
 
 // Σ_i w[i] a[i] over n elements. w: one row of n elements of a block-quantised type (n a
 // multiple of its block size); a: [n / 32] quantised activations.

@@ -8,14 +8,20 @@
 // _mm256_maddubs_epi16 (pairs summed to int16: at most 2 * 63 * 127 = 16002 for 6-bit codes,
 // 2 * 128 * 127 for |int8| codes, so no saturation), _mm256_madd_epi16 with the block's integer
 // scale (or 1) to int32 lanes, then one f32 FMA with the block's f32 scale product. Offsets and
-// mins use the activation block's sums. Memory-bound at decode: a Q4_1 row of 576 is 360 bytes.
+// mins use the activation block's sums. On 2 cores a decode step is bound by these instructions,
+// not by memory (docs/results/cpu_quantized.md), so quant_dot_vnni.cpp compiles this file again
+// (namespace avx2vnni) with the scale-1 pair sums as one AVX-VNNI instruction (dot_u8_ones).
 #if defined(__x86_64__)
 
 #include <immintrin.h>
 
 #include "cpu/q8_block.h"
 
-namespace lychee::cpu::avx2 {
+#ifndef LY_QUANT_NS
+#define LY_QUANT_NS avx2
+#endif
+
+namespace lychee::cpu::LY_QUANT_NS {
 namespace {
 
 inline float f16(const uint8_t* p) {
@@ -36,6 +42,18 @@ inline __m256i load_q(const Q8Block& a) { return _mm256_loadu_si256(reinterpret_
 // u: 32 unsigned codes (< 128), q: 32 int8 -> 8 int32 lanes of scale16-weighted pair sums.
 inline __m256i dot_u8(__m256i u, __m256i q, __m256i scale16) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), scale16);
+}
+
+// u: 32 unsigned bytes (<= 128), q: 32 int8 -> 8 int32 lanes, lane i = sum of the products of bytes
+// 4i .. 4i + 3. AVX2: maddubs then madd with ones; AVX-VNNI (this file compiled again as
+// quant_dot_vnni.cpp): one vpdpbusd. The same integers: no pair of products reaches int16's limit
+// (2 x 128 x 127 = 32512), so maddubs never saturates here.
+inline __m256i dot_u8_ones(__m256i u, __m256i q) {
+#if defined(LY_QUANT_VNNI)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, q);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
+#endif
 }
 
 // 16 bytes of Q4 nibbles -> 32 codes in element order (low nibbles 0..15, high nibbles 16..31).
@@ -59,14 +77,13 @@ void unpack_k_scales(const uint8_t* s, int sc[8], int mn[8]) {
 }  // namespace
 
 float dot_q8_0(const uint8_t* w, const Q8Block* a, int64_t n) {
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   const int64_t nb = n / 32;
   int64_t b = 0;
   // Signed x signed: |w| as unsigned against q carrying w's sign.
   auto block = [&](int64_t i) {
     const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 34 * i + 2));
-    const __m256i p = dot_u8(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(load_q(a[i]), wq), ones);
+    const __m256i p = dot_u8_ones(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(load_q(a[i]), wq));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16(w + 34 * i) * a[i].d));
   };
   for (; b + 1 < nb; b += 2) {
@@ -78,14 +95,13 @@ float dot_q8_0(const uint8_t* w, const Q8Block* a, int64_t n) {
 }
 
 float dot_q4_0(const uint8_t* w, const Q8Block* a, int64_t n) {
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   float offset = 0.0f;  // Σ d_w d_a 8 Σq: the "- 8" of every code
   const int64_t nb = n / 32;
   auto block = [&](int64_t i, __m256 acc) {
     const float s = f16(w + 18 * i) * a[i].d;
     offset += s * float(8 * sum_of(a[i]));
-    const __m256i p = dot_u8(unpack_nibbles16(w + 18 * i + 2), load_q(a[i]), ones);
+    const __m256i p = dot_u8_ones(unpack_nibbles16(w + 18 * i + 2), load_q(a[i]));
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s), acc);
   };
   int64_t b = 0;
@@ -98,14 +114,13 @@ float dot_q4_0(const uint8_t* w, const Q8Block* a, int64_t n) {
 }
 
 float dot_q4_1(const uint8_t* w, const Q8Block* a, int64_t n) {
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   float acc_min = 0.0f;
   const int64_t nb = n / 32;
   auto block = [&](int64_t i, __m256 acc) {
     const uint8_t* wb = w + 20 * i;
     acc_min = __builtin_fmaf(f16(wb + 2), a[i].ds, acc_min);
-    const __m256i p = dot_u8(unpack_nibbles16(wb + 4), load_q(a[i]), ones);
+    const __m256i p = dot_u8_ones(unpack_nibbles16(wb + 4), load_q(a[i]));
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(f16(wb) * a[i].d), acc);
   };
   int64_t b = 0;
@@ -121,7 +136,6 @@ float dot_q4_1(const uint8_t* w, const Q8Block* a, int64_t n) {
 // dot_q4_1 (two vector accumulators over alternate blocks, the mins summed in block order), the
 // nibbles and the weight scales unpacked once per block for the four.
 void dot4_q4_1(const uint8_t* w, const Q8Block* a, int64_t a_stride, int64_t n, float* out) {
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc0[4], acc1[4];
   float acc_min[4];
   for (int r = 0; r < 4; ++r) {
@@ -137,7 +151,7 @@ void dot4_q4_1(const uint8_t* w, const Q8Block* a, int64_t a_stride, int64_t n, 
     for (int r = 0; r < 4; ++r) {
       const Q8Block& ab = a[r * a_stride + i];
       acc_min[r] = __builtin_fmaf(wm, ab.ds, acc_min[r]);
-      const __m256i p = dot_u8(u, load_q(ab), ones);
+      const __m256i p = dot_u8_ones(u, load_q(ab));
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * ab.d), acc[r]);
     }
   };
@@ -225,20 +239,19 @@ float dot_q6_k(const uint8_t* w, const Q8Block* a, int64_t n) {
 }
 
 float dot_q8_k(const uint8_t* w, const Q8Block* a, int64_t n) {
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < n / 256; ++sb, w += 292, a += 8) {
     float d;
     __builtin_memcpy(&d, w, 4);
     for (int j = 0; j < 8; ++j) {
       const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 4 + 32 * j));
-      const __m256i p = dot_u8(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(load_q(a[j]), wq), ones);
+      const __m256i p = dot_u8_ones(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(load_q(a[j]), wq));
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * a[j].d), acc);
     }
   }
   return hsum(acc);
 }
 
-}  // namespace lychee::cpu::avx2
+}  // namespace lychee::cpu::LY_QUANT_NS
 
 #endif  // __x86_64__
