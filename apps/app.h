@@ -52,6 +52,15 @@ CLI::Validator positive_real();
 CLI::Validator non_negative_real();
 CLI::Validator real_between(double lo, double hi);  // inclusive
 
+// The formats behind --cpu-weights (f32, native, fp8) and --weights (bf16, fp8); the options'
+// checks admit only those names.
+WeightFormat parse_cpu_weights(const std::string& name);
+GpuWeightFormat parse_gpu_weights(const std::string& name);
+
+// "lychee NAME" and every option given to cmd with its values: what results files record as the
+// command that made them.
+std::string command_line(const std::string& name, const CLI::App& cmd);
+
 // Prints what decode steps read from the KV cache to stderr.
 void print_kv_stats(const KvReadStats& stats, const ModelConfig& c);
 

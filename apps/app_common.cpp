@@ -33,15 +33,28 @@ void ModelArgs::add(CLI::App& cmd) {
       ->check(CLI::IsMember({"bf16", "fp8"}));
 }
 
+WeightFormat parse_cpu_weights(const std::string& name) {
+  return name == "native" ? WeightFormat::kNative : name == "fp8" ? WeightFormat::kFp8 : WeightFormat::kF32;
+}
+
+GpuWeightFormat parse_gpu_weights(const std::string& name) {
+  return name == "fp8" ? GpuWeightFormat::kFp8 : GpuWeightFormat::kBf16;
+}
+
+std::string command_line(const std::string& name, const CLI::App& cmd) {
+  std::string line = "lychee " + name;
+  for (const auto& opt : cmd.get_options())
+    for (const auto& r : opt->results()) line += fmt::format(" {} {}", opt->get_name(), r);
+  return line;
+}
+
 EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<std::string> kinds) const {
   set_compute_threads(threads);
   EngineOptions o;
   o.model_path = model;
   o.device = device;
-  o.cpu_weights = cpu_weights == "native" ? WeightFormat::kNative
-                  : cpu_weights == "fp8"  ? WeightFormat::kFp8
-                                          : WeightFormat::kF32;
-  o.gpu_weights = weights == "fp8" ? GpuWeightFormat::kFp8 : GpuWeightFormat::kBf16;
+  o.cpu_weights = parse_cpu_weights(cpu_weights);
+  o.gpu_weights = parse_gpu_weights(weights);
   o.kv_memory_gib = kv_memory_gib;
   o.max_context = max_context;
   if (policy != nullptr) {

@@ -107,9 +107,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--json", args->json_path, "Write every record and the aggregates as JSON");
   cmd->add_option("--markdown", args->markdown_path, "Write the tables as Markdown");
   cmd->callback([args, cmd] {
-    args->command = "lychee eval";
-    for (const auto& opt : cmd->get_options())
-      for (const auto& r : opt->results()) args->command += fmt::format(" {} {}", opt->get_name(), r);
+    args->command = command_line("eval", *cmd);
     run(*args);
   });
 }

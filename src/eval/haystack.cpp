@@ -77,7 +77,7 @@ Haystack Haystack::from_text(const std::string& text, std::string name) {
   return h;
 }
 
-Haystack Haystack::essays(const std::string& dir) {
+std::vector<std::string> essay_files(const std::string& dir) {
   LY_CHECK(fs::is_directory(dir), ErrorCode::kNotFound,
            "haystack essays directory not found: {} (run scripts/fetch_assets.sh)", dir);
   std::vector<std::string> files;
@@ -86,8 +86,12 @@ Haystack Haystack::essays(const std::string& dir) {
       files.push_back(entry.path().string());
   LY_CHECK(!files.empty(), ErrorCode::kNotFound, "no .txt essays in haystack directory {}", dir);
   std::sort(files.begin(), files.end());
+  return files;
+}
+
+Haystack Haystack::essays(const std::string& dir) {
   std::string text;
-  for (const std::string& f : files) {
+  for (const std::string& f : essay_files(dir)) {
     text += read_text_file(f);
     text += '\n';
   }

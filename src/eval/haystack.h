@@ -22,6 +22,10 @@ struct Insertion {
 // 0.133, 0.2). Ascending.
 std::vector<double> spread_depths(double depth, size_t n_needles);
 
+// The Paul Graham essays' files: every *.txt file of dir, in sorted filename order. Error(kNotFound)
+// naming dir when it is missing or holds no .txt file.
+std::vector<std::string> essay_files(const std::string& dir);
+
 class Haystack {
  public:
   // The Paul Graham essays: every *.txt file of dir in sorted filename order, concatenated.
