@@ -37,20 +37,24 @@ std::vector<double> CoverageStats::covered_by_layer() const {
   return out;
 }
 
-HeadMass read_mass(const float* q, const float* k, int hd, int n_ctx, const HeadRead& read, float scale,
-                   std::span<const int32_t> needle) {
-  if (read.dense && needle.empty()) return {1.0, 1.0, 0.0, 0.0};
-  std::vector<double> p(static_cast<size_t>(n_ctx));
+void head_softmax(const float* q, const float* k, int hd, float scale, std::span<double> p) {
   double mx = -INFINITY;
-  for (int j = 0; j < n_ctx; ++j) {
+  for (size_t j = 0; j < p.size(); ++j) {
     double dot = 0.0;
-    for (int d = 0; d < hd; ++d) dot += double(q[d]) * double(k[int64_t(j) * hd + d]);
-    p[size_t(j)] = dot * scale;
-    mx = std::max(mx, p[size_t(j)]);
+    for (int d = 0; d < hd; ++d) dot += double(q[d]) * double(k[j * size_t(hd) + size_t(d)]);
+    p[j] = dot * scale;
+    mx = std::max(mx, p[j]);
   }
   double sum = 0.0;
   for (double& v : p) sum += (v = std::exp(v - mx));
   for (double& v : p) v /= sum;
+}
+
+HeadMass read_mass(const float* q, const float* k, int hd, int n_ctx, const HeadRead& read, float scale,
+                   std::span<const int32_t> needle) {
+  if (read.dense && needle.empty()) return {1.0, 1.0, 0.0, 0.0};
+  std::vector<double> p(static_cast<size_t>(n_ctx));
+  head_softmax(q, k, hd, scale, p);
   HeadMass m;
   for (int32_t t : needle) {
     if (t >= n_ctx) break;

@@ -33,6 +33,10 @@ struct CoverageStats {
   std::vector<double> covered_by_layer() const;  // per layer (0 where nothing was measured)
 };
 
+// p = softmax(q · k_t · scale) over the first p.size() rows of one KV head (q: [hd]; k: [*, hd];
+// double sums): the head's attention under full attention.
+void head_softmax(const float* q, const float* k, int hd, float scale, std::span<double> p);
+
 // covered and best (above) for one query head: q: [hd]; k: [n_ctx, hd] rows of its KV head;
 // needle: ascending token positions (may be empty); needle_full / needle_read: full attention's
 // mass on them / on those the head read.

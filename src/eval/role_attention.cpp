@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "eval/coverage.h"
+#include "eval/tasks.h"
 #include "model/chat_template.h"
 #include "runtime/sampler.h"
 
@@ -30,7 +32,7 @@ class RoleRecorder final : public AttentionPolicy {
     const float scale = 1.0f / std::sqrt(float(kv.head_dim));
     std::vector<double> p(size_t(kv.length));
     for (size_t h = 0; h < reads.size(); ++h) {
-      softmax_scores(q + h * size_t(kv.head_dim), kv.k_head(int(h) / s.group), kv.head_dim, scale, p);
+      head_softmax(q + h * size_t(kv.head_dim), kv.k_head(int(h) / s.group), kv.head_dim, scale, p);
       if (reads[h].dense) {
         for (int t = 0; t < context_; ++t) retrieval_[size_t(t)] += p[size_t(t)];
         ++n_retrieval_;
@@ -59,19 +61,6 @@ class RoleRecorder final : public AttentionPolicy {
   }
 
  private:
-  // p = softmax(q·K * scale) over the first p.size() rows of one KV head (double sums).
-  static void softmax_scores(const float* q, const float* k, int hd, float scale, std::vector<double>& p) {
-    double mx = -INFINITY, sum = 0.0;
-    for (size_t t = 0; t < p.size(); ++t) {
-      double dot = 0.0;
-      for (int i = 0; i < hd; ++i) dot += double(q[i]) * double(k[t * size_t(hd) + size_t(i)]);
-      p[t] = dot * scale;
-      mx = std::max(mx, p[t]);
-    }
-    for (double& v : p) sum += (v = std::exp(v - mx));
-    for (double& v : p) v /= sum;
-  }
-
   AttentionPolicy& inner_;
   int context_;
   std::vector<double> retrieval_, sparse_, sparse_full_;
@@ -92,13 +81,12 @@ RoleAttention attention_by_role(Engine& engine, const std::string& prompt, const
            "--distractor: no passage given (with --prompt, pass the irrelevant passage as it occurs in the prompt)");
   LY_CHECK(at != std::string::npos, ErrorCode::kInvalidArgument, "--distractor: '{}' does not occur in the prompt",
            distractor);
-  const std::vector<int32_t> ids = tok.encode(text, chat ? false : tok.add_bos_default(), true);
+  const bool bos = !chat && tok.add_bos_default();  // the chat template writes its own start
+  const std::vector<int32_t> ids = tok.encode(text, bos, true);
   RoleAttention r;
   r.context = int(ids.size());
-  // The passage's tokens: those of the text up to its end that are not tokens of the text before it.
-  const size_t n0 = tok.encode(text.substr(0, at), chat ? false : tok.add_bos_default(), true).size();
-  const size_t n1 = tok.encode(text.substr(0, at + distractor.size()), chat ? false : tok.add_bos_default(), true).size();
-  for (size_t t = n0; t < std::min(n1, ids.size()); ++t) r.distractor.push_back(int32_t(t));
+  const TokenSpan span = token_span(tok, text, at, distractor.size(), bos);
+  for (size_t t = span.first; t < std::min(span.end, ids.size()); ++t) r.distractor.push_back(int32_t(t));
   for (int32_t id : ids) r.pieces.push_back(tok.token_piece(id));
   std::unique_ptr<Session> s = engine.new_session(r.context + 1);
   s->feed(ids);

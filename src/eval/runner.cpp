@@ -58,9 +58,8 @@ std::vector<int32_t> needle_tokens(const Tokenizer& tok, TaskKind kind, const st
   for (const std::string& answer : answers) {
     const size_t at = prompt.find(answer);
     if (answer.empty() || at == std::string::npos) continue;
-    const size_t n0 = tok.encode(prompt.substr(0, at), false, true).size();
-    const size_t n1 = tok.encode(prompt.substr(0, at + answer.size()), false, true).size();
-    for (size_t t = n0 > 0 ? n0 - 1 : 0; t < std::min(n1, n_ids); ++t) out.push_back(int32_t(t));
+    const TokenSpan span = token_span(tok, prompt, at, answer.size(), false);
+    for (size_t t = span.first > 0 ? span.first - 1 : 0; t < std::min(span.end, n_ids); ++t) out.push_back(int32_t(t));
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "eval/task_builders.h"
+#include "model/tokenizer.h"
 
 namespace lychee {
 namespace {
@@ -82,6 +83,10 @@ EvalSample TaskGenerator::make(const TaskSpec& spec) const {
     case TaskKind::kFrequentWords: build_frequent_words(ctx, rng, sample); break;
   }
   return sample;
+}
+
+TokenSpan token_span(const Tokenizer& tok, const std::string& text, size_t at, size_t len, bool add_bos) {
+  return {tok.encode(text.substr(0, at), add_bos, true).size(), tok.encode(text.substr(0, at + len), add_bos, true).size()};
 }
 
 double score_sample(const EvalSample& sample, const std::string& output) {

@@ -75,4 +75,13 @@ class TaskGenerator {
 // match of each answer. Error(kInvalidArgument) for a sample without answers.
 double score_sample(const EvalSample& sample, const std::string& output);
 
+// Where the passage text[at, at + len) lands among the tokens of text (encoded with add_bos and
+// special tokens parsed, as prompts are): [first, end) = the token counts of the text up to the
+// passage's start and up to its end. A token merged across the passage's start belongs to the
+// text before it (callers that want it take first - 1).
+struct TokenSpan {
+  size_t first = 0, end = 0;
+};
+TokenSpan token_span(const Tokenizer& tok, const std::string& text, size_t at, size_t len, bool add_bos);
+
 }  // namespace lychee
