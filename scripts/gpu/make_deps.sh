@@ -9,14 +9,16 @@
 #                              -DLYCHEE_DEPS_PREFIX=$PWD/.deps. .deps/VERSIONS lists what came.
 #   .deps/cudnn_frontend       the cudnn-frontend headers (PyPI wheel nvidia-cudnn-frontend)
 #   .whl/                      Python wheels the GPU image lacks (gguf, for the golden scripts)
-#   .carry/model_a/part        the default model's GGUF in two halves (< 50 MiB each; one call
-#   .carry/model_b/part        carries at most 64 MiB), joined there by run_all.sh stage-a/stage-b;
-#                              .carry/model_b/sha256 holds the whole file's checksum
+#   .carry/model_a/part        the default model's GGUF in three parts (~31 MiB each: one call
+#   .carry/model_b/part        carries at most 64 MiB, the working tree included), joined there by
+#   .carry/model_c/part        run_all.sh stage-a/stage-b/stage-c; .carry/model_c/sha256 holds the
+#                              whole file's checksum
 # A GPU session then runs, each call right after the last (the machine stays warm 30 s):
 #   carry [.carry/model_a]: scripts/gpu/run_all.sh stage-a .carry/model_a/part
 #   carry [.carry/model_b]: scripts/gpu/run_all.sh stage-b .carry/model_b/part
+#   carry [.carry/model_c]: scripts/gpu/run_all.sh stage-c .carry/model_c/part
 #   carry [.deps]:          scripts/gpu/run_all.sh all env,build,test,memcheck   (then the bench stages)
-# (a half and .deps together with the working tree pass the 64 MiB a call may carry)
+# (a part and .deps together with the working tree stay under the 64 MiB a call may carry)
 # Idempotent: whatever is present is kept (delete a folder to remake it). Prints what it made.
 #   scripts/gpu/make_deps.sh
 set -euo pipefail
@@ -107,18 +109,21 @@ if ! ls "$whl"/gguf-"$gguf_version"-*.whl >/dev/null 2>&1; then
   made+=(".whl/gguf-$gguf_version")
 fi
 
-# --- the default model, in two halves -------------------------------------------------------
-if [ ! -f "$carry/model_a/part" ] || [ ! -f "$carry/model_b/part" ] || [ ! -f "$carry/model_b/sha256" ]; then
+# --- the default model, in three parts -----------------------------------------------------
+if [ ! -f "$carry/model_a/part" ] || [ ! -f "$carry/model_b/part" ] || [ ! -f "$carry/model_c/part" ] \
+   || [ ! -f "$carry/model_c/sha256" ]; then
   [ -f "$model" ] || "$root/scripts/fetch_assets.sh"
   size="$(stat -c %s "$model")"
-  half=$(( (size + 1) / 2 ))
-  mkdir -p "$carry/model_a" "$carry/model_b"
-  head -c "$half" "$model" > "$carry/model_a/part"
-  tail -c +"$(( half + 1 ))" "$model" > "$carry/model_b/part"
-  sha256sum "$model" | cut -d' ' -f1 > "$carry/model_b/sha256"
-  got="$(cat "$carry/model_a/part" "$carry/model_b/part" | sha256sum | cut -d' ' -f1)"
-  [ "$got" = "$(cat "$carry/model_b/sha256")" ] || { log "the halves do not join back to $model"; exit 1; }
-  made+=(".carry/model_a/part .carry/model_b/part (sha256 $got)")
+  third=$(( (size + 2) / 3 ))
+  rm -rf "$carry/model_a" "$carry/model_b" "$carry/model_c"
+  mkdir -p "$carry/model_a" "$carry/model_b" "$carry/model_c"
+  head -c "$third" "$model" > "$carry/model_a/part"
+  tail -c +"$(( third + 1 ))" "$model" | head -c "$third" > "$carry/model_b/part"
+  tail -c +"$(( 2 * third + 1 ))" "$model" > "$carry/model_c/part"
+  sha256sum "$model" | cut -d' ' -f1 > "$carry/model_c/sha256"
+  got="$(cat "$carry/model_a/part" "$carry/model_b/part" "$carry/model_c/part" | sha256sum | cut -d' ' -f1)"
+  [ "$got" = "$(cat "$carry/model_c/sha256")" ] || { log "the parts do not join back to $model"; exit 1; }
+  made+=(".carry/model_{a,b,c}/part (sha256 $got)")
 fi
 
 # --- report ---------------------------------------------------------------------------------
@@ -128,7 +133,7 @@ for m in "${made[@]}"; do log "made $m"; done
 for p in .deps .whl .carry; do
   git check-ignore -q "$p/" || log "WARNING: $p is not git-ignored"
 done
-for p in .deps .deps/include .deps/lib .deps/cudnn_frontend .whl .carry/model_a .carry/model_b; do
+for p in .deps .deps/include .deps/lib .deps/cudnn_frontend .whl .carry/model_a .carry/model_b .carry/model_c; do
   [ -e "$p" ] && du -sh "$p"
 done | sed 's/^/make_deps:   /' >&2
-ls -l .deps/include .deps/lib .whl .carry/model_a .carry/model_b | grep -v '^total' | sed 's/^/make_deps:   /' >&2
+ls -l .deps/include .deps/lib .whl .carry/model_a .carry/model_b .carry/model_c | grep -v '^total' | sed 's/^/make_deps:   /' >&2

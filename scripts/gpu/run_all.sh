@@ -2,7 +2,7 @@
 # The one script for the GPU machine: build (ninja -j16, sm_90a), run the tests (GPU ones
 # included) and compute-sanitizer memcheck on the kernel tests, and the benchmarks, leaving logs
 # and JSON results under $OUT.
-#   scripts/gpu/run_all.sh stage-a|stage-b GGUF_PART   carry the default model in two halves
+#   scripts/gpu/run_all.sh stage-a|stage-b|stage-c GGUF_PART   carry the default model in three parts
 #   scripts/gpu/run_all.sh env | build | test [FILTER] | memcheck | bench-kernels | bench-hybrid | bench-e2e | bench-model | trace
 #   scripts/gpu/run_all.sh python            the Python package: pip install (no network, the CLI's
 #                                            build tree), tests/python (lychee.ops GPU tests included), the example
@@ -23,7 +23,7 @@
 #                                            batch 1 at 32K and 128K (issue 16's 3x target); FP8 quality vs bf16
 #                                            (perplexity/KL, eval accuracy paired) on the staged default model
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
-# (scripts/gpu/make_deps.sh makes .deps, .whl and the model halves .carry/model_a, .carry/model_b.)
+# (scripts/gpu/make_deps.sh makes .deps, .whl and the model parts .carry/model_a, _b, _c.)
 # FlashInfer (the decode peer): scripts/gpu/fetch_flashinfer.sh makes .carry/flashinfer_a and
 # .carry/flashinfer_b (the wheels repacked as xz tars); on one warm machine, fi-stage-a
 # .carry/flashinfer_a, then fi-stage-b .carry/flashinfer_b, which rebuilds the wheels,
@@ -85,14 +85,17 @@ link_model() {
 
 case "${1:-}" in
   stage-a)
-    mkdir -p "$stage" && cp "$2" "$stage/part0" && echo "staged part 0" ;;
+    mkdir -p "$stage" && cp "$2" "$stage/partial" && echo "staged part 1 of 3" ;;
   stage-b)
-    [ -f "$stage/part0" ] || { echo "stage-b: no part 0 in $stage (run stage-a first, on this warm machine)"; exit 1; }
-    cat "$stage/part0" "$2" > "$stage/smollm2.gguf" && rm -f "$stage/part0" || exit 1
+    [ -f "$stage/partial" ] || { echo "stage-b: no part 1 in $stage (run stage-a first, on this warm machine)"; exit 1; }
+    cat "$2" >> "$stage/partial" && echo "staged part 2 of 3 ($(stat -c %s "$stage/partial") bytes)" ;;
+  stage-c)
+    [ -f "$stage/partial" ] || { echo "stage-c: no parts 1-2 in $stage (run stage-a, stage-b first, on this warm machine)"; exit 1; }
+    cat "$stage/partial" "$2" > "$stage/smollm2.gguf" && rm -f "$stage/partial" || exit 1
     sha256sum "$stage/smollm2.gguf"
     want="$(dirname "$2")/sha256"   # written by scripts/gpu/make_deps.sh
     if [ -f "$want" ] && [ "$(sha256sum < "$stage/smollm2.gguf" | cut -d' ' -f1)" != "$(cat "$want")" ]; then
-      echo "stage-b: sha256 differs from $want"; rm -f "$stage/smollm2.gguf"; exit 1
+      echo "stage-c: sha256 differs from $want"; rm -f "$stage/smollm2.gguf"; exit 1
     fi ;;
   fi-stage-a)
     fi_copy "$2" && echo "fi-stage-a: now fi-stage-b with the other half, on this warm machine" ;;
