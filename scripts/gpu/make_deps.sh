@@ -118,7 +118,7 @@ if [ ! -f "$carry/model_a/part" ] || [ ! -f "$carry/model_b/part" ] || [ ! -f "$
   rm -rf "$carry/model_a" "$carry/model_b" "$carry/model_c"
   mkdir -p "$carry/model_a" "$carry/model_b" "$carry/model_c"
   head -c "$third" "$model" > "$carry/model_a/part"
-  tail -c +"$(( third + 1 ))" "$model" | head -c "$third" > "$carry/model_b/part"
+  dd if="$model" of="$carry/model_b/part" bs=1M iflag=skip_bytes,count_bytes skip="$third" count="$third" status=none
   tail -c +"$(( 2 * third + 1 ))" "$model" > "$carry/model_c/part"
   sha256sum "$model" | cut -d' ' -f1 > "$carry/model_c/sha256"
   got="$(cat "$carry/model_a/part" "$carry/model_b/part" "$carry/model_c/part" | sha256sum | cut -d' ' -f1)"
