@@ -20,8 +20,9 @@
 #   scripts/gpu/run_all.sh bench-fp8        the FP8 weight GEMV vs cuBLASLt bf16 and cuBLASLt FP8 at the 8B
 #                                            shapes, n = 1..8, then its tiles per block (FP8_TILES)
 #   scripts/gpu/run_all.sh e2e-fp8          decode steps with bf16 and FP8 weights (bench_e2e --weights bf16,fp8),
-#                                            batch 1 at 32K and 128K (issue 16's 3x target); FP8 quality vs bf16
-#                                            (perplexity/KL, eval accuracy paired) on the staged default model
+#                                            batch 1 at 32K and 128K (issue 16's 3x target)
+#   scripts/gpu/run_all.sh fp8-quality      FP8 quality vs bf16 on the staged default model (perplexity/KL, eval
+#                                            accuracy paired); carry models/needlehaystack
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
 # (scripts/gpu/make_deps.sh makes .deps, .whl and the model parts .carry/model_a, _b, _c.)
 # FlashInfer (the decode peer): scripts/gpu/fetch_flashinfer.sh makes .carry/flashinfer_a and
@@ -340,25 +341,33 @@ case "${1:-}" in
     done
     exit $rc ;;
   e2e-fp8)
-    # Speed (8B shape) and, with the default model staged, quality of FP8 weights on the GPU:
-    # perplexity and KL against bf16, and eval accuracy with both formats on the same samples.
-    link_model
+    # Speed of FP8 weights on the 8B shape (random weights), Full and LycheeDecode.
     rc=0
     LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights bf16,fp8 --contexts 32768,131072 --batches 1 \
       --policies full,lychee --json "$out/e2e_fp8.json" 2>&1 | tee "$out/bench_e2e_fp8.log" || rc=$(failed $? bench_e2e)
-    if [ -f "$model" ]; then
-      "$build/bin/lychee" perplexity --device cuda --weights fp8 --base-weights bf16 --ctx 1024 --windows 8 \
-        --json "$out/ppl_fp8_gpu.json" > "$out/ppl_fp8_gpu.log" 2>&1 || rc=$(failed $? "perplexity fp8")
-      tail -5 "$out/ppl_fp8_gpu.log"
-      roles=docs/results/train/hardkuma/roles.json
-      for w in bf16 fp8; do
-        "$build/bin/lychee" eval --device cuda --weights $w --lengths 2048,4096 --depths 0.1,0.5,0.9 --samples 4 \
-          --policies full,lychee,quest,duo --budgets 256 --block-size 16 --heads $roles \
-          --json "$out/eval_$w.json" > "$out/eval_$w.md" 2> "$out/eval_$w.log" || rc=$(failed $? "eval $w")
-      done
-      python3 scripts/compare_eval.py "$out/eval_bf16.json" "$out/eval_fp8.json" --names bf16 fp8 \
-        --markdown "$out/eval_compare.md" || rc=$(failed $? compare_eval)
-    fi
+    exit $rc ;;
+  fp8-quality)
+    # Quality of FP8 weights on the staged default model (carry models/needlehaystack too: the
+    # perplexity text and the eval haystack are its essays): perplexity and KL against bf16, and
+    # eval accuracy of every policy with both formats on the same samples, paired
+    # (scripts/compare_eval.py). FP8_EVAL_SAMPLES (default 4) samples per task, length and depth.
+    link_model
+    [ -f "$model" ] || { echo "fp8-quality: no default model (stage-a/b/c first)"; exit 1; }
+    rc=0
+    "$build/bin/lychee" perplexity --device cuda --weights fp8 --base-weights bf16 --ctx 1024 --windows 8 \
+      --json "$out/ppl_fp8_gpu.json" > "$out/ppl_fp8_gpu.log" 2>&1 || rc=$(failed $? "perplexity fp8")
+    tail -5 "$out/ppl_fp8_gpu.log"
+    roles=docs/results/train/hardkuma/roles.json
+    for w in bf16 fp8; do
+      t0=$SECONDS
+      "$build/bin/lychee" eval --device cuda --weights $w --lengths 2048,4096 --depths 0.1,0.5,0.9 \
+        --samples "${FP8_EVAL_SAMPLES:-4}" --policies full,lychee,quest,duo,tidal --budgets 256 --block-size 16 \
+        --heads $roles --json "$out/eval_$w.json" > "$out/eval_$w.md" 2> "$out/eval_$w.log" || rc=$(failed $? "eval $w")
+      echo "eval $w: $(( SECONDS - t0 )) s"
+    done
+    python3 scripts/compare_eval.py "$out/eval_bf16.json" "$out/eval_fp8.json" --names bf16 fp8 \
+      --markdown "$out/eval_compare.md" || rc=$(failed $? compare_eval)
+    cat "$out/eval_compare.md"
     exit $rc ;;
   bench-fp8)
     # The FP8 weight GEMV (ours) against the engine's cuBLASLt bf16 product and cuBLASLt's FP8 matmul
@@ -372,7 +381,7 @@ case "${1:-}" in
     grep -E "^(\||target|FAIL|device)" "$out/bench_fp8.log" | head -80
     [ $rc -eq 0 ] || tail -15 "$out/bench_fp8.log"
     for t in $(echo "${FP8_TILES-auto,1,2,4}" | tr , ' '); do
-      LYCHEE_FP8_GEMV_TILES=$t LYCHEE_COMMIT="$commit" "$build/bin/bench_fp8_gemv" --quick --shapes qkv,o,down \
+      LYCHEE_FP8_GEMV_TILES=$t LYCHEE_COMMIT="$commit" "$build/bin/bench_fp8_gemv" --quick --shapes qkv,o,gate_up,down \
         --kernels fp8 --tag "commit $commit, tiles $t" --json "$out/fp8_gemv_tiles_$t.json" \
         > "$out/bench_fp8_tiles_$t.log" 2>&1 || rc=$(failed $? "bench_fp8_gemv tiles $t")
     done
@@ -399,7 +408,7 @@ PY
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
   all)
-    stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8}"
+    stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
       case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|trace|bench-peers|python|python-diag|bench-python|bench-serve) ;;

@@ -19,7 +19,7 @@
 // every warp multiplies all the tile's rows over its own part of k and the 8 partial sums are added
 // through shared memory at the end, in warp order. k is cut into chunks of 64: lane (g, t) =
 // (lane / 4, lane % 4) loads codes [16 t, 16 t + 16) of the chunk for rows g and g + 8 of each m16
-// tile (uint4, streamed past L1) and x row g at the same 16 positions (two uint4 of bf16, L1-cached).
+// tile (uint4, streamed past L1) and x row g at the same 16 positions (two uint4 of bf16, plain loads).
 // x is not staged in shared memory: the warps of a block read disjoint parts of it (no reuse to
 // gain), and all of it (224 KiB at k = 14336, n = 8) would leave room for one block per SM. k is a
 // sum, so its positions may take any mma slot as long as A and B agree: byte 4 j + e of the lane's
@@ -118,6 +118,10 @@ __device__ __forceinline__ void load_weights(Step<R>& s, const Fp8GemvArgs<Out>&
 }
 
 // x row g at the lane's positions of the same chunks; zeros for rows >= n (the mma's unused columns).
+// Plain loads, not the read-only path (__ldg / ld.global.nc): under PDL this grid runs while the
+// previous kernel (the attention merge, for wo) still writes x, which breaks the read-only path's
+// premise that the data stays unchanged for the kernel's lifetime; griddepcontrol.wait orders
+// plain loads after those writes.
 template <int R, typename Out>
 __device__ __forceinline__ void load_x(StepX<R>& s, const Fp8GemvArgs<Out>& a, int c, int g, int t) {
 #pragma unroll
@@ -125,8 +129,8 @@ __device__ __forceinline__ void load_x(StepX<R>& s, const Fp8GemvArgs<Out>& a, i
     const int col = (c + p) * kChunk + 16 * t;
     const bool in = g < a.n && col < a.k;
     const uint4* src = reinterpret_cast<const uint4*>(a.x + size_t(g) * a.k + col);
-    s.x[p][0] = in ? __ldg(src) : make_uint4(0, 0, 0, 0);
-    s.x[p][1] = in ? __ldg(src + 1) : make_uint4(0, 0, 0, 0);
+    s.x[p][0] = in ? src[0] : make_uint4(0, 0, 0, 0);
+    s.x[p][1] = in ? src[1] : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -196,14 +200,16 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_gemv_kernel(const Fp8GemvArgs
   }
 }
 
-// m16 tiles per block: the widest (x is read once per block, n / (8 R) bytes per weight byte) that
-// still keeps every SM streaming: 4 when that gives two blocks per SM, 2 when one block covers at
-// least 90% of the SMs, else 1. On 132 SMs: m = 4096 and 6144 -> 2, m = 28672 -> 4.
+// m16 tiles per block: 1 while one m16 tile per block fits in one wave of two blocks per SM (the
+// most warps streaming), else the widest that still gives two blocks per SM (x is read once per
+// block, n / (8 R) bytes per weight byte), else 2. On 132 SMs: m = 4096 -> 1, 6144 -> 2,
+// 28672 -> 4 (the H200 sweep of run_all.sh bench-fp8: at m = 4096, 1 tile 7.05 us vs 2 tiles 8.15
+// for k = 4096 and 17.4 vs 20.1 for k = 14336; at m = 6144, 2 tiles 11.1 vs 1 tile 11.4).
 int fp8_gemv_tiles(int m, int sm_count) {
   const auto blocks = [m](int r) { return (m + 16 * r - 1) / (16 * r); };
+  if (blocks(1) <= 2 * sm_count) return 1;
   if (blocks(4) >= 2 * sm_count) return 4;
-  if (10 * blocks(2) >= 9 * sm_count) return 2;
-  return 1;
+  return 2;
 }
 
 // LYCHEE_FP8_GEMV_TILES=1, 2 or 4 in the environment overrides fp8_gemv_tiles (lab A/B; the results
