@@ -80,7 +80,7 @@ void GpuRunner::Impl::attention(int layer, bool decode, int batch, int q_len, in
 // a quality question left to measure before it replaces this.
 void GpuRunner::Impl::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
   if (!w.fp8()) return gemm->bf16_out(x, w.values, y, n, w.cols, w.rows);
-  if (fp8_gemv_launches(n) > 0) {
+  if (o.fp8_gemv && fp8_gemv_launches(n) > 0) {
     for (int i = 0; i < n; i += kFp8GemvMaxRows)
       fp8_gemv(x + size_t(i) * size_t(w.cols), w.codes, w.scales, y + size_t(i) * size_t(w.rows),
                std::min(kFp8GemvMaxRows, n - i), w.cols, w.rows, stream);

@@ -93,7 +93,7 @@ GpuRunner::Impl::Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOpt
   o_buf = DeviceBuffer<bf16>(mt * d);
   gu = DeviceBuffer<bf16>(mt * 2 * size_t(c.d_ff));
   act = DeviceBuffer<bf16>(mt * size_t(c.d_ff));
-  if (w->format() == GpuWeightFormat::kFp8 && fp8_gemv_launches(max_tokens) == 0)
+  if (w->format() == GpuWeightFormat::kFp8 && (!o.fp8_gemv || fp8_gemv_launches(max_tokens) == 0))
     dequant = DeviceBuffer<bf16>(largest_matrix(*w));
   logits = DeviceBuffer<float>(size_t(o.max_batch) * c.vocab_size);
   partial_o = DeviceBuffer<float>(size_t(max_slots) * c.group_size() * c.head_dim);

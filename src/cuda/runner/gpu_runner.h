@@ -33,6 +33,9 @@ struct RunnerOptions {
   int max_prefill_tokens = 2048;  // tokens per prefill forward (longer prompts are chunked)
   int max_context = 0;            // 0: the model's
   bool cuda_graphs = true;
+  // FP8 weights: decode-sized products through the FP8 GEMV (true), or every product through the
+  // bf16 widening and cuBLASLt (false: the path bf16 weights take; the tests' reference and an A/B).
+  bool fp8_gemv = true;
 };
 
 // A sequence's state: its pages (block table row) and length.
