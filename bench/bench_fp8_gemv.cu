@@ -491,10 +491,16 @@ std::string tiles_setting() {  // as fp8_gemv.cu reads LYCHEE_FP8_GEMV_TILES
   return r == 1 || r == 2 || r == 4 ? std::to_string(r) : "auto";
 }
 
+std::string stages_setting() {  // as fp8_gemv.cu reads LYCHEE_FP8_GEMV_STAGES
+  const char* v = std::getenv("LYCHEE_FP8_GEMV_STAGES");
+  const int r = v != nullptr && *v != 0 ? std::atoi(v) : -1;
+  return r == 0 || r == 2 || r == 3 || r == 4 ? std::to_string(r) : "auto";
+}
+
 Candidate ours(Context& c, const Shape& s, Operands& o, int n) {
   Candidate k;
   k.kernel = "lychee_fp8";
-  k.note = "tiles " + tiles_setting();
+  k.note = "tiles " + tiles_setting() + ", stages " + stages_setting();
   k.bytes = double(o.m) * o.k + 4.0 * o.m + 2.0 * n * o.k + (s.f32_out ? 4.0 : 2.0) * n * o.m;
   k.copies = o.fp8_copies;
   const bool f32 = s.f32_out;
@@ -674,7 +680,7 @@ void write_json(const Options& opt, const std::string& command, const std::vecto
   nlohmann::json j = {{"benchmark", "fp8_gemv"}, {"gpu", dev.name}, {"sm_count", dev.sm_count},
                       {"l2_bytes", dev.l2_bytes}, {"driver", lychee::bench::driver_string()}, {"date", date},
                       {"command", command}, {"tag", opt.tag}, {"commit", commit != nullptr ? commit : "unknown"},
-                      {"copy_bandwidth_gbs", copy_gbs}, {"fp8_gemv_tiles", tiles_setting()},
+                      {"copy_bandwidth_gbs", copy_gbs}, {"fp8_gemv_tiles", tiles_setting()}, {"fp8_gemv_stages", stages_setting()},
                       {"target_pct_copy", kTargetPct}, {"tolerance", kTolerance}, {"reps", opt.reps},
                       {"timing", "us: median per call of CUDA-graph replays of >= calls_per_graph calls rotating over "
                                  "weight_copies (>= 4x L2 in all); us_cold: one call after an L2 flush"}};

@@ -105,15 +105,16 @@ DeviceProblem upload(const Problem& p) {
 
 // y as floats: the bf16 output widened (f32_out false) or the f32 output. m may be less than the
 // uploaded rows (a prefix of w).
-std::vector<float> run(DeviceProblem& d, int n, int k, int m, bool f32_out, cudaStream_t stream = nullptr) {
+std::vector<float> run(DeviceProblem& d, int n, int k, int m, bool f32_out, cudaStream_t stream = nullptr,
+                       cuda::Fp8GemvVariant variant = {}) {
   if (f32_out) {
     LY_CUDA_CHECK(cudaMemset(d.y_f32.data(), 0xFF, d.y_f32.bytes()));  // NaN: unwritten outputs show
-    cuda::fp8_gemv_f32_out(d.x.data(), d.w.data(), d.scales.data(), d.y_f32.data(), n, k, m, stream);
+    cuda::fp8_gemv_f32_out(d.x.data(), d.w.data(), d.scales.data(), d.y_f32.data(), n, k, m, stream, variant);
     LY_CUDA_CHECK(cudaStreamSynchronize(stream));
     return test::to_host(d.y_f32, size_t(n) * m);
   }
   LY_CUDA_CHECK(cudaMemset(d.y.data(), 0xFF, d.y.bytes()));
-  cuda::fp8_gemv(d.x.data(), d.w.data(), d.scales.data(), d.y.data(), n, k, m, stream);
+  cuda::fp8_gemv(d.x.data(), d.w.data(), d.scales.data(), d.y.data(), n, k, m, stream, variant);
   LY_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<float> y = test::to_host_bf16(d.y);
   y.resize(size_t(n) * m);
@@ -274,6 +275,26 @@ TEST(Fp8GemvDeterminism, RowsDoNotDependOnM) {
 }
 
 // Captured once, replayed three times into a poisoned output: the same bits as a direct call.
+// Every variant (1, 2, 4 m16 tiles per block; weights one step ahead in registers or through a
+// shared-memory ring of 2, 3, 4 steps) gives the automatic choice's bits, and those are within the
+// tolerance of the f64 reference: k = 1040 ends inside a chunk and inside a slab, m = 1000 inside
+// a 64-row block, and n = 3 and 8 leave mma columns unused or not.
+TEST(Fp8GemvDeterminism, EveryVariantGivesTheSameBits) {
+  LY_REQUIRE_GPU();
+  for (const int n : {3, 8}) {
+    const Problem p = make_problem(n, 1040, 1000, 11 + uint32_t(n));
+    DeviceProblem d = upload(p);
+    const std::vector<float> automatic = run(d, p.n, p.k, p.m, true);
+    expect_close(automatic, reference(p), p, true);
+    for (const int tiles : {1, 2, 4})
+      for (const int stages : {0, 2, 3, 4}) {
+        const std::vector<float> y = run(d, p.n, p.k, p.m, true, nullptr, {tiles, stages});
+        EXPECT_EQ(std::memcmp(automatic.data(), y.data(), y.size() * sizeof(float)), 0)
+            << "n = " << n << ", tiles " << tiles << ", stages " << stages;
+      }
+  }
+}
+
 TEST(Fp8GemvGraph, ReplaysFromACudaGraph) {
   LY_REQUIRE_GPU();
   const Problem p = make_problem(8, 4096, 4096, 9);
@@ -328,6 +349,8 @@ TEST(Fp8GemvArgs, RejectsBadShapesAndPointers) {
   expect_error([&] { cuda::fp8_gemv(x, w + 8, s, y, 1, 64, 4, nullptr); }, EC::kInvalidArgument, "16-byte aligned");
   expect_error([&] { cuda::fp8_gemv(x + 4, w, s, y, 1, 64, 4, nullptr); }, EC::kInvalidArgument, "16-byte aligned");
   expect_error([&] { cuda::fp8_gemv(x, w, nullptr, y, 1, 64, 4, nullptr); }, EC::kInvalidArgument, "null pointer");
+  expect_error([&] { cuda::fp8_gemv(x, w, s, y, 1, 64, 4, nullptr, {3, -1}); }, EC::kInvalidArgument, "tiles = 3");
+  expect_error([&] { cuda::fp8_gemv(x, w, s, y, 1, 64, 4, nullptr, {0, 1}); }, EC::kInvalidArgument, "stages = 1");
   EXPECT_NO_THROW(cuda::check_fp8_gemv_args(x, w, s, y, 8, 64, 4));
   EXPECT_NO_THROW(cuda::check_fp8_gemv_args(x, w, s, y, 1, 16, 1));
 }

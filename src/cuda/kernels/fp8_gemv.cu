@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
@@ -156,7 +157,31 @@ __device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, c
 __device__ __forceinline__ void store(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 
-// Grid: one block per 16 R rows of w. See the top of the file.
+// The block's 8 partial sums of each (x row, tile row) added in warp order, scaled and stored.
+template <int R, typename Out>
+__device__ __forceinline__ void reduce_store(float (&part)[kWarps][kFp8GemvMaxRows][16 * R + 4],
+                                             const float (&acc)[R][4], const Fp8GemvArgs<Out>& a, int row0,
+                                             int warp, int g, int t) {
+  constexpr int kRows = 16 * R;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {  // accumulators: (row g, x rows 2t, 2t + 1), then row g + 8
+    part[warp][2 * t][16 * r + g] = acc[r][0];
+    part[warp][2 * t + 1][16 * r + g] = acc[r][1];
+    part[warp][2 * t][16 * r + g + 8] = acc[r][2];
+    part[warp][2 * t + 1][16 * r + g + 8] = acc[r][3];
+  }
+  __syncthreads();
+  for (int o = int(threadIdx.x); o < kFp8GemvMaxRows * kRows; o += kThreads) {
+    const int i = o / kRows, rr = o % kRows, row = row0 + rr;
+    if (i >= a.n || row >= a.m) continue;
+    float sum = part[0][i][rr];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) sum += part[w][i][rr];
+    store(a.y + size_t(i) * a.m + row, a.w_scale[row] * sum);
+  }
+}
+
+// Grid: one block per 16 R rows of w. See the top of the file. Weights one step ahead in registers.
 template <int R, typename Out>
 __global__ void __launch_bounds__(kThreads, 2) fp8_gemv_kernel(const Fp8GemvArgs<Out> a) {
   constexpr int kRows = 16 * R, kStep = Step<R>::kChunks;
@@ -181,54 +206,131 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_gemv_kernel(const Fp8GemvArgs
     mma_step(acc, cur, xs);
     cur = next;
   }
-
-#pragma unroll
-  for (int r = 0; r < R; ++r) {  // accumulators: (row g, x rows 2t, 2t + 1), then row g + 8
-    part[warp][2 * t][16 * r + g] = acc[r][0];
-    part[warp][2 * t + 1][16 * r + g] = acc[r][1];
-    part[warp][2 * t][16 * r + g + 8] = acc[r][2];
-    part[warp][2 * t + 1][16 * r + g + 8] = acc[r][3];
-  }
-  __syncthreads();
-  for (int o = int(threadIdx.x); o < kFp8GemvMaxRows * kRows; o += kThreads) {
-    const int i = o / kRows, rr = o % kRows, row = row0 + rr;
-    if (i >= a.n || row >= a.m) continue;
-    float sum = part[0][i][rr];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) sum += part[w][i][rr];
-    store(a.y + size_t(i) * a.m + row, a.w_scale[row] * sum);
-  }
+  reduce_store<R>(part, acc, a, row0, warp, g, t);
 }
+
+// 16 bytes global -> shared, past L1, 256-byte L2 fetches; src_bytes = 0 writes zeros and reads
+// nothing. The "memory" clobber keeps the compiler from moving this lane's shared reads of the
+// slot across the copy that refills it.
+__device__ __forceinline__ void cp_async_codes(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+// Staged weights: each warp streams its steps through a ring of S steps in shared memory
+// (cp.async, S - 1 steps in flight while one is multiplied; 4 KiB per step and warp) where the
+// register kernel keeps one step in flight. Each lane copies, waits for and reads only its own
+// 16-byte slots (the same (g, t) positions as the register kernel), so no barrier is needed and
+// the sums are the register kernel's, bit for bit. Dynamic shared memory: fp8_gemv_ring_bytes.
+template <int R, int S, typename Out>
+__global__ void __launch_bounds__(kThreads, 2) fp8_gemv_staged_kernel(const Fp8GemvArgs<Out> a) {
+  constexpr int kRows = 16 * R, kStep = Step<R>::kChunks, kSlots = kStep * R * 2;  // uint4 per lane and step
+  extern __shared__ uint4 ring[];  // [warp][stage][slot][lane]
+  __shared__ float part[kWarps][kFp8GemvMaxRows][kRows + 4];
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
+  const int row0 = int(blockIdx.x) * kRows;
+  const int n_chunks = (a.k + kChunk - 1) / kChunk;
+  const auto chunk = [warp](int i) { return (warp + kWarps * (i / kSlab)) * kSlab + i % kSlab; };
+  uint4* const mine = ring + size_t(warp) * S * kSlots * 32 + lane;
+  const auto issue = [&](int step) {  // the warp's step `step` (chunks from chunk(step * kStep)) into its stage
+    const uint32_t base = uint32_t(__cvta_generic_to_shared(mine + (step % S) * kSlots * 32));
+    const int c = chunk(step * kStep);
+#pragma unroll
+    for (int p = 0; p < kStep; ++p) {
+      const int col = (c + p) * kChunk + 16 * t;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + 16 * r + 8 * h + g;
+          const bool in = row < a.m && col < a.k;
+          cp_async_codes(base + uint32_t(((p * R + r) * 2 + h) * 32 * 16),
+                         in ? a.w + size_t(row) * a.k + col : a.w, in ? 16 : 0);
+        }
+    }
+    ptx::cp_async_commit();
+  };
+
+  float acc[R][4] = {};
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(s);  // earlier kernels in the stream do not write w
+  ptx::grid_dependency_wait();               // but they write x
+  ptx::grid_launch_dependents();
+  for (int step = 0; chunk(step * kStep) < n_chunks; ++step) {
+    issue(step + S - 1);  // past the end: zeros, no reads
+    ptx::cp_async_wait<S - 1>();
+    StepX<R> xs;
+    load_x(xs, a, chunk(step * kStep), g, t);
+    Step<R> cur;
+    const uint4* slot = mine + (step % S) * kSlots * 32;
+#pragma unroll
+    for (int p = 0; p < kStep; ++p)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) cur.w[p][r][h] = slot[((p * R + r) * 2 + h) * 32];
+    mma_step(acc, cur, xs);
+  }
+  ptx::cp_async_wait<0>();  // no copy may land in the next block's shared memory
+  reduce_store<R>(part, acc, a, row0, warp, g, t);
+}
+
+// Dynamic shared memory of the staged kernel: S steps of 4 KiB for each of the 8 warps.
+constexpr int fp8_gemv_ring_bytes(int stages) { return stages * kWarps * 32 * 8 * 16; }
 
 // m16 tiles per block: 1 while one m16 tile per block fits in one wave of two blocks per SM (the
-// most warps streaming), else the widest that still gives two blocks per SM (x is read once per
-// block, n / (8 R) bytes per weight byte), else 2. On 132 SMs: m = 4096 -> 1, 6144 -> 2,
-// 28672 -> 4 (the H200 sweep of run_all.sh bench-fp8: at m = 4096, 1 tile 7.05 us vs 2 tiles 8.15
-// for k = 4096 and 17.4 vs 20.1 for k = 14336; at m = 6144, 2 tiles 11.1 vs 1 tile 11.4).
+// most warps streaming), else 2 (x read once per block, n / 16 bytes per weight byte). On 132 SMs:
+// m = 4096 -> 1, 6144 and 28672 -> 2. The H200 sweep (run_all.sh bench-fp8, µs at n = 1 for 1 / 2
+// / 4 tiles): m = 4096, k = 4096: 7.06 / 8.19 / 11.8; k = 14336: 17.5 / 20.1 / 31.5; m = 6144:
+// 11.5 / 11.2 / 13.6; m = 28672: 38.9 / 37.8 / 42.7.
 int fp8_gemv_tiles(int m, int sm_count) {
   const auto blocks = [m](int r) { return (m + 16 * r - 1) / (16 * r); };
-  if (blocks(1) <= 2 * sm_count) return 1;
-  if (blocks(4) >= 2 * sm_count) return 4;
-  return 2;
+  return blocks(1) <= 2 * sm_count ? 1 : 2;
 }
 
-// LYCHEE_FP8_GEMV_TILES=1, 2 or 4 in the environment overrides fp8_gemv_tiles (lab A/B; the results
-// are the same bits for every R).
-int forced_tiles() {
-  const char* v = std::getenv("LYCHEE_FP8_GEMV_TILES");
-  const int r = v != nullptr ? std::atoi(v) : 0;
-  return r == 1 || r == 2 || r == 4 ? r : 0;
+// Weight staging: 0 (registers, one step ahead) or 2..4 (a shared-memory ring of that many steps).
+int fp8_gemv_stages() { return 0; }
+
+// LYCHEE_FP8_GEMV_TILES=1, 2 or 4 and LYCHEE_FP8_GEMV_STAGES=0, 2, 3 or 4 in the environment
+// override fp8_gemv_tiles and fp8_gemv_stages (lab A/B; every setting gives the same bits).
+int env_setting(const char* name, std::initializer_list<int> allowed) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == 0) return -1;
+  const int r = std::atoi(v);
+  for (const int a : allowed)
+    if (r == a) return r;
+  return -1;
+}
+
+template <int R, typename Out>
+void launch_tiles(const Fp8GemvArgs<Out>& a, int stages, cudaStream_t stream) {
+  const int grid = (a.m + 16 * R - 1) / (16 * R);
+  const auto staged = [&](auto kernel, int s) {
+    static const bool once = [&] {  // per instantiation: allow more than 48 KiB of dynamic shared memory
+      LY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, fp8_gemv_ring_bytes(s)));
+      return true;
+    }();
+    (void)once;
+    launch_pdl(kernel, grid, kThreads, size_t(fp8_gemv_ring_bytes(s)), stream, a);
+  };
+  switch (stages) {
+    case 2: staged(fp8_gemv_staged_kernel<R, 2, Out>, 2); break;
+    case 3: staged(fp8_gemv_staged_kernel<R, 3, Out>, 3); break;
+    case 4: staged(fp8_gemv_staged_kernel<R, 4, Out>, 4); break;
+    default: launch_pdl(fp8_gemv_kernel<R, Out>, grid, kThreads, 0, stream, a); break;
+  }
 }
 
 template <typename Out>
-void launch(const Fp8GemvArgs<Out>& a, cudaStream_t stream) {
-  static const int forced = forced_tiles();
-  const int tiles = forced != 0 ? forced : fp8_gemv_tiles(a.m, device_info().sm_count);
-  const int grid = (a.m + 16 * tiles - 1) / (16 * tiles);
+void launch(const Fp8GemvArgs<Out>& a, Fp8GemvVariant v, cudaStream_t stream) {
+  static const int env_tiles = env_setting("LYCHEE_FP8_GEMV_TILES", {1, 2, 4});
+  static const int env_stages = env_setting("LYCHEE_FP8_GEMV_STAGES", {0, 2, 3, 4});
+  const int tiles = v.tiles > 0 ? v.tiles : env_tiles > 0 ? env_tiles : fp8_gemv_tiles(a.m, device_info().sm_count);
+  const int stages = v.stages >= 0 ? v.stages : env_stages >= 0 ? env_stages : fp8_gemv_stages();
   switch (tiles) {
-    case 4: launch_pdl(fp8_gemv_kernel<4, Out>, grid, kThreads, 0, stream, a); break;
-    case 2: launch_pdl(fp8_gemv_kernel<2, Out>, grid, kThreads, 0, stream, a); break;
-    default: launch_pdl(fp8_gemv_kernel<1, Out>, grid, kThreads, 0, stream, a); break;
+    case 4: launch_tiles<4>(a, stages, stream); break;
+    case 2: launch_tiles<2>(a, stages, stream); break;
+    default: launch_tiles<1>(a, stages, stream); break;
   }
   LY_CUDA_CHECK_LAUNCH();
 }
@@ -238,13 +340,13 @@ void launch(const Fp8GemvArgs<Out>& a, cudaStream_t stream) {
 namespace detail {
 
 void launch_fp8_gemv(const bf16* x, const uint8_t* w, const float* w_scale, bf16* y, int n, int k, int m,
-                     cudaStream_t stream) {
-  launch(Fp8GemvArgs<bf16>{x, w, w_scale, y, n, k, m}, stream);
+                     cudaStream_t stream, Fp8GemvVariant v) {
+  launch(Fp8GemvArgs<bf16>{x, w, w_scale, y, n, k, m}, v, stream);
 }
 
 void launch_fp8_gemv_f32_out(const bf16* x, const uint8_t* w, const float* w_scale, float* y, int n, int k,
-                             int m, cudaStream_t stream) {
-  launch(Fp8GemvArgs<float>{x, w, w_scale, y, n, k, m}, stream);
+                             int m, cudaStream_t stream, Fp8GemvVariant v) {
+  launch(Fp8GemvArgs<float>{x, w, w_scale, y, n, k, m}, v, stream);
 }
 
 }  // namespace detail

@@ -31,20 +31,29 @@ constexpr int kFp8GemvMaxRows = 8;
 // the bf16 GEMM) and k not a multiple of 16 (w's rows must stay 16-byte aligned).
 void check_fp8_gemv_args(const void* x, const uint8_t* w, const float* w_scale, const void* y, int n, int k, int m);
 
+// How the kernel runs (fp8_gemv.cu): m16 tiles per block (1, 2 or 4; 0: the automatic choice) and
+// weight staging (0: one step ahead in registers; 2, 3, 4: a shared-memory ring of that many steps
+// filled by cp.async; -1: the automatic choice). LYCHEE_FP8_GEMV_TILES / LYCHEE_FP8_GEMV_STAGES in
+// the environment replace the automatic choices (lab A/B). Every variant gives the same bits.
+struct Fp8GemvVariant {
+  int tiles = 0;
+  int stages = -1;
+};
+
 // x: [n][k] bf16; w: [m][k] e4m3 codes; w_scale: [m] f32; y: [n][m] bf16. Asynchronous on stream.
 void fp8_gemv(const bf16* x, const uint8_t* w, const float* w_scale, bf16* y, int n, int k, int m,
-              cudaStream_t stream);
+              cudaStream_t stream, Fp8GemvVariant variant = {});
 
 // The same product with y: [n][m] f32, not rounded (the LM head's logits).
 void fp8_gemv_f32_out(const bf16* x, const uint8_t* w, const float* w_scale, float* y, int n, int k, int m,
-                      cudaStream_t stream);
+                      cudaStream_t stream, Fp8GemvVariant variant = {});
 
 namespace detail {
 // The launchers (fp8_gemv.cu), without argument checks: call fp8_gemv / fp8_gemv_f32_out.
 void launch_fp8_gemv(const bf16* x, const uint8_t* w, const float* w_scale, bf16* y, int n, int k, int m,
-                     cudaStream_t stream);
+                     cudaStream_t stream, Fp8GemvVariant variant);
 void launch_fp8_gemv_f32_out(const bf16* x, const uint8_t* w, const float* w_scale, float* y, int n, int k,
-                             int m, cudaStream_t stream);
+                             int m, cudaStream_t stream, Fp8GemvVariant variant);
 }  // namespace detail
 
 }  // namespace lychee::cuda

@@ -22,16 +22,27 @@ void check_fp8_gemv_args(const void* x, const uint8_t* w, const float* w_scale, 
            static_cast<const void*>(w));
 }
 
+namespace {
+void check_variant(Fp8GemvVariant v) {
+  LY_CHECK(v.tiles == 0 || v.tiles == 1 || v.tiles == 2 || v.tiles == 4, ErrorCode::kInvalidArgument,
+           "fp8_gemv: tiles = {} (0 for the automatic choice, or 1, 2, 4)", v.tiles);
+  LY_CHECK(v.stages == -1 || v.stages == 0 || (v.stages >= 2 && v.stages <= 4), ErrorCode::kInvalidArgument,
+           "fp8_gemv: stages = {} (-1 for the automatic choice, 0, or 2 to 4)", v.stages);
+}
+}  // namespace
+
 void fp8_gemv(const bf16* x, const uint8_t* w, const float* w_scale, bf16* y, int n, int k, int m,
-              cudaStream_t stream) {
+              cudaStream_t stream, Fp8GemvVariant variant) {
   check_fp8_gemv_args(x, w, w_scale, y, n, k, m);
-  detail::launch_fp8_gemv(x, w, w_scale, y, n, k, m, stream);
+  check_variant(variant);
+  detail::launch_fp8_gemv(x, w, w_scale, y, n, k, m, stream, variant);
 }
 
 void fp8_gemv_f32_out(const bf16* x, const uint8_t* w, const float* w_scale, float* y, int n, int k, int m,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, Fp8GemvVariant variant) {
   check_fp8_gemv_args(x, w, w_scale, y, n, k, m);
-  detail::launch_fp8_gemv_f32_out(x, w, w_scale, y, n, k, m, stream);
+  check_variant(variant);
+  detail::launch_fp8_gemv_f32_out(x, w, w_scale, y, n, k, m, stream, variant);
 }
 
 }  // namespace lychee::cuda
