@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_io.h"
 #include "app.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -98,7 +99,7 @@ void run_bench(const BenchArgs& a) {
                         {"bandwidth_gbps", bw_gbps}, {"ttft_ms", best_prefill * 1e3},
                         {"weight_bytes_per_token", weight_bytes},
                         {"kv_bytes_per_token", kv_bytes}, {"decode_bound_tok_s", bound_tps}};
-    std::ofstream(a.json_path) << j.dump(2) << "\n";
+    write_json_file(a.json_path, j, 2);
   }
 }
 

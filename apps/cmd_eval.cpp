@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_io.h"
 #include "app.h"
 #include "core/error.h"
 #include "eval/runner.h"
@@ -80,7 +81,7 @@ void run(const EvalArgs& a) {
                                {"kv_bytes_note", "K and V bytes at 2 bytes per element (bf16 cache), summed over decode steps"}};
   const std::string md = records_to_markdown(records);
   std::printf("%s", md.c_str());
-  if (!a.json_path.empty()) std::ofstream(a.json_path) << records_to_json(records, info).dump(1) << "\n";
+  if (!a.json_path.empty()) write_json_file(a.json_path, records_to_json(records, info));
   if (!a.markdown_path.empty()) std::ofstream(a.markdown_path) << md;
 }
 

@@ -3,6 +3,7 @@
 // prints the tensor-parallel head assignment and its balance (attention/tp_assign.h); overlap
 // measures the top-k overlap of same-index heads in adjacent layers (the paper's Figure 1,
 // eval/head_overlap.h).
+#include "core/json_io.h"
 #include "cmd_heads.h"
 
 #include <algorithm>
@@ -193,7 +194,7 @@ void run_overlap(const HeadsArgs& a) {
                      {"overlap", r.overlap}, {"topk", r.topk}});
   }
   if (!a.json.empty()) {
-    std::ofstream(a.json) << nlohmann::json{{"model", c.name}, {"k", a.k}, {"cases", cases}}.dump(1) << "\n";
+    write_json_file(a.json, nlohmann::json{{"model", c.name}, {"k", a.k}, {"cases", cases}});
     std::printf("wrote %s\n", a.json.c_str());
   }
 }
@@ -217,16 +218,14 @@ void run_denoise(const HeadsArgs& a) {
               "(%d heads; %.4f under full attention)\n", r.retrieval_distractor, r.n_retrieval, r.sparse_distractor,
               r.n_sparse, r.full_distractor_sparse_heads);
   if (!a.json.empty()) {
-    std::ofstream(a.json) << nlohmann::json{{"model", c.name}, {"policy", o.label()}, {"roles", a.roles},
+    write_json_file(a.json, nlohmann::json{{"model", c.name}, {"policy", o.label()}, {"roles", a.roles},
                                             {"prompt", prompt}, {"distractor", distractor}, {"answer", r.answer},
                                             {"pieces", r.pieces}, {"retrieval", r.retrieval}, {"sparse", r.sparse},
                                             {"n_retrieval", r.n_retrieval}, {"n_sparse", r.n_sparse},
                                             {"distractor_tokens", r.distractor},
                                             {"retrieval_distractor", r.retrieval_distractor},
                                             {"sparse_distractor", r.sparse_distractor},
-                                            {"full_distractor_sparse_heads", r.full_distractor_sparse_heads}}
-                                .dump(1)
-                         << "\n";
+                                            {"full_distractor_sparse_heads", r.full_distractor_sparse_heads}});
     std::printf("wrote %s\n", a.json.c_str());
   }
 }

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_io.h"
 #include "app.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
@@ -86,7 +87,7 @@ void run(const PerplexityArgs& a) {
                               {"scored", r.scored}, {"base_ppl", r.base_ppl}, {"test_ppl", r.test_ppl},
                               {"mean_kl", r.mean_kl}, {"p99_kl", r.p99_kl}, {"max_kl", r.max_kl},
                               {"top1_agree", r.top1_agree}};
-    std::ofstream(a.json_path) << j.dump(1) << "\n";
+    write_json_file(a.json_path, j);
   }
 }
 

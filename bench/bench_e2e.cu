@@ -35,6 +35,7 @@
 
 #include <random>
 
+#include "core/json_io.h"
 #include "attention/policies.h"
 #include "cupti_trace.h"
 #include "cuda/common/common.h"
@@ -308,7 +309,7 @@ int main(int argc, char** argv) try {
                         {"retrieval_kv_heads", opt.n_retrieval}, {"command", command},
                         {"commit", std::getenv("LYCHEE_COMMIT") ? std::getenv("LYCHEE_COMMIT") : "unknown"},
                         {"rows", rows}};
-    std::ofstream(opt.json_path) << j.dump(1) << "\n";
+    write_json_file(opt.json_path, j);
   }
   return 0;
 } catch (const UsageError& e) {

@@ -35,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_io.h"
 #include "cuda/common/common.h"
 #include "cuda/train/student.h"
 #include "model/config.h"
@@ -214,7 +215,7 @@ int main(int argc, char** argv) try {
     nlohmann::json j = {{"bench", "train_step"}, {"gpu", cuda::device_info().name}, {"model", c.name},
                         {"context", n_ctx}, {"targets", n_tgt}, {"layers", c.n_layers}, {"results", results},
                         {"layer_ops", ops}};
-    std::ofstream(json_path) << j.dump(1) << "\n";
+    write_json_file(json_path, j);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -29,8 +29,6 @@ json ApiError::body() const {
   return json{{"error", e}};
 }
 
-std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 namespace {
 
 [[noreturn]] void bad(const std::string& field, const std::string& message) {

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_io.h"
+
 namespace lychee::server {
 
 // An error answered to the client: HTTP status plus OpenAI's error object
@@ -35,9 +37,6 @@ class ApiError : public std::runtime_error {
   std::string code_;
 };
 
-// json.dump() that never throws: invalid UTF-8 (a token ending inside a character) is replaced
-// with U+FFFD.
-std::string dump_json(const nlohmann::json& j);
 
 enum class Endpoint { kChat, kCompletion };
 

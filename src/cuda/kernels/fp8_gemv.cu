@@ -29,11 +29,13 @@
 // issues the next step's weight loads before the current step's mma; the first step's weights are
 // loaded before griddepcontrol.wait (PDL), while the previous kernel drains.
 //
-// In flight: >= 32 KiB per busy SM (one block of R = 2 at m = 4096, up to two elsewhere), ~4 MiB
-// on the machine against the ~2.3 MB that 3.35 TB/s x ~700 ns of latency needs. Issue: per 256
-// codes (one mma) a warp spends ~20 instructions (18 integer / bf16x2 for the conversion, the mma,
-// 2 / R byte permutes of x), about a quarter of the SM's issue slots at 85% of HBM bandwidth.
-// Lab numbers: none yet (to be measured on H100 against device_copy_bandwidth_gbps).
+// In flight: the register kernel keeps one step (4 KiB per warp) ahead, <= 64 KiB per SM; the
+// staged variant (fp8_gemv_staged_kernel) keeps S - 1 steps per warp in a shared-memory ring and,
+// at ~70 registers, fits three blocks per SM. Issue: per 256 codes (one mma) a warp spends ~20
+// instructions (18 integer / bf16x2 for the conversion, the mma, 2 / R byte permutes of x).
+// Lab numbers (H200, 132 SMs, copy bandwidth ~4.2 TB/s, run_all.sh bench-fp8, n = 1, graph
+// timing): qkv 9.4 µs (64% of copy), o 7.1 (57%), gate_up 31.5 (88%), down 17.2 (81%); the
+// 526 MB lm_head shape 81%. Small matrices lose to the launch and the first loads' latency.
 #include "cuda/kernels/fp8_gemv.h"
 
 #include <cuda_bf16.h>
@@ -278,18 +280,24 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_gemv_staged_kernel(const Fp8G
 // Dynamic shared memory of the staged kernel: S steps of 4 KiB for each of the 8 warps.
 constexpr int fp8_gemv_ring_bytes(int stages) { return stages * kWarps * 32 * 8 * 16; }
 
-// m16 tiles per block: 1 while one m16 tile per block fits in one wave of two blocks per SM (the
-// most warps streaming), else 2 (x read once per block, n / 16 bytes per weight byte). On 132 SMs:
-// m = 4096 -> 1, 6144 and 28672 -> 2. The H200 sweep (run_all.sh bench-fp8, µs at n = 1 for 1 / 2
-// / 4 tiles): m = 4096, k = 4096: 7.06 / 8.19 / 11.8; k = 14336: 17.5 / 20.1 / 31.5; m = 6144:
-// 11.5 / 11.2 / 13.6; m = 28672: 38.9 / 37.8 / 42.7.
-int fp8_gemv_tiles(int m, int sm_count) {
-  const auto blocks = [m](int r) { return (m + 16 * r - 1) / (16 * r); };
-  return blocks(1) <= 2 * sm_count ? 1 : 2;
-}
+// m16 tiles per block: 1. Wider tiles read x once for more rows (n / (8 R) bytes per weight byte,
+// small either way) but give fewer, longer blocks; with the ring of fp8_gemv_stages, one tile is
+// the fastest or within 3% at every 8B shape (H200 sweep, µs at n = 1 for 1 / 2 / 4 tiles, each
+// with its best staging): m = 4096, k = 4096: 7.07 / 8.25 / 10.4; k = 14336: 17.2 / 19.9 / 31.1;
+// m = 6144: 9.40 / 11.1 / 12.2; m = 28672: 31.5 / 34.2 / 39.8 (at n = 8 two tiles: 37.0 vs 37.9).
+int fp8_gemv_tiles(int /*m*/, int /*sm_count*/) { return 1; }
 
 // Weight staging: 0 (registers, one step ahead) or 2..4 (a shared-memory ring of that many steps).
-int fp8_gemv_stages() { return 0; }
+// The ring of 2 where the grid takes more than one wave of two blocks per SM: with ~70 registers
+// and 69 KiB of shared memory a third block fits on an SM, and many blocks keep every SM full;
+// within one wave (m = 4096) the third slot makes SMs uneven (some get three blocks, some one)
+// and the register kernel is faster. The H200 sweep (run_all.sh bench-fp8, µs at n = 1, one tile
+// per block, registers / ring of 2 / 3 / 4): m = 6144, k = 4096: 11.3 / 9.40 / 11.3 / 12.6;
+// m = 28672: 38.8 / 31.5 / 35.9 / 51.0; m = 4096, k = 4096: 7.07 / 8.09 / 7.63 / 8.90;
+// k = 14336: 17.2 / 21.3 / 18.9 / 24.4.
+int fp8_gemv_stages(int m, int tiles, int sm_count) {
+  return (m + 16 * tiles - 1) / (16 * tiles) > 2 * sm_count ? 2 : 0;
+}
 
 // LYCHEE_FP8_GEMV_TILES=1, 2 or 4 and LYCHEE_FP8_GEMV_STAGES=0, 2, 3 or 4 in the environment
 // override fp8_gemv_tiles and fp8_gemv_stages (lab A/B; every setting gives the same bits).
@@ -302,21 +310,26 @@ int env_setting(const char* name, std::initializer_list<int> allowed) {
   return -1;
 }
 
+// One instantiation per (R, S, Out), so each staged kernel gets its own once-only attribute call
+// (more than 48 KiB of dynamic shared memory needs it).
+template <int R, int S, typename Out>
+void launch_staged(const Fp8GemvArgs<Out>& a, int grid, cudaStream_t stream) {
+  static const bool attribute_set = [] {
+    LY_CUDA_CHECK(cudaFuncSetAttribute(fp8_gemv_staged_kernel<R, S, Out>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       fp8_gemv_ring_bytes(S)));
+    return true;
+  }();
+  (void)attribute_set;
+  launch_pdl(fp8_gemv_staged_kernel<R, S, Out>, grid, kThreads, size_t(fp8_gemv_ring_bytes(S)), stream, a);
+}
+
 template <int R, typename Out>
 void launch_tiles(const Fp8GemvArgs<Out>& a, int stages, cudaStream_t stream) {
   const int grid = (a.m + 16 * R - 1) / (16 * R);
-  const auto staged = [&](auto kernel, int s) {
-    static const bool once = [&] {  // per instantiation: allow more than 48 KiB of dynamic shared memory
-      LY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, fp8_gemv_ring_bytes(s)));
-      return true;
-    }();
-    (void)once;
-    launch_pdl(kernel, grid, kThreads, size_t(fp8_gemv_ring_bytes(s)), stream, a);
-  };
   switch (stages) {
-    case 2: staged(fp8_gemv_staged_kernel<R, 2, Out>, 2); break;
-    case 3: staged(fp8_gemv_staged_kernel<R, 3, Out>, 3); break;
-    case 4: staged(fp8_gemv_staged_kernel<R, 4, Out>, 4); break;
+    case 2: launch_staged<R, 2>(a, grid, stream); break;
+    case 3: launch_staged<R, 3>(a, grid, stream); break;
+    case 4: launch_staged<R, 4>(a, grid, stream); break;
     default: launch_pdl(fp8_gemv_kernel<R, Out>, grid, kThreads, 0, stream, a); break;
   }
 }
@@ -325,8 +338,9 @@ template <typename Out>
 void launch(const Fp8GemvArgs<Out>& a, Fp8GemvVariant v, cudaStream_t stream) {
   static const int env_tiles = env_setting("LYCHEE_FP8_GEMV_TILES", {1, 2, 4});
   static const int env_stages = env_setting("LYCHEE_FP8_GEMV_STAGES", {0, 2, 3, 4});
-  const int tiles = v.tiles > 0 ? v.tiles : env_tiles > 0 ? env_tiles : fp8_gemv_tiles(a.m, device_info().sm_count);
-  const int stages = v.stages >= 0 ? v.stages : env_stages >= 0 ? env_stages : fp8_gemv_stages();
+  const int sms = device_info().sm_count;
+  const int tiles = v.tiles > 0 ? v.tiles : env_tiles > 0 ? env_tiles : fp8_gemv_tiles(a.m, sms);
+  const int stages = v.stages >= 0 ? v.stages : env_stages >= 0 ? env_stages : fp8_gemv_stages(a.m, tiles, sms);
   switch (tiles) {
     case 4: launch_tiles<4>(a, stages, stream); break;
     case 2: launch_tiles<2>(a, stages, stream); break;
