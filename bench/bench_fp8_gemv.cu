@@ -493,8 +493,10 @@ std::string tiles_setting() {  // as fp8_gemv.cu reads LYCHEE_FP8_GEMV_TILES
 
 std::string stages_setting() {  // as fp8_gemv.cu reads LYCHEE_FP8_GEMV_STAGES
   const char* v = std::getenv("LYCHEE_FP8_GEMV_STAGES");
-  const int r = v != nullptr && *v != 0 ? std::atoi(v) : -1;
-  return r == 0 || r == 2 || r == 3 || r == 4 ? std::to_string(r) : "auto";
+  char* end = nullptr;
+  const long r = v != nullptr && *v != 0 ? std::strtol(v, &end, 10) : -1;
+  if (end != nullptr && *end != 0) return "auto";
+  return r == 0 || r == 2 || r == 3 || r == 4 ? std::to_string(r) : std::string("auto");
 }
 
 Candidate ours(Context& c, const Shape& s, Operands& o, int n) {

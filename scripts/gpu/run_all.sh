@@ -23,6 +23,7 @@
 #                                            batch 1 at 32K and 128K (issue 16's 3x target)
 #   scripts/gpu/run_all.sh fp8-quality      FP8 quality vs bf16 on the staged default model (perplexity/KL, eval
 #                                            accuracy paired); carry models/needlehaystack
+#   scripts/gpu/run_all.sh fp8-keep         LycheeDecode's FP8 accuracy with some matrices kept bf16 (FP8_KEEP)
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
 # (scripts/gpu/make_deps.sh makes .deps, .whl and the model parts .carry/model_a, _b, _c.)
 # FlashInfer (the decode peer): scripts/gpu/fetch_flashinfer.sh makes .carry/flashinfer_a and
@@ -374,6 +375,40 @@ case "${1:-}" in
       --markdown "$out/eval_compare.md" || rc=$(failed $? compare_eval)
     cat "$out/eval_compare.md"
     exit $rc ;;
+  fp8-keep)
+    # Which matrices carry LycheeDecode's FP8 accuracy cost: the eval (lychee only, as fp8-quality)
+    # with bf16 weights, FP8 weights, and FP8 with the matrices of LYCHEE_FP8_KEEP_BF16 kept in
+    # bf16, one run per variant in FP8_KEEP (';'-separated; default: qkv of the layers holding
+    # retrieval heads in the committed roles, all matrices of those layers, qkv of every layer),
+    # each paired against bf16 and against FP8 (scripts/compare_eval.py).
+    link_model
+    [ -f "$model" ] || { echo "fp8-keep: no default model (stage-a/b/c first)"; exit 1; }
+    rc=0
+    roles=docs/results/train/hardkuma/roles.json
+    rl=$(python3 -c "import json; r=json.load(open('$roles'))['roles']; print('+'.join(str(i) for i, x in enumerate(r) if any(x)))")
+    ev() {  # NAME WEIGHTS [KEEP]
+      t0=$SECONDS
+      LYCHEE_FP8_KEEP_BF16="${3:-}" "$build/bin/lychee" eval --device cuda --weights "$2" --lengths 2048,4096 \
+        --depths 0.1,0.5,0.9 --samples "${FP8_EVAL_SAMPLES:-12}" --policies lychee --budgets 256 --block-size 16 \
+        --heads $roles --json "$out/keep_$1.json" > "$out/keep_$1.md" 2> "$out/keep_$1.log" || rc=$(failed $? "eval $1")
+      echo "eval $1 (${3:-no keep}): $(( SECONDS - t0 )) s"
+    }
+    ev bf16 bf16
+    ev fp8 fp8
+    i=0
+    IFS=';' read -r -a keeps <<< "${FP8_KEEP-qkv@$rl;all@$rl;qkv@*}"
+    for k in "${keeps[@]}"; do
+      i=$((i + 1))
+      ev "k$i" fp8 "$k"
+      echo "== keep $k" >> "$out/keep_compare.md"
+      python3 scripts/compare_eval.py "$out/keep_bf16.json" "$out/keep_k$i.json" --names bf16 "keep$i" \
+        --markdown "$out/keep_k${i}_vs_bf16.md" >> "$out/keep_compare.md" || rc=$(failed $? "compare k$i")
+      python3 scripts/compare_eval.py "$out/keep_fp8.json" "$out/keep_k$i.json" --names fp8 "keep$i" \
+        --markdown "$out/keep_k${i}_vs_fp8.md" >> "$out/keep_compare.md" || rc=$(failed $? "compare k$i")
+    done
+    python3 scripts/compare_eval.py "$out/keep_bf16.json" "$out/keep_fp8.json" --names bf16 fp8 >> "$out/keep_compare.md"
+    cat "$out/keep_compare.md"
+    exit $rc ;;
   bench-fp8)
     # The FP8 weight GEMV (ours) against the engine's cuBLASLt bf16 product and cuBLASLt's FP8 matmul
     # at Llama-3-8B's linear shapes, n = 1, 2, 4, 8, with the copy bandwidth of the same run
@@ -421,8 +456,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|trace|bench-peers|python|python-diag|bench-python|bench-serve) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, trace, bench-peers, python, python-diag, bench-python, bench-serve)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|trace|bench-peers|python|python-diag|bench-python|bench-serve) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, trace, bench-peers, python, python-diag, bench-python, bench-serve)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))

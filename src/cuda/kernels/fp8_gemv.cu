@@ -304,9 +304,11 @@ int fp8_gemv_stages(int m, int tiles, int sm_count) {
 int env_setting(const char* name, std::initializer_list<int> allowed) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == 0) return -1;
-  const int r = std::atoi(v);
+  char* end = nullptr;
+  const long r = std::strtol(v, &end, 10);
+  if (*end != 0) return -1;  // "auto" or anything else not a number: the automatic choice
   for (const int a : allowed)
-    if (r == a) return r;
+    if (r == a) return a;
   return -1;
 }
 

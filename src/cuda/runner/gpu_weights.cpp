@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -40,17 +45,52 @@ struct Layout {
   size_t embed, output, out_norm, inv_freq;
   std::vector<LayerOffsets> layers;
   size_t total;
+  size_t matrix_bytes = 0;  // the layers' linear weights (values and scales)
 };
+
+// Lab knob for FP8 weights: LYCHEE_FP8_KEEP_BF16 = "MATRIX@LAYERS,..." keeps those matrices in
+// bf16 (MATRIX: qkv, o, gate_up, down or all; LAYERS: indices joined by '+', or '*' for every
+// layer), e.g. "qkv@0+1+7" (which matrices carry FP8's quality cost; docs/results/fp8_gpu).
+// Anything malformed is an error naming the variable.
+bool keep_bf16(const char* matrix, int layer) {
+  static const std::vector<std::pair<std::string, std::string>> rules = [] {
+    std::vector<std::pair<std::string, std::string>> r;
+    const char* v = std::getenv("LYCHEE_FP8_KEEP_BF16");
+    if (v == nullptr) return r;
+    std::string text(v);
+    size_t start = 0;
+    while (start < text.size()) {
+      const size_t end = std::min(text.find(',', start), text.size());
+      const std::string item = text.substr(start, end - start);
+      const size_t at = item.find('@');
+      LY_CHECK(at != std::string::npos, ErrorCode::kInvalidArgument,
+               "LYCHEE_FP8_KEEP_BF16: '{}' is not MATRIX@LAYERS (e.g. qkv@0+1+7)", item);
+      const std::string m = item.substr(0, at);
+      LY_CHECK(m == "qkv" || m == "o" || m == "gate_up" || m == "down" || m == "all", ErrorCode::kInvalidArgument,
+               "LYCHEE_FP8_KEEP_BF16: unknown matrix '{}' (qkv, o, gate_up, down or all)", m);
+      r.emplace_back(m, "+" + item.substr(at + 1) + "+");
+      start = end + 1;
+    }
+    return r;
+  }();
+  for (const auto& [m, layers] : rules)
+    if ((m == "all" || m == matrix) && (layers == "+*+" || layers.find("+" + std::to_string(layer) + "+") != std::string::npos))
+      return true;
+  return false;
+}
 
 // The same sequence of tensors for both formats (bf16: the layout of before FP8 existed).
 Layout plan_layout(const ModelConfig& c, GpuWeightFormat format) {
   ArenaPlan a;
   Layout l;
-  const bool fp8 = format == GpuWeightFormat::kFp8;
-  const auto matrix = [&](int rows, int cols) {
+  const bool fp8_format = format == GpuWeightFormat::kFp8;
+  int layer = 0;
+  const auto matrix = [&](int rows, int cols, const char* name) {
+    const bool fp8 = fp8_format && !keep_bf16(name, layer);
     MatrixOffsets m{SIZE_MAX, SIZE_MAX, rows, cols};
     m.values = a.add(size_t(rows) * size_t(cols) * (fp8 ? 1 : 2));
     if (fp8) m.scales = a.add(size_t(rows) * 4);
+    l.matrix_bytes += size_t(rows) * size_t(cols) * (fp8 ? 1 : 2) + (fp8 ? size_t(rows) * 4 : 0);
     return m;
   };
   const size_t d = size_t(c.d_model);
@@ -60,20 +100,21 @@ Layout plan_layout(const ModelConfig& c, GpuWeightFormat format) {
   l.out_norm = a.add(d * 4);
   l.inv_freq = a.add(size_t(c.head_dim / 2) * 4);
   for (int i = 0; i < c.n_layers; ++i) {
+    layer = i;
     LayerOffsets o;
     o.attn_norm = a.add(d * 4);
-    o.wqkv = matrix(qkv, c.d_model);
+    o.wqkv = matrix(qkv, c.d_model, "qkv");
     if (c.qkv_bias) o.bqkv = a.add(size_t(qkv) * 4);
     if (c.qk_norm) {
       o.q_norm = a.add(size_t(c.head_dim) * 4);
       o.k_norm = a.add(size_t(c.head_dim) * 4);
     }
-    o.wo = matrix(c.d_model, c.q_dim());
+    o.wo = matrix(c.d_model, c.q_dim(), "o");
     if (c.o_bias) o.bo = a.add(d * 4);
     o.ffn_norm = a.add(d * 4);
-    o.w_gate_up = matrix(2 * c.d_ff, c.d_model);
+    o.w_gate_up = matrix(2 * c.d_ff, c.d_model, "gate_up");
     if (c.mlp_bias) o.b_gate_up = a.add(2 * size_t(c.d_ff) * 4);
-    o.w_down = matrix(c.d_model, c.d_ff);
+    o.w_down = matrix(c.d_model, c.d_ff, "down");
     if (c.mlp_bias) o.b_down = a.add(d * 4);
     l.layers.push_back(o);
   }
@@ -86,9 +127,9 @@ const T* at(const DeviceBuffer<uint8_t>& arena, size_t off) {
   return off == SIZE_MAX ? nullptr : reinterpret_cast<const T*>(arena.data() + off);
 }
 
-GpuMatrix bind_matrix(const MatrixOffsets& m, const DeviceBuffer<uint8_t>& arena, bool fp8) {
+GpuMatrix bind_matrix(const MatrixOffsets& m, const DeviceBuffer<uint8_t>& arena) {
   GpuMatrix g;
-  if (fp8) {
+  if (m.scales != SIZE_MAX) {
     g.codes = at<uint8_t>(arena, m.values);
     g.scales = at<float>(arena, m.scales);
   } else {
@@ -99,17 +140,17 @@ GpuMatrix bind_matrix(const MatrixOffsets& m, const DeviceBuffer<uint8_t>& arena
   return g;
 }
 
-void bind(const Layout& l, const DeviceBuffer<uint8_t>& arena, bool fp8, std::vector<GpuLayerWeights>& layers,
+void bind(const Layout& l, const DeviceBuffer<uint8_t>& arena, std::vector<GpuLayerWeights>& layers,
           const bf16*& embed, const bf16*& output, const float*& out_norm, const float*& inv_freq) {
   embed = at<bf16>(arena, l.embed);
   output = at<bf16>(arena, l.output);
   out_norm = at<float>(arena, l.out_norm);
   inv_freq = at<float>(arena, l.inv_freq);
   for (const LayerOffsets& o : l.layers)
-    layers.push_back({at<float>(arena, o.attn_norm), bind_matrix(o.wqkv, arena, fp8), at<float>(arena, o.bqkv),
-                      at<float>(arena, o.q_norm), at<float>(arena, o.k_norm), bind_matrix(o.wo, arena, fp8),
-                      at<float>(arena, o.bo), at<float>(arena, o.ffn_norm), bind_matrix(o.w_gate_up, arena, fp8),
-                      at<float>(arena, o.b_gate_up), bind_matrix(o.w_down, arena, fp8), at<float>(arena, o.b_down)});
+    layers.push_back({at<float>(arena, o.attn_norm), bind_matrix(o.wqkv, arena), at<float>(arena, o.bqkv),
+                      at<float>(arena, o.q_norm), at<float>(arena, o.k_norm), bind_matrix(o.wo, arena),
+                      at<float>(arena, o.bo), at<float>(arena, o.ffn_norm), bind_matrix(o.w_gate_up, arena),
+                      at<float>(arena, o.b_gate_up), bind_matrix(o.w_down, arena), at<float>(arena, o.b_down)});
 }
 
 // Host-side conversion and upload of one checkpoint weight to arena + off (+ row offset).
@@ -225,7 +266,8 @@ GpuWeights GpuWeights::from_checkpoint(const Checkpoint& ck, GpuWeightFormat for
   }
   LY_CUDA_CHECK(cudaMemcpy(w.arena_.data() + l.inv_freq, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
   for (int i = 0; i < c.n_layers; ++i) upload_layer(up, c, i, l.layers[size_t(i)]);
-  bind(l, w.arena_, format == GpuWeightFormat::kFp8, w.layers, w.embed, w.output, w.out_norm, w.inv_freq);
+  w.matrix_bytes_ = l.matrix_bytes;
+  bind(l, w.arena_, w.layers, w.embed, w.output, w.out_norm, w.inv_freq);
   return w;
 }
 
@@ -266,18 +308,17 @@ GpuWeights GpuWeights::random(const ModelConfig& c, uint64_t seed, GpuWeightForm
   const std::vector<float> inv = rope_inv_freq(c);
   LY_CUDA_CHECK(cudaMemcpy(w.arena_.data() + l.inv_freq, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
   LY_CUDA_CHECK(cudaDeviceSynchronize());
-  bind(l, w.arena_, format == GpuWeightFormat::kFp8, w.layers, w.embed, w.output, w.out_norm, w.inv_freq);
+  w.matrix_bytes_ = l.matrix_bytes;
+  bind(l, w.arena_, w.layers, w.embed, w.output, w.out_norm, w.inv_freq);
   return w;
 }
 
 uint64_t GpuWeights::bytes_read_per_step(int batch) const {
   const ModelConfig& c = config_;
-  const uint64_t d = uint64_t(c.d_model), ff = uint64_t(c.d_ff), qkv = uint64_t(c.q_dim() + 2 * c.kv_dim());
-  const uint64_t weights = qkv * d + d * uint64_t(c.q_dim()) + 3 * ff * d;  // per layer
-  const uint64_t rows = qkv + d + 2 * ff + d;                               // per layer: one scale each (FP8)
-  const uint64_t matrices = format_ == GpuWeightFormat::kFp8 ? weights + rows * 4 : weights * 2;
-  const uint64_t per_layer = matrices + 2 * d * 4;
-  return per_layer * uint64_t(c.n_layers) + uint64_t(c.vocab_size) * d * 2 + d * 4 + uint64_t(batch) * d * 2;
+  const uint64_t d = uint64_t(c.d_model);
+  const uint64_t per_layer_norms = 2 * d * 4;
+  return uint64_t(matrix_bytes_) + per_layer_norms * uint64_t(c.n_layers) + uint64_t(c.vocab_size) * d * 2 + d * 4 +
+         uint64_t(batch) * d * 2;
 }
 
 }  // namespace lychee::cuda

@@ -84,6 +84,7 @@ class GpuWeights {
   GpuWeights() = default;
   ModelConfig config_;
   GpuWeightFormat format_ = GpuWeightFormat::kBf16;
+  size_t matrix_bytes_ = 0;  // the layers' linear weights as laid out (values, FP8 scales)
   DeviceBuffer<uint8_t> arena_;
 };
 
