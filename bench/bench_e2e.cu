@@ -5,12 +5,14 @@
 // bytes the policy's kernels read per step) / measured copy bandwidth.
 //   bench_e2e [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
 //             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--retrieval 32] [--trace] [--sync]
-//             [--weights bf16,fp8]
+//             [--weights bf16,fp8] [--fp8-selector-qkv bf16|fp8]
 // --weights: the GPU weight formats to run, in turn (default bf16; fp8 = e4m3 linear matrices with
 // a scale per output channel, gpu_weights.h). Every row records its format; with bf16 run first,
 // rows of other formats also get their speedup over Full attention with bf16 weights at the same
 // batch and context (issue 16's target: LycheeDecode with FP8 weights >= 3x over Full with bf16
-// at batch 1 and 128K on the 8B shape), printed at the end.
+// at batch 1 and 128K on the 8B shape), printed at the end. FP8 weights keep the Q/K/V matrices
+// of the layers where a policy run selects for other heads in bf16, as the engine does
+// (fp8_keep_for, runtime/engine.h; --fp8-selector-qkv fp8 rounds them too).
 // --trace: after the timed steps, the same number of steps again under a CUPTI activity trace;
 // each row of the JSON gets its per-step summary (kernel time by name, device busy/idle, host
 // synchronisations; bench/cupti_trace.h) and the table a line of the largest items.
@@ -35,12 +37,13 @@
 
 #include <random>
 
-#include "core/json_io.h"
 #include "attention/policies.h"
-#include "cupti_trace.h"
+#include "core/json_io.h"
 #include "cuda/common/common.h"
 #include "cuda/runner/gpu_runner.h"
+#include "cupti_trace.h"
 #include "model/checkpoint.h"
+#include "runtime/engine.h"
 
 namespace {
 
@@ -120,7 +123,7 @@ void print_trace(const nlohmann::json& t) {
 
 struct Options {
   std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model;
-  std::string policies = "full,lychee,tidal,quest,duo", weights = "bf16";
+  std::string policies = "full,lychee,tidal,quest,duo", weights = "bf16", fp8_selector_qkv = "bf16";
   int steps = 32, budget = 4096, n_retrieval = 32;
   bool graphs = true, trace = false, sync_steps = false;
 };
@@ -266,8 +269,11 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--budget") o.budget = std::stoi(next());
     else if (a == "--retrieval") o.n_retrieval = std::stoi(next());
     else if (a == "--weights") o.weights = next();
+    else if (a == "--fp8-selector-qkv") o.fp8_selector_qkv = next();
     else throw UsageError("unknown argument " + a);
   }
+  if (o.fp8_selector_qkv != "bf16" && o.fp8_selector_qkv != "fp8")
+    throw UsageError("--fp8-selector-qkv: bf16 or fp8, got '" + o.fp8_selector_qkv + "'");
   if (split_names(o.weights).empty()) throw UsageError("--weights: expected bf16, fp8 or both (bf16,fp8)");
   for (const std::string& name : split_names(o.weights)) parse_weights(name);  // reject before loading anything
   return o;
@@ -282,13 +288,22 @@ int main(int argc, char** argv) try {
   const ModelConfig c = ck ? ck->config() : llama3_8b_shape();
   const double bw = cuda::device_copy_bandwidth_gbps();
   const auto& dev = cuda::device_info();
-  nlohmann::json rows = nlohmann::json::array(), weight_bytes = nlohmann::json::object();
+  nlohmann::json rows = nlohmann::json::array(), weight_bytes = nlohmann::json::object(),
+                 fp8_kept = nlohmann::json::object();
   FullBf16 full_bf16;
   for (const std::string& weights : split_names(opt.weights)) {
     const GpuWeightFormat format = parse_weights(weights);
     // One format's weights at a time (the 8B shape's bf16 weights are 16 GB).
+    Fp8Keep keep;
+    if (format == GpuWeightFormat::kFp8 && opt.fp8_selector_qkv == "bf16") {
+      std::vector<DecodeSpec> specs;
+      for (const std::string& name : split_names(opt.policies))
+        specs.push_back(make_policy(name, c, opt.budget, opt.n_retrieval).spec);
+      keep = fp8_keep_for(specs);
+    }
+    fp8_kept[weights] = keep.qkv_layers;
     const std::shared_ptr<const cuda::GpuWeights> w =
-        ck ? cuda::upload_weights(*ck, format) : cuda::random_weights(c, 1234, format);
+        ck ? cuda::upload_weights(*ck, format, keep) : cuda::random_weights(c, 1234, format, keep);
     weight_bytes[weights] = cuda::weight_bytes(*w);
     std::printf("%s, %d SMs; copy bandwidth %.0f GB/s; model %s (%.2f GB of %s weights)\n", dev.name, dev.sm_count,
                 bw, c.name.c_str(), double(cuda::weight_bytes(*w)) / 1e9, weights.c_str());
@@ -305,6 +320,7 @@ int main(int argc, char** argv) try {
     const std::vector<std::string> formats = split_names(opt.weights);
     nlohmann::json j = {{"gpu", dev.name}, {"driver", driver}, {"copy_gbps", bw}, {"model", c.name},
                         {"weight_bytes", weight_bytes[formats.front()]}, {"weight_bytes_by_format", weight_bytes},
+                        {"fp8_selector_qkv", opt.fp8_selector_qkv}, {"bf16_qkv_layers_by_format", fp8_kept},
                         {"weights", formats}, {"steps", opt.steps}, {"budget", opt.budget},
                         {"retrieval_kv_heads", opt.n_retrieval}, {"command", command},
                         {"commit", std::getenv("LYCHEE_COMMIT") ? std::getenv("LYCHEE_COMMIT") : "unknown"},

@@ -9,12 +9,15 @@
 // the engine and the CLI), and in a CUDA build the runner's pure FP8 choices and argument checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "attention/head_roles.h"
+#include "attention/policies.h"
 #include "cpu/model.h"
 #include "gpu_test_util.h"
 #include "runtime/engine.h"
@@ -66,6 +69,50 @@ TEST(Fp8WeightsOptions, CliRefusesFp8OnTheCpuAndUnknownFormats) {
     EXPECT_NE(any.output.find("found no usable GPU"), std::string::npos) << any.output;
     EXPECT_NE(any.output.find("--cpu-weights fp8"), std::string::npos) << any.output;
   }
+}
+
+// FP8's exceptions follow the policies: the layers where LycheeDecode's retrieval heads or
+// TidalDecode's selection layers score tokens for other heads (each spec's own scoring layers,
+// the union over specs), none for Full or Quest (its page bounds choose for their own head).
+TEST(Fp8WeightsOptions, KeepsTheQkvOfLayersThatChooseForOtherHeads) {
+  const ModelConfig c = Checkpoint::open(test::golden_dir() + "/gguf/qwen2_q8_0.gguf").config();
+  SelectParams select;
+  select.budget = 64;
+  const auto scoring = [&](const DecodeSpec& s, ScoreKind kind) {
+    std::vector<int> layers;
+    for (int l = 0; l < s.n_layers(); ++l)
+      if (s.layer_has(l, kind)) layers.push_back(l);
+    return layers;
+  };
+  const DecodeSpec lychee = lychee_spec(c, seeded_head_roles(c, c.n_kv_heads + 1, 7), 16, select);
+  const DecodeSpec tidal = tidal_spec(c, 64, {0}, 0);  // layer 0 selects for the layers after it
+  const std::vector<int> lychee_layers = scoring(lychee, ScoreKind::kGroupMean);
+  const std::vector<int> tidal_layers = scoring(tidal, ScoreKind::kPerQuery);
+  ASSERT_FALSE(lychee_layers.empty());
+  ASSERT_FALSE(tidal_layers.empty());
+  EXPECT_EQ(fp8_keep_for({lychee}).qkv_layers, lychee_layers);
+  EXPECT_EQ(fp8_keep_for({tidal}).qkv_layers, tidal_layers);
+  std::vector<int> both = lychee_layers;
+  both.insert(both.end(), tidal_layers.begin(), tidal_layers.end());
+  std::sort(both.begin(), both.end());
+  both.erase(std::unique(both.begin(), both.end()), both.end());
+  EXPECT_EQ(fp8_keep_for({full_spec(c), lychee, tidal}).qkv_layers, both);
+  EXPECT_TRUE(fp8_keep_for({full_spec(c), quest_spec(c, 64, 16, 2)}).qkv_layers.empty());
+}
+
+// The CLI applies it with FP8 weights (said at -v), --fp8-selector-qkv fp8 turns it off, and a
+// bad value is refused by name.
+TEST(Fp8WeightsOptions, CliKeepsSelectorQkvUnlessToldNot) {
+  const std::string run = " generate --cpu-weights fp8 --policy lychee -m " + tiny_model() + " -p 'The quick' -n 2";
+  const test::RunResult kept = test::run_cli("-v" + run);
+  EXPECT_EQ(kept.status, 0) << kept.output;
+  EXPECT_NE(kept.output.find("FP8 weights: Q/K/V of layers 0 stay f32"), std::string::npos) << kept.output;
+  const test::RunResult rounded = test::run_cli("-v" + run + " --fp8-selector-qkv fp8");
+  EXPECT_EQ(rounded.status, 0) << rounded.output;
+  EXPECT_EQ(rounded.output.find("Q/K/V of layers"), std::string::npos) << rounded.output;
+  const test::RunResult bad = test::run_cli(run.substr(1) + " --fp8-selector-qkv fp4");
+  EXPECT_NE(bad.status, 0) << bad.output;
+  EXPECT_NE(bad.output.find("--fp8-selector-qkv"), std::string::npos) << bad.output;
 }
 
 // ------------------------------------------------------------------ CPU reference (no GPU needed)
@@ -401,6 +448,39 @@ TEST(CudaFp8Runner, BatchesPastTheGemvGetWhatEachGetsAloneAndReplay) {
 // Random FP8 weights (the speed benchmarks') decode finite logits, and a decode step reads about
 // half the bytes of bf16 weights (1 byte per weight plus a scale per row; the embedding row and
 // the bf16 LM head stay).
+// Fp8Keep on the GPU: the kept layers' fused QKV matrix is bf16 holding the f32 reference's values
+// rounded once to bf16 (as with bf16 weights); the rest of that layer and the other layers stay
+// FP8; a step reads the extra byte per kept weight.
+TEST(CudaFp8Weights, KeptQkvIsBf16AndCountedInTheBytes) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  const Checkpoint ck = Checkpoint::open(path);
+  const ModelConfig& c = ck.config();
+  const Fp8Keep keep{{0, 2}};
+  const auto all = cuda::upload_weights(ck, GpuWeightFormat::kFp8);
+  const auto kept = cuda::upload_weights(ck, GpuWeightFormat::kFp8, keep);
+  const HostWeights ref = HostWeights::load(ck, WeightFormat::kF32);
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const cuda::GpuLayerWeights& L = kept->layers[size_t(layer)];
+    EXPECT_EQ(L.wqkv.fp8(), !keep.keeps_qkv(layer)) << "layer " << layer;
+    EXPECT_TRUE(L.wo.fp8() && L.w_gate_up.fp8() && L.w_down.fp8()) << "layer " << layer;
+  }
+  const cuda::GpuMatrix& m = kept->layers[2].wqkv;
+  std::vector<uint16_t> got(size_t(m.rows) * size_t(m.cols));
+  LY_CUDA_CHECK(cudaMemcpy(got.data(), m.values, got.size() * 2, cudaMemcpyDeviceToHost));
+  int64_t row = 0;
+  for (const WeightId id : {WeightId::kWq, WeightId::kWk, WeightId::kWv}) {
+    const WeightView& v = ref.view(id, 2);
+    for (int64_t i = 0; i < v.rows * v.cols; ++i)
+      ASSERT_EQ(got[size_t(row * v.cols + i)], f32_to_bf16(v.f32()[i])) << int(id) << " element " << i;
+    row += v.rows;
+  }
+  const double qkv_weights = double(c.q_dim() + 2 * c.kv_dim()) * c.d_model;
+  const double extra = double(cuda::weight_bytes_per_step(*kept, 1)) - double(cuda::weight_bytes_per_step(*all, 1));
+  EXPECT_EQ(extra, 2 * (qkv_weights - 4.0 * (c.q_dim() + 2 * c.kv_dim())))
+      << "two layers' QKV: a byte more per weight, no row scales";
+}
+
 TEST(CudaFp8Runner, RandomWeightsDecodeAndReadHalfTheBytes) {
   LY_REQUIRE_GPU();
   ModelConfig c = llama3_8b_shape();

@@ -131,5 +131,32 @@ TEST(Fp8Weights, LinearMatricesAreRoundedAndTheRestIsUntouched) {
   EXPECT_STREQ(weight_format_name(WeightFormat::kFp8), "fp8");
 }
 
+// Fp8Keep: the kept layers' Q, K and V stay the f32 reference's, their O and MLP matrices and every
+// other layer's linear matrices are rounded as without it; kF32 ignores it.
+TEST(Fp8Weights, KeptLayersHoldTheirQkvUnrounded) {
+  const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/gguf/qwen2_q8_0.gguf");
+  ASSERT_GE(ck.config().n_layers, 2);
+  const Fp8Keep keep{{1}};
+  EXPECT_TRUE(keep.keeps_qkv(1));
+  EXPECT_FALSE(keep.keeps_qkv(0));
+  EXPECT_TRUE(keep.keeps(WeightId::kWk, 1));
+  EXPECT_FALSE(keep.keeps(WeightId::kWo, 1));
+  const HostWeights ref = HostWeights::load(ck, WeightFormat::kF32);
+  const HostWeights all = HostWeights::load(ck, WeightFormat::kFp8);
+  const HostWeights kept = HostWeights::load(ck, WeightFormat::kFp8, keep);
+  const auto values = [](const HostWeights& w, WeightId id, int layer) {
+    const WeightView& v = w.view(id, layer);
+    return std::vector<float>(v.f32(), v.f32() + v.rows * v.cols);
+  };
+  for (int layer = 0; layer < ck.config().n_layers; ++layer)
+    for (WeightId id : {WeightId::kWq, WeightId::kWk, WeightId::kWv, WeightId::kWo, WeightId::kWGate, WeightId::kWUp,
+                        WeightId::kWDown}) {
+      const bool unrounded = layer == 1 && (id == WeightId::kWq || id == WeightId::kWk || id == WeightId::kWv);
+      EXPECT_EQ(values(kept, id, layer), values(unrounded ? ref : all, id, layer)) << int(id) << " layer " << layer;
+    }
+  const HostWeights f32_kept = HostWeights::load(ck, WeightFormat::kF32, keep);
+  EXPECT_EQ(values(f32_kept, WeightId::kWo, 0), values(ref, WeightId::kWo, 0));
+}
+
 }  // namespace
 }  // namespace lychee

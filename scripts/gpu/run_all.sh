@@ -346,6 +346,10 @@ case "${1:-}" in
     rc=0
     LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights bf16,fp8 --contexts 32768,131072 --batches 1 \
       --policies full,lychee --json "$out/e2e_fp8.json" 2>&1 | tee "$out/bench_e2e_fp8.log" || rc=$(failed $? bench_e2e)
+    # Every linear matrix in FP8 (the selecting layers' Q/K/V too): what the kept bf16 QKV costs.
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights fp8 --fp8-selector-qkv fp8 --contexts 32768,131072 \
+      --batches 1 --policies full,lychee --json "$out/e2e_fp8_all.json" 2>&1 | tee "$out/bench_e2e_fp8_all.log" \
+      || rc=$(failed $? "bench_e2e fp8 all")
     for st in ${FP8_E2E_STAGES-}; do  # the GEMV's staging forced (LYCHEE_FP8_GEMV_STAGES), FP8 weights only
       LYCHEE_FP8_GEMV_STAGES=$st LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights fp8 --contexts 32768,131072 \
         --batches 1 --policies full,lychee --json "$out/e2e_fp8_stages_$st.json" 2>&1 \
@@ -366,7 +370,7 @@ case "${1:-}" in
     roles=docs/results/train/hardkuma/roles.json
     for w in bf16 fp8; do
       t0=$SECONDS
-      "$build/bin/lychee" eval --device cuda --weights $w --lengths 2048,4096 --depths 0.1,0.5,0.9 \
+      "$build/bin/lychee" eval --device cuda --weights $w ${FP8_EVAL_ARGS:-} --lengths 2048,4096 --depths 0.1,0.5,0.9 \
         --samples "${FP8_EVAL_SAMPLES:-4}" --policies full,lychee,quest,duo,tidal --budgets 256 --block-size 16 \
         --heads $roles --json "$out/eval_$w.json" > "$out/eval_$w.md" 2> "$out/eval_$w.log" || rc=$(failed $? "eval $w")
       echo "eval $w: $(( SECONDS - t0 )) s"

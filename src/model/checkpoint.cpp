@@ -211,7 +211,15 @@ bool is_linear_weight(WeightId id) {
   }
 }
 
-HostWeights HostWeights::load(const Checkpoint& ck, WeightFormat format) {
+bool Fp8Keep::keeps_qkv(int layer) const {
+  return std::binary_search(qkv_layers.begin(), qkv_layers.end(), layer);
+}
+
+bool Fp8Keep::keeps(WeightId id, int layer) const {
+  return (id == WeightId::kWq || id == WeightId::kWk || id == WeightId::kWv) && keeps_qkv(layer);
+}
+
+HostWeights HostWeights::load(const Checkpoint& ck, WeightFormat format, const Fp8Keep& keep) {
   const ModelConfig& c = ck.config();
   HostWeights hw;
   hw.format_ = format;
@@ -246,7 +254,7 @@ HostWeights HostWeights::load(const Checkpoint& ck, WeightFormat format) {
       } else {
         v.row_bytes = v.cols * int64_t(sizeof(float));
         ck.read_f32(spec.id, layer, reinterpret_cast<float*>(arena + offset));
-        if (format == WeightFormat::kFp8 && is_linear_weight(spec.id))
+        if (format == WeightFormat::kFp8 && is_linear_weight(spec.id) && !keep.keeps(spec.id, layer))
           round_rows_through_e4m3(reinterpret_cast<float*>(arena + offset), v.rows, v.cols);
       }
       offset += padded(held_bytes(*w, numel));

@@ -96,13 +96,26 @@ struct WeightView {
 // The seven per-layer linear matrices (Q, K, V, O, gate, up, down): what FP8 weights quantise.
 bool is_linear_weight(WeightId id);
 
+// Exceptions to FP8 weights (CPU WeightFormat::kFp8, GPU GpuWeightFormat::kFp8): layers whose Q,
+// K and V projections keep their unrounded values (f32 on the CPU reference, bf16 on the GPU).
+// The engine fills it with the layers whose heads select tokens for other heads (LycheeDecode's
+// retrieval heads, TidalDecode's selection layers): there a change of the scores moves the set
+// that many heads read, and on the default model FP8 there costs LycheeDecode 3-6 points of
+// accuracy that keeping those projections bf16 wins back (docs/results/fp8_gpu).
+struct Fp8Keep {
+  std::vector<int> qkv_layers;  // ascending
+  bool keeps_qkv(int layer) const;
+  bool keeps(WeightId id, int layer) const;  // id is Q, K or V and keeps_qkv(layer)
+};
+
 // True for the GGUF block-quantised types (block size > 1).
 bool is_block_quantized(DType t);
 
 // Host weights in one 64-byte-aligned arena, with a view per (weight, layer).
 class HostWeights {
  public:
-  static HostWeights load(const Checkpoint& ck, WeightFormat format = WeightFormat::kF32);
+  // keep: kFp8's exceptions (ignored by the other formats).
+  static HostWeights load(const Checkpoint& ck, WeightFormat format = WeightFormat::kF32, const Fp8Keep& keep = {});
 
   // The weight's values in f32; nullptr when the weight is absent. kOutput falls back to
   // kTokEmbd for tied embeddings. Error(kInternal) for a weight held quantized (use view()).

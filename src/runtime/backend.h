@@ -25,6 +25,8 @@ struct BackendOptions {
   // default) or FP8 e4m3 with one scale per output channel. The CPU backend has no FP8 form of
   // its own beyond cpu_weights = kFp8 and refuses kFp8 here (make_backend).
   GpuWeightFormat gpu_weights = GpuWeightFormat::kBf16;
+  // FP8's exceptions (cpu_weights = kFp8 or gpu_weights = kFp8): Q/K/V matrices kept unrounded.
+  Fp8Keep fp8_keep;
   double kv_memory_gib = 0.0;  // 0 = sized from max_batch x max_context, capped by free memory
   int max_context = 0;         // 0 = the model's context length
   int max_batch = 8;
@@ -74,6 +76,7 @@ std::unique_ptr<train::Student> make_gpu_student(const ModelConfig& c, const Hos
                                                  int max_targets);
 
 // The CPU reference backend (cpu_backend.cpp).
-std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights = WeightFormat::kF32);
+std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights = WeightFormat::kF32,
+                                          const Fp8Keep& keep = {});
 
 }  // namespace lychee

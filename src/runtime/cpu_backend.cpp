@@ -15,7 +15,8 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const Checkpoint& ck, WeightFormat format) : model_(ck.config(), HostWeights::load(ck, format)) {
+  CpuBackend(const Checkpoint& ck, WeightFormat format, const Fp8Keep& keep)
+      : model_(ck.config(), HostWeights::load(ck, format, keep)) {
     LY_LOG_INFO("CPU weights: {} MiB ({}; quantised products: {})", model_.weights().n_bytes() >> 20,
                 weight_format_name(format), quant_isa_name(model_.quant_isa()));
   }
@@ -65,8 +66,8 @@ double CpuBackend::time_batched_decode(int batch, std::span<const int32_t> promp
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights) {
-  return std::make_unique<CpuBackend>(ck, weights);
+std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights, const Fp8Keep& keep) {
+  return std::make_unique<CpuBackend>(ck, weights, keep);
 }
 
 }  // namespace lychee

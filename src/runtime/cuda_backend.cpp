@@ -21,8 +21,9 @@ namespace {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const Checkpoint& ck, const BackendOptions& o)
-      : weights_(o.random_shape != nullptr ? cuda::random_weights(*o.random_shape, o.random_seed, o.gpu_weights)
-                                           : cuda::upload_weights(ck, o.gpu_weights)) {
+      : weights_(o.random_shape != nullptr
+                     ? cuda::random_weights(*o.random_shape, o.random_seed, o.gpu_weights, o.fp8_keep)
+                     : cuda::upload_weights(ck, o.gpu_weights, o.fp8_keep)) {
     cuda::RunnerOptions ro;
     ro.kv_memory_gib = o.kv_memory_gib;
     ro.max_context = o.max_context;

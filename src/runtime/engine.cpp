@@ -1,7 +1,10 @@
 #include "runtime/engine.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -70,6 +73,19 @@ void check_gpu_weights(const EngineOptions& o, const std::string& device) {
 
 }  // namespace
 
+Fp8Keep fp8_keep_for(const std::vector<DecodeSpec>& specs) {
+  Fp8Keep keep;
+  int n_layers = 0;
+  for (const DecodeSpec& s : specs) n_layers = std::max(n_layers, s.n_layers());
+  for (int l = 0; l < n_layers; ++l)
+    for (const DecodeSpec& s : specs)
+      if (l < s.n_layers() && (s.layer_has(l, ScoreKind::kGroupMean) || s.layer_has(l, ScoreKind::kPerQuery))) {
+        keep.qkv_layers.push_back(l);
+        break;
+      }
+  return keep;
+}
+
 Engine::Engine(const EngineOptions& options)
     : checkpoint_(open_checkpoint(options.model_path)), tokenizer_(load_tokenizer(checkpoint_)),
       config_(checkpoint_.config()) {
@@ -88,6 +104,14 @@ Engine::Engine(const EngineOptions& options)
   BackendOptions bo;
   bo.cpu_weights = options.cpu_weights;
   bo.gpu_weights = options.gpu_weights;
+  const bool fp8 = device_ == "cuda" ? options.gpu_weights == GpuWeightFormat::kFp8 : options.cpu_weights == WeightFormat::kFp8;
+  if (fp8 && options.fp8_keep_selectors && options.policies) {
+    bo.fp8_keep = fp8_keep_for(options.policies(c));
+    if (!bo.fp8_keep.qkv_layers.empty())
+      LY_LOG_INFO("FP8 weights: Q/K/V of layers {} stay {} (their heads choose the tokens other heads read; "
+                  "--fp8-selector-qkv fp8 rounds them too)",
+                  fmt::join(bo.fp8_keep.qkv_layers, ","), device_ == "cuda" ? "bf16" : "f32");
+  }
   bo.kv_memory_gib = options.kv_memory_gib;
   bo.max_context = options.max_context;
   bo.max_batch = options.max_batch;

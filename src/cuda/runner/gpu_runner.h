@@ -19,9 +19,11 @@ class GpuWeights;
 
 // The checkpoint's weights on the GPU: bf16 linear matrices, or FP8 e4m3 with row scales (the
 // values of the CPU's WeightFormat::kFp8; gpu_weights.h).
-std::shared_ptr<const GpuWeights> upload_weights(const Checkpoint& ck, GpuWeightFormat format = GpuWeightFormat::kBf16);
+std::shared_ptr<const GpuWeights> upload_weights(const Checkpoint& ck, GpuWeightFormat format = GpuWeightFormat::kBf16,
+                                                 const Fp8Keep& keep = {});
 std::shared_ptr<const GpuWeights> random_weights(const ModelConfig& c, uint64_t seed,
-                                                 GpuWeightFormat format = GpuWeightFormat::kBf16);
+                                                 GpuWeightFormat format = GpuWeightFormat::kBf16,
+                                                 const Fp8Keep& keep = {});
 // Bytes of weights a decode step of `batch` sequences reads.
 uint64_t weight_bytes_per_step(const GpuWeights& w, int batch);
 size_t weight_bytes(const GpuWeights& w);

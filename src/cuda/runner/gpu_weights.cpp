@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -80,13 +81,13 @@ bool keep_bf16(const char* matrix, int layer) {
 }
 
 // The same sequence of tensors for both formats (bf16: the layout of before FP8 existed).
-Layout plan_layout(const ModelConfig& c, GpuWeightFormat format) {
+Layout plan_layout(const ModelConfig& c, GpuWeightFormat format, const Fp8Keep& keep) {
   ArenaPlan a;
   Layout l;
   const bool fp8_format = format == GpuWeightFormat::kFp8;
   int layer = 0;
   const auto matrix = [&](int rows, int cols, const char* name) {
-    const bool fp8 = fp8_format && !keep_bf16(name, layer);
+    const bool fp8 = fp8_format && !keep_bf16(name, layer) && !(std::string_view(name) == "qkv" && keep.keeps_qkv(layer));
     MatrixOffsets m{SIZE_MAX, SIZE_MAX, rows, cols};
     m.values = a.add(size_t(rows) * size_t(cols) * (fp8 ? 1 : 2));
     if (fp8) m.scales = a.add(size_t(rows) * 4);
@@ -246,13 +247,13 @@ std::string fp8_weights_unsupported(const ModelConfig& c) {
                      c.name, c.d_model, c.q_dim(), c.d_ff);
 }
 
-GpuWeights GpuWeights::from_checkpoint(const Checkpoint& ck, GpuWeightFormat format) {
+GpuWeights GpuWeights::from_checkpoint(const Checkpoint& ck, GpuWeightFormat format, const Fp8Keep& keep) {
   check_format(ck.config(), format);
   GpuWeights w;
   w.config_ = ck.config();
   w.format_ = format;
   const ModelConfig& c = w.config_;
-  const Layout l = plan_layout(c, format);
+  const Layout l = plan_layout(c, format, keep);
   w.arena_ = DeviceBuffer<uint8_t>(l.total);
   Uploader up(ck, w.arena_);
   up.bf16_rows(WeightId::kTokEmbd, 0, l.embed, 0);
@@ -271,12 +272,12 @@ GpuWeights GpuWeights::from_checkpoint(const Checkpoint& ck, GpuWeightFormat for
   return w;
 }
 
-GpuWeights GpuWeights::random(const ModelConfig& c, uint64_t seed, GpuWeightFormat format) {
+GpuWeights GpuWeights::random(const ModelConfig& c, uint64_t seed, GpuWeightFormat format, const Fp8Keep& keep) {
   check_format(c, format);
   GpuWeights w;
   w.config_ = c;
   w.format_ = format;
-  const Layout l = plan_layout(c, format);
+  const Layout l = plan_layout(c, format, keep);
   w.arena_ = DeviceBuffer<uint8_t>(l.total);
   auto fill = [&](size_t off, size_t n) {
     fill_normal_bf16(reinterpret_cast<bf16*>(w.arena_.data() + off), n, seed++, 0.02f, nullptr);

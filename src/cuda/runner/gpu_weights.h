@@ -58,12 +58,15 @@ class GpuWeights {
   // kFp8 the linear matrices go through core/fp8.h's quantiser instead (from the checkpoint's f32
   // rows, Q/K un-permuted: the values the CPU reference's WeightFormat::kFp8 holds). kFp8 on a
   // model fp8_weights_unsupported refuses: Error(kUnsupported) before anything is allocated.
-  static GpuWeights from_checkpoint(const Checkpoint& ck, GpuWeightFormat format = GpuWeightFormat::kBf16);
+  // keep: FP8's exceptions (model/checkpoint.h; those Q/K/V matrices are uploaded as bf16).
+  static GpuWeights from_checkpoint(const Checkpoint& ck, GpuWeightFormat format = GpuWeightFormat::kBf16,
+                                    const Fp8Keep& keep = {});
   // Random weights of the config's shape (for speed benchmarks: decode time does not depend on
   // the values): N(0, 0.02²) bf16, or with kFp8 codes of N(0, 112²) (a quarter of e4m3's range,
   // as the quantiser's max|row| / 448 scale puts a row's ~4σ largest value at 448) and row
   // scales 0.02 / 112. Norm weights 1, no biases.
-  static GpuWeights random(const ModelConfig& c, uint64_t seed, GpuWeightFormat format = GpuWeightFormat::kBf16);
+  static GpuWeights random(const ModelConfig& c, uint64_t seed, GpuWeightFormat format = GpuWeightFormat::kBf16,
+                           const Fp8Keep& keep = {});
 
   const ModelConfig& config() const { return config_; }
   GpuWeightFormat format() const { return format_; }
