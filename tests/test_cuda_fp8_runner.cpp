@@ -103,7 +103,8 @@ TEST(Fp8WeightsOptions, KeepsTheQkvOfLayersThatChooseForOtherHeads) {
 // The CLI applies it with FP8 weights (said at -v), --fp8-selector-qkv fp8 turns it off, and a
 // bad value is refused by name.
 TEST(Fp8WeightsOptions, CliKeepsSelectorQkvUnlessToldNot) {
-  const std::string run = " generate --cpu-weights fp8 --policy lychee -m " + tiny_model() + " -p 'The quick' -n 2";
+  const std::string run =
+      " generate --device cpu --cpu-weights fp8 --policy lychee -m " + tiny_model() + " -p 'The quick' -n 2";
   const test::RunResult kept = test::run_cli("-v" + run);
   EXPECT_EQ(kept.status, 0) << kept.output;
   EXPECT_NE(kept.output.find("FP8 weights: Q/K/V of layers 0 stay f32"), std::string::npos) << kept.output;
