@@ -7,12 +7,15 @@ lychee eval's "Average" table), the difference, and how many samples scored diff
 down), which resolves far smaller differences than two independent intervals would.
 
   scripts/compare_eval.py base.json test.json [--names f32 fp8] [--markdown out.md]
+(either file may be gzipped: .json.gz, as committed under docs/results)
 """
-import argparse, collections, json, sys
+import argparse, collections, gzip, json, sys
 
 
 def load(path):
-    recs = json.load(open(path))["records"]
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        recs = json.load(f)["records"]
     return {(r["policy_label"], r["length"], r["task"], r["depth"], r["seed"]): r for r in recs}
 
 
