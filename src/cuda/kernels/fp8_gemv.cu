@@ -33,9 +33,10 @@
 // staged variant (fp8_gemv_staged_kernel) keeps S - 1 steps per warp in a shared-memory ring and,
 // at ~70 registers, fits three blocks per SM. Issue: per 256 codes (one mma) a warp spends ~20
 // instructions (18 integer / bf16x2 for the conversion, the mma, 2 / R byte permutes of x).
-// Lab numbers (H200, 132 SMs, copy bandwidth ~4.2 TB/s, run_all.sh bench-fp8, n = 1, graph
-// timing): qkv 9.4 µs (64% of copy), o 7.1 (57%), gate_up 31.5 (88%), down 17.2 (81%); the
-// 526 MB lm_head shape 81%. Small matrices lose to the launch and the first loads' latency.
+// Lab numbers (H200, 132 SMs, copy bandwidth ~4.2 TB/s, run_all.sh bench-fp8 at 559e9ec, n = 1,
+// graph timing; docs/results/fp8_gpu): qkv 9.1 µs (66% of copy), o 7.0 (57%), gate_up 31.2 (90%),
+// down 17.3 (81%), the 526 MB lm_head shape 124 µs (101%). Small matrices lose ~2.5 µs a call to
+// the launch, the first loads' latency and the tail.
 #include "cuda/kernels/fp8_gemv.h"
 
 #include <cuda_bf16.h>
