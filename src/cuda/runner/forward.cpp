@@ -134,7 +134,14 @@ void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_
   }
   join();
   const int rows = decode ? n : 1;
-  gemm->f32_out(h.data() + size_t(n - rows) * d, w->output, logits.data(), rows, d, c.vocab_size);
+  const bf16* last = h.data() + size_t(n - rows) * d;
+  if (w->output8.fp8() && o.fp8_gemv && fp8_gemv_launches(rows) > 0) {
+    for (int i = 0; i < rows; i += kFp8GemvMaxRows)
+      fp8_gemv_f32_out(last + size_t(i) * d, w->output8.codes, w->output8.scales, logits.data() + size_t(i) * c.vocab_size,
+                       std::min(kFp8GemvMaxRows, rows - i), d, c.vocab_size, stream);
+    return;
+  }
+  gemm->f32_out(last, w->output, logits.data(), rows, d, c.vocab_size);
 }
 
 // Page bounds (Quest): the page metadata of the chunks that changed, the bound scores, and the

@@ -44,6 +44,7 @@ struct LayerOffsets {
 
 struct Layout {
   size_t embed, output, out_norm, inv_freq;
+  MatrixOffsets output8;  // LYCHEE_FP8_LM_HEAD: an FP8 copy of the output matrix (values unset otherwise)
   std::vector<LayerOffsets> layers;
   size_t total;
   size_t matrix_bytes = 0;  // the layers' linear weights (values and scales)
@@ -80,6 +81,18 @@ bool keep_bf16(const char* matrix, int layer) {
   return false;
 }
 
+// Lab knob for FP8 weights: LYCHEE_FP8_LM_HEAD=1 adds an FP8 copy of the LM head (the output
+// matrix, or the embedding table when tied; the bf16 one stays for the embedding lookup and for
+// more than 32 rows), which decode logits then read: what an FP8 LM head saves and costs
+// (docs/results/fp8_gpu). Not the default: the LM head stays bf16.
+bool fp8_lm_head() {
+  static const bool on = [] {
+    const char* v = std::getenv("LYCHEE_FP8_LM_HEAD");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return on;
+}
+
 // The same sequence of tensors for both formats (bf16: the layout of before FP8 existed).
 Layout plan_layout(const ModelConfig& c, GpuWeightFormat format, const Fp8Keep& keep) {
   ArenaPlan a;
@@ -100,6 +113,10 @@ Layout plan_layout(const ModelConfig& c, GpuWeightFormat format, const Fp8Keep& 
   l.output = c.tie_embeddings ? l.embed : a.add(size_t(c.vocab_size) * d * 2);
   l.out_norm = a.add(d * 4);
   l.inv_freq = a.add(size_t(c.head_dim / 2) * 4);
+  if (fp8_format && fp8_lm_head()) {
+    l.output8 = {a.add(size_t(c.vocab_size) * d), SIZE_MAX, c.vocab_size, c.d_model};
+    l.output8.scales = a.add(size_t(c.vocab_size) * 4);
+  }
   for (int i = 0; i < c.n_layers; ++i) {
     layer = i;
     LayerOffsets o;
@@ -142,8 +159,10 @@ GpuMatrix bind_matrix(const MatrixOffsets& m, const DeviceBuffer<uint8_t>& arena
 }
 
 void bind(const Layout& l, const DeviceBuffer<uint8_t>& arena, std::vector<GpuLayerWeights>& layers,
-          const bf16*& embed, const bf16*& output, const float*& out_norm, const float*& inv_freq) {
+          const bf16*& embed, const bf16*& output, GpuMatrix& output8, const float*& out_norm,
+          const float*& inv_freq) {
   embed = at<bf16>(arena, l.embed);
+  if (l.output8.values != SIZE_MAX) output8 = bind_matrix(l.output8, arena);
   output = at<bf16>(arena, l.output);
   out_norm = at<float>(arena, l.out_norm);
   inv_freq = at<float>(arena, l.inv_freq);
@@ -258,6 +277,8 @@ GpuWeights GpuWeights::from_checkpoint(const Checkpoint& ck, GpuWeightFormat for
   Uploader up(ck, w.arena_);
   up.bf16_rows(WeightId::kTokEmbd, 0, l.embed, 0);
   if (!c.tie_embeddings) up.bf16_rows(WeightId::kOutput, 0, l.output, 0);
+  if (l.output8.values != SIZE_MAX)
+    up.matrix_rows(c.tie_embeddings ? WeightId::kTokEmbd : WeightId::kOutput, 0, l.output8, 0);
   up.f32(WeightId::kOutputNorm, 0, l.out_norm);
   std::vector<float> inv = rope_inv_freq(c);
   if (ck.weight(WeightId::kRopeFreqs) != nullptr) {
@@ -268,7 +289,7 @@ GpuWeights GpuWeights::from_checkpoint(const Checkpoint& ck, GpuWeightFormat for
   LY_CUDA_CHECK(cudaMemcpy(w.arena_.data() + l.inv_freq, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
   for (int i = 0; i < c.n_layers; ++i) upload_layer(up, c, i, l.layers[size_t(i)]);
   w.matrix_bytes_ = l.matrix_bytes;
-  bind(l, w.arena_, w.layers, w.embed, w.output, w.out_norm, w.inv_freq);
+  bind(l, w.arena_, w.layers, w.embed, w.output, w.output8, w.out_norm, w.inv_freq);
   return w;
 }
 
@@ -295,6 +316,7 @@ GpuWeights GpuWeights::random(const ModelConfig& c, uint64_t seed, GpuWeightForm
   const size_t d = size_t(c.d_model);
   fill(l.embed, size_t(c.vocab_size) * d);
   if (!c.tie_embeddings) fill(l.output, size_t(c.vocab_size) * d);
+  if (l.output8.values != SIZE_MAX) matrix(l.output8);
   ones(l.out_norm, d);
   for (const LayerOffsets& o : l.layers) {
     ones(o.attn_norm, d);
@@ -310,7 +332,7 @@ GpuWeights GpuWeights::random(const ModelConfig& c, uint64_t seed, GpuWeightForm
   LY_CUDA_CHECK(cudaMemcpy(w.arena_.data() + l.inv_freq, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
   LY_CUDA_CHECK(cudaDeviceSynchronize());
   w.matrix_bytes_ = l.matrix_bytes;
-  bind(l, w.arena_, w.layers, w.embed, w.output, w.out_norm, w.inv_freq);
+  bind(l, w.arena_, w.layers, w.embed, w.output, w.output8, w.out_norm, w.inv_freq);
   return w;
 }
 
@@ -318,8 +340,8 @@ uint64_t GpuWeights::bytes_read_per_step(int batch) const {
   const ModelConfig& c = config_;
   const uint64_t d = uint64_t(c.d_model);
   const uint64_t per_layer_norms = 2 * d * 4;
-  return uint64_t(matrix_bytes_) + per_layer_norms * uint64_t(c.n_layers) + uint64_t(c.vocab_size) * d * 2 + d * 4 +
-         uint64_t(batch) * d * 2;
+  const uint64_t lm_head = output8.fp8() ? uint64_t(c.vocab_size) * (d + 4) : uint64_t(c.vocab_size) * d * 2;
+  return uint64_t(matrix_bytes_) + per_layer_norms * uint64_t(c.n_layers) + lm_head + d * 4 + uint64_t(batch) * d * 2;
 }
 
 }  // namespace lychee::cuda

@@ -79,6 +79,7 @@ class GpuWeights {
 
   const bf16* embed = nullptr;     // [vocab][d]
   const bf16* output = nullptr;    // [vocab][d] (== embed when tied)
+  GpuMatrix output8;               // the LM head in FP8 under LYCHEE_FP8_LM_HEAD=1 (lab), else empty
   const float* out_norm = nullptr; // [d]
   const float* inv_freq = nullptr; // [head_dim / 2]
   std::vector<GpuLayerWeights> layers;
