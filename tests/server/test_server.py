@@ -324,7 +324,9 @@ def ttft_and_text(server, prompt):
 def test_prefix_reuse(server, client, model_id):
     """A second question about the same document reuses the document's cached tokens: the usage
     says how many, /metrics counts the hit, the answer equals a server without reuse, and the
-    time to first token falls."""
+    time to first token falls: the same prompt (so the same first piece of text) on a server
+    without reuse (warmed up by another prompt) against the best of two cached requests (one
+    timing on a 2-core machine shared with a build can lose to noise)."""
     q1 = DOC + "\nQuestion: how many marbles does the red box hold?\nAnswer:"
     q2 = DOC + "\nQuestion: how many keys does the gold box hold?\nAnswer:"
     hits = server.metrics()["lychee_prefix_cache_hits_total"]
@@ -339,15 +341,20 @@ def test_prefix_reuse(server, client, model_id):
     r = client.completions.create(model=model_id, prompt=q2, max_tokens=8, temperature=0)
     assert r.usage.prompt_tokens_details.cached_tokens == r.usage.prompt_tokens - 8
     assert r.choices[0].text == text2
-    assert ttft2 < ttft1, (ttft1, ttft2)
-    print(f"\n[prefix reuse] {u2['prompt_tokens']}-token prompt, {u2['prompt_tokens_details']['cached_tokens']} cached: "
-          f"time to first token {ttft1 * 1e3:.0f} ms -> {ttft2 * 1e3:.0f} ms")
+    ttft2_again, text2_again, _ = ttft_and_text(server, q2)
+    assert text2_again == text2
+    warm = min(ttft2, ttft2_again)
     plain = Server("--max-context", "512", "--prefix-cache", "0", api_key=None)
     try:
-        _, ref, ru = ttft_and_text(plain, q2)
+        ttft_and_text(plain, q1)  # warm-up: the first request of a fresh process
+        cold, ref, ru = ttft_and_text(plain, q2)
         assert ru["prompt_tokens_details"]["cached_tokens"] == 0
         assert text2 == ref
         assert plain.metrics()["lychee_prefix_cache_entries"] == 0
     finally:
         assert plain.stop() == 0, plain.output()
+    print(f"\n[prefix reuse] {u2['prompt_tokens']}-token prompt, {u2['prompt_tokens_details']['cached_tokens']} cached: "
+          f"time to first token {cold * 1e3:.0f} ms without reuse -> {warm * 1e3:.0f} ms "
+          f"(first question {ttft1 * 1e3:.0f} ms)")
+    assert warm < cold, (cold, ttft2, ttft2_again)
     server.wait_pool_empty()
