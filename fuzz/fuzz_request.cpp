@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
       use(parse_request(e, data), data);
     } catch (const ApiError& err) {
       if (err.status() != 400) __builtin_trap();
-      (void)dump_json(err.body());
+      (void)lychee::dump_json(err.body());
     }
   }
   try {
