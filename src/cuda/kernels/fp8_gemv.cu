@@ -15,7 +15,7 @@
 // same factor); one bf16x2 multiply by 2^120 restores the value (exact; bf16 arithmetic keeps
 // subnormals). 4 codes -> the bf16 pairs (bytes 0, 2) and (bytes 1, 3).
 //
-// Layout. A block is 8 warps and a tile of 16 R rows (R = 1, 2 or 4 m16 tiles: fp8_gemv_tiles);
+// Layout. A block is 8 warps and a tile of 16 R rows (R = 1, 2 or 4 m16 tiles: kAutoTiles);
 // every warp multiplies all the tile's rows over its own part of k and the 8 partial sums are added
 // through shared memory at the end, in warp order. k is cut into chunks of 64: lane (g, t) =
 // (lane / 4, lane % 4) loads codes [16 t, 16 t + 16) of the chunk for rows g and g + 8 of each m16
@@ -281,12 +281,12 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_gemv_staged_kernel(const Fp8G
 // Dynamic shared memory of the staged kernel: S steps of 4 KiB for each of the 8 warps.
 constexpr int fp8_gemv_ring_bytes(int stages) { return stages * kWarps * 32 * 8 * 16; }
 
-// m16 tiles per block: 1. Wider tiles read x once for more rows (n / (8 R) bytes per weight byte,
+// m16 tiles per block, unless a variant says otherwise: 1. Wider tiles read x once for more rows (n / (8 R) bytes per weight byte,
 // small either way) but give fewer, longer blocks; with the ring of fp8_gemv_stages, one tile is
 // the fastest or within 3% at every 8B shape (H200 sweep, µs at n = 1 for 1 / 2 / 4 tiles, each
 // with its best staging): m = 4096, k = 4096: 7.07 / 8.25 / 10.4; k = 14336: 17.2 / 19.9 / 31.1;
 // m = 6144: 9.40 / 11.1 / 12.2; m = 28672: 31.5 / 34.2 / 39.8 (at n = 8 two tiles: 37.0 vs 37.9).
-int fp8_gemv_tiles(int /*m*/, int /*sm_count*/) { return 1; }
+constexpr int kAutoTiles = 1;
 
 // Weight staging: 0 (registers, one step ahead) or 2..4 (a shared-memory ring of that many steps).
 // The ring of 2 where the grid takes more than one wave of two blocks per SM: with ~70 registers
@@ -301,7 +301,7 @@ int fp8_gemv_stages(int m, int tiles, int sm_count) {
 }
 
 // LYCHEE_FP8_GEMV_TILES=1, 2 or 4 and LYCHEE_FP8_GEMV_STAGES=0, 2, 3 or 4 in the environment
-// override fp8_gemv_tiles and fp8_gemv_stages (lab A/B; every setting gives the same bits).
+// override kAutoTiles and fp8_gemv_stages (lab A/B; every setting gives the same bits).
 int env_setting(const char* name, std::initializer_list<int> allowed) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == 0) return -1;
@@ -342,7 +342,7 @@ void launch(const Fp8GemvArgs<Out>& a, Fp8GemvVariant v, cudaStream_t stream) {
   static const int env_tiles = env_setting("LYCHEE_FP8_GEMV_TILES", {1, 2, 4});
   static const int env_stages = env_setting("LYCHEE_FP8_GEMV_STAGES", {0, 2, 3, 4});
   const int sms = device_info().sm_count;
-  const int tiles = v.tiles > 0 ? v.tiles : env_tiles > 0 ? env_tiles : fp8_gemv_tiles(a.m, sms);
+  const int tiles = v.tiles > 0 ? v.tiles : env_tiles > 0 ? env_tiles : kAutoTiles;
   const int stages = v.stages >= 0 ? v.stages : env_stages >= 0 ? env_stages : fp8_gemv_stages(a.m, tiles, sms);
   switch (tiles) {
     case 4: launch_tiles<4>(a, stages, stream); break;

@@ -101,10 +101,11 @@ Layout plan_layout(const ModelConfig& c, GpuWeightFormat format, const Fp8Keep& 
   int layer = 0;
   const auto matrix = [&](int rows, int cols, const char* name) {
     const bool fp8 = fp8_format && !keep_bf16(name, layer) && !(std::string_view(name) == "qkv" && keep.keeps_qkv(layer));
+    const size_t values = size_t(rows) * size_t(cols) * (fp8 ? 1 : 2), scales = fp8 ? size_t(rows) * 4 : 0;
     MatrixOffsets m{SIZE_MAX, SIZE_MAX, rows, cols};
-    m.values = a.add(size_t(rows) * size_t(cols) * (fp8 ? 1 : 2));
-    if (fp8) m.scales = a.add(size_t(rows) * 4);
-    l.matrix_bytes += size_t(rows) * size_t(cols) * (fp8 ? 1 : 2) + (fp8 ? size_t(rows) * 4 : 0);
+    m.values = a.add(values);
+    if (fp8) m.scales = a.add(scales);
+    l.matrix_bytes += values + scales;
     return m;
   };
   const size_t d = size_t(c.d_model);
