@@ -6,6 +6,7 @@
 //   bench_e2e [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
 //             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--retrieval 32] [--trace] [--sync]
 //             [--weights bf16,fp8] [--fp8-selector-qkv bf16|fp8]
+//             [--tensor-parallel 1,2] [--tp-rule permutation|contiguous] [--profile-attention]
 // --weights: the GPU weight formats to run, in turn (default bf16; fp8 = e4m3 linear matrices with
 // a scale per output channel, gpu_weights.h). Every row records its format; with bf16 run first,
 // rows of other formats also get their speedup over Full attention with bf16 weights at the same
@@ -16,6 +17,12 @@
 // --trace: after the timed steps, the same number of steps again under a CUPTI activity trace;
 // each row of the JSON gets its per-step summary (kernel time by name, device busy/idle, host
 // synchronisations; bench/cupti_trace.h) and the table a line of the largest items.
+// --tensor-parallel: the GPU counts to run, in turn (each a runner over that many GPUs, devices
+// 0..N-1; the model sharded by KV heads with the assignment --tp-rule picks from LycheeDecode's
+// roles, docs/scaling.md). A row's bound is then its slowest GPU's: that rank's weights (rank 0
+// also reads the LM head) and the KV its heads read. --profile-attention: each row also times every
+// layer's attention on every GPU (median of 5 eager steps) and reports the slowest GPU against the
+// mean per layer.
 // LycheeDecode and DuoAttention get --retrieval retrieval KV heads in all (layer 0's included,
 // the rest drawn with a fixed seed from layers 1..); every sparse policy reads --budget tokens per
 // sparse head (DuoAttention: sink 64 + recent budget - 64).
@@ -38,8 +45,10 @@
 #include <random>
 
 #include "attention/policies.h"
+#include "attention/tp_assign.h"
 #include "core/json_io.h"
 #include "cuda/common/common.h"
+#include "cuda/common/nccl_comm.h"
 #include "cuda/runner/gpu_runner.h"
 #include "cupti_trace.h"
 #include "model/checkpoint.h"
@@ -64,9 +73,13 @@ struct BenchPolicy {
   int window = 0;       // DuoAttention: sink + recent
 };
 
+// The retrieval heads LycheeDecode and DuoAttention get (layer 0's and a seeded draw).
+HeadRoles bench_roles(const ModelConfig& c, int n_retrieval) {
+  return seeded_head_roles(c, std::clamp(n_retrieval, c.n_kv_heads, c.n_layers * c.n_kv_heads), 7);
+}
+
 BenchPolicy make_policy(const std::string& name, const ModelConfig& c, int budget, int n_retrieval) {
-  const int n_heads = c.n_layers * c.n_kv_heads;
-  const HeadRoles roles = seeded_head_roles(c, std::clamp(n_retrieval, c.n_kv_heads, n_heads), 7);
+  const HeadRoles roles = bench_roles(c, n_retrieval);
   SelectParams select;
   select.budget = budget;
   if (name == "full") return {full_spec(c)};
@@ -79,12 +92,18 @@ BenchPolicy make_policy(const std::string& name, const ModelConfig& c, int budge
 
 // Tokens of K/V (and Quest's metadata bytes) the policy's kernels read per step and sequence, as
 // run: per-query-head selections (TidalDecode, Quest) read their sets once per query head.
+// Under tensor parallelism, the part of one rank holding `rank_retrieval` of the retrieval heads
+// (LycheeDecode, DuoAttention) and 1/n_gpus of every other policy's heads, which read alike.
 std::pair<double, double> policy_reads(const std::string& name, const BenchPolicy& p, const ModelConfig& c,
-                                       double n, int budget) {
+                                       double n, int budget, int n_gpus = 1, int rank_retrieval = -1) {
   const double L = c.n_layers, KV = c.n_kv_heads, G = c.group_size(), B = std::min<double>(budget, n);
   if (name == "lychee" || name == "duo") {
-    const double r = p.n_retrieval;
-    return {r * n + (L * KV - r) * (name == "duo" ? std::min<double>(p.window, n) : B), 0.0};
+    const double r = rank_retrieval >= 0 ? rank_retrieval : p.n_retrieval;
+    return {r * n + (L * KV / n_gpus - r) * (name == "duo" ? std::min<double>(p.window, n) : B), 0.0};
+  }
+  if (n_gpus > 1) {
+    const auto [tokens, meta] = policy_reads(name, p, c, n, budget);
+    return {tokens / n_gpus, meta / n_gpus};
   }
   if (name == "tidal") {  // dense layers, two dense selection layers, the rest per query head
     return {4 * KV * n + (L - 4) * KV * G * B, 0.0};
@@ -124,9 +143,35 @@ void print_trace(const nlohmann::json& t) {
 struct Options {
   std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model;
   std::string policies = "full,lychee,tidal,quest,duo", weights = "bf16", fp8_selector_qkv = "bf16";
+  std::string tensor_parallel = "1", tp_rule = "permutation";
   int steps = 32, budget = 4096, n_retrieval = 32;
-  bool graphs = true, trace = false, sync_steps = false;
+  bool graphs = true, trace = false, sync_steps = false, profile_attention = false;
 };
+
+// How the weights are split: over which GPUs, which KV heads each holds, and (per rank) the
+// retrieval heads of LycheeDecode's roles it holds.
+struct Split {
+  int n_gpus = 1;
+  std::vector<std::vector<int>> kv_heads;  // [rank]
+  std::vector<int> retrieval;              // [rank]
+  TpBalance balance;
+};
+
+Split make_split(const Options& opt, const ModelConfig& c, int n_gpus) {
+  Split s;
+  s.n_gpus = n_gpus;
+  const HeadRoles roles = bench_roles(c, opt.n_retrieval);
+  const TpAssignment a = tp_assign(c, roles, n_gpus, opt.tp_rule == "contiguous" ? TpRule::kContiguous : TpRule::kPermutation);
+  s.kv_heads = tp_rank_heads(a);
+  s.balance = tp_balance(a, roles);
+  for (int g = 0; g < n_gpus; ++g) {
+    int r = 0;
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h : s.kv_heads[size_t(g)]) r += roles.is_retrieval(l, h) ? 1 : 0;
+    s.retrieval.push_back(r);
+  }
+  return s;
+}
 
 // Full attention's TPOT with bf16 weights per (batch, context): what the other formats' rows are
 // compared with (speedup_vs_full_bf16).
@@ -144,9 +189,9 @@ GpuWeightFormat parse_weights(const std::string& name) {
 }
 
 // Every policy of one (weights, batch, context) on one runner; a row per policy.
-void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::GpuWeights& w, const ModelConfig& c,
-                  const std::string& weights, int batch, int ctx, double bw, FullBf16& full_bf16,
-                  nlohmann::json& rows) {
+void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWeights& ws, const Split& split,
+                  const ModelConfig& c, const std::string& weights, int batch, int ctx, double bw,
+                  FullBf16& full_bf16, nlohmann::json& rows) {
   double full_ms = 0.0;
   for (const std::string& name : split_names(opt.policies)) {
     const BenchPolicy pol = make_policy(name, c, opt.budget, opt.n_retrieval);
@@ -176,28 +221,89 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::GpuWeights
       };
       run_steps(3);  // warm-up (captures the graph)
       const uint64_t stalls0 = r.host_stalls();
+      const cuda::TpStats tp0 = r.tp_stats();
       const auto t0 = std::chrono::steady_clock::now();
       run_steps(opt.steps);
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / opt.steps;
       const uint64_t stalls = r.host_stalls() - stalls0;
+      const cuda::TpStats tp1 = r.tp_stats();
       const double mean_ctx = ctx + 4 + opt.steps / 2.0;
-      const auto [tokens_read, meta_bytes] = policy_reads(name, pol, c, mean_ctx, opt.budget);
-      const double kv_bytes = double(batch) * (tokens_read * c.head_dim * 2.0 * 2.0 + meta_bytes);
-      const double bytes = double(cuda::weight_bytes_per_step(w, batch)) + kv_bytes;
+      // The slowest GPU's bytes: its weights (rank 0 alone reads the LM head) and its heads' KV.
+      double bytes = 0, kv_total = 0;
+      uint64_t weight_total = 0;
+      for (int g = 0; g < split.n_gpus; ++g) {
+        const auto [tokens_read, meta_bytes] =
+            policy_reads(name, pol, c, mean_ctx, opt.budget, split.n_gpus, split.n_gpus > 1 ? split.retrieval[size_t(g)] : -1);
+        const double kv = double(batch) * (tokens_read * c.head_dim * 2.0 * 2.0 + meta_bytes);
+        uint64_t wb = cuda::weight_bytes_per_step(*ws[size_t(g)], batch);
+        if (g > 0) wb -= uint64_t(c.vocab_size) * uint64_t(c.d_model) * 2;  // no LM head
+        bytes = std::max(bytes, double(wb) + kv);
+        kv_total += kv;
+        weight_total += wb;
+      }
       const double bound_ms = bytes / (bw * 1e9) * 1e3;
       if (name == "full") full_ms = ms;
-      if (name == "full" && weights == "bf16") full_bf16[{batch, ctx}] = ms;
-      std::printf("%6d %8d %8s %10.3f %10.3f %9.1f%% %8.1f %8.2fx\n", batch, ctx, name.c_str(), ms, bound_ms,
-                  100.0 * bound_ms / ms, batch * 1e3 / ms, full_ms > 0 ? full_ms / ms : 0.0);
+      if (name == "full" && weights == "bf16" && split.n_gpus == 1) full_bf16[{batch, ctx}] = ms;
+      std::printf("%3d %6d %8d %8s %10.3f %10.3f %9.1f%% %8.1f %8.2fx\n", split.n_gpus, batch, ctx, name.c_str(), ms,
+                  bound_ms, 100.0 * bound_ms / ms, batch * 1e3 / ms, full_ms > 0 ? full_ms / ms : 0.0);
       std::fflush(stdout);
       nlohmann::json row = {{"batch", batch}, {"context", ctx}, {"policy", name}, {"weights", weights},
-                            {"tpot_ms", ms}, {"bound_ms", bound_ms},
-                            {"weight_bytes", cuda::weight_bytes_per_step(w, batch)}, {"kv_bytes", kv_bytes},
+                            {"tensor_parallel", split.n_gpus}, {"tpot_ms", ms}, {"bound_ms", bound_ms},
+                            {"weight_bytes", weight_total}, {"kv_bytes", kv_total},
+                            {"bound_bytes_slowest_gpu", bytes},
                             {"tokens_per_s", batch * 1e3 / ms}, {"cuda_graphs", opt.graphs},
                             {"speedup_vs_full", full_ms > 0 ? full_ms / ms : 0.0},
                             {"host_stalls", stalls}, {"pipelined", !opt.sync_steps}};
       if (const auto it = full_bf16.find({batch, ctx}); it != full_bf16.end()) row["speedup_vs_full_bf16"] = it->second / ms;
+      static std::map<std::string, double> one_gpu;  // TPOT on one GPU per (weights, policy, batch, context)
+      const std::string key = weights + "/" + name + "/" + std::to_string(batch) + "/" + std::to_string(ctx);
+      if (split.n_gpus == 1) one_gpu[key] = ms;
+      else if (const auto it = one_gpu.find(key); it != one_gpu.end()) {
+        row["tpot_over_one_gpu"] = ms / it->second;
+        std::printf("       %d GPUs / 1 GPU, same policy: %.3f\n", split.n_gpus, ms / it->second);
+      }
+      if (split.n_gpus > 1) {
+        row["tp_rule"] = opt.tp_rule;
+        row["tp_kv_heads"] = split.kv_heads;
+        row["tp_retrieval_heads_per_gpu"] = split.retrieval;
+        row["all_reduces_per_step"] = double(tp1.all_reduces - tp0.all_reduces) / opt.steps;
+        row["all_reduce_payload_bytes_per_step"] = double(tp1.payload_bytes - tp0.payload_bytes) / opt.steps;
+        row["all_reduce_wire_bytes_per_step"] = (tp1.wire_bytes - tp0.wire_bytes) / opt.steps;
+        row["selection_bytes_between_gpus_per_step"] = 0;
+      }
+      if (opt.profile_attention) {
+        // Median of 5 eager steps per (GPU, layer); the straggler against the mean per layer.
+        std::vector<std::vector<std::vector<float>>> runs;
+        for (int i = 0; i < 5; ++i) runs.push_back(r.profile_decode(ptrs, tokens));
+        std::vector<std::vector<float>> med(runs[0].size(), std::vector<float>(size_t(c.n_layers)));
+        double worst = 1.0, sum_max = 0, sum_mean = 0;
+        int worst_layer = 0;
+        for (size_t g = 0; g < med.size(); ++g)
+          for (int l = 0; l < c.n_layers; ++l) {
+            std::vector<float> v;
+            for (const auto& run : runs) v.push_back(run[g][size_t(l)]);
+            std::sort(v.begin(), v.end());
+            med[g][size_t(l)] = v[v.size() / 2];
+          }
+        for (int l = 0; l < c.n_layers; ++l) {
+          double mx = 0, mean = 0;
+          for (const auto& gl : med) {
+            mx = std::max(mx, double(gl[size_t(l)]));
+            mean += gl[size_t(l)] / double(med.size());
+          }
+          sum_max += mx;
+          sum_mean += mean;
+          if (mean > 0 && mx / mean > worst) worst = mx / mean, worst_layer = l;
+        }
+        row["attention_ms"] = med;
+        row["attention_worst_layer_max_over_mean"] = worst;
+        row["attention_worst_layer"] = worst_layer;
+        row["attention_sum_max_ms"] = sum_max;
+        row["attention_sum_mean_ms"] = sum_mean;
+        std::printf("       attention per layer (eager, median of 5): slowest GPU / mean worst %.3f (layer %d); "
+                    "sum over layers: slowest %.3f ms, mean %.3f ms\n", worst, worst_layer, sum_max, sum_mean);
+      }
       if (opt.trace) {
         bench::CuptiTrace t;
         t.start();
@@ -216,19 +322,26 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::GpuWeights
 }
 
 // Every batch and context with weights w (of format `weights`): a runner each.
-void run_weights(const Options& opt, const std::shared_ptr<const cuda::GpuWeights>& w, const ModelConfig& c,
+void run_weights(const Options& opt, const cuda::ShardedWeights& ws, const Split& split, const ModelConfig& c,
                  const std::string& weights, double bw, FullBf16& full_bf16, nlohmann::json& rows) {
   for (int batch : parse_list(opt.batches)) {
     for (int ctx : parse_list(opt.contexts)) {
-      const double kv_gib =
-          double(batch) * (ctx + opt.steps + 128) * 2.0 * c.n_layers * c.kv_dim() * 2 / double(1u << 30);
-      size_t free_b = 0, total_b = 0;
-      LY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-      if (kv_gib * double(1u << 30) > double(free_b) - 3e9) {
-        std::printf("%6d %8d   skipped: the KV cache needs %.1f GiB, %.1f GiB free\n", batch, ctx, kv_gib,
-                    double(free_b) / (1u << 30));
-        rows.push_back({{"batch", batch}, {"context", ctx}, {"weights", weights}, {"skipped", "KV cache does not fit"},
-                        {"kv_gib", kv_gib}});
+      // Per GPU: its KV heads' share of the cache.
+      const double kv_gib = double(batch) * (ctx + opt.steps + 128) * 2.0 * c.n_layers * c.kv_dim() * 2 /
+                            double(1u << 30) / split.n_gpus;
+      size_t least_free = SIZE_MAX;
+      for (int g = 0; g < split.n_gpus; ++g) {
+        size_t free_b = 0, total_b = 0;
+        LY_CUDA_CHECK(cudaSetDevice(g));
+        LY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        least_free = std::min(least_free, free_b);
+      }
+      LY_CUDA_CHECK(cudaSetDevice(0));
+      if (kv_gib * double(1u << 30) > double(least_free) - 3e9) {
+        std::printf("%3d %6d %8d   skipped: the KV cache needs %.1f GiB per GPU, %.1f GiB free\n", split.n_gpus, batch,
+                    ctx, kv_gib, double(least_free) / (1u << 30));
+        rows.push_back({{"batch", batch}, {"context", ctx}, {"weights", weights}, {"tensor_parallel", split.n_gpus},
+                        {"skipped", "KV cache does not fit"}, {"kv_gib_per_gpu", kv_gib}});
         continue;
       }
       cuda::RunnerOptions o;
@@ -236,9 +349,9 @@ void run_weights(const Options& opt, const std::shared_ptr<const cuda::GpuWeight
       o.max_context = ctx + opt.steps + 128;
       o.kv_memory_gib = kv_gib + 0.01;
       o.cuda_graphs = opt.graphs;
-      cuda::GpuRunner r(w, o);
+      cuda::GpuRunner r(ws, o);
       r.fill_kv_random(99);
-      run_policies(opt, r, *w, c, weights, batch, ctx, bw, full_bf16, rows);
+      run_policies(opt, r, ws, split, c, weights, batch, ctx, bw, full_bf16, rows);
     }
   }
 }
@@ -270,8 +383,15 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--retrieval") o.n_retrieval = std::stoi(next());
     else if (a == "--weights") o.weights = next();
     else if (a == "--fp8-selector-qkv") o.fp8_selector_qkv = next();
+    else if (a == "--tensor-parallel") o.tensor_parallel = next();
+    else if (a == "--tp-rule") o.tp_rule = next();
+    else if (a == "--profile-attention") o.profile_attention = true;
     else throw UsageError("unknown argument " + a);
   }
+  if (o.tp_rule != "permutation" && o.tp_rule != "contiguous")
+    throw UsageError("--tp-rule: permutation or contiguous, got '" + o.tp_rule + "'");
+  for (int n : parse_list(o.tensor_parallel))
+    if (n < 1) throw UsageError("--tensor-parallel: GPU counts must be >= 1");
   if (o.fp8_selector_qkv != "bf16" && o.fp8_selector_qkv != "fp8")
     throw UsageError("--fp8-selector-qkv: bf16 or fp8, got '" + o.fp8_selector_qkv + "'");
   if (split_names(o.weights).empty()) throw UsageError("--weights: expected bf16, fp8 or both (bf16,fp8)");
@@ -302,14 +422,31 @@ int main(int argc, char** argv) try {
       keep = fp8_keep_for(specs);
     }
     fp8_kept[weights] = keep.qkv_layers;
-    const std::shared_ptr<const cuda::GpuWeights> w =
-        ck ? cuda::upload_weights(*ck, format, keep) : cuda::random_weights(c, 1234, format, keep);
-    weight_bytes[weights] = cuda::weight_bytes(*w);
-    std::printf("%s, %d SMs; copy bandwidth %.0f GB/s; model %s (%.2f GB of %s weights)\n", dev.name, dev.sm_count,
-                bw, c.name.c_str(), double(cuda::weight_bytes(*w)) / 1e9, weights.c_str());
-    std::printf("%6s %8s %8s %10s %10s %10s %8s %9s\n", "batch", "context", "policy", "TPOT ms", "bound ms",
-                "% bound", "tok/s", "vs full");
-    run_weights(opt, w, c, weights, bw, full_bf16, rows);
+    for (int n_gpus : parse_list(opt.tensor_parallel)) {
+      const Split split = make_split(opt, c, n_gpus);
+      cuda::ShardedWeights ws;
+      if (n_gpus == 1) {
+        ws.push_back(ck ? cuda::upload_weights(*ck, format, keep) : cuda::random_weights(c, 1234, format, keep));
+      } else {
+        cuda::TpPlan plan;
+        for (int g = 0; g < n_gpus; ++g) plan.devices.push_back(g);
+        plan.kv_heads = split.kv_heads;
+        ws = cuda::shard_weights(ck ? &*ck : nullptr, c, 1234, format, keep, plan);
+      }
+      size_t total = 0;
+      for (const auto& w : ws) total += cuda::weight_bytes(*w);
+      weight_bytes[weights] = total;
+      std::printf("%s, %d SMs; copy bandwidth %.0f GB/s; model %s (%.2f GB of %s weights", dev.name, dev.sm_count, bw,
+                  c.name.c_str(), double(total) / 1e9, weights.c_str());
+      if (n_gpus > 1) {
+        std::printf(" over %d GPUs, %s split; retrieval heads per GPU", n_gpus, opt.tp_rule.c_str());
+        for (int r : split.retrieval) std::printf(" %d", r);
+        std::printf("; straggler's dense heads per step %d, bound %d", split.balance.sum_max, split.balance.sum_bound);
+      }
+      std::printf(")\n%3s %6s %8s %8s %10s %10s %10s %8s %9s\n", "tp", "batch", "context", "policy", "TPOT ms",
+                  "bound ms", "% bound", "tok/s", "vs full");
+      run_weights(opt, ws, split, c, weights, bw, full_bf16, rows);
+    }
   }
   print_speedups(rows);
   if (!opt.json_path.empty()) {
@@ -323,6 +460,7 @@ int main(int argc, char** argv) try {
                         {"fp8_selector_qkv", opt.fp8_selector_qkv}, {"bf16_qkv_layers_by_format", fp8_kept},
                         {"weights", formats}, {"steps", opt.steps}, {"budget", opt.budget},
                         {"retrieval_kv_heads", opt.n_retrieval}, {"command", command},
+                        {"tensor_parallel", parse_list(opt.tensor_parallel)}, {"nccl", cuda::nccl_version()},
                         {"commit", std::getenv("LYCHEE_COMMIT") ? std::getenv("LYCHEE_COMMIT") : "unknown"},
                         {"rows", rows}};
     write_json_file(opt.json_path, j);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention/head_roles.h"
+#include "attention/policies.h"
 #include "attention/tp_assign.h"
 #include "core/error.h"
 #include "test_util.h"
@@ -269,6 +270,91 @@ TEST(TpAssign, DefaultModelTrainedRoles) {
 
 namespace lychee {
 namespace {
+
+// What a rank holds, on Llama-3-8B's shape (32 query / 8 KV heads of 128, MLP 14336) over 2
+// GPUs: every row of Wq|Wk|Wv and every column of Wo belongs to exactly one rank, in the order of
+// its heads; the MLP splits in halves; the shape is the rank's.
+TEST(TpShard, EveryRowAndColumnOnExactlyOneRank) {
+  const ModelConfig c = llama3_8b_shape();
+  const std::vector<std::vector<int>> heads = {{0, 3, 5, 6}, {1, 2, 4, 7}};
+  std::vector<int> qkv_owner(size_t(c.q_dim() + 2 * c.kv_dim()), -1), o_owner(size_t(c.q_dim()), -1),
+      gu_owner(size_t(2 * c.d_ff), -1), down_owner(size_t(c.d_ff), -1);
+  auto claim = [](std::vector<int>& owner, const std::vector<TpBlock>& blocks, int rank, int local_size) {
+    std::vector<int> local(size_t(local_size), 0);
+    for (const TpBlock& b : blocks)
+      for (int i = 0; i < b.n; ++i) {
+        ASSERT_EQ(owner[size_t(b.src + i)], -1) << "row/column " << b.src + i << " held twice";
+        owner[size_t(b.src + i)] = rank;
+        ++local[size_t(b.dst + i)];
+      }
+    for (int v : local) ASSERT_EQ(v, 1) << "a local row/column filled " << v << " times";
+  };
+  for (int r = 0; r < 2; ++r) {
+    const TpShardShape s = tp_shard_shape(c, heads[size_t(r)], r, 2);
+    EXPECT_EQ(s.config.n_heads, 16);
+    EXPECT_EQ(s.config.n_kv_heads, 4);
+    EXPECT_EQ(s.config.d_ff, 7168);
+    EXPECT_EQ(s.config.d_model, c.d_model);
+    EXPECT_EQ(s.config.group_size(), c.group_size());
+    claim(qkv_owner, s.qkv_rows, r, s.config.q_dim() + 2 * s.config.kv_dim());
+    claim(o_owner, s.o_cols, r, s.config.q_dim());
+    claim(gu_owner, s.gate_up_rows, r, 2 * s.config.d_ff);
+    claim(down_owner, s.down_cols, r, s.config.d_ff);
+    // Local KV head j is global heads[r][j]: its K rows come from there.
+    EXPECT_EQ(s.qkv_rows[size_t(4 + 1)], (TpBlock{c.q_dim() + heads[size_t(r)][1] * 128, 16 * 128 + 128, 128}));
+    // Its query heads' Q rows and Wo columns: [h * 4 * 128, (h + 1) * 4 * 128).
+    EXPECT_EQ(s.o_cols[1], (TpBlock{heads[size_t(r)][1] * 512, 512, 512}));
+  }
+  for (const auto* owner : {&qkv_owner, &o_owner, &gu_owner, &down_owner})
+    EXPECT_EQ(std::count(owner->begin(), owner->end(), -1), 0) << "a row or column no rank holds";
+  // KV head 3's rows are rank 0's, KV head 2's rank 1's.
+  EXPECT_EQ(qkv_owner[size_t(c.q_dim() + 3 * 128)], 0);
+  EXPECT_EQ(qkv_owner[size_t(c.q_dim() + c.kv_dim() + 2 * 128)], 1);
+  expect_error([&] { (void)tp_shard_shape(c, {0, 1, 2}, 0, 2); }, ErrorCode::kInvalidArgument, "holds 3 KV heads");
+  ModelConfig odd = c;
+  odd.d_ff = 14335;
+  expect_error([&] { (void)tp_shard_shape(odd, heads[0], 0, 2); }, ErrorCode::kInvalidArgument,
+               "MLP width 14335 is not a multiple of 2");
+}
+
+// A rank runs the spec's patterns at its heads: LycheeDecode's roles of its KV heads, the rest of
+// the spec unchanged, valid for the rank's shape.
+TEST(TpShard, SpecKeepsTheRolesOfTheRanksHeads) {
+  const ModelConfig c = shape(4, 4);
+  const HeadRoles roles = roles_of(c, {{1, 1, 1, 1}, {0, 1, 0, 0}, {0, 0, 1, 1}, {1, 0, 0, 0}});
+  SelectParams sel;
+  sel.budget = 64;
+  const DecodeSpec spec = lychee_spec(c, roles, 16, sel);
+  const std::vector<int> mine = {3, 1};
+  const DecodeSpec part = tp_shard_spec(spec, mine);
+  EXPECT_EQ(part.n_kv_heads, 2);
+  EXPECT_EQ(part.layer_pattern, spec.layer_pattern);
+  EXPECT_EQ(part.select.budget, 64);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int j = 0; j < 2; ++j) EXPECT_EQ(part.layer(l)[size_t(j)], spec.layer(l)[size_t(mine[size_t(j)])]) << l << " " << j;
+  ModelConfig local = c;
+  local.n_kv_heads = 2;
+  local.n_heads = 2 * c.group_size();
+  EXPECT_NO_THROW(part.validate(local));
+  expect_error([&] { (void)tp_shard_spec(spec, {4}); }, ErrorCode::kInvalidArgument, "KV head 4");
+}
+
+// The runner shards by a rank's heads only when every layer splits alike.
+TEST(TpShard, RankHeadsOfEachRule) {
+  const ModelConfig c = shape(4, 4);
+  const HeadRoles roles = roles_of(c, {{1, 1, 0, 0}, {1, 1, 0, 0}, {1, 0, 1, 0}, {0, 0, 1, 1}});
+  EXPECT_EQ(tp_rank_heads(tp_assign(c, roles, 2, TpRule::kContiguous)), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  const auto perm = tp_rank_heads(tp_assign(c, roles, 2, TpRule::kPermutation));
+  ASSERT_EQ(perm.size(), 2u);
+  EXPECT_EQ(perm[0].size(), 2u);
+  // Head 0 retrieves beside each of the others in turn: no one split reaches the bound, so the
+  // per-layer rule splits layers differently, which the runner refuses.
+  const HeadRoles pairs = roles_of(c, {{1, 1, 0, 0}, {1, 0, 1, 0}, {1, 0, 0, 1}, {0, 0, 0, 0}});
+  const TpAssignment per_layer = tp_assign(c, pairs, 2, TpRule::kPerLayer);
+  ASSERT_FALSE(per_layer.same_in_every_layer());
+  expect_error([&] { (void)tp_rank_heads(per_layer); }, ErrorCode::kUnsupported, "per-layer",
+               "different GPUs in different layers");
+}
 
 // `lychee heads tp`: the bench draw at 4 GPUs (contiguous 20 dense heads on the straggler, the
 // permutation 19 = the bound), a GPU count that does not divide reported beside the others, and

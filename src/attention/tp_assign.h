@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention/decode_spec.h"
 #include "attention/head_roles.h"
 #include "model/config.h"
 
@@ -64,7 +65,8 @@ struct TpBalance {
   int selection_transfers = 0;
 };
 
-// Error(kInvalidArgument) unless n_gpus >= 1 divides c.n_kv_heads (naming both numbers).
+// Error(kInvalidArgument) unless n_gpus >= 1 divides c.n_kv_heads and the MLP width (naming both
+// numbers).
 void check_tensor_parallel(const ModelConfig& c, int n_gpus);
 
 TpAssignment tp_assign_contiguous(const ModelConfig& c, int n_gpus);
@@ -83,5 +85,38 @@ TpAssignment tp_assign(const ModelConfig& c, const HeadRoles& roles, int n_gpus,
 
 // Error(kInvalidArgument) when roles and the assignment do not have the same shape.
 TpBalance tp_balance(const TpAssignment& a, const HeadRoles& roles);
+
+// ---------------------------------------------------------------- what a rank holds (the runner)
+
+// The KV heads of each GPU under an assignment that is the same in every layer ([n_gpus], each
+// ascending): the runner shards by these. Error(kUnsupported) for an assignment that differs per
+// layer (kPerLayer: it would send selection sets between GPUs, which the runner does not do).
+std::vector<std::vector<int>> tp_rank_heads(const TpAssignment& a);
+
+// A run of rows or columns a rank copies from the full matrix: [src, src + n) -> [dst, dst + n).
+struct TpBlock {
+  int src = 0, dst = 0, n = 0;
+  bool operator==(const TpBlock&) const = default;
+};
+
+// One rank's part of every layer (Megatron's split, attention by KV heads): its shape (heads,
+// KV heads, MLP width of this rank; the rest as the model) and which rows / columns of each
+// full matrix it holds. The Q/K/V rows of its KV heads (their query heads with them) in the
+// order given; the output product's columns of those query heads; the gate and up rows and the
+// down columns of MLP slice `rank`. Norms and the output / down biases are whole on every rank
+// (the biases are added once, after the all-reduce). Pure.
+struct TpShardShape {
+  ModelConfig config;
+  std::vector<TpBlock> qkv_rows;      // rows of Wq|Wk|Wv (and its bias)
+  std::vector<TpBlock> o_cols;        // columns of Wo
+  std::vector<TpBlock> gate_up_rows;  // rows of Wgate|Wup (and its bias)
+  std::vector<TpBlock> down_cols;     // columns of Wdown
+};
+TpShardShape tp_shard_shape(const ModelConfig& c, const std::vector<int>& kv_heads, int rank, int n_gpus);
+
+// The part of a decode spec a rank runs: every pattern restricted to its KV heads (local head i
+// is global head kv_heads[i]; LycheeDecode's sets stay per KV-head index, so a rank that owns
+// index h in every layer holds every set its sparse heads of index h read). Pure.
+DecodeSpec tp_shard_spec(const DecodeSpec& spec, const std::vector<int>& kv_heads);
 
 }  // namespace lychee

@@ -77,4 +77,15 @@ const DeviceInfo& device_info() {
   return info;
 }
 
+bool first_on_device(uint64_t& devices_done) {
+  static std::mutex m;
+  int d = 0;
+  LY_CUDA_CHECK(cudaGetDevice(&d));
+  const uint64_t bit = uint64_t(1) << (d & 63);
+  std::lock_guard<std::mutex> lock(m);
+  if ((devices_done & bit) != 0) return false;
+  devices_done |= bit;
+  return true;
+}
+
 }  // namespace lychee::cuda

@@ -37,6 +37,12 @@ std::string cuda_device_status();
 // Device-to-device copy bandwidth in GB/s counting bytes read plus written (1 GiB copies, median).
 double device_copy_bandwidth_gbps();
 
+// Whether this is the first call for the current CUDA device with this flag set (each device
+// bit set once): what a kernel's one-time cudaFuncSetAttribute needs, since function
+// attributes live in each device's context (tensor parallelism launches on several devices).
+// Thread-safe; devices 0..63.
+bool first_on_device(uint64_t& devices_done);
+
 }  // namespace lychee::cuda
 
 #define LY_CUDA_CHECK(expr)                                                 \

@@ -474,18 +474,18 @@ __device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, cons
 
 // ------------------------------------------------------------------------------ launchers
 
-// The attention kernel for one (head_dim, page_size), its shared-memory limit raised once.
+// The attention kernel for one (head_dim, page_size), its shared-memory limit raised once per
+// device.
 template <int HeadDim, int PageSize>
 auto attention_kernel() {
   auto* kernel = decode_attention_kernel<HeadDim, PageSize>;
-  static const bool configured = [kernel] {
+  static uint64_t configured = 0;
+  if (first_on_device(configured)) {
     LY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        DecodeTraits<HeadDim>::kSmemBytes));
     LY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        int(cudaSharedmemCarveoutMaxShared)));
-    return true;
-  }();
-  (void)configured;
+  }
   return kernel;
 }
 

@@ -313,16 +313,14 @@ int env_setting(const char* name, std::initializer_list<int> allowed) {
   return -1;
 }
 
-// One instantiation per (R, S, Out), so each staged kernel gets its own once-only attribute call
-// (more than 48 KiB of dynamic shared memory needs it).
+// One instantiation per (R, S, Out), so each staged kernel gets its own attribute call per
+// device (more than 48 KiB of dynamic shared memory needs it).
 template <int R, int S, typename Out>
 void launch_staged(const Fp8GemvArgs<Out>& a, int grid, cudaStream_t stream) {
-  static const bool attribute_set = [] {
+  static uint64_t attribute_set = 0;
+  if (first_on_device(attribute_set))
     LY_CUDA_CHECK(cudaFuncSetAttribute(fp8_gemv_staged_kernel<R, S, Out>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        fp8_gemv_ring_bytes(S)));
-    return true;
-  }();
-  (void)attribute_set;
   launch_pdl(fp8_gemv_staged_kernel<R, S, Out>, grid, kThreads, size_t(fp8_gemv_ring_bytes(S)), stream, a);
 }
 

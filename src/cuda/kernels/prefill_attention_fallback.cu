@@ -226,12 +226,10 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int D>
 void launch(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  static const bool smem_set = [] {
+  static uint64_t smem_set = 0;  // per device
+  if (first_on_device(smem_set))
     LY_CUDA_CHECK(cudaFuncSetAttribute(prefill_fallback_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        Tile<D>::kSmemBytes));
-    return true;
-  }();
-  (void)smem_set;
   const dim3 grid((a.q_len_max + kTileQ - 1) / kTileQ, a.n_heads, a.batch);
   const float scale_log2 = a.scale * 1.4426950408889634f;
   prefill_fallback_kernel<D><<<grid, kThreads, Tile<D>::kSmemBytes, stream>>>(a, scale_log2);

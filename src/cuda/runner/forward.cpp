@@ -12,7 +12,7 @@
 
 namespace lychee::cuda {
 
-void GpuRunner::Impl::decode_attention_layer(int layer, int batch) {
+void Shard::decode_attention_layer(int layer, int batch) {
   const int pat = pattern_of(layer);
   const bool window = step_policy && policy->spec.window_recent > 0;
   DecodeAttentionArgs a{};
@@ -47,7 +47,7 @@ void GpuRunner::Impl::decode_attention_layer(int layer, int batch) {
   decode_attention(a, stream);
 }
 
-void GpuRunner::Impl::attention(int layer, bool decode, int batch, int q_len, int max_kv_len) {
+void Shard::attention(int layer, bool decode, int batch, int q_len, int max_kv_len) {
   if (decode) return decode_attention_layer(layer, batch);
   PrefillAttentionArgs a{};
   a.q = q.data();
@@ -78,7 +78,7 @@ void GpuRunner::Impl::attention(int layer, bool decode, int batch, int q_len, in
 // cuBLASLt, in stream order, so one scratch serves every matrix. cuBLASLt's FP8 GEMM would skip
 // the widening but takes FP8 activations too (e4m3 x, one more quantisation of every input row):
 // a quality question left to measure before it replaces this.
-void GpuRunner::Impl::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
+void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
   if (!w.fp8()) return gemm->bf16_out(x, w.values, y, n, w.cols, w.rows);
   if (o.fp8_gemv && fp8_gemv_launches(n) > 0) {
     for (int i = 0; i < n; i += kFp8GemvMaxRows)
@@ -90,49 +90,72 @@ void GpuRunner::Impl::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) 
   gemm->bf16_out(x, dequant.data(), y, n, w.cols, w.rows);
 }
 
-// n tokens through every layer; the logits of the last `decode ? n : 1` rows. A decode step
-// first applies the step's block-table changes; with the policy, a layer's selections run on a
-// side stream (a parallel branch of the graph) beside the next layer's projections and MLP, and
-// the next layer's attention waits for them (it reads their lists and rewrites the scores).
-void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_kv_len) {
-  const int d = c.d_model, ff = c.d_ff;
+// The phases of a forward pass on this shard. A decode step first applies the step's
+// block-table changes; with the policy, a layer's selections run on a side stream (a parallel
+// branch of the graph) beside the next layer's projections and MLP, and the next layer's
+// attention waits for them (it reads their lists and rewrites the scores).
+void Shard::join() {
+  if (!forked) return;
+  LY_CUDA_CHECK(cudaEventRecord(join_event, side));
+  LY_CUDA_CHECK(cudaStreamWaitEvent(stream, join_event));
+  forked = false;
+}
+
+void Shard::forward_begin(int n, bool decode) {
+  use();
   if (decode)
     scatter_pairs(decode_table.data(), meta_dev<int32_t>(meta.deltas), meta_dev<int32_t>(meta.n_deltas),
                   o.max_batch * max_pages, stream);
-  bool forked = false;  // selections queued on the side stream and not yet joined
-  auto join = [&] {
-    if (!forked) return;
-    LY_CUDA_CHECK(cudaEventRecord(join_event, side));
-    LY_CUDA_CHECK(cudaStreamWaitEvent(stream, join_event));
-    forked = false;
-  };
-  embed(meta_dev<int32_t>(meta.tokens), w->embed, x.data(), n, d, stream);
-  add_rmsnorm(x.data(), nullptr, nullptr, w->layers[0].attn_norm, h.data(), n, d, c.rms_eps, stream);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const GpuLayerWeights& L = w->layers[size_t(l)];
-    linear(L.wqkv, h.data(), qkv.data(), n);
-    QkvArgs qa{qkv.data(), L.bqkv, L.q_norm, L.k_norm, c.rms_eps, meta_dev<int32_t>(meta.positions),
-               meta_dev<int32_t>(meta.kv_page), meta_dev<int32_t>(meta.kv_row), w->inv_freq, q.data(),
-               pool->k(l), pool->v(l), n, c.n_heads, c.n_kv_heads, c.head_dim, o.page_size};
-    qkv_rope_append(qa, stream);
-    join();
-    if (decode && step_policy) select_before(l, batch);
-    attention(l, decode, batch, q_len, max_kv_len);
-    if (decode && step_policy && select_after_needed(l)) {
-      LY_CUDA_CHECK(cudaEventRecord(fork_event, stream));
-      LY_CUDA_CHECK(cudaStreamWaitEvent(side, fork_event));
-      select_after(l, batch, side);
-      forked = true;
-    }
-    linear(L.wo, att.data(), o_buf.data(), n);
-    add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, d, c.rms_eps, stream);
-    linear(L.w_gate_up, h.data(), gu.data(), n);
-    silu_mul(gu.data(), L.b_gate_up, act.data(), n, ff, stream);
-    linear(L.w_down, act.data(), o_buf.data(), n);
-    const float* next_norm = l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
-    add_rmsnorm(x.data(), o_buf.data(), L.b_down, next_norm, h.data(), n, d, c.rms_eps, stream);
-  }
+  forked = false;
+  embed(meta_dev<int32_t>(meta.tokens), w->embed, x.data(), n, c.d_model, stream);
+  add_rmsnorm(x.data(), nullptr, nullptr, w->layers[0].attn_norm, h.data(), n, c.d_model, c.rms_eps, stream);
+}
+
+void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int max_kv_len) {
+  use();
+  const GpuLayerWeights& L = w->layers[size_t(l)];
+  linear(L.wqkv, h.data(), qkv.data(), n);
+  QkvArgs qa{qkv.data(), L.bqkv, L.q_norm, L.k_norm, c.rms_eps, meta_dev<int32_t>(meta.positions),
+             meta_dev<int32_t>(meta.kv_page), meta_dev<int32_t>(meta.kv_row), w->inv_freq, q.data(),
+             pool->k(l), pool->v(l), n, c.n_heads, c.n_kv_heads, c.head_dim, o.page_size};
+  qkv_rope_append(qa, stream);
   join();
+  const bool timed = !attn_events.empty();
+  if (timed) LY_CUDA_CHECK(cudaEventRecord(attn_events[size_t(2 * l)], stream));
+  if (decode && step_policy) select_before(l, batch);
+  attention(l, decode, batch, q_len, max_kv_len);
+  if (timed) LY_CUDA_CHECK(cudaEventRecord(attn_events[size_t(2 * l + 1)], stream));
+  if (decode && step_policy && select_after_needed(l)) {
+    LY_CUDA_CHECK(cudaEventRecord(fork_event, stream));
+    LY_CUDA_CHECK(cudaStreamWaitEvent(side, fork_event));
+    select_after(l, batch, side);
+    forked = true;
+  }
+  linear(L.wo, att.data(), o_buf.data(), n);
+}
+
+void Shard::mlp_block(int l, int n) {
+  use();
+  const GpuLayerWeights& L = w->layers[size_t(l)];
+  add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, c.d_model, c.rms_eps, stream);
+  linear(L.w_gate_up, h.data(), gu.data(), n);
+  silu_mul(gu.data(), L.b_gate_up, act.data(), n, c.d_ff, stream);
+  linear(L.w_down, act.data(), o_buf.data(), n);
+}
+
+void Shard::residual(int l, int n) {
+  use();
+  const GpuLayerWeights& L = w->layers[size_t(l)];
+  const float* next_norm = l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
+  add_rmsnorm(x.data(), o_buf.data(), L.b_down, next_norm, h.data(), n, c.d_model, c.rms_eps, stream);
+}
+
+// The logits of the last `decode ? n : 1` rows (with `logits`: rank 0 alone computes them).
+void Shard::forward_end(int n, bool decode, bool logits_wanted) {
+  use();
+  join();
+  if (!logits_wanted) return;
+  const int d = c.d_model;
   const int rows = decode ? n : 1;
   const bf16* last = h.data() + size_t(n - rows) * d;
   if (w->output8.fp8() && o.fp8_gemv && fp8_gemv_launches(rows) > 0) {
@@ -144,9 +167,33 @@ void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_
   gemm->f32_out(last, w->output, logits.data(), rows, d, c.vocab_size);
 }
 
+// n tokens through every layer, every shard's phases in turn; under tensor parallelism each
+// attention's and each MLP's o_buf (a partial sum over the rank's heads or MLP slice) is summed
+// over the ranks by an in-place NCCL all-reduce before the residual add, so x stays the same on
+// every rank. Biases of the output and down products are added once, after the sum.
+void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_kv_len) {
+  for (auto& s : shards) s->forward_begin(n, decode);
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (auto& s : shards) s->attention_block(l, n, decode, batch, q_len, max_kv_len);
+    all_reduce(n);
+    for (auto& s : shards) s->mlp_block(l, n);
+    all_reduce(n);
+    for (auto& s : shards) s->residual(l, n);
+  }
+  for (auto& s : shards) s->forward_end(n, decode, s->rank == 0);
+}
+
+void GpuRunner::Impl::all_reduce(int n) {
+  if (!comm) return;
+  std::vector<void*> bufs;
+  for (auto& s : shards) bufs.push_back(s->o_buf.data());
+  const std::vector<cudaStream_t> st = streams();
+  comm->all_reduce_sum_in_place(bufs, size_t(n) * size_t(c.d_model), ReduceType::kBf16, st);
+}
+
 // Page bounds (Quest): the page metadata of the chunks that changed, the bound scores, and the
 // per-query-head selection this layer reads.
-void GpuRunner::Impl::select_before(int layer, int batch) {
+void Shard::select_before(int layer, int batch) {
   if (!policy->layers[size_t(layer)].page_bound) return;
   QuestArgs qa{};
   qa.k_pool = pool->k(layer);
@@ -171,12 +218,12 @@ void GpuRunner::Impl::select_before(int layer, int batch) {
 
 // After the layer's attention: the selections of its selector heads (from the scores the
 // attention kernel just wrote), and the union count of per-query-head reads.
-bool GpuRunner::Impl::select_after_needed(int layer) const {
+bool Shard::select_after_needed(int layer) const {
   const KernelLayer& kl = policy->layers[size_t(layer)];
   return (!kl.page_bound && kl.n_sel > 0) || kl.union_count;
 }
 
-void GpuRunner::Impl::select_after(int layer, int batch, cudaStream_t s) {
+void Shard::select_after(int layer, int batch, cudaStream_t s) {
   const KernelLayer& kl = policy->layers[size_t(layer)];
   if (!kl.page_bound) run_selection(layer, batch, s);
   if (!kl.union_count) return;
@@ -193,7 +240,7 @@ void GpuRunner::Impl::select_after(int layer, int batch, cudaStream_t s) {
   count_union_reads(ua, batch, s);
 }
 
-void GpuRunner::Impl::run_selection(int layer, int batch, cudaStream_t s) {
+void Shard::run_selection(int layer, int batch, cudaStream_t s) {
   const KernelLayer& kl = policy->layers[size_t(layer)];
   if (kl.n_sel == 0) return;
   const SelectParams& p = policy->spec.select;

@@ -6,7 +6,10 @@
 #include <map>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "attention/policies.h"
+#include "attention/tp_assign.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "cuda/kernels/decode_attention.h"
@@ -21,6 +24,28 @@ std::shared_ptr<const GpuWeights> upload_weights(const Checkpoint& ck, GpuWeight
 std::shared_ptr<const GpuWeights> random_weights(const ModelConfig& c, uint64_t seed, GpuWeightFormat format,
                                                  const Fp8Keep& keep) {
   return std::make_shared<const GpuWeights>(GpuWeights::random(c, seed, format, keep));
+}
+ShardedWeights shard_weights(const Checkpoint* ck, const ModelConfig& c, uint64_t seed, GpuWeightFormat format,
+                             const Fp8Keep& keep, const TpPlan& plan) {
+  const int n = int(plan.devices.size());
+  check_tensor_parallel(c, n);
+  LY_CHECK(plan.kv_heads.size() == plan.devices.size(), ErrorCode::kInvalidArgument,
+           "tensor parallel: {} devices but {} head lists", plan.devices.size(), plan.kv_heads.size());
+  int n_devices = 0;
+  LY_CUDA_CHECK(cudaGetDeviceCount(&n_devices));
+  for (int d : plan.devices)
+    LY_CHECK(d >= 0 && d < n_devices, ErrorCode::kInvalidArgument,
+             "--tensor-parallel {}: CUDA device {} does not exist (this process sees {})", n, d, n_devices);
+  int current = 0;
+  LY_CUDA_CHECK(cudaGetDevice(&current));
+  ShardedWeights out;
+  for (int r = 0; r < n; ++r) {
+    LY_CUDA_CHECK(cudaSetDevice(plan.devices[size_t(r)]));
+    out.push_back(std::make_shared<const GpuWeights>(
+        GpuWeights::shard(ck, c, seed, format, keep, plan.kv_heads[size_t(r)], r, n)));
+  }
+  LY_CUDA_CHECK(cudaSetDevice(current));
+  return out;
 }
 uint64_t weight_bytes_per_step(const GpuWeights& w, int batch) { return w.bytes_read_per_step(batch); }
 size_t weight_bytes(const GpuWeights& w) { return w.bytes(); }
@@ -59,21 +84,17 @@ size_t largest_matrix(const GpuWeights& w) {
 
 }  // namespace
 
-GpuRunner::Impl::Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt)
-    : w(std::move(weights)), c(w->config()), o(opt),
+Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt, size_t kv_bytes)
+    : w(std::move(weights)), c(w->config()), rank(w->tp_rank()), device(w->device()), o(opt),
       max_context(opt.max_context > 0 ? std::min(opt.max_context, c.max_context) : c.max_context),
       max_pages((max_context + opt.page_size - 1) / opt.page_size + 1),
       max_tokens(std::max(opt.max_prefill_tokens, opt.max_batch)),
       max_items(std::max(2 * device_info().sm_count * 4, opt.max_batch * c.n_kv_heads)),
       max_slots(max_items),
       meta(max_tokens, opt.max_batch, max_pages, max_items, c.n_heads, c.n_layers + 1),
-      tokens_ring(size_t(opt.max_batch)),
+      tokens_ring((use(), size_t(opt.max_batch))),
       reads_ring(size_t(opt.max_batch)),
       planner(planner_shape(c, opt, max_items, max_pages), meta) {
-  LY_CHECK(opt.max_batch >= 1 && opt.max_prefill_tokens >= 1, ErrorCode::kInvalidArgument,
-           "max_batch and max_prefill_tokens must be >= 1");
-  const std::string why = gpu_unsupported(full_spec(c), c, opt.page_size);
-  LY_CHECK(why.empty(), ErrorCode::kUnsupported, "{}", why);
   LY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   LY_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming));
@@ -81,8 +102,6 @@ GpuRunner::Impl::Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOpt
   for (cudaEvent_t& e : step_consumed) LY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&plan_consumed, cudaEventDisableTiming));
   gemm = std::make_unique<Gemm>(stream);
-  const size_t kv_bytes = o.kv_memory_gib > 0 ? size_t(o.kv_memory_gib * double(size_t(1) << 30))
-                                              : auto_kv_bytes(c, o, max_context);
   pool = std::make_unique<KvPool>(c, o.page_size, kv_bytes);
   prefill_attn = std::make_unique<PrefillAttention>();
   const size_t d = size_t(c.d_model), mt = size_t(max_tokens);
@@ -96,7 +115,7 @@ GpuRunner::Impl::Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOpt
   act = DeviceBuffer<bf16>(mt * size_t(c.d_ff));
   if (w->format() == GpuWeightFormat::kFp8 && (!o.fp8_gemv || fp8_gemv_launches(max_tokens) == 0))
     dequant = DeviceBuffer<bf16>(largest_matrix(*w));
-  logits = DeviceBuffer<float>(size_t(o.max_batch) * c.vocab_size);
+  logits = DeviceBuffer<float>(rank == 0 ? size_t(o.max_batch) * c.vocab_size : 0);
   partial_o = DeviceBuffer<float>(size_t(max_slots) * c.group_size() * c.head_dim);
   partial_lse = DeviceBuffer<float>(size_t(max_slots) * c.group_size());
   sampled = DeviceBuffer<int32_t>(size_t(o.max_batch));
@@ -110,13 +129,11 @@ GpuRunner::Impl::Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOpt
   row_synced.assign(size_t(o.max_batch), 0);
   token_reads = DeviceBuffer<unsigned long long>(size_t(o.max_batch));
   LY_CUDA_CHECK(cudaMemset(token_reads.data(), 0, size_t(o.max_batch) * 8));
-  LY_LOG_INFO("GPU runner: {} KV pages of {} tokens ({:.2f} GiB), max context {}, max batch {}",
-              pool->n_pages(), o.page_size, double(pool->bytes_per_page()) * pool->n_pages() / (1 << 30),
-              max_context, o.max_batch);
 }
 
-GpuRunner::Impl::~Impl() {
-  graphs.clear();
+Shard::~Shard() {
+  cudaSetDevice(device);  // the members below are this device's
+  for (cudaEvent_t e : attn_events) cudaEventDestroy(e);
   for (cudaEvent_t e : step_consumed)
     if (e != nullptr) cudaEventDestroy(e);
   if (plan_consumed != nullptr) cudaEventDestroy(plan_consumed);
@@ -126,7 +143,80 @@ GpuRunner::Impl::~Impl() {
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
-void GpuRunner::Impl::wait_event(cudaEvent_t e) {
+GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, const RunnerOptions& opt) : o(opt) {
+  LY_CHECK(!weights.empty() && weights[0] != nullptr, ErrorCode::kInvalidArgument, "GPU runner: no weights");
+  LY_CHECK(opt.max_batch >= 1 && opt.max_prefill_tokens >= 1, ErrorCode::kInvalidArgument,
+           "max_batch and max_prefill_tokens must be >= 1");
+  c = weights[0]->full_config();
+  const int n = int(weights.size());
+  for (int r = 0; r < n; ++r) {
+    const GpuWeights& w = *weights[size_t(r)];
+    LY_CHECK(w.tp_size() == n && w.tp_rank() == r, ErrorCode::kInvalidArgument,
+             "GPU runner: shard {} of {} holds rank {} of {}", r, n, w.tp_rank(), w.tp_size());
+    devices.push_back(w.device());
+    std::vector<int> heads = w.kv_heads();
+    if (heads.empty())
+      for (int h = 0; h < c.n_kv_heads; ++h) heads.push_back(h);
+    kv_heads.push_back(std::move(heads));
+  }
+  const std::string why = gpu_unsupported(full_spec(c), c, opt.page_size);
+  LY_CHECK(why.empty(), ErrorCode::kUnsupported, "{}", why);
+  int current = 0;
+  LY_CUDA_CHECK(cudaGetDevice(&current));
+  // Peer access between the ranks (rank 0's sampled tokens reach the others by a device copy).
+  for (int a : devices)
+    for (int b : devices) {
+      int can = 0;
+      if (a == b || cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || !can) continue;
+      LY_CUDA_CHECK(cudaSetDevice(a));
+      const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+      else LY_CUDA_CHECK(e);
+    }
+  // The same page count on every rank: the smallest any rank's memory allows.
+  const int max_ctx = opt.max_context > 0 ? std::min(opt.max_context, c.max_context) : c.max_context;
+  size_t kv_bytes = SIZE_MAX;
+  for (int r = 0; r < n; ++r) {
+    LY_CUDA_CHECK(cudaSetDevice(devices[size_t(r)]));
+    const ModelConfig& cr = weights[size_t(r)]->config();
+    const size_t want = o.kv_memory_gib > 0 ? size_t(o.kv_memory_gib * double(size_t(1) << 30))
+                                            : auto_kv_bytes(cr, o, max_ctx);
+    kv_bytes = std::min(kv_bytes, want);
+  }
+  for (int r = 0; r < n; ++r) {
+    LY_CUDA_CHECK(cudaSetDevice(devices[size_t(r)]));
+    shards.push_back(std::make_unique<Shard>(weights[size_t(r)], o, kv_bytes));
+  }
+  for (int r = 1; r < n; ++r)
+    LY_CHECK(shards[size_t(r)]->pool->n_pages() == lead().pool->n_pages(), ErrorCode::kInternal,
+             "tensor parallel: rank {} has {} KV pages, rank 0 {}", r, shards[size_t(r)]->pool->n_pages(),
+             lead().pool->n_pages());
+  if (n > 1 || o.nccl) comm = std::make_unique<NcclComm>(devices);
+  LY_CUDA_CHECK(cudaSetDevice(devices[0]));
+  LY_CUDA_CHECK(cudaEventCreateWithFlags(&sampled_ready, cudaEventDisableTiming));
+  LY_CUDA_CHECK(cudaSetDevice(current));
+  const KvPool& p = *lead().pool;
+  LY_LOG_INFO("GPU runner: {} KV pages of {} tokens ({:.2f} GiB{}), max context {}, max batch {}{}", p.n_pages(),
+              o.page_size, double(p.bytes_per_page()) * p.n_pages() / (1 << 30), n > 1 ? " per GPU" : "",
+              lead().max_context, o.max_batch,
+              n > 1 ? fmt::format(", tensor parallel over {} GPUs", n) : std::string());
+}
+
+GpuRunner::Impl::~Impl() {
+  graphs.clear();
+  if (sampled_ready != nullptr) {
+    cudaSetDevice(devices[0]);
+    cudaEventDestroy(sampled_ready);
+  }
+}
+
+std::vector<cudaStream_t> GpuRunner::Impl::streams() const {
+  std::vector<cudaStream_t> v;
+  for (const auto& s : shards) v.push_back(s->stream);
+  return v;
+}
+
+void Shard::wait_event(cudaEvent_t e) {
   const cudaError_t q = cudaEventQuery(e);
   if (q == cudaSuccess) return;
   LY_CHECK(q == cudaErrorNotReady, ErrorCode::kInternal, "CUDA error: {}", cudaGetErrorString(q));
@@ -134,17 +224,17 @@ void GpuRunner::Impl::wait_event(cudaEvent_t e) {
   LY_CUDA_CHECK(cudaEventSynchronize(e));
 }
 
-void GpuRunner::Impl::begin_step() {
+void Shard::begin_step() {
   staging ^= 1;
   wait_event(step_consumed[staging]);
 }
 
-void GpuRunner::Impl::upload_step(size_t bytes) {
+void Shard::upload_step(size_t bytes) {
   LY_CUDA_CHECK(cudaMemcpyAsync(meta_d.data(), meta_host<uint8_t>(0), bytes, cudaMemcpyHostToDevice, stream));
   LY_CUDA_CHECK(cudaEventRecord(step_consumed[staging], stream));
 }
 
-void GpuRunner::Impl::plan_and_upload(const GpuPolicyPlan* plan, std::span<const int> lens) {
+void Shard::plan_and_upload(const GpuPolicyPlan* plan, std::span<const int> lens) {
   const size_t end = planner.plan(plan, lens, meta_h.data(), [&] { wait_event(plan_consumed); });
   if (end == 0) return;  // the plans on the device are still right
   LY_CUDA_CHECK(cudaMemcpyAsync(meta_d.data() + meta.n_items, meta_h.data() + meta.n_items, end - meta.n_items,
@@ -152,7 +242,7 @@ void GpuRunner::Impl::plan_and_upload(const GpuPolicyPlan* plan, std::span<const
   LY_CUDA_CHECK(cudaEventRecord(plan_consumed, stream));
 }
 
-void GpuRunner::Impl::ensure_pages(GpuSeq& seq, int new_length) {
+void Shard::ensure_pages(GpuSeq& seq, int new_length) {
   LY_CHECK(new_length <= max_context, ErrorCode::kCapacity,
            "sequence of {} tokens exceeds the GPU context limit of {} tokens (--max-context)", new_length,
            max_context);
@@ -160,122 +250,249 @@ void GpuRunner::Impl::ensure_pages(GpuSeq& seq, int new_length) {
 }
 
 GpuRunner::GpuRunner(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& options)
-    : impl_(std::make_unique<Impl>(std::move(weights), options)) {}
+    : GpuRunner(ShardedWeights{std::move(weights)}, options) {}
+
+GpuRunner::GpuRunner(ShardedWeights shards, const RunnerOptions& options)
+    : impl_(std::make_unique<Impl>(std::move(shards), options)) {}
 
 GpuRunner::~GpuRunner() = default;
 
 const ModelConfig& GpuRunner::config() const { return impl_->c; }
 const RunnerOptions& GpuRunner::options() const { return impl_->o; }
-int GpuRunner::max_context() const { return impl_->max_context; }
+int GpuRunner::max_context() const { return impl_->shards[0]->max_context; }
+int GpuRunner::tensor_parallel() const { return impl_->size(); }
+
+TpStats GpuRunner::tp_stats() const {
+  const Impl& m = *impl_;
+  return {m.size(), m.reduce_calls, m.reduce_bytes, all_reduce_wire_bytes(m.reduce_bytes, m.size()), 0};
+}
+
+void GpuRunner::Impl::count_reduces(int n) {
+  if (!comm) return;
+  reduce_calls += 2 * uint64_t(c.n_layers);
+  reduce_bytes += 2 * uint64_t(c.n_layers) * uint64_t(n) * uint64_t(c.d_model) * 2;
+}
 
 void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
-  Impl& m = *impl_;
+  Impl& im = *impl_;
+  Shard& lead = im.lead();
   LY_CHECK(!tokens.empty(), ErrorCode::kInvalidArgument, "prefill needs at least one token");
-  for (size_t start = 0; start < tokens.size(); start += size_t(m.o.max_prefill_tokens)) {
-    const int n = int(std::min(tokens.size() - start, size_t(m.o.max_prefill_tokens)));
-    m.ensure_pages(seq, seq.length + n);
-    m.begin_step();
+  for (size_t start = 0; start < tokens.size(); start += size_t(im.o.max_prefill_tokens)) {
+    const int n = int(std::min(tokens.size() - start, size_t(im.o.max_prefill_tokens)));
     for (int t = 0; t < n; ++t) {
       const int32_t tok = tokens[start + size_t(t)];
-      LY_CHECK(tok >= 0 && tok < m.c.vocab_size, ErrorCode::kInvalidArgument,
-               "token id {} is outside the vocabulary (size {})", tok, m.c.vocab_size);
-      const int pos = seq.length + t;
-      m.meta_host<int32_t>(m.meta.tokens)[t] = tok;
-      m.meta_host<int32_t>(m.meta.positions)[t] = pos;
-      m.meta_host<int32_t>(m.meta.kv_page)[t] = seq.pages[size_t(pos / m.o.page_size)];
-      m.meta_host<int32_t>(m.meta.kv_row)[t] = pos % m.o.page_size;
+      LY_CHECK(tok >= 0 && tok < im.c.vocab_size, ErrorCode::kInvalidArgument,
+               "token id {} is outside the vocabulary (size {})", tok, im.c.vocab_size);
     }
-    m.meta_host<int32_t>(m.meta.q_lens)[0] = n;
-    m.meta_host<int32_t>(m.meta.seq_lens)[0] = seq.length + n;
-    std::copy(seq.pages.begin(), seq.pages.end(), m.meta_host<int32_t>(m.meta.block_table));
-    m.meta_host<int32_t>(m.meta.n_deltas)[0] = 0;
-    m.upload_step(m.meta.deltas);
-    ++m.n_forwards;
-    m.forward(n, false, 1, n, seq.length + n);
+    lead.ensure_pages(seq, seq.length + n);
+    for (auto& sp : im.shards) {
+      Shard& m = *sp;
+      m.use();
+      m.begin_step();
+      for (int t = 0; t < n; ++t) {
+        const int pos = seq.length + t;
+        m.meta_host<int32_t>(m.meta.tokens)[t] = tokens[start + size_t(t)];
+        m.meta_host<int32_t>(m.meta.positions)[t] = pos;
+        m.meta_host<int32_t>(m.meta.kv_page)[t] = seq.pages[size_t(pos / m.o.page_size)];
+        m.meta_host<int32_t>(m.meta.kv_row)[t] = pos % m.o.page_size;
+      }
+      m.meta_host<int32_t>(m.meta.q_lens)[0] = n;
+      m.meta_host<int32_t>(m.meta.seq_lens)[0] = seq.length + n;
+      std::copy(seq.pages.begin(), seq.pages.end(), m.meta_host<int32_t>(m.meta.block_table));
+      m.meta_host<int32_t>(m.meta.n_deltas)[0] = 0;
+      m.upload_step(m.meta.deltas);
+      ++m.n_forwards;
+    }
+    im.forward(n, false, 1, n, seq.length + n);
+    im.count_reduces(n);
     seq.length += n;
   }
+  im.lead().use();
 }
 
 void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy) {
-  Impl& m = *impl_;
+  impl_->decode(seqs, tokens, use_policy, impl_->o.cuda_graphs);
+}
+
+void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy,
+                             bool use_graphs) {
+  Shard& lead_shard = lead();
   const int batch = int(seqs.size());
-  LY_CHECK(batch >= 1 && batch <= m.o.max_batch, ErrorCode::kInvalidArgument,
-           "decode batch of {} sequences (1..{} supported)", batch, m.o.max_batch);
+  LY_CHECK(batch >= 1 && batch <= o.max_batch, ErrorCode::kInvalidArgument,
+           "decode batch of {} sequences (1..{} supported)", batch, o.max_batch);
   LY_CHECK(tokens.empty() || int(tokens.size()) == batch, ErrorCode::kInvalidArgument,
            "decode got {} tokens for {} sequences", tokens.size(), batch);
   for (int b = 0; b < batch; ++b) {  // every check and page before any state changes
     GpuSeq& s = *seqs[size_t(b)];
     LY_CHECK(s.length > 0, ErrorCode::kInvalidArgument, "decode of an empty sequence (prefill first)");
     if (!tokens.empty())
-      LY_CHECK(tokens[size_t(b)] >= 0 && tokens[size_t(b)] < m.c.vocab_size, ErrorCode::kInvalidArgument,
-               "token id {} is outside the vocabulary (size {})", tokens[size_t(b)], m.c.vocab_size);
-    m.ensure_pages(s, s.length + 1);
+      LY_CHECK(tokens[size_t(b)] >= 0 && tokens[size_t(b)] < c.vocab_size, ErrorCode::kInvalidArgument,
+               "token id {} is outside the vocabulary (size {})", tokens[size_t(b)], c.vocab_size);
+    lead_shard.ensure_pages(s, s.length + 1);
   }
-  m.begin_step();
-  // The block table lives on the device; a step sends only the pages a row's device copy lacks
-  // (a sequence new to its row: all of them; otherwise the pages added since).
-  auto* deltas = m.meta_host<int32_t>(m.meta.deltas);
-  int n_deltas = 0;
-  for (int b = 0; b < batch; ++b) {
-    GpuSeq& s = *seqs[size_t(b)];
-    if (s.table_id == 0) s.table_id = ++m.next_table_id;
-    if (m.row_table_id[size_t(b)] != s.table_id || m.row_synced[size_t(b)] > int(s.pages.size())) {
-      m.row_table_id[size_t(b)] = s.table_id;
-      m.row_synced[size_t(b)] = 0;
-    }
-    for (int i = m.row_synced[size_t(b)]; i < int(s.pages.size()); ++i) {
-      deltas[2 * n_deltas] = b * m.max_pages + i;
-      deltas[2 * n_deltas + 1] = s.pages[size_t(i)];
-      ++n_deltas;
-    }
-    m.row_synced[size_t(b)] = int(s.pages.size());
-    if (!tokens.empty()) m.meta_host<int32_t>(m.meta.tokens)[b] = tokens[size_t(b)];
-    m.meta_host<int32_t>(m.meta.positions)[b] = s.length;
-    m.meta_host<int32_t>(m.meta.kv_page)[b] = s.pages[size_t(s.length / m.o.page_size)];
-    m.meta_host<int32_t>(m.meta.kv_row)[b] = s.length % m.o.page_size;
-    m.meta_host<int32_t>(m.meta.seq_lens)[b] = s.length + 1;
-    m.meta_host<int32_t>(m.meta.quest_from)[b] = s.quest_epoch == m.policy_epoch ? std::min(s.quest_from, s.length) : 0;
-  }
-  m.meta_host<int32_t>(m.meta.n_deltas)[0] = n_deltas;
-  m.upload_step(m.meta.deltas + size_t(n_deltas) * 8);
-  m.step_policy = use_policy && m.policy.has_value();
+  for (int b = 0; b < batch; ++b)
+    if (seqs[size_t(b)]->table_id == 0) seqs[size_t(b)]->table_id = ++lead_shard.next_table_id;
   std::vector<int> lens(static_cast<size_t>(batch));
   for (int b = 0; b < batch; ++b) lens[size_t(b)] = seqs[size_t(b)]->length + 1;
-  m.plan_and_upload(m.step_policy ? &*m.policy : nullptr, lens);
-  if (tokens.empty())  // feed the tokens sampled on the device by the previous step
-    LY_CUDA_CHECK(cudaMemcpyAsync(m.meta_dev<int32_t>(m.meta.tokens), m.sampled.data(), size_t(batch) * 4,
-                                  cudaMemcpyDeviceToDevice, m.stream));
-  ++m.n_forwards;
-  if (m.o.cuda_graphs)
-    m.graphs.run(batch * 2 + (m.step_policy ? 1 : 0), m.stream, [&] { m.forward(batch, true, batch, 1, 0); });
-  else
-    m.forward(batch, true, batch, 1, 0);
+  if (tokens.empty() && size() > 1) {  // ranks > 0 copy rank 0's sampled tokens after its sampling
+    lead_shard.use();
+    LY_CUDA_CHECK(cudaEventRecord(sampled_ready, lead_shard.stream));
+  }
+  bool step_policy = false;
+  for (auto& sp : shards) {
+    Shard& m = *sp;
+    m.use();
+    m.begin_step();
+    // The block table lives on the device; a step sends only the pages a row's device copy lacks
+    // (a sequence new to its row: all of them; otherwise the pages added since).
+    auto* deltas = m.meta_host<int32_t>(m.meta.deltas);
+    int n_deltas = 0;
+    for (int b = 0; b < batch; ++b) {
+      GpuSeq& s = *seqs[size_t(b)];
+      if (m.row_table_id[size_t(b)] != s.table_id || m.row_synced[size_t(b)] > int(s.pages.size())) {
+        m.row_table_id[size_t(b)] = s.table_id;
+        m.row_synced[size_t(b)] = 0;
+      }
+      for (int i = m.row_synced[size_t(b)]; i < int(s.pages.size()); ++i) {
+        deltas[2 * n_deltas] = b * m.max_pages + i;
+        deltas[2 * n_deltas + 1] = s.pages[size_t(i)];
+        ++n_deltas;
+      }
+      m.row_synced[size_t(b)] = int(s.pages.size());
+      if (!tokens.empty()) m.meta_host<int32_t>(m.meta.tokens)[b] = tokens[size_t(b)];
+      m.meta_host<int32_t>(m.meta.positions)[b] = s.length;
+      m.meta_host<int32_t>(m.meta.kv_page)[b] = s.pages[size_t(s.length / m.o.page_size)];
+      m.meta_host<int32_t>(m.meta.kv_row)[b] = s.length % m.o.page_size;
+      m.meta_host<int32_t>(m.meta.seq_lens)[b] = s.length + 1;
+      m.meta_host<int32_t>(m.meta.quest_from)[b] =
+          s.quest_epoch == m.policy_epoch ? std::min(s.quest_from, s.length) : 0;
+    }
+    m.meta_host<int32_t>(m.meta.n_deltas)[0] = n_deltas;
+    m.upload_step(m.meta.deltas + size_t(n_deltas) * 8);
+    m.step_policy = use_policy && m.policy.has_value();
+    step_policy = m.step_policy;
+    m.plan_and_upload(m.step_policy ? &*m.policy : nullptr, lens);
+    if (tokens.empty()) {  // feed the tokens sampled on the device by the previous step
+      if (m.rank == 0) {
+        LY_CUDA_CHECK(cudaMemcpyAsync(m.meta_dev<int32_t>(m.meta.tokens), m.sampled.data(), size_t(batch) * 4,
+                                      cudaMemcpyDeviceToDevice, m.stream));
+      } else {
+        LY_CUDA_CHECK(cudaStreamWaitEvent(m.stream, sampled_ready));
+        LY_CUDA_CHECK(cudaMemcpyPeerAsync(m.meta_dev<int32_t>(m.meta.tokens), m.device, lead_shard.sampled.data(),
+                                          lead_shard.device, size_t(batch) * 4, m.stream));
+      }
+    }
+    ++m.n_forwards;
+  }
+  if (use_graphs) {
+    const std::vector<cudaStream_t> st = streams();
+    graphs.run(batch * 2 + (step_policy ? 1 : 0), devices, st, [&] { forward(batch, true, batch, 1, 0); });
+  } else {
+    forward(batch, true, batch, 1, 0);
+  }
+  count_reduces(batch);
+  lead_shard.use();
   for (GpuSeq* s : seqs) {
     s->length += 1;
-    if (m.step_policy && m.policy->spec.has(lychee::ScoreKind::kPageBound)) {
+    if (step_policy && lead_shard.policy->spec.has(lychee::ScoreKind::kPageBound)) {
       s->quest_from = s->length;
-      s->quest_epoch = m.policy_epoch;
+      s->quest_epoch = lead_shard.policy_epoch;
     }
   }
 }
 
+std::vector<std::vector<float>> GpuRunner::profile_decode(std::span<GpuSeq* const> seqs,
+                                                          std::span<const int32_t> tokens, bool use_policy) {
+  Impl& im = *impl_;
+  const int L = im.c.n_layers;
+  for (auto& sp : im.shards) {
+    sp->use();
+    if (sp->attn_events.empty()) {
+      sp->attn_events.resize(size_t(2 * L));
+      for (cudaEvent_t& e : sp->attn_events) LY_CUDA_CHECK(cudaEventCreate(&e));
+    }
+  }
+  try {
+    im.decode(seqs, tokens, use_policy, false);
+  } catch (...) {
+    for (auto& sp : im.shards) {
+      sp->use();
+      for (cudaEvent_t e : sp->attn_events) cudaEventDestroy(e);
+      sp->attn_events.clear();
+    }
+    throw;
+  }
+  std::vector<std::vector<float>> ms(size_t(im.size()), std::vector<float>(size_t(L)));
+  for (auto& sp : im.shards) {
+    sp->use();
+    LY_CUDA_CHECK(cudaStreamSynchronize(sp->stream));
+    for (int l = 0; l < L; ++l)
+      LY_CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(sp->rank)][size_t(l)], sp->attn_events[size_t(2 * l)],
+                                         sp->attn_events[size_t(2 * l + 1)]));
+    for (cudaEvent_t e : sp->attn_events) cudaEventDestroy(e);
+    sp->attn_events.clear();
+  }
+  return ms;
+}
+
+GpuRunner::SelectionProbe GpuRunner::selection(int row, int slot) {
+  Impl& im = *impl_;
+  Shard& lead = im.lead();
+  LY_CHECK(row >= 0 && row < im.o.max_batch, ErrorCode::kInvalidArgument, "selection: row {} (0..{})", row,
+           im.o.max_batch - 1);
+  if (!lead.policy || !lead.policy->has_sets()) return {};
+  const int per_kv = lead.policy->row_heads / lead.c.n_kv_heads;  // 1, or the group (per query head)
+  const int kv = slot / per_kv;
+  int rank = -1, local = -1;
+  for (int r = 0; r < im.size(); ++r)
+    for (size_t j = 0; j < im.kv_heads[size_t(r)].size(); ++j)
+      if (im.kv_heads[size_t(r)][j] == kv) rank = r, local = int(j);
+  LY_CHECK(rank >= 0, ErrorCode::kInvalidArgument, "selection: slot {} of a model with {} KV heads", slot,
+           im.c.n_kv_heads);
+  Shard& m = *im.shards[size_t(rank)];
+  const GpuPolicyPlan& p = *m.policy;
+  m.use();
+  LY_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  LY_CUDA_CHECK(cudaStreamSynchronize(m.side));
+  const size_t r = size_t(row) * size_t(p.row_heads) + size_t(local * per_kv + slot % per_kv);
+  int32_t count = 0;
+  LY_CUDA_CHECK(cudaMemcpy(&count, m.list_counts.data() + r, 4, cudaMemcpyDeviceToHost));
+  count = std::clamp(count, 0, p.list_stride);
+  SelectionProbe out;
+  out.units.resize(size_t(count));
+  if (count > 0)
+    LY_CUDA_CHECK(cudaMemcpy(out.units.data(), m.lists.data() + r * size_t(p.list_stride), size_t(count) * 4,
+                             cudaMemcpyDeviceToHost));
+  std::sort(out.units.begin(), out.units.end());
+  out.scores.resize(size_t(p.score_stride));
+  LY_CUDA_CHECK(cudaMemcpy(out.scores.data(), m.scores.data() + r * size_t(p.score_stride),
+                           size_t(p.score_stride) * 4, cudaMemcpyDeviceToHost));
+  out.score_unit = p.score_unit;
+  out.unit = p.spec.unit;
+  lead.use();
+  return out;
+}
+
 void GpuRunner::assume_filled(GpuSeq& seq, int length) {
-  impl_->ensure_pages(seq, length);
+  impl_->lead().ensure_pages(seq, length);
   seq.length = length;
 }
 
 void GpuRunner::fill_kv_random(uint64_t seed) {
-  Impl& m = *impl_;
-  const size_t per_layer = size_t(m.pool->n_pages()) * m.c.n_kv_heads * size_t(m.o.page_size) * m.c.head_dim;
-  for (int l = 0; l < m.c.n_layers; ++l) {
-    fill_normal_bf16(m.pool->k(l), per_layer, seed + 2 * uint64_t(l), 1.0f, m.stream);
-    fill_normal_bf16(m.pool->v(l), per_layer, seed + 2 * uint64_t(l) + 1, 1.0f, m.stream);
+  for (auto& sp : impl_->shards) {
+    Shard& m = *sp;
+    m.use();
+    const size_t per_layer = size_t(m.pool->n_pages()) * m.c.n_kv_heads * size_t(m.o.page_size) * m.c.head_dim;
+    for (int l = 0; l < m.c.n_layers; ++l) {
+      fill_normal_bf16(m.pool->k(l), per_layer, seed + 2 * uint64_t(l), 1.0f, m.stream);
+      fill_normal_bf16(m.pool->v(l), per_layer, seed + 2 * uint64_t(l) + 1, 1.0f, m.stream);
+    }
+    LY_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   }
-  LY_CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 
 void GpuRunner::release(GpuSeq& seq) {
-  impl_->pool->release(seq.pages);
+  impl_->lead().pool->release(seq.pages);
   seq.pages.clear();
   seq.table_id = 0;
   seq.length = 0;
@@ -283,57 +500,75 @@ void GpuRunner::release(GpuSeq& seq) {
 }
 
 void GpuRunner::truncate(GpuSeq& seq, int n) {
+  Shard& m = impl_->lead();
   LY_CHECK(n >= 0 && n <= seq.length, ErrorCode::kInvalidArgument, "cannot truncate a sequence of {} tokens to {}",
            seq.length, n);
-  const size_t keep = std::min(seq.pages.size(), size_t((n + impl_->o.page_size - 1) / impl_->o.page_size));
+  const size_t keep = std::min(seq.pages.size(), size_t((n + m.o.page_size - 1) / m.o.page_size));
   if (keep < seq.pages.size()) seq.table_id = 0;  // pages past `keep` will differ: send the row again
-  impl_->pool->release(std::span<const int32_t>(seq.pages).subspan(keep));
+  m.pool->release(std::span<const int32_t>(seq.pages).subspan(keep));
   seq.pages.resize(keep);
   seq.length = n;
   seq.quest_from = std::min(seq.quest_from, n);
 }
 
-int GpuRunner::n_pages() const { return impl_->pool->n_pages(); }
-int GpuRunner::free_pages() const { return impl_->pool->n_free(); }
+int GpuRunner::n_pages() const { return impl_->lead().pool->n_pages(); }
+int GpuRunner::free_pages() const { return impl_->lead().pool->n_free(); }
 
 void GpuRunner::share_prefix(const GpuSeq& from, GpuSeq& to, int n) {
-  Impl& m = *impl_;
+  Impl& im = *impl_;
+  Shard& lead = im.lead();
   LY_CHECK(to.length == 0 && to.pages.empty(), ErrorCode::kInvalidArgument,
            "share_prefix: the receiving sequence must be empty (it holds {} tokens)", to.length);
   LY_CHECK(n >= 0 && n <= from.length, ErrorCode::kInvalidArgument,
            "share_prefix: {} tokens asked of a sequence of {}", n, from.length);
-  const int P = m.o.page_size, full = n / P;
+  const int P = im.o.page_size, full = n / P;
   std::vector<int32_t> pages(from.pages.begin(), from.pages.begin() + full);
   if (n % P != 0) {
-    const int32_t own = m.pool->alloc();  // may throw kCapacity: nothing taken yet
-    m.pool->copy_page(from.pages[size_t(full)], own, m.stream);
+    const int32_t own = lead.pool->alloc();  // may throw kCapacity: nothing taken yet
+    for (auto& sp : im.shards) {  // every rank's K/V of the page
+      sp->use();
+      sp->pool->copy_page(from.pages[size_t(full)], own, sp->stream);
+    }
     pages.push_back(own);
   }
-  for (int i = 0; i < full; ++i) m.pool->retain(pages[size_t(i)]);
+  for (int i = 0; i < full; ++i) lead.pool->retain(pages[size_t(i)]);
   to.pages = std::move(pages);
   to.length = n;
   to.table_id = 0;
   to.quest_from = 0;
   to.quest_epoch = -1;
 }
-int GpuRunner::replans() const { return impl_->planner.replans(); }
-uint64_t GpuRunner::host_stalls() const { return impl_->stalls; }
-int GpuRunner::policy_epoch() const { return impl_->policy_epoch; }
-uint64_t GpuRunner::forwards() const { return impl_->n_forwards; }
+int GpuRunner::replans() const { return impl_->shards[0]->planner.replans(); }
+uint64_t GpuRunner::host_stalls() const {
+  uint64_t n = 0;
+  for (const auto& sp : impl_->shards) n += sp->stalls;
+  return n;
+}
+int GpuRunner::policy_epoch() const { return impl_->shards[0]->policy_epoch; }
+uint64_t GpuRunner::forwards() const { return impl_->shards[0]->n_forwards; }
 
 void GpuRunner::set_policy(const DecodeSpec& spec) {
-  Impl& m = *impl_;
-  GpuPolicyPlan plan = plan_gpu_policy(spec, m.c, m.o.page_size, m.max_context);
-  LY_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the buffers below may be in use
-  m.policy = std::move(plan);
-  m.allocate_policy_buffers();
-  ++m.policy_epoch;
-  m.planner.invalidate();
-  m.graphs.clear();  // the graphs baked in the old buffers and patterns
+  Impl& im = *impl_;
+  std::vector<GpuPolicyPlan> plans;
+  GpuPolicyPlan whole = plan_gpu_policy(spec, im.c, im.o.page_size, im.lead().max_context);  // checks the spec
+  for (auto& sp : im.shards)
+    plans.push_back(im.size() == 1 ? whole
+                                   : plan_gpu_policy(tp_shard_spec(spec, im.kv_heads[size_t(sp->rank)]), sp->c,
+                                                     im.o.page_size, sp->max_context));
+  for (auto& sp : im.shards) {
+    Shard& m = *sp;
+    m.use();
+    LY_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // the buffers below may be in use
+    m.policy = std::move(plans[size_t(m.rank)]);
+    m.allocate_policy_buffers();
+    ++m.policy_epoch;
+    m.planner.invalidate();
+  }
+  im.graphs.clear();  // the graphs baked in the old buffers and patterns
 }
 
 // Rows for every (batch row, query head) serve KV-head rows too.
-void GpuRunner::Impl::allocate_policy_buffers() {
+void Shard::allocate_policy_buffers() {
   const GpuPolicyPlan& p = *policy;
   const size_t rows = size_t(o.max_batch) * size_t(c.n_heads);
   const bool sets = p.has_sets();
@@ -352,16 +587,27 @@ void GpuRunner::Impl::allocate_policy_buffers() {
 
 std::vector<uint64_t> GpuRunner::take_token_reads() { return token_reads(take_token_reads_async()); }
 
+// Every rank's counters, on its stream; the tickets of one call are equal on every rank (each
+// rank's ring issues in step).
 Ticket GpuRunner::take_token_reads_async() {
-  Impl& m = *impl_;
-  const Ticket t = m.reads_ring.push(m.token_reads.data(), m.o.max_batch, m.stream);
-  LY_CUDA_CHECK(cudaMemsetAsync(m.token_reads.data(), 0, size_t(m.o.max_batch) * 8, m.stream));
+  Ticket t;
+  for (auto& sp : impl_->shards) {
+    Shard& m = *sp;
+    m.use();
+    t = m.reads_ring.push(m.token_reads.data(), m.o.max_batch, m.stream);
+    LY_CUDA_CHECK(cudaMemsetAsync(m.token_reads.data(), 0, size_t(m.o.max_batch) * 8, m.stream));
+  }
   return t;
 }
 
 std::vector<uint64_t> GpuRunner::token_reads(const Ticket& t) {
-  const std::span<const unsigned long long> v = impl_->reads_ring.read(t);
-  return std::vector<uint64_t>(v.begin(), v.end());
+  std::vector<uint64_t> sum;
+  for (auto& sp : impl_->shards) {
+    const std::span<const unsigned long long> v = sp->reads_ring.read(t);
+    sum.resize(v.size(), 0);
+    for (size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
+  }
+  return sum;
 }
 
 }  // namespace lychee::cuda

@@ -24,6 +24,20 @@ std::shared_ptr<const GpuWeights> upload_weights(const Checkpoint& ck, GpuWeight
 std::shared_ptr<const GpuWeights> random_weights(const ModelConfig& c, uint64_t seed,
                                                  GpuWeightFormat format = GpuWeightFormat::kBf16,
                                                  const Fp8Keep& keep = {});
+// Tensor parallelism (docs/scaling.md): rank r runs on CUDA device devices[r] and holds the KV
+// heads kv_heads[r] of every layer (their query heads with them; attention/tp_assign.h's
+// tp_rank_heads of an assignment) and slice r of the MLP.
+struct TpPlan {
+  std::vector<int> devices;
+  std::vector<std::vector<int>> kv_heads;
+};
+using ShardedWeights = std::vector<std::shared_ptr<const GpuWeights>>;
+// Every rank's part, each uploaded to its device: from the checkpoint (ck), or (ck null) the
+// random weights random_weights(c, seed, ...) would make, sliced. Errors name what does not
+// divide (tp_assign.h's check_tensor_parallel) or a device that does not exist.
+ShardedWeights shard_weights(const Checkpoint* ck, const ModelConfig& c, uint64_t seed, GpuWeightFormat format,
+                             const Fp8Keep& keep, const TpPlan& plan);
+
 // Bytes of weights a decode step of `batch` sequences reads.
 uint64_t weight_bytes_per_step(const GpuWeights& w, int batch);
 size_t weight_bytes(const GpuWeights& w);
@@ -38,6 +52,19 @@ struct RunnerOptions {
   // FP8 weights: decode-sized products through the FP8 GEMV (true), or every product through the
   // bf16 widening and cuBLASLt (false: the path bf16 weights take; the tests' reference and an A/B).
   bool fp8_gemv = true;
+  // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
+  // nothing), so the tensor-parallel path is tested on one GPU.
+  bool nccl = false;
+};
+
+// What tensor parallelism moved: all-reduces run (two per layer per forward pass, graph replays
+// included) and their bytes per rank (payload; on the wire, 2 (N-1)/N x payload on a ring).
+struct TpStats {
+  int ranks = 1;
+  uint64_t all_reduces = 0;
+  uint64_t payload_bytes = 0;
+  double wire_bytes = 0;
+  uint64_t selection_bytes = 0;  // selection sets sent between GPUs: none (each rank owns its KV-head indices)
 };
 
 // A sequence's state: its pages (block table row) and length.
@@ -71,6 +98,10 @@ inline constexpr int kTicketRing = 64;
 class GpuRunner {
  public:
   GpuRunner(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& options);
+  // Tensor parallelism: one shard per rank (shard_weights), driven by this thread; NCCL
+  // all-reduces join the ranks' partial outputs (cuda/common/nccl_comm.h). options.kv_memory_gib
+  // is per GPU. Every other method works as with one GPU (sampling and logits on rank 0).
+  GpuRunner(ShardedWeights shards, const RunnerOptions& options);
   ~GpuRunner();
   GpuRunner(const GpuRunner&) = delete;
   GpuRunner& operator=(const GpuRunner&) = delete;
@@ -147,6 +178,25 @@ class GpuRunner {
   void truncate(GpuSeq& seq, int n);   // keeps the first n tokens
 
   int n_pages() const;
+
+  int tensor_parallel() const;
+  TpStats tp_stats() const;
+  // One decode step run eagerly (no graph) with each layer's attention timed on every rank (CUDA
+  // events around the layer's selection-before and attention kernels): [rank][layer] ms. As
+  // decode() otherwise; synchronises.
+  std::vector<std::vector<float>> profile_decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens,
+                                                 bool use_policy = true);
+  // Tests: selection slot `slot` of batch row `row` after the last decode step (slot: a KV head
+  // for per-KV-head sets, a query head for per-query-head ones, global numbering): its units,
+  // sorted, and the score row the selection read (as the step's last scoring layer left it:
+  // entry i covers tokens [i * score_unit, (i + 1) * score_unit); a unit scores the max of its
+  // entries). Empty without sets. Synchronises.
+  struct SelectionProbe {
+    std::vector<int32_t> units;
+    std::vector<float> scores;
+    int score_unit = 1, unit = 1;
+  };
+  SelectionProbe selection(int row, int slot);
 
  private:
   struct Impl;

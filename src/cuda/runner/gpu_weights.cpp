@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "attention/tp_assign.h"
 #include "core/fp8.h"
 #include "cuda/kernels/fp8_gemv.h"
 #include "cuda/kernels/kernels.h"
@@ -93,50 +94,53 @@ bool fp8_lm_head() {
   return on;
 }
 
-// The same sequence of tensors for both formats (bf16: the layout of before FP8 existed).
-Layout plan_layout(const ModelConfig& c, GpuWeightFormat format, const Fp8Keep& keep) {
-  ArenaPlan a;
-  Layout l;
+// One layer's tensors, in the arena's order (bf16: the layout of before FP8 existed).
+LayerOffsets plan_layer(ArenaPlan& a, const ModelConfig& c, GpuWeightFormat format, const Fp8Keep& keep, int layer,
+                        size_t& matrix_bytes) {
   const bool fp8_format = format == GpuWeightFormat::kFp8;
-  int layer = 0;
   const auto matrix = [&](int rows, int cols, const char* name) {
     const bool fp8 = fp8_format && !keep_bf16(name, layer) && !(std::string_view(name) == "qkv" && keep.keeps_qkv(layer));
     const size_t values = size_t(rows) * size_t(cols) * (fp8 ? 1 : 2), scales = fp8 ? size_t(rows) * 4 : 0;
     MatrixOffsets m{SIZE_MAX, SIZE_MAX, rows, cols};
     m.values = a.add(values);
     if (fp8) m.scales = a.add(scales);
-    l.matrix_bytes += values + scales;
+    matrix_bytes += values + scales;
     return m;
   };
   const size_t d = size_t(c.d_model);
   const int qkv = c.q_dim() + 2 * c.kv_dim();
+  LayerOffsets o;
+  o.attn_norm = a.add(d * 4);
+  o.wqkv = matrix(qkv, c.d_model, "qkv");
+  if (c.qkv_bias) o.bqkv = a.add(size_t(qkv) * 4);
+  if (c.qk_norm) {
+    o.q_norm = a.add(size_t(c.head_dim) * 4);
+    o.k_norm = a.add(size_t(c.head_dim) * 4);
+  }
+  o.wo = matrix(c.d_model, c.q_dim(), "o");
+  if (c.o_bias) o.bo = a.add(d * 4);
+  o.ffn_norm = a.add(d * 4);
+  o.w_gate_up = matrix(2 * c.d_ff, c.d_model, "gate_up");
+  if (c.mlp_bias) o.b_gate_up = a.add(2 * size_t(c.d_ff) * 4);
+  o.w_down = matrix(c.d_model, c.d_ff, "down");
+  if (c.mlp_bias) o.b_down = a.add(d * 4);
+  return o;
+}
+
+// The same sequence of tensors for both formats.
+Layout plan_layout(const ModelConfig& c, GpuWeightFormat format, const Fp8Keep& keep) {
+  ArenaPlan a;
+  Layout l;
+  const size_t d = size_t(c.d_model);
   l.embed = a.add(size_t(c.vocab_size) * d * 2);
   l.output = c.tie_embeddings ? l.embed : a.add(size_t(c.vocab_size) * d * 2);
   l.out_norm = a.add(d * 4);
   l.inv_freq = a.add(size_t(c.head_dim / 2) * 4);
-  if (fp8_format && fp8_lm_head()) {
+  if (format == GpuWeightFormat::kFp8 && fp8_lm_head()) {
     l.output8 = {a.add(size_t(c.vocab_size) * d), SIZE_MAX, c.vocab_size, c.d_model};
     l.output8.scales = a.add(size_t(c.vocab_size) * 4);
   }
-  for (int i = 0; i < c.n_layers; ++i) {
-    layer = i;
-    LayerOffsets o;
-    o.attn_norm = a.add(d * 4);
-    o.wqkv = matrix(qkv, c.d_model, "qkv");
-    if (c.qkv_bias) o.bqkv = a.add(size_t(qkv) * 4);
-    if (c.qk_norm) {
-      o.q_norm = a.add(size_t(c.head_dim) * 4);
-      o.k_norm = a.add(size_t(c.head_dim) * 4);
-    }
-    o.wo = matrix(c.d_model, c.q_dim(), "o");
-    if (c.o_bias) o.bo = a.add(d * 4);
-    o.ffn_norm = a.add(d * 4);
-    o.w_gate_up = matrix(2 * c.d_ff, c.d_model, "gate_up");
-    if (c.mlp_bias) o.b_gate_up = a.add(2 * size_t(c.d_ff) * 4);
-    o.w_down = matrix(c.d_model, c.d_ff, "down");
-    if (c.mlp_bias) o.b_down = a.add(d * 4);
-    l.layers.push_back(o);
-  }
+  for (int i = 0; i < c.n_layers; ++i) l.layers.push_back(plan_layer(a, c, format, keep, i, l.matrix_bytes));
   l.total = a.size;
   return l;
 }
@@ -159,7 +163,7 @@ GpuMatrix bind_matrix(const MatrixOffsets& m, const DeviceBuffer<uint8_t>& arena
   return g;
 }
 
-void bind(const Layout& l, const DeviceBuffer<uint8_t>& arena, std::vector<GpuLayerWeights>& layers,
+void bind_layout(const Layout& l, const DeviceBuffer<uint8_t>& arena, std::vector<GpuLayerWeights>& layers,
           const bf16*& embed, const bf16*& output, GpuMatrix& output8, const float*& out_norm,
           const float*& inv_freq) {
   embed = at<bf16>(arena, l.embed);
@@ -247,10 +251,106 @@ void upload_layer(Uploader& up, const ModelConfig& c, int i, const LayerOffsets&
   up.matrix_rows(WeightId::kWDown, i, o.w_down, 0);
 }
 
+// The embedding, LM head, final norm and RoPE frequencies (whole on every rank).
+void upload_globals(Uploader& up, const Checkpoint& ck, DeviceBuffer<uint8_t>& arena, const Layout& l) {
+  const ModelConfig& c = ck.config();
+  up.bf16_rows(WeightId::kTokEmbd, 0, l.embed, 0);
+  if (!c.tie_embeddings) up.bf16_rows(WeightId::kOutput, 0, l.output, 0);
+  if (l.output8.values != SIZE_MAX)
+    up.matrix_rows(c.tie_embeddings ? WeightId::kTokEmbd : WeightId::kOutput, 0, l.output8, 0);
+  up.f32(WeightId::kOutputNorm, 0, l.out_norm);
+  std::vector<float> inv = rope_inv_freq(c);
+  if (ck.weight(WeightId::kRopeFreqs) != nullptr) {
+    std::vector<float> ff(inv.size());
+    ck.read_f32(WeightId::kRopeFreqs, 0, ff.data());
+    for (size_t i = 0; i < inv.size(); ++i) inv[i] /= ff[i];
+  }
+  LY_CUDA_CHECK(cudaMemcpy(arena.data() + l.inv_freq, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
+}
+
 void check_format(const ModelConfig& c, GpuWeightFormat format) {
   if (format != GpuWeightFormat::kFp8) return;
   const std::string why = fp8_weights_unsupported(c);
   LY_CHECK(why.empty(), ErrorCode::kUnsupported, "{}", why);
+}
+
+// Random weights, tensor by tensor with consecutive seeds (the order GpuWeights::random and its
+// shards both follow, so a shard's values are slices of the whole model's).
+struct RandomFiller {
+  uint64_t seed;
+  void bf16s(uint8_t* p, size_t n) { fill_normal_bf16(reinterpret_cast<bf16*>(p), n, seed++, 0.02f, nullptr); }
+  void ones(uint8_t* p, size_t n) { fill_const_f32(reinterpret_cast<float*>(p), n, 1.0f, nullptr); }
+  // codes of N(0, 112²) and row scales 0.02 / 112 (see GpuWeights::random), or bf16 N(0, 0.02²)
+  void matrix(uint8_t* arena, const MatrixOffsets& m) {
+    constexpr float kCodeStd = kE4m3Max / 4;
+    const size_t n = size_t(m.rows) * size_t(m.cols);
+    if (m.scales == SIZE_MAX) return bf16s(arena + m.values, n);
+    fill_normal_e4m3(arena + m.values, n, seed++, kCodeStd, nullptr);
+    fill_const_f32(reinterpret_cast<float*>(arena + m.scales), size_t(m.rows), 0.02f / kCodeStd, nullptr);
+  }
+  void layer(uint8_t* arena, const LayerOffsets& o, const ModelConfig& c) {
+    const size_t d = size_t(c.d_model);
+    ones(arena + o.attn_norm, d);
+    ones(arena + o.ffn_norm, d);
+    matrix(arena, o.wqkv);
+    matrix(arena, o.wo);
+    matrix(arena, o.w_gate_up);
+    matrix(arena, o.w_down);
+    LY_CHECK(o.bqkv == SIZE_MAX && o.q_norm == SIZE_MAX && o.bo == SIZE_MAX && o.b_gate_up == SIZE_MAX,
+             ErrorCode::kInvalidArgument, "random weights support Llama-shaped configs without biases or q/k norms");
+  }
+  void globals(uint8_t* arena, const Layout& l, const ModelConfig& c) {
+    const size_t d = size_t(c.d_model);
+    bf16s(arena + l.embed, size_t(c.vocab_size) * d);
+    if (!c.tie_embeddings) bf16s(arena + l.output, size_t(c.vocab_size) * d);
+    if (l.output8.values != SIZE_MAX) matrix(arena, l.output8);
+    ones(arena + l.out_norm, d);
+    const std::vector<float> inv = rope_inv_freq(c);
+    LY_CUDA_CHECK(cudaMemcpy(arena + l.inv_freq, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
+  }
+};
+
+// Device copies of blocks of a row-major [.][src_cols] matrix of `es`-byte elements into a
+// [.][dst_cols] one: every (row block, column block) pair.
+void copy_blocks(uint8_t* dst, int dst_cols, const uint8_t* src, int src_cols, size_t es,
+                 const std::vector<TpBlock>& rows, const std::vector<TpBlock>& cols) {
+  for (const TpBlock& r : rows)
+    for (const TpBlock& k : cols)
+      LY_CUDA_CHECK(cudaMemcpy2D(dst + (size_t(r.dst) * size_t(dst_cols) + size_t(k.dst)) * es, size_t(dst_cols) * es,
+                                 src + (size_t(r.src) * size_t(src_cols) + size_t(k.src)) * es, size_t(src_cols) * es,
+                                 size_t(k.n) * es, size_t(r.n), cudaMemcpyDeviceToDevice));
+}
+
+void copy_whole(uint8_t* dst, size_t dst_off, const uint8_t* src, size_t src_off, size_t bytes) {
+  if (src_off == SIZE_MAX) return;
+  LY_CUDA_CHECK(cudaMemcpy(dst + dst_off, src + src_off, bytes, cudaMemcpyDeviceToDevice));
+}
+
+// A matrix's rank part: its values (codes or bf16) by rows x columns, FP8 scales by rows.
+void copy_matrix(uint8_t* dst, const MatrixOffsets& to, const uint8_t* src, const MatrixOffsets& from,
+                 const std::vector<TpBlock>& rows, const std::vector<TpBlock>& cols) {
+  const bool fp8 = from.scales != SIZE_MAX;
+  copy_blocks(dst + to.values, to.cols, src + from.values, from.cols, fp8 ? 1 : 2, rows, cols);
+  if (fp8) copy_blocks(dst + to.scales, 1, src + from.scales, 1, 4, rows, {{0, 0, 1}});
+}
+
+// Layer `from` of the whole model (in `src`) to its rank part `to` (in `dst`).
+void copy_layer_part(uint8_t* dst, const LayerOffsets& to, const uint8_t* src, const LayerOffsets& from,
+                     const ModelConfig& full, const TpShardShape& sh) {
+  const size_t d = size_t(full.d_model);
+  const std::vector<TpBlock> all_d{{0, 0, full.d_model}}, one{{0, 0, 1}};
+  copy_whole(dst, to.attn_norm, src, from.attn_norm, d * 4);
+  copy_whole(dst, to.ffn_norm, src, from.ffn_norm, d * 4);
+  copy_whole(dst, to.q_norm, src, from.q_norm, size_t(full.head_dim) * 4);
+  copy_whole(dst, to.k_norm, src, from.k_norm, size_t(full.head_dim) * 4);
+  copy_whole(dst, to.bo, src, from.bo, d * 4);
+  copy_whole(dst, to.b_down, src, from.b_down, d * 4);
+  copy_matrix(dst, to.wqkv, src, from.wqkv, sh.qkv_rows, all_d);
+  if (from.bqkv != SIZE_MAX) copy_blocks(dst + to.bqkv, 1, src + from.bqkv, 1, 4, sh.qkv_rows, one);
+  copy_matrix(dst, to.wo, src, from.wo, all_d, sh.o_cols);
+  copy_matrix(dst, to.w_gate_up, src, from.w_gate_up, sh.gate_up_rows, all_d);
+  if (from.b_gate_up != SIZE_MAX) copy_blocks(dst + to.b_gate_up, 1, src + from.b_gate_up, 1, 4, sh.gate_up_rows, one);
+  copy_matrix(dst, to.w_down, src, from.w_down, all_d, sh.down_cols);
 }
 
 }  // namespace
@@ -275,22 +375,12 @@ GpuWeights GpuWeights::from_checkpoint(const Checkpoint& ck, GpuWeightFormat for
   const ModelConfig& c = w.config_;
   const Layout l = plan_layout(c, format, keep);
   w.arena_ = DeviceBuffer<uint8_t>(l.total);
+  w.full_config_ = c;
   Uploader up(ck, w.arena_);
-  up.bf16_rows(WeightId::kTokEmbd, 0, l.embed, 0);
-  if (!c.tie_embeddings) up.bf16_rows(WeightId::kOutput, 0, l.output, 0);
-  if (l.output8.values != SIZE_MAX)
-    up.matrix_rows(c.tie_embeddings ? WeightId::kTokEmbd : WeightId::kOutput, 0, l.output8, 0);
-  up.f32(WeightId::kOutputNorm, 0, l.out_norm);
-  std::vector<float> inv = rope_inv_freq(c);
-  if (ck.weight(WeightId::kRopeFreqs) != nullptr) {
-    std::vector<float> ff(inv.size());
-    ck.read_f32(WeightId::kRopeFreqs, 0, ff.data());
-    for (size_t i = 0; i < inv.size(); ++i) inv[i] /= ff[i];
-  }
-  LY_CUDA_CHECK(cudaMemcpy(w.arena_.data() + l.inv_freq, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
+  upload_globals(up, ck, w.arena_, l);
   for (int i = 0; i < c.n_layers; ++i) upload_layer(up, c, i, l.layers[size_t(i)]);
   w.matrix_bytes_ = l.matrix_bytes;
-  bind(l, w.arena_, w.layers, w.embed, w.output, w.output8, w.out_norm, w.inv_freq);
+  bind_layout(l, w.arena_, w.layers, w.embed, w.output, w.output8, w.out_norm, w.inv_freq);
   return w;
 }
 
@@ -298,42 +388,61 @@ GpuWeights GpuWeights::random(const ModelConfig& c, uint64_t seed, GpuWeightForm
   check_format(c, format);
   GpuWeights w;
   w.config_ = c;
+  w.full_config_ = c;
   w.format_ = format;
   const Layout l = plan_layout(c, format, keep);
   w.arena_ = DeviceBuffer<uint8_t>(l.total);
-  auto fill = [&](size_t off, size_t n) {
-    fill_normal_bf16(reinterpret_cast<bf16*>(w.arena_.data() + off), n, seed++, 0.02f, nullptr);
-  };
-  auto ones = [&](size_t off, size_t n) {
-    fill_const_f32(reinterpret_cast<float*>(w.arena_.data() + off), n, 1.0f, nullptr);
-  };
-  constexpr float kCodeStd = kE4m3Max / 4;
-  auto matrix = [&](const MatrixOffsets& m) {
-    const size_t n = size_t(m.rows) * size_t(m.cols);
-    if (m.scales == SIZE_MAX) return fill(m.values, n);
-    fill_normal_e4m3(w.arena_.data() + m.values, n, seed++, kCodeStd, nullptr);
-    fill_const_f32(reinterpret_cast<float*>(w.arena_.data() + m.scales), size_t(m.rows), 0.02f / kCodeStd, nullptr);
-  };
-  const size_t d = size_t(c.d_model);
-  fill(l.embed, size_t(c.vocab_size) * d);
-  if (!c.tie_embeddings) fill(l.output, size_t(c.vocab_size) * d);
-  if (l.output8.values != SIZE_MAX) matrix(l.output8);
-  ones(l.out_norm, d);
-  for (const LayerOffsets& o : l.layers) {
-    ones(o.attn_norm, d);
-    ones(o.ffn_norm, d);
-    matrix(o.wqkv);
-    matrix(o.wo);
-    matrix(o.w_gate_up);
-    matrix(o.w_down);
-    LY_CHECK(o.bqkv == SIZE_MAX && o.q_norm == SIZE_MAX && o.bo == SIZE_MAX && o.b_gate_up == SIZE_MAX,
-             ErrorCode::kInvalidArgument, "random weights support Llama-shaped configs without biases or q/k norms");
-  }
-  const std::vector<float> inv = rope_inv_freq(c);
-  LY_CUDA_CHECK(cudaMemcpy(w.arena_.data() + l.inv_freq, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
+  RandomFiller fill{seed};
+  fill.globals(w.arena_.data(), l, c);
+  for (const LayerOffsets& o : l.layers) fill.layer(w.arena_.data(), o, c);
   LY_CUDA_CHECK(cudaDeviceSynchronize());
   w.matrix_bytes_ = l.matrix_bytes;
-  bind(l, w.arena_, w.layers, w.embed, w.output, w.output8, w.out_norm, w.inv_freq);
+  bind_layout(l, w.arena_, w.layers, w.embed, w.output, w.output8, w.out_norm, w.inv_freq);
+  return w;
+}
+
+GpuWeights GpuWeights::shard(const Checkpoint* ck, const ModelConfig& full, uint64_t seed, GpuWeightFormat format,
+                             const Fp8Keep& keep, const std::vector<int>& kv_heads, int rank, int n_gpus) {
+  const TpShardShape sh = tp_shard_shape(full, kv_heads, rank, n_gpus);
+  check_format(full, format);
+  check_format(sh.config, format);
+  GpuWeights w;
+  w.config_ = sh.config;
+  w.full_config_ = full;
+  w.format_ = format;
+  w.tp_rank_ = rank;
+  w.tp_size_ = n_gpus;
+  w.kv_heads_ = kv_heads;
+  const Layout l = plan_layout(sh.config, format, keep);
+  w.arena_ = DeviceBuffer<uint8_t>(l.total);
+  // The whole model's layers, one at a time, in a scratch of the largest.
+  std::vector<LayerOffsets> full_layers;
+  size_t scratch_bytes = 0, unused = 0;
+  for (int i = 0; i < full.n_layers; ++i) {
+    ArenaPlan a;
+    full_layers.push_back(plan_layer(a, full, format, keep, i, unused));
+    scratch_bytes = std::max(scratch_bytes, a.size);
+  }
+  DeviceBuffer<uint8_t> scratch(scratch_bytes);
+  RandomFiller fill{seed};
+  if (ck != nullptr) {
+    Uploader up(*ck, w.arena_);
+    upload_globals(up, *ck, w.arena_, l);
+  } else {
+    fill.globals(w.arena_.data(), l, full);
+  }
+  for (int i = 0; i < full.n_layers; ++i) {
+    if (ck != nullptr) {
+      Uploader up(*ck, scratch);
+      upload_layer(up, full, i, full_layers[size_t(i)]);
+    } else {
+      fill.layer(scratch.data(), full_layers[size_t(i)], full);
+    }
+    copy_layer_part(w.arena_.data(), l.layers[size_t(i)], scratch.data(), full_layers[size_t(i)], full, sh);
+  }
+  LY_CUDA_CHECK(cudaDeviceSynchronize());
+  w.matrix_bytes_ = l.matrix_bytes;
+  bind_layout(l, w.arena_, w.layers, w.embed, w.output, w.output8, w.out_norm, w.inv_freq);
   return w;
 }
 

@@ -68,7 +68,23 @@ class GpuWeights {
   static GpuWeights random(const ModelConfig& c, uint64_t seed, GpuWeightFormat format = GpuWeightFormat::kBf16,
                            const Fp8Keep& keep = {});
 
+  // One rank's part of the model under tensor parallelism (attention/tp_assign.h's
+  // tp_shard_shape: its KV heads kv_heads, in that order, and MLP slice `rank` of n_gpus), on the
+  // current CUDA device, from the values the whole model's upload has: from the checkpoint (ck)
+  // or random with `seed` (ck null), each full layer made in a device scratch and the rank's
+  // rows and columns copied out (so FP8 row scales are those of the whole rows). The embedding,
+  // LM head and norms are whole on every rank.
+  static GpuWeights shard(const Checkpoint* ck, const ModelConfig& full, uint64_t seed, GpuWeightFormat format,
+                          const Fp8Keep& keep, const std::vector<int>& kv_heads, int rank, int n_gpus);
+
+  // The shape this object holds (a rank's under tensor parallelism) and the whole model's.
   const ModelConfig& config() const { return config_; }
+  const ModelConfig& full_config() const { return full_config_; }
+  int tp_rank() const { return tp_rank_; }
+  int tp_size() const { return tp_size_; }
+  // The global KV heads held, ascending local order (empty: all, in order).
+  const std::vector<int>& kv_heads() const { return kv_heads_; }
+  int device() const { return device_; }
   GpuWeightFormat format() const { return format_; }
   size_t bytes() const { return arena_.bytes(); }
   // Bytes a decode step reads: every matrix (1 byte per FP8 weight plus its row's f32 scale, 2
@@ -86,7 +102,15 @@ class GpuWeights {
 
  private:
   GpuWeights() = default;
-  ModelConfig config_;
+  ModelConfig config_, full_config_;
+  int tp_rank_ = 0, tp_size_ = 1;
+  std::vector<int> kv_heads_;
+  int device_ = current_device();
+  static int current_device() {
+    int d = 0;
+    LY_CUDA_CHECK(cudaGetDevice(&d));
+    return d;
+  }
   GpuWeightFormat format_ = GpuWeightFormat::kBf16;
   size_t matrix_bytes_ = 0;  // the layers' linear weights as laid out (values, FP8 scales)
   DeviceBuffer<uint8_t> arena_;

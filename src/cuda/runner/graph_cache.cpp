@@ -11,7 +11,8 @@ cudaGraphExec_t GraphCache::instantiate(cudaGraph_t graph) {
 }
 
 void GraphCache::clear() {
-  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (auto& [key, execs] : graphs_)
+    for (cudaGraphExec_t e : execs) cudaGraphExecDestroy(e);
   graphs_.clear();
 }
 

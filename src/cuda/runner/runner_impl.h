@@ -1,16 +1,19 @@
 // GpuRunner's state, shared by its files: gpu_runner.cpp (construction, prefill, decode, policy
 // setting, pages), forward.cpp (the layers and the decode-time selections), sampling.cpp and
-// graph_cache.cpp. Private to the runner.
+// graph_cache.cpp. Private to the runner. The runner is one Shard per GPU (one without tensor
+// parallelism) driven by one host thread.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "core/error.h"
 #include "cuda/common/common.h"
 #include "cuda/common/device_buffer.h"
+#include "cuda/common/nccl_comm.h"
 #include "cuda/kernels/gemm.h"
 #include "cuda/kernels/prefill_attention.h"
 #include "cuda/runner/gpu_runner.h"
@@ -21,38 +24,48 @@
 
 namespace lychee::cuda {
 
-// One CUDA graph per key (batch size x policy on/off): the first step of a key runs eagerly
-// (kernels set their attributes then) and is captured for later ones, which replay it. Every
-// kernel reads its per-step data from the metadata block, so a replay needs no re-capture.
+// One CUDA graph per key (batch size x policy on/off) and shard: the first step of a key runs
+// eagerly (kernels set their attributes then) and is captured for later ones, which replay it.
+// Every kernel reads its per-step data from the metadata block, so a replay needs no re-capture.
+// With several shards (tensor parallelism) one thread records every device's stream at once
+// (their NCCL all-reduces are captured as group calls) and each device replays its own graph.
 class GraphCache {
  public:
   GraphCache() = default;
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;
   ~GraphCache() { clear(); }
+  // streams[r] belongs to devices[r].
   template <typename Record>
-  void run(int key, cudaStream_t stream, Record&& record) {
+  void run(int key, std::span<const int> devices, std::span<const cudaStream_t> streams, Record&& record) {
     auto it = graphs_.find(key);
     if (it != graphs_.end()) {
-      LY_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+      for (size_t r = 0; r < streams.size(); ++r) {
+        LY_CUDA_CHECK(cudaSetDevice(devices[r]));
+        LY_CUDA_CHECK(cudaGraphLaunch(it->second[r], streams[r]));
+      }
       return;
     }
     record();
-    graphs_.emplace(key, capture(stream, record));
+    std::vector<cudaGraphExec_t> execs(streams.size(), nullptr);
+    for (size_t r = 0; r < streams.size(); ++r) {
+      LY_CUDA_CHECK(cudaSetDevice(devices[r]));
+      LY_CUDA_CHECK(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal));
+    }
+    record();
+    for (size_t r = 0; r < streams.size(); ++r) {
+      cudaGraph_t graph = nullptr;
+      LY_CUDA_CHECK(cudaSetDevice(devices[r]));
+      LY_CUDA_CHECK(cudaStreamEndCapture(streams[r], &graph));
+      execs[r] = instantiate(graph);
+    }
+    graphs_.emplace(key, std::move(execs));
   }
   void clear();  // after anything a graph baked in (buffers, kernel arguments) changes
 
  private:
-  template <typename Record>
-  cudaGraphExec_t capture(cudaStream_t stream, Record& record) {
-    cudaGraph_t graph = nullptr;
-    LY_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    record();
-    LY_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    return instantiate(graph);
-  }
   static cudaGraphExec_t instantiate(cudaGraph_t graph);
-  std::map<int, cudaGraphExec_t> graphs_;
+  std::map<int, std::vector<cudaGraphExec_t>> graphs_;
 };
 
 // Device-to-host results queued on the stream: kTicketRing pinned slots of `width` values and an
@@ -93,9 +106,14 @@ class HostRing {
   uint64_t issued_ = 0;
 };
 
-struct GpuRunner::Impl {
+// One GPU's part of the runner: with one GPU the whole model; under tensor parallelism (rank r
+// of N) the weights of its KV heads (their query heads with them) and its slice of the MLP, its
+// KV pool (the same page ids on every rank: rank 0's pool allocates), its buffers, streams,
+// policy plan and planner. Every method first makes its device current (use()).
+struct Shard {
   std::shared_ptr<const GpuWeights> w;
-  ModelConfig c;
+  ModelConfig c;  // the shard's shape (heads, KV heads, MLP width of this rank)
+  int rank = 0, device = 0;
   RunnerOptions o;
   int max_context, max_pages, max_tokens, max_items, max_slots;
   cudaStream_t stream = nullptr;
@@ -128,7 +146,6 @@ struct GpuRunner::Impl {
   uint64_t next_table_id = 0;
   HostRing<int32_t> tokens_ring;
   HostRing<unsigned long long> reads_ring;
-  GraphCache graphs;
   StepPlanner planner;
 
   // The policy as the kernels run it (none set: dense decode steps, reads not counted).
@@ -142,8 +159,14 @@ struct GpuRunner::Impl {
   size_t quest_layer_elems = 0;
   DeviceBuffer<unsigned long long> token_reads;
 
-  Impl(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt);
-  ~Impl();
+  bool forked = false;       // selections queued on the side stream and not yet joined
+  // Attention timing (GpuRunner::profile_decode): events around each layer's attention.
+  std::vector<cudaEvent_t> attn_events;  // [2 n_layers] when profiling, else empty
+
+  // kv_bytes: the KV pool's size (the same page count on every rank).
+  Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt, size_t kv_bytes);
+  ~Shard();
+  void use() const { LY_CUDA_CHECK(cudaSetDevice(device)); }
   // The per-step field at `off` in the staging of the step being prepared (begin_step).
   template <typename T> T* meta_host(size_t off) {
     return reinterpret_cast<T*>(meta_h.data() + (staging == 0 ? 0 : meta.total) + off);
@@ -160,8 +183,18 @@ struct GpuRunner::Impl {
   void ensure_pages(GpuSeq& seq, int new_length);
   void allocate_policy_buffers();
 
-  // forward.cpp: n tokens through every layer; decode steps run the policy when step_policy.
-  void forward(int n, bool decode, int batch, int q_len, int max_kv_len);
+  // forward.cpp, the phases of a forward pass of n tokens (GpuRunner::Impl::forward runs them on
+  // every shard in turn and all-reduces o_buf between them); decode steps run the policy when
+  // step_policy. begin: block-table changes, embedding, first norm. attention_block: layer l's
+  // QKV through the output product into o_buf (a partial sum under tensor parallelism).
+  // mlp_block: the residual add of o_buf, the MLP into o_buf. residual: the add of o_buf and the
+  // next norm. end: the joined selections and (logits: rank 0) the LM head.
+  void forward_begin(int n, bool decode);
+  void attention_block(int l, int n, bool decode, int batch, int q_len, int max_kv_len);
+  void mlp_block(int l, int n);
+  void residual(int l, int n);
+  void forward_end(int n, bool decode, bool logits);
+  void join();
   void linear(const GpuMatrix& w, const bf16* x, bf16* y, int n);  // y[n][w.rows] = x[n][w.cols] · wᵀ
   void attention(int layer, bool decode, int batch, int q_len, int max_kv_len);
   void decode_attention_layer(int layer, int batch);
@@ -170,6 +203,32 @@ struct GpuRunner::Impl {
   void select_after(int layer, int batch, cudaStream_t s);
   void run_selection(int layer, int batch, cudaStream_t s);
   int pattern_of(int layer) const { return step_policy ? policy->layers[size_t(layer)].pattern : 0; }
+};
+
+struct GpuRunner::Impl {
+  ModelConfig c;  // the whole model
+  RunnerOptions o;
+  std::vector<std::unique_ptr<Shard>> shards;  // [N] rank r on shards[r]->device
+  std::vector<int> devices;                    // [N]
+  std::vector<std::vector<int>> kv_heads;      // [N] the global KV heads rank r owns, ascending
+  std::unique_ptr<NcclComm> comm;              // tensor parallelism (or RunnerOptions::nccl at N = 1)
+  GraphCache graphs;
+  cudaEvent_t sampled_ready = nullptr;         // on rank 0's stream after its last sampling (ranks > 0 copy)
+  uint64_t reduce_calls = 0, reduce_bytes = 0; // all-reduces run (replays included) and payload per rank
+  bool profile = false;                        // the next forward times each layer's attention
+
+  Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, const RunnerOptions& opt);
+  ~Impl();
+  Shard& lead() { return *shards[0]; }
+  int size() const { return int(shards.size()); }
+  std::vector<cudaStream_t> streams() const;
+  // n tokens through every layer on every shard, o_buf all-reduced after each attention and MLP.
+  void forward(int n, bool decode, int batch, int q_len, int max_kv_len);
+  void all_reduce(int n);
+  // A forward pass of n tokens ran (eagerly or replayed): its all-reduces, counted.
+  void count_reduces(int n);
+  // Stages and runs one decode step (GpuRunner::decode; `graphs` false: eagerly).
+  void decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy, bool graphs);
 };
 
 }  // namespace lychee::cuda
