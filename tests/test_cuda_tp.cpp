@@ -3,8 +3,11 @@
 // copies every row and column; an all-reduce over one rank changes nothing), eagerly and from
 // graphs, and a one-rank shard with its KV heads in another order (what a permutation
 // assignment does to a rank) equals the plain runner within bf16 rounding with the same selected
-// sets. On two GPUs (skipped, visibly, below 2): TP = 2 equals TP = 1 within bf16 rounding on
-// every logit, with the same selected sets and tokens read, for Full and LycheeDecode, on the 8B
+// sets. On two GPUs (skipped, visibly, below 2): TP = 2 equals TP = 1 within the bf16 logits
+// tolerance (kBf16LogitsTol: each rank's partial output is rounded to bf16 before the sum, and
+// the sum again, two more roundings of every residual update per layer; measured 1.05e-2 and
+// 1.35e-2 after a prefill on the 3-layer tiny checkpoints, whose 96-wide residual averages
+// little) on every logit, with the same selected sets and tokens read, for Full and LycheeDecode, on the 8B
 // shape cut to 2 layers (random weights, a non-contiguous head split) and on two tiny
 // checkpoints whose KV heads divide 2 (Llama 3.1 with RoPE scaling; Qwen3 with q/k norms and tied
 // embeddings). Selected sets must be equal, except that two units whose scores are within bf16
@@ -258,7 +261,7 @@ void two_gpus_equal_one(const Model& m, const std::vector<std::vector<int>>& hea
   // The same bytes per GPU hold half the KV heads: twice the pages (each rank's pool the same).
   EXPECT_NEAR(two.n_pages(), 2 * one.n_pages(), 1);
   for (const DecodeSpec& spec : {full_spec(m.c), lychee_policy(m.c)})
-    expect_same_run(one, two, spec, 1e-2, m.name + ", TP=2, " + spec.name);
+    expect_same_run(one, two, spec, test::kBf16LogitsTol, m.name + ", TP=2, " + spec.name);
   const cuda::TpStats st = two.tp_stats();
   EXPECT_EQ(st.ranks, 2);
   EXPECT_GT(st.all_reduces, 0u);
