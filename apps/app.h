@@ -22,6 +22,7 @@ struct ModelArgs {
   std::string cpu_weights = "f32";  // CPU: f32 (the reference, default), native (quantised blocks) or fp8
   std::string weights = "bf16";     // GPU linear matrices: bf16 (default) or fp8 (e4m3, a scale per output channel)
   std::string fp8_selector_qkv = "bf16";  // FP8 weights: Q/K/V of the selecting layers bf16 (f32 on the CPU) or fp8
+  int tensor_parallel = 1;    // GPUs the model is split over (KV heads and MLP; docs/scaling.md)
   void add(CLI::App& cmd);
   // `policy` with the policies `kinds` (default: its --policy) that will run: with --device auto
   // a policy the GPU has no form of (e.g. a LycheeDecode block that does not divide the KV page)

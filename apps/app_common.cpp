@@ -19,6 +19,11 @@ void ModelArgs::add(CLI::App& cmd) {
       ->check(non_negative_real());
   cmd.add_option("--max-context", max_context, "GPU: longest sequence the KV pool serves (default: the model's)")
       ->check(non_negative_int());
+  cmd.add_option("--tensor-parallel", tensor_parallel,
+                 "GPUs to split the model over (devices 0..N-1; attention by KV heads, with each GPU holding the same "
+                 "number of LycheeDecode retrieval heads per layer as far as the counts allow; the MLP by columns; "
+                 "NCCL all-reduces; --kv-memory is then per GPU). N must divide the model's KV heads (docs/scaling.md)")
+      ->check(positive_int());
   cmd.add_option("--threads", threads, "CPU compute threads for OpenMP and BLAS (default: the cores this process may use)")
       ->check(positive_int());
   cmd.add_option("--cpu-weights", cpu_weights,
@@ -64,6 +69,7 @@ EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<st
   o.fp8_keep_selectors = fp8_selector_qkv == "bf16";
   o.kv_memory_gib = kv_memory_gib;
   o.max_context = max_context;
+  o.tensor_parallel = tensor_parallel;
   if (policy != nullptr) {
     if (kinds.empty()) kinds.push_back(policy->policy);
     o.policies = [args = *policy, kinds](const ModelConfig& c) {

@@ -60,6 +60,7 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "bench_allreduce: %d GPUs asked, this machine has %d\n", n_gpus, have);
     return 1;
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it is printed (logs of runs that time out)
   std::vector<int> devices;
   for (int g = 0; g < n_gpus; ++g) devices.push_back(g);
   cuda::NcclComm comm(devices);
@@ -97,10 +98,11 @@ int main(int argc, char** argv) try {
     for (int rep = 0; rep < 5; ++rep) issue();
     sync_all();
     const double eager_us = ms_since(t0) * 1e3 / (5.0 * calls);
+    std::printf("%12ld %14s %14.2f   (eager done; capturing)\n", bytes, "", eager_us);
     std::vector<cudaGraphExec_t> execs(static_cast<size_t>(n_gpus), nullptr);
-    for (int g = 0; g < n_gpus; ++g) {
+    for (int g = 0; g < n_gpus; ++g) {  // relaxed, as the runner's multi-GPU capture (runner_impl.h)
       LY_CUDA_CHECK(cudaSetDevice(g));
-      LY_CUDA_CHECK(cudaStreamBeginCapture(streams[size_t(g)], cudaStreamCaptureModeThreadLocal));
+      LY_CUDA_CHECK(cudaStreamBeginCapture(streams[size_t(g)], cudaStreamCaptureModeRelaxed));
     }
     issue();
     for (int g = 0; g < n_gpus; ++g) {

@@ -375,5 +375,22 @@ TEST(TpAssignCli, HeadsTpPrintsTheRulesAndRefusesNonDividingCounts) {
   EXPECT_NE(both.output.find("not both"), std::string::npos) << both.output;
 }
 
+// --tensor-parallel on the CLI: an engine on the CPU refuses it naming the option and the device
+// (before loading anything heavy), and a count that is not positive is a usage error.
+TEST(TpAssignCli, TensorParallelNeedsTheGpu) {
+  const std::string model = test::golden_dir() + "/models/qwen3_tied_bf16";
+  const test::RunResult cpu = test::run_cli("generate -m " + model + " --device cpu --tensor-parallel 2 -p hi -n 1");
+  EXPECT_EQ(cpu.status, 1) << cpu.output;
+  EXPECT_NE(cpu.output.find("--tensor-parallel 2 splits the model over GPUs, and this engine runs on the CPU "
+                            "(--device cpu)"),
+            std::string::npos)
+      << cpu.output;
+  const test::RunResult zero = test::run_cli("generate -m " + model + " --device cpu --tensor-parallel 0 -p hi -n 1");
+  EXPECT_NE(zero.status, 0) << zero.output;
+  EXPECT_NE(zero.output.find("--tensor-parallel"), std::string::npos) << zero.output;
+  const test::RunResult one = test::run_cli("generate -m " + model + " --device cpu --tensor-parallel 1 -p hi -n 1");
+  EXPECT_EQ(one.status, 0) << one.output;
+}
+
 }  // namespace
 }  // namespace lychee

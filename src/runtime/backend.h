@@ -31,6 +31,9 @@ struct BackendOptions {
   int max_context = 0;         // 0 = the model's context length
   int max_batch = 8;
   int page_size = 64;
+  // CUDA backend only: tensor parallelism, the global KV heads GPU r (device r) holds (empty or
+  // one entry: one GPU).
+  std::vector<std::vector<int>> tp_kv_heads;
   // CUDA backend only (benchmarks): seeded random weights of this shape (in gpu_weights' format)
   // instead of the checkpoint's (decode time does not depend on the values); null = the
   // checkpoint's weights.

@@ -20,22 +20,32 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const Checkpoint& ck, const BackendOptions& o)
-      : weights_(o.random_shape != nullptr
-                     ? cuda::random_weights(*o.random_shape, o.random_seed, o.gpu_weights, o.fp8_keep)
-                     : cuda::upload_weights(ck, o.gpu_weights, o.fp8_keep)) {
+  CudaBackend(const Checkpoint& ck, const BackendOptions& o) {
+    if (o.tp_kv_heads.size() > 1) {  // tensor parallelism: rank r on device r
+      cuda::TpPlan plan;
+      plan.kv_heads = o.tp_kv_heads;
+      for (size_t r = 0; r < o.tp_kv_heads.size(); ++r) plan.devices.push_back(int(r));
+      shards_ = cuda::shard_weights(o.random_shape != nullptr ? nullptr : &ck,
+                                    o.random_shape != nullptr ? *o.random_shape : ck.config(), o.random_seed,
+                                    o.gpu_weights, o.fp8_keep, plan);
+    } else {
+      shards_.push_back(o.random_shape != nullptr
+                            ? cuda::random_weights(*o.random_shape, o.random_seed, o.gpu_weights, o.fp8_keep)
+                            : cuda::upload_weights(ck, o.gpu_weights, o.fp8_keep));
+    }
     cuda::RunnerOptions ro;
     ro.kv_memory_gib = o.kv_memory_gib;
     ro.max_context = o.max_context;
     ro.max_batch = o.max_batch;
     ro.page_size = o.page_size;
-    runner_ = std::make_unique<cuda::GpuRunner>(weights_, ro);
+    runner_ = std::make_unique<cuda::GpuRunner>(shards_, ro);
   }
   const char* name() const override { return "cuda"; }
   std::unique_ptr<Session> new_session(int capacity) override {
     return std::make_unique<GpuSession>(*runner_, capacity);
   }
-  uint64_t weight_bytes_per_token() const override { return cuda::weight_bytes_per_step(*weights_, 1); }
+  // The slowest GPU's (rank 0's: its part of the layers and the whole LM head).
+  uint64_t weight_bytes_per_token() const override { return cuda::weight_bytes_per_step(*shards_[0], 1); }
   double measure_bandwidth_gbps() const override { return cuda::device_copy_bandwidth_gbps(); }
   double time_batched_decode(int batch, std::span<const int32_t> prompt, int steps, const DecodeSpec* spec) override;
   std::string unsupported(const DecodeSpec& spec) const override {
@@ -43,7 +53,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  std::shared_ptr<const cuda::GpuWeights> weights_;
+  cuda::ShardedWeights shards_;  // one per GPU (one without tensor parallelism)
   std::unique_ptr<cuda::GpuRunner> runner_;
 };
 

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "attention/policies.h"
+#include "attention/tp_assign.h"
 
 namespace lychee {
 
@@ -73,6 +74,17 @@ void check_gpu_weights(const EngineOptions& o, const std::string& device) {
 
 }  // namespace
 
+HeadRoles dense_heads_of(const ModelConfig& c, const std::vector<DecodeSpec>& specs) {
+  HeadRoles roles = make_head_roles(c);
+  for (const DecodeSpec& s : specs) {
+    if (!s.sparse() || s.n_layers() != c.n_layers || s.n_kv_heads != c.n_kv_heads) continue;
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_kv_heads; ++h)
+        if (s.layer(l)[size_t(h)].read == ReadKind::kDense) roles.retrieval[size_t(l) * c.n_kv_heads + size_t(h)] = 1;
+  }
+  return roles;
+}
+
 Fp8Keep fp8_keep_for(const std::vector<DecodeSpec>& specs) {
   Fp8Keep keep;
   int n_layers = 0;
@@ -116,6 +128,21 @@ Engine::Engine(const EngineOptions& options)
   bo.max_context = options.max_context;
   bo.max_batch = options.max_batch;
   bo.page_size = options.page_size;
+  if (options.tensor_parallel > 1) {
+    LY_CHECK(device_ == "cuda", ErrorCode::kInvalidArgument,
+             "--tensor-parallel {} splits the model over GPUs, and this engine runs on the CPU (--device {}); use "
+             "--device cuda on a machine with {} GPUs",
+             options.tensor_parallel, options.device, options.tensor_parallel);
+    const HeadRoles dense = dense_heads_of(c, options.policies ? options.policies(c) : std::vector<DecodeSpec>{});
+    const TpAssignment a = tp_assign(c, dense, options.tensor_parallel);
+    bo.tp_kv_heads = tp_rank_heads(a);
+    const TpBalance b = tp_balance(a, dense);
+    std::vector<std::string> groups;
+    for (const auto& hs : bo.tp_kv_heads) groups.push_back(fmt::format("[{}]", fmt::join(hs, ",")));
+    LY_LOG_INFO("tensor parallel over {} GPUs: KV heads {} (GPU 0, 1, ...); dense heads on the slowest GPU per step "
+                "{} (best possible {})",
+                options.tensor_parallel, fmt::join(groups, " "), b.sum_max, b.sum_bound);
+  }
   if (!options.random_shape.empty()) bo.random_shape = &config_;
   backend_ = make_backend(device_, checkpoint_, bo);
   LY_LOG_INFO("loaded {} ({}, {} layers, {:.1f} M params) to the {} in {:.2f} s", c.name, arch_name(c.arch),

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention/decode_spec.h"
+#include "attention/head_roles.h"
 #include "model/checkpoint.h"
 #include "model/tokenizer.h"
 #include "runtime/backend.h"
@@ -31,6 +32,11 @@ struct EngineOptions {
   int max_context = 0;          // 0 = the model's context length
   int max_batch = 8;
   int page_size = 64;
+  // CUDA backend only: GPUs the model is split over (1: one GPU). With more, the engine must run on
+  // the GPU (an error otherwise, naming --device), N must divide the KV heads, and the KV heads
+  // are assigned to GPUs by tp_assign's permutation rule over the heads that read densely in
+  // `policies` (LycheeDecode's retrieval heads), so each GPU holds as even a share as possible.
+  int tensor_parallel = 1;
   // With device "auto": the decode specs the engine will run, given the model's config. A GPU
   // that cannot run one of them is passed over for the CPU (logged, naming the option).
   std::function<std::vector<DecodeSpec>(const ModelConfig&)> policies;
@@ -39,6 +45,11 @@ struct EngineOptions {
   // checkpoint's model.
   std::string random_shape;
 };
+
+// The heads of these specs that read every token where the spec is sparse (LycheeDecode's and
+// DuoAttention's retrieval heads): what tensor parallelism balances across GPUs (a dense spec
+// contributes nothing; every head reads alike there).
+HeadRoles dense_heads_of(const ModelConfig& c, const std::vector<DecodeSpec>& specs);
 
 // FP8's exceptions for these policies: the layers where a head scores tokens to choose the set
 // other heads read (ScoreKind::kGroupMean, LycheeDecode's retrieval heads; kPerQuery, TidalDecode's

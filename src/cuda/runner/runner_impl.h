@@ -48,11 +48,26 @@ class GraphCache {
     }
     record();
     std::vector<cudaGraphExec_t> execs(streams.size(), nullptr);
+    // One device: thread-local (a stray synchronising call of ours fails the capture). Several:
+    // relaxed, since NCCL's group call over them makes calls of its own on streams it does not
+    // capture while the other devices' captures are open in this thread (with thread-local mode
+    // on the 2xH200 of 2026-11-26: "operation not permitted when stream is capturing").
+    const cudaStreamCaptureMode mode = streams.size() > 1 ? cudaStreamCaptureModeRelaxed : cudaStreamCaptureModeThreadLocal;
     for (size_t r = 0; r < streams.size(); ++r) {
       LY_CUDA_CHECK(cudaSetDevice(devices[r]));
-      LY_CUDA_CHECK(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal));
+      LY_CUDA_CHECK(cudaStreamBeginCapture(streams[r], mode));
     }
-    record();
+    try {
+      record();
+    } catch (...) {  // close every capture (the streams stay usable), then report
+      for (size_t r = 0; r < streams.size(); ++r) {
+        cudaGraph_t graph = nullptr;
+        cudaSetDevice(devices[r]);
+        if (cudaStreamEndCapture(streams[r], &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+      }
+      cudaGetLastError();
+      throw;
+    }
     for (size_t r = 0; r < streams.size(); ++r) {
       cudaGraph_t graph = nullptr;
       LY_CUDA_CHECK(cudaSetDevice(devices[r]));
