@@ -67,7 +67,13 @@ struct TypedBuffer {
     TypedBuffer t(type, v);
     LY_CUDA_CHECK(cudaMemcpy(data(), t.data(), bytes(), cudaMemcpyDeviceToDevice));
   }
-  void fill_nan() { LY_CUDA_CHECK(cudaMemset(data(), 0xFF, bytes())); }
+  // cudaMemset may return before it has run, and it runs on the legacy stream, which a
+  // non-blocking stream does not wait for: without the synchronisation the fill could land after
+  // the collective's copy (the NaN seen once on the two-H200 machine).
+  void fill_nan() {
+    LY_CUDA_CHECK(cudaMemset(data(), 0xFF, bytes()));
+    LY_CUDA_CHECK(cudaDeviceSynchronize());
+  }
 };
 
 void expect_equal(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
