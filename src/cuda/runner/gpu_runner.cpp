@@ -129,6 +129,8 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
   row_synced.assign(size_t(o.max_batch), 0);
   token_reads = DeviceBuffer<unsigned long long>(size_t(o.max_batch));
   LY_CUDA_CHECK(cudaMemset(token_reads.data(), 0, size_t(o.max_batch) * 8));
+  // The memsets above run on the legacy stream, which `stream` (non-blocking) does not wait for.
+  LY_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 Shard::~Shard() {
