@@ -381,8 +381,8 @@ TEST(TpAssignCli, TensorParallelNeedsTheGpu) {
   const std::string model = test::golden_dir() + "/models/qwen3_tied_bf16";
   const test::RunResult cpu = test::run_cli("generate -m " + model + " --device cpu --tensor-parallel 2 -p hi -n 1");
   EXPECT_EQ(cpu.status, 1) << cpu.output;
-  EXPECT_NE(cpu.output.find("--tensor-parallel 2 splits the model over GPUs, and this engine runs on the CPU "
-                            "(--device cpu)"),
+  EXPECT_NE(cpu.output.find("tensor parallel over 2 GPUs (--tensor-parallel) needs the CUDA backend, and this "
+                            "engine runs on the CPU (device cpu)"),
             std::string::npos)
       << cpu.output;
   const test::RunResult zero = test::run_cli("generate -m " + model + " --device cpu --tensor-parallel 0 -p hi -n 1");

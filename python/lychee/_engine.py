@@ -37,19 +37,22 @@ class Engine:
     SmolLM2-135M-Instruct, fetched by scripts/fetch_assets.sh); device: "auto" (the GPU when
     this build has CUDA and one is present), "cpu" or "cuda"; kv_memory: the GPU KV-cache pool
     in GiB (None = sized from the context); max_context: the longest sequence (None = the
-    model's); threads: CPU compute threads (None = the cores this process may use).
+    model's); threads: CPU compute threads (None = the cores this process may use);
+    tensor_parallel: GPUs to split the model over (devices 0..N-1, N dividing the KV heads; KV heads
+    assigned in order, as no policy is known at load; see docs/scaling.md), kv_memory then per GPU.
     """
 
     def __init__(self, model: Union[str, os.PathLike, None] = None, device: str = "auto",
                  kv_memory: Optional[float] = None, max_context: Optional[int] = None,
-                 threads: Optional[int] = None):
+                 threads: Optional[int] = None, tensor_parallel: int = 1):
         if not isinstance(device, str):
             raise TypeError(f"device must be a str, got {type(device).__name__}")
         self._e = _lychee.Engine(
             os.fspath(model) if model is not None else "", device,
             _float("kv_memory", kv_memory) if kv_memory is not None else 0.0,
             _int("max_context", max_context, 1) if max_context is not None else 0,
-            _int("threads", threads, 1) if threads is not None else 0)
+            _int("threads", threads, 1) if threads is not None else 0,
+            _int("tensor_parallel", tensor_parallel, 1))
 
     # --- the model ------------------------------------------------------------------------
     @property

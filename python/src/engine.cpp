@@ -76,8 +76,9 @@ using StepFn = std::function<bool(const std::string& piece)>;
 
 class PyEngine {
  public:
-  PyEngine(const std::string& model, const std::string& device, double kv_memory, int max_context, int threads)
-      : engine_(options(model, device, kv_memory, max_context, threads)),
+  PyEngine(const std::string& model, const std::string& device, double kv_memory, int max_context, int threads,
+           int tensor_parallel)
+      : engine_(options(model, device, kv_memory, max_context, threads, tensor_parallel)),
         context_(max_context > 0 ? std::min(max_context, engine_.config().max_context) : engine_.config().max_context) {}
 
   const Engine& engine() const { return engine_; }
@@ -170,18 +171,21 @@ class PyEngine {
 
  private:
   static EngineOptions options(const std::string& model, const std::string& device, double kv_memory,
-                               int max_context, int threads) {
+                               int max_context, int threads, int tensor_parallel) {
     LY_CHECK(device == "auto" || device == "cpu" || device == "cuda", ErrorCode::kInvalidArgument,
              "device must be \"auto\", \"cpu\" or \"cuda\", got \"{}\"", device);
     LY_CHECK(kv_memory >= 0, ErrorCode::kInvalidArgument, "kv_memory must be >= 0 GiB, got {}", kv_memory);
     LY_CHECK(max_context >= 0, ErrorCode::kInvalidArgument, "max_context must be >= 0, got {}", max_context);
     LY_CHECK(threads >= 0, ErrorCode::kInvalidArgument, "threads must be >= 0, got {}", threads);
+    LY_CHECK(tensor_parallel >= 1, ErrorCode::kInvalidArgument, "tensor_parallel must be >= 1, got {}",
+             tensor_parallel);
     set_compute_threads(threads);
     EngineOptions o;
     o.model_path = model;
     o.device = device;
     o.kv_memory_gib = kv_memory;
     o.max_context = max_context;
+    o.tensor_parallel = tensor_parallel;
     return o;
   }
 
@@ -441,12 +445,12 @@ void bind_engine(nb::module_& m) {
   nb::class_<PyEngine>(m, "Engine", "A loaded model on a device (use lychee.Engine)")
       .def("__init__",
            [](PyEngine* self, const std::string& model, const std::string& device, double kv_memory, int max_context,
-              int threads) {
+              int threads, int tensor_parallel) {
              nb::gil_scoped_release release;
-             new (self) PyEngine(model, device, kv_memory, max_context, threads);
+             new (self) PyEngine(model, device, kv_memory, max_context, threads, tensor_parallel);
            },
            nb::arg("model") = "", nb::arg("device") = "auto", nb::arg("kv_memory") = 0.0, nb::arg("max_context") = 0,
-           nb::arg("threads") = 0)
+           nb::arg("threads") = 0, nb::arg("tensor_parallel") = 1)
       .def_prop_ro("device", [](const PyEngine& e) { return e.engine().device(); })
       .def_prop_ro("model_path", [](const PyEngine& e) { return e.engine().checkpoint().path(); })
       .def_prop_ro("context", &PyEngine::context, "the longest sequence (prompt + generated tokens)")

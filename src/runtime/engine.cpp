@@ -130,8 +130,8 @@ Engine::Engine(const EngineOptions& options)
   bo.page_size = options.page_size;
   if (options.tensor_parallel > 1) {
     LY_CHECK(device_ == "cuda", ErrorCode::kInvalidArgument,
-             "--tensor-parallel {} splits the model over GPUs, and this engine runs on the CPU (--device {}); use "
-             "--device cuda on a machine with {} GPUs",
+             "tensor parallel over {} GPUs (--tensor-parallel) needs the CUDA backend, and this engine runs on the "
+             "CPU (device {}); use device cuda on a machine with {} GPUs",
              options.tensor_parallel, options.device, options.tensor_parallel);
     const HeadRoles dense = dense_heads_of(c, options.policies ? options.policies(c) : std::vector<DecodeSpec>{});
     const TpAssignment a = tp_assign(c, dense, options.tensor_parallel);

@@ -251,6 +251,10 @@ def test_corrupt_model_names_the_file(tmp_path):
 def test_bad_arguments(engine):
     with pytest.raises(lychee.InvalidArgumentError, match="device"):
         lychee.Engine(device="tpu")
+    with pytest.raises(ValueError, match="tensor_parallel"):
+        lychee.Engine(device="cpu", tensor_parallel=0)
+    with pytest.raises(lychee.InvalidArgumentError, match="tensor parallel over 2 GPUs .* needs the CUDA backend"):
+        lychee.Engine(device="cpu", tensor_parallel=2)
     with pytest.raises(ValueError, match="temperature|temp"):
         engine.generate(PROMPT, temperature=-1.0)
     with pytest.raises(ValueError, match="top_p|top-p"):
