@@ -13,6 +13,7 @@
 
 #include "attention/head_roles.h"
 #include "attention/policies.h"
+#include "runtime/engine.h"
 #include "attention/tp_assign.h"
 #include "core/error.h"
 #include "test_util.h"
@@ -337,6 +338,20 @@ TEST(TpShard, SpecKeepsTheRolesOfTheRanksHeads) {
   local.n_heads = 2 * c.group_size();
   EXPECT_NO_THROW(part.validate(local));
   expect_error([&] { (void)tp_shard_spec(spec, {4}); }, ErrorCode::kInvalidArgument, "KV head 4");
+}
+
+// What the engine balances: the heads a sparse spec reads densely (LycheeDecode's and
+// DuoAttention's retrieval heads, whatever they score); a dense spec adds none.
+TEST(TpShard, DenseHeadsOfTheEnginesPolicies) {
+  const ModelConfig c = shape(4, 4);
+  const HeadRoles roles = roles_of(c, {{1, 1, 1, 1}, {0, 1, 0, 0}, {0, 0, 1, 1}, {1, 0, 0, 0}});
+  SelectParams sel;
+  sel.budget = 64;
+  EXPECT_EQ(dense_heads_of(c, {lychee_spec(c, roles, 16, sel)}).retrieval, roles.retrieval);
+  EXPECT_EQ(dense_heads_of(c, {duo_spec(c, roles, 16, 48)}).retrieval, roles.retrieval);
+  EXPECT_EQ(dense_heads_of(c, {full_spec(c)}).n_retrieval(), 0);
+  EXPECT_EQ(dense_heads_of(c, {full_spec(c), lychee_spec(c, roles, 16, sel)}).retrieval, roles.retrieval);
+  EXPECT_EQ(dense_heads_of(c, {}).n_retrieval(), 0);
 }
 
 // The runner shards by a rank's heads only when every layer splits alike.
