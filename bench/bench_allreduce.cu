@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,13 +24,6 @@
 namespace {
 
 using namespace lychee;
-
-std::vector<long> parse_list(const std::string& s) {
-  std::vector<long> v;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) v.push_back(std::stol(item));
-  return v;
-}
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -79,7 +71,7 @@ int main(int argc, char** argv) try {
               cuda::device_info().name, calls);
   std::printf("%12s %14s %14s %14s\n", "bytes/rank", "graph us/call", "eager us/call", "busbw GB/s");
   nlohmann::json rows = nlohmann::json::array();
-  for (long bytes : parse_list(sizes)) {
+  for (const long long bytes : bench::parse_numbers(sizes)) {
     const size_t n = size_t(bytes) / 2;
     std::vector<cuda::DeviceBuffer<cuda::bf16>> bufs;
     std::vector<void*> ptrs;
@@ -98,7 +90,7 @@ int main(int argc, char** argv) try {
     for (int rep = 0; rep < 5; ++rep) issue();
     sync_all();
     const double eager_us = ms_since(t0) * 1e3 / (5.0 * calls);
-    std::printf("%12ld %14s %14.2f   (eager done; capturing)\n", bytes, "", eager_us);
+    std::printf("%12lld %14s %14.2f   (eager done; capturing)\n", bytes, "", eager_us);
     std::vector<cudaGraphExec_t> execs(static_cast<size_t>(n_gpus), nullptr);
     for (int g = 0; g < n_gpus; ++g) {  // relaxed, as the runner's multi-GPU capture (runner_impl.h)
       LY_CUDA_CHECK(cudaSetDevice(g));
@@ -129,7 +121,7 @@ int main(int argc, char** argv) try {
       cudaGraphExecDestroy(execs[size_t(g)]);
     }
     const double busbw = cuda::all_reduce_wire_bytes(uint64_t(bytes), n_gpus) / (graph_us * 1e-6) / 1e9;
-    std::printf("%12ld %14.2f %14.2f %14.1f\n", bytes, graph_us, eager_us, busbw);
+    std::printf("%12lld %14.2f %14.2f %14.1f\n", bytes, graph_us, eager_us, busbw);
     rows.push_back({{"bytes_per_rank", bytes}, {"graph_us_per_call", graph_us}, {"eager_us_per_call", eager_us},
                     {"busbw_gbps", busbw}});
   }

@@ -50,6 +50,7 @@
 #include "cuda/common/common.h"
 #include "cuda/common/nccl_comm.h"
 #include "cuda/runner/gpu_runner.h"
+#include "bench_env.h"
 #include "cupti_trace.h"
 #include "model/checkpoint.h"
 #include "runtime/engine.h"
@@ -60,8 +61,7 @@ using namespace lychee;
 
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) v.push_back(std::stoi(item));
+  for (long long x : bench::parse_numbers(s)) v.push_back(int(x));
   return v;
 }
 
