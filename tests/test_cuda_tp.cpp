@@ -3,7 +3,8 @@
 // copies every row and column; an all-reduce over one rank changes nothing), eagerly and from
 // graphs, and a one-rank shard with its KV heads in another order (what a permutation
 // assignment does to a rank) equals the plain runner within bf16 rounding with the same selected
-// sets. On two GPUs (skipped, visibly, below 2): TP = 2 equals TP = 1 within the bf16 logits
+// sets; two ranks sharing the GPU (the all-reduce by a sum kernel) equal one rank. On two GPUs
+// (skipped, visibly, below 2): TP = 2 equals TP = 1 within the bf16 logits
 // tolerance (kBf16LogitsTol: each rank's partial output is rounded to bf16 before the sum, and
 // the sum again, two more roundings of every residual update per layer; measured 1.05e-2 and
 // 1.35e-2 after a prefill on the 3-layer tiny checkpoints, whose 96-wide residual averages
@@ -242,6 +243,35 @@ TEST(TensorParallel, ErrorsNameWhatIsWrong) {
   auto w = m.whole();
   cuda::ShardedWeights wrong = {w, w};  // two copies of a whole model are not two ranks
   test::expect_error([&] { cuda::GpuRunner r(wrong, options()); }, ErrorCode::kInvalidArgument, "holds rank 0 of 1");
+}
+
+// Two ranks on one GPU (RunnerOptions::tp_one_device: the all-reduce by a sum kernel with NCCL's
+// two-rank rounding, eager steps): the sharded forward (every layer's Q/K/V rows, output
+// columns, MLP halves, the rank's part of the policy, rank 0's sampling fed to rank 1) equals
+// one rank, as on two GPUs, without NCCL.
+TEST(TensorParallel, TwoRanksOnOneGpuEqualOneRank) {
+  LY_REQUIRE_GPU();
+  struct Case {
+    Model m;
+    std::vector<std::vector<int>> heads;
+  };
+  for (const Case& k : {Case{llama8b_two_layers(), {{0, 3, 5, 6}, {1, 2, 4, 7}}},
+                        Case{checkpoint_model("llama31_untied_bf16_sharded"), {{1}, {0}}},
+                        Case{checkpoint_model("qwen3_tied_bf16"), {{0}, {1}}}}) {
+    cuda::RunnerOptions o = options();
+    o.cuda_graphs = false;
+    cuda::GpuRunner one(k.m.whole(), o);
+    o.tp_one_device = true;
+    cuda::GpuRunner two(k.m.shards({{0, 0}, k.heads}), o);
+    ASSERT_EQ(two.tensor_parallel(), 2);
+    for (const DecodeSpec& spec : {full_spec(k.m.c), lychee_policy(k.m.c)})
+      expect_same_run(one, two, spec, test::kBf16LogitsTol, k.m.name + ", 2 ranks on one GPU, " + spec.name);
+    EXPECT_GT(two.tp_stats().all_reduces, 0u);
+  }
+  // Sharing a device is a test mode, and without graphs only.
+  const Model m = checkpoint_model("llama31_untied_bf16_sharded");
+  test::expect_error([&] { cuda::GpuRunner r(m.shards({{0, 0}, {{0}, {1}}}), options()); }, ErrorCode::kInvalidArgument,
+                     "two ranks on one CUDA device");
 }
 
 // ---------------------------------------------------------------------------------- two GPUs

@@ -332,6 +332,11 @@ __global__ void fill_const_kernel(float* p, size_t n, float v) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
 }
 
+__global__ void add_bf16_kernel(bf16* dst, const bf16* src, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = __float2bfloat16(__bfloat162float(dst[i]) + __bfloat162float(src[i]));
+}
+
 int grid_for(size_t n, int threads) {
   const size_t blocks = (n + size_t(threads) - 1) / size_t(threads);
   return int(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
@@ -409,6 +414,11 @@ void scatter_pairs(int32_t* dst, const int32_t* pairs, const int32_t* n, int max
 
 void fill_const_f32(float* p, size_t n, float value, cudaStream_t s) {
   fill_const_kernel<<<grid_for(n, 256), 256, 0, s>>>(p, n, value);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void add_bf16(bf16* dst, const bf16* src, size_t n, cudaStream_t s) {
+  add_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(dst, src, n);
   LY_CUDA_CHECK_LAUNCH();
 }
 

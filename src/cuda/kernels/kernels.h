@@ -53,6 +53,9 @@ void sample(const float* logits, int32_t* out, int batch, int vocab, float tempe
 // Fills p[n] with N(0, std²) values (a counter-based hash, deterministic in seed).
 void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float std, cudaStream_t s);
 void fill_const_f32(float* p, size_t n, float value, cudaStream_t s);
+// dst[i] = bf16(float(dst[i]) + float(src[i])): one rounding of the f32 sum, what an NCCL bf16
+// all-reduce over two ranks gives (the runner's one-device stand-in for it, tests only).
+void add_bf16(bf16* dst, const bf16* src, size_t n, cudaStream_t s);
 // Random FP8 weight codes for speed benchmarks: codes[n] = e4m3(code_std · z), z ~ N(0, 1) from the
 // same hash as fill_normal_bf16, rounded to nearest and saturating at ±448 (never a NaN code).
 void fill_normal_e4m3(uint8_t* codes, size_t n, uint64_t seed, float code_std, cudaStream_t s);

@@ -184,6 +184,7 @@ void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_
 }
 
 void GpuRunner::Impl::all_reduce(int n) {
+  if (o.tp_one_device) return one_device_sum(n);
   if (!comm) return;
   std::vector<void*> bufs;
   for (auto& s : shards) bufs.push_back(s->o_buf.data());
@@ -264,6 +265,30 @@ void Shard::run_selection(int layer, int batch, cudaStream_t s) {
   sa.recent = p.recent;
   sa.scale = policy->spec.prob_scale;
   select_units(sa, batch, s);
+}
+
+// Every rank's o_buf on one device: rank 0 adds the others' in rank order, then every rank
+// copies the sum, and rank 0 goes on once they have (events order the streams).
+void GpuRunner::Impl::one_device_sum(int n) {
+  const size_t count = size_t(n) * size_t(c.d_model);
+  Shard& s0 = lead();
+  s0.use();
+  for (size_t r = 1; r < shards.size(); ++r) {
+    Shard& s = *shards[r];
+    LY_CUDA_CHECK(cudaEventRecord(s.reduce_event, s.stream));
+    LY_CUDA_CHECK(cudaStreamWaitEvent(s0.stream, s.reduce_event));
+    add_bf16(s0.o_buf.data(), s.o_buf.data(), count, s0.stream);
+  }
+  LY_CUDA_CHECK(cudaEventRecord(s0.reduce_event, s0.stream));
+  for (size_t r = 1; r < shards.size(); ++r) {
+    Shard& s = *shards[r];
+    LY_CUDA_CHECK(cudaStreamWaitEvent(s.stream, s0.reduce_event));
+    LY_CUDA_CHECK(cudaMemcpyAsync(s.o_buf.data(), s0.o_buf.data(), count * sizeof(bf16), cudaMemcpyDeviceToDevice,
+                                  s.stream));
+    // Rank 0 writes its o_buf again only after this copy has read it.
+    LY_CUDA_CHECK(cudaEventRecord(s.reduce_event, s.stream));
+    LY_CUDA_CHECK(cudaStreamWaitEvent(s0.stream, s.reduce_event));
+  }
 }
 
 }  // namespace lychee::cuda

@@ -5,8 +5,10 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "attention/policies.h"
 #include "attention/tp_assign.h"
@@ -101,6 +103,7 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming));
   for (cudaEvent_t& e : step_consumed) LY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&plan_consumed, cudaEventDisableTiming));
+  LY_CUDA_CHECK(cudaEventCreateWithFlags(&reduce_event, cudaEventDisableTiming));
   gemm = std::make_unique<Gemm>(stream);
   pool = std::make_unique<KvPool>(c, o.page_size, kv_bytes);
   prefill_attn = std::make_unique<PrefillAttention>();
@@ -139,6 +142,7 @@ Shard::~Shard() {
   for (cudaEvent_t e : step_consumed)
     if (e != nullptr) cudaEventDestroy(e);
   if (plan_consumed != nullptr) cudaEventDestroy(plan_consumed);
+  if (reduce_event != nullptr) cudaEventDestroy(reduce_event);
   if (fork_event != nullptr) cudaEventDestroy(fork_event);
   if (join_event != nullptr) cudaEventDestroy(join_event);
   if (side != nullptr) cudaStreamDestroy(side);
@@ -193,7 +197,14 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
     LY_CHECK(shards[size_t(r)]->pool->n_pages() == lead().pool->n_pages(), ErrorCode::kInternal,
              "tensor parallel: rank {} has {} KV pages, rank 0 {}", r, shards[size_t(r)]->pool->n_pages(),
              lead().pool->n_pages());
-  if (n > 1 || o.nccl) comm = std::make_unique<NcclComm>(devices);
+  const bool shared = std::set<int>(devices.begin(), devices.end()).size() < devices.size();
+  LY_CHECK(!shared || (o.tp_one_device && !o.cuda_graphs), ErrorCode::kInvalidArgument,
+           "tensor parallel: two ranks on one CUDA device (devices {}) is a test mode (RunnerOptions::tp_one_device, "
+           "without CUDA graphs)",
+           fmt::join(devices, ","));
+  LY_CHECK(!o.tp_one_device || shared, ErrorCode::kInvalidArgument,
+           "RunnerOptions::tp_one_device: the ranks must share one device (devices {})", fmt::join(devices, ","));
+  if ((n > 1 || o.nccl) && !o.tp_one_device) comm = std::make_unique<NcclComm>(devices);
   LY_CUDA_CHECK(cudaSetDevice(devices[0]));
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&sampled_ready, cudaEventDisableTiming));
   LY_CUDA_CHECK(cudaSetDevice(current));
@@ -270,7 +281,7 @@ TpStats GpuRunner::tp_stats() const {
 }
 
 void GpuRunner::Impl::count_reduces(int n) {
-  if (!comm) return;
+  if (!comm && !o.tp_one_device) return;
   reduce_calls += 2 * uint64_t(c.n_layers);
   reduce_bytes += 2 * uint64_t(c.n_layers) * uint64_t(n) * uint64_t(c.d_model) * 2;
 }

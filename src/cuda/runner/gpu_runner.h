@@ -55,6 +55,11 @@ struct RunnerOptions {
   // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
   // nothing), so the tensor-parallel path is tested on one GPU.
   bool nccl = false;
+  // Tests: ranks that share one device (a TpPlan naming a device more than once), their
+  // all-reduce done without NCCL by a sum kernel and copies (for two ranks the very rounding of
+  // NCCL's bf16 sum), steps run eagerly (cuda_graphs must be false: each rank's step is its own
+  // graph, which cannot wait on another's). The sharded forward checked on one GPU.
+  bool tp_one_device = false;
 };
 
 // What tensor parallelism moved: all-reduces run (two per layer per forward pass, graph replays

@@ -175,6 +175,7 @@ struct Shard {
   DeviceBuffer<unsigned long long> token_reads;
 
   bool forked = false;       // selections queued on the side stream and not yet joined
+  cudaEvent_t reduce_event = nullptr;  // RunnerOptions::tp_one_device: this rank's o_buf is ready
   // Attention timing (GpuRunner::profile_decode): events around each layer's attention.
   std::vector<cudaEvent_t> attn_events;  // [2 n_layers] when profiling, else empty
 
@@ -240,6 +241,7 @@ struct GpuRunner::Impl {
   // n tokens through every layer on every shard, o_buf all-reduced after each attention and MLP.
   void forward(int n, bool decode, int batch, int q_len, int max_kv_len);
   void all_reduce(int n);
+  void one_device_sum(int n);  // RunnerOptions::tp_one_device's all-reduce
   // A forward pass of n tokens ran (eagerly or replayed): its all-reduces, counted.
   void count_reduces(int n);
   // Stages and runs one decode step (GpuRunner::decode; `graphs` false: eagerly).
