@@ -6,7 +6,8 @@
 //   bench_e2e [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
 //             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--retrieval 32] [--trace] [--sync]
 //             [--weights bf16,fp8] [--fp8-selector-qkv bf16|fp8]
-//             [--tensor-parallel 1,2] [--tp-rule permutation|contiguous] [--profile-attention]
+//             [--tensor-parallel 1,2] [--tp-rule permutation|contiguous] [--tp-lm-head rank0|split]
+//             [--profile-attention]
 // --weights: the GPU weight formats to run, in turn (default bf16; fp8 = e4m3 linear matrices with
 // a scale per output channel, gpu_weights.h). Every row records its format; with bf16 run first,
 // rows of other formats also get their speedup over Full attention with bf16 weights at the same
@@ -20,7 +21,8 @@
 // --tensor-parallel: the GPU counts to run, in turn (each a runner over that many GPUs, devices
 // 0..N-1; the model sharded by KV heads with the assignment --tp-rule picks from LycheeDecode's
 // roles, docs/scaling.md). A row's bound is then its slowest GPU's: that rank's weights (rank 0
-// also reads the LM head) and the KV its heads read. --profile-attention: each row also times every
+// also reads the LM head, or with --tp-lm-head split each rank its vocabulary rows) and the KV its
+// heads read. --profile-attention: each row also times every
 // layer's attention on every GPU (median of 5 eager steps) and reports the slowest GPU against the
 // mean per layer.
 // LycheeDecode and DuoAttention get --retrieval retrieval KV heads in all (layer 0's included,
@@ -143,7 +145,7 @@ void print_trace(const nlohmann::json& t) {
 struct Options {
   std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model;
   std::string policies = "full,lychee,tidal,quest,duo", weights = "bf16", fp8_selector_qkv = "bf16";
-  std::string tensor_parallel = "1", tp_rule = "permutation";
+  std::string tensor_parallel = "1", tp_rule = "permutation", tp_lm_head = "rank0";
   int steps = 32, budget = 4096, n_retrieval = 32;
   bool graphs = true, trace = false, sync_steps = false, profile_attention = false;
 };
@@ -237,7 +239,14 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWei
             policy_reads(name, pol, c, mean_ctx, opt.budget, split.n_gpus, split.n_gpus > 1 ? split.retrieval[size_t(g)] : -1);
         const double kv = double(batch) * (tokens_read * c.head_dim * 2.0 * 2.0 + meta_bytes);
         uint64_t wb = cuda::weight_bytes_per_step(*ws[size_t(g)], batch);
-        if (g > 0) wb -= uint64_t(c.vocab_size) * uint64_t(c.d_model) * 2;  // no LM head
+        const uint64_t lm_head = uint64_t(c.vocab_size) * uint64_t(c.d_model) * 2;
+        if (split.n_gpus > 1 && opt.tp_lm_head == "split") {  // each rank its V / N rows
+          const uint64_t part = (uint64_t(c.vocab_size) + split.n_gpus - 1) / split.n_gpus;
+          wb = wb - lm_head + std::min<uint64_t>(part, uint64_t(c.vocab_size) - std::min<uint64_t>(uint64_t(c.vocab_size), g * part)) *
+                                  uint64_t(c.d_model) * 2;
+        } else if (g > 0) {
+          wb -= lm_head;  // rank 0 alone computes the LM head
+        }
         bytes = std::max(bytes, double(wb) + kv);
         kv_total += kv;
         weight_total += wb;
@@ -265,6 +274,8 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWei
       }
       if (split.n_gpus > 1) {
         row["tp_rule"] = opt.tp_rule;
+        row["tp_lm_head"] = opt.tp_lm_head;
+        row["lm_gathers_per_step"] = double(tp1.lm_gathers - tp0.lm_gathers) / opt.steps;
         row["tp_kv_heads"] = split.kv_heads;
         row["tp_retrieval_heads_per_gpu"] = split.retrieval;
         row["all_reduces_per_step"] = double(tp1.all_reduces - tp0.all_reduces) / opt.steps;
@@ -349,6 +360,7 @@ void run_weights(const Options& opt, const cuda::ShardedWeights& ws, const Split
       o.max_context = ctx + opt.steps + 128;
       o.kv_memory_gib = kv_gib + 0.01;
       o.cuda_graphs = opt.graphs;
+      o.tp_split_lm_head = opt.tp_lm_head == "split";
       cuda::GpuRunner r(ws, o);
       r.fill_kv_random(99);
       run_policies(opt, r, ws, split, c, weights, batch, ctx, bw, full_bf16, rows);
@@ -385,9 +397,12 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--fp8-selector-qkv") o.fp8_selector_qkv = next();
     else if (a == "--tensor-parallel") o.tensor_parallel = next();
     else if (a == "--tp-rule") o.tp_rule = next();
+    else if (a == "--tp-lm-head") o.tp_lm_head = next();
     else if (a == "--profile-attention") o.profile_attention = true;
     else throw UsageError("unknown argument " + a);
   }
+  if (o.tp_lm_head != "rank0" && o.tp_lm_head != "split")
+    throw UsageError("--tp-lm-head: rank0 or split, got '" + o.tp_lm_head + "'");
   if (o.tp_rule != "permutation" && o.tp_rule != "contiguous")
     throw UsageError("--tp-rule: permutation or contiguous, got '" + o.tp_rule + "'");
   for (int n : parse_list(o.tensor_parallel))

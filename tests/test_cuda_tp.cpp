@@ -247,8 +247,8 @@ TEST(TensorParallel, ErrorsNameWhatIsWrong) {
 
 // Two ranks on one GPU (RunnerOptions::tp_one_device: the all-reduce by a sum kernel with NCCL's
 // two-rank rounding, eager steps): the sharded forward (every layer's Q/K/V rows, output
-// columns, MLP halves, the rank's part of the policy, rank 0's sampling fed to rank 1) equals
-// one rank, as on two GPUs, without NCCL.
+// columns, MLP halves, the rank's part of the policy, rank 0's sampling fed to rank 1, the LM head
+// on rank 0 or split by vocabulary) equals one rank, as on two GPUs, without NCCL.
 TEST(TensorParallel, TwoRanksOnOneGpuEqualOneRank) {
   LY_REQUIRE_GPU();
   struct Case {
@@ -261,12 +261,18 @@ TEST(TensorParallel, TwoRanksOnOneGpuEqualOneRank) {
     cuda::RunnerOptions o = options();
     o.cuda_graphs = false;
     cuda::GpuRunner one(k.m.whole(), o);
-    o.tp_one_device = true;
-    cuda::GpuRunner two(k.m.shards({{0, 0}, k.heads}), o);
-    ASSERT_EQ(two.tensor_parallel(), 2);
-    for (const DecodeSpec& spec : {full_spec(k.m.c), lychee_policy(k.m.c)})
-      expect_same_run(one, two, spec, test::kBf16LogitsTol, k.m.name + ", 2 ranks on one GPU, " + spec.name);
-    EXPECT_GT(two.tp_stats().all_reduces, 0u);
+    for (bool split : {false, true}) {  // the LM head on rank 0, or split by vocabulary
+      cuda::RunnerOptions t = o;
+      t.tp_one_device = true;
+      t.tp_split_lm_head = split;
+      cuda::GpuRunner two(k.m.shards({{0, 0}, k.heads}), t);
+      ASSERT_EQ(two.tensor_parallel(), 2);
+      for (const DecodeSpec& spec : {full_spec(k.m.c), lychee_policy(k.m.c)})
+        expect_same_run(one, two, spec, test::kBf16LogitsTol,
+                        k.m.name + ", 2 ranks on one GPU" + (split ? ", LM head split, " : ", ") + spec.name);
+      EXPECT_GT(two.tp_stats().all_reduces, 0u);
+      EXPECT_EQ(two.tp_stats().lm_gathers > 0, split);
+    }
   }
   // Sharing a device is a test mode, and without graphs only.
   const Model m = checkpoint_model("llama31_untied_bf16_sharded");
@@ -283,10 +289,12 @@ TEST(TensorParallel, TwoRanksOnOneGpuEqualOneRank) {
   GTEST_SKIP() << "tensor parallelism over 2 GPUs: this machine has " << device_count()              \
                << " CUDA device(s); the TP=2 equality test did not run"
 
-void two_gpus_equal_one(const Model& m, const std::vector<std::vector<int>>& heads) {
+void two_gpus_equal_one(const Model& m, const std::vector<std::vector<int>>& heads, bool split_lm_head = false) {
   const cuda::RunnerOptions o = options();
   cuda::GpuRunner one(m.whole(), o);
-  cuda::GpuRunner two(m.shards({{0, 1}, heads}), o);
+  cuda::RunnerOptions t = o;
+  t.tp_split_lm_head = split_lm_head;
+  cuda::GpuRunner two(m.shards({{0, 1}, heads}), t);
   ASSERT_EQ(two.tensor_parallel(), 2);
   // The same bytes per GPU hold half the KV heads: twice the pages (each rank's pool the same).
   EXPECT_NEAR(two.n_pages(), 2 * one.n_pages(), 1);
@@ -302,6 +310,7 @@ void two_gpus_equal_one(const Model& m, const std::vector<std::vector<int>>& hea
 TEST(TensorParallel, TwoGpusEqualOneOnThe8bShape) {
   LY_REQUIRE_TWO_GPUS();
   two_gpus_equal_one(llama8b_two_layers(), {{0, 3, 5, 6}, {1, 2, 4, 7}});
+  two_gpus_equal_one(llama8b_two_layers(), {{0, 3, 5, 6}, {1, 2, 4, 7}}, /*split_lm_head=*/true);
 }
 
 TEST(TensorParallel, TwoGpusEqualOneOnTinyCheckpoints) {

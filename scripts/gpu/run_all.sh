@@ -523,6 +523,9 @@ PY
     LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --tensor-parallel 2 --contexts 131072 --batches 8 \
       --policies full,lychee --profile-attention --json "$out/e2e_tp_b8.json" 2>&1 | tee "$out/bench_e2e_tp_b8.log" \
       || rc=$(failed $? "bench_e2e tp batch 8")
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --tensor-parallel 2 --tp-lm-head split --contexts "${TP_CONTEXTS:-32768,131072}" \
+      --batches 1 --policies full,lychee --json "$out/e2e_tp_split_lm_head.json" 2>&1 | tee "$out/bench_e2e_tp_split.log" \
+      || rc=$(failed $? "bench_e2e tp split LM head")
     LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --tensor-parallel 2 --tp-rule contiguous --contexts 131072 \
       --batches 1 --policies lychee --profile-attention --json "$out/e2e_tp_contiguous.json" 2>&1 \
       | tee "$out/bench_e2e_tp_contiguous.log" || rc=$(failed $? "bench_e2e tp contiguous")

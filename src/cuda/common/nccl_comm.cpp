@@ -98,6 +98,28 @@ void NcclComm::all_reduce_sum(std::span<const void* const> send, std::span<void*
   counters_.wire_bytes += all_reduce_wire_bytes(payload, int(N));
 }
 
+void NcclComm::all_gather(std::span<const void* const> send, std::span<void* const> recv, size_t n, ReduceType type,
+                          std::span<const cudaStream_t> streams) {
+  const size_t N = impl_->comms.size();
+  LY_CHECK(send.size() == N && recv.size() == N && streams.size() == N, ErrorCode::kInvalidArgument,
+           "NCCL all-gather over {} ranks: got {} send buffers, {} receive buffers, {} streams", N, send.size(),
+           recv.size(), streams.size());
+  for (size_t r = 0; r < N; ++r)
+    LY_CHECK(n == 0 || (send[r] != nullptr && recv[r] != nullptr), ErrorCode::kInvalidArgument,
+             "NCCL all-gather: rank {} has a null buffer", r);
+  if (n == 0) return;
+  LY_NCCL_CHECK(ncclGroupStart());
+  for (size_t r = 0; r < N; ++r) {
+    const ncclResult_t res = ncclAllGather(send[r], recv[r], n, nccl_type(type), impl_->comms[r], streams[r]);
+    if (res != ncclSuccess) {
+      ncclGroupEnd();
+      fail(ErrorCode::kCuda, "ncclAllGather (rank {}, {} elements) failed: {} ({})", r, n, ncclGetErrorString(res),
+           ncclGetLastError(impl_->comms[r]));
+    }
+  }
+  LY_NCCL_CHECK(ncclGroupEnd());
+}
+
 #else  // no NCCL in this build
 
 struct NcclComm::Impl {
@@ -117,6 +139,11 @@ NcclComm::NcclComm(const std::vector<int>& devices) {
 void NcclComm::all_reduce_sum(std::span<const void* const>, std::span<void* const>, size_t, ReduceType,
                               std::span<const cudaStream_t>) {
   fail(ErrorCode::kUnsupported, "NCCL all-reduce: this build does not link NCCL");
+}
+
+void NcclComm::all_gather(std::span<const void* const>, std::span<void* const>, size_t, ReduceType,
+                          std::span<const cudaStream_t>) {
+  fail(ErrorCode::kUnsupported, "NCCL all-gather: this build does not link NCCL");
 }
 
 #endif  // LYCHEE_HAS_NCCL

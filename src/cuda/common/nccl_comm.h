@@ -66,6 +66,12 @@ class NcclComm {
   void all_reduce_sum_in_place(std::span<void* const> bufs, size_t n, ReduceType type,
                                std::span<const cudaStream_t> streams);
 
+  // recv[r] = send[0] | send[1] | ... | send[N-1] (n elements each, rank order), for every rank r:
+  // send[r] [n], recv[r] [N n] on device(r), enqueued on streams[r]; capturable like the all-reduce.
+  // Not counted in counters() (which count all-reduces).
+  void all_gather(std::span<const void* const> send, std::span<void* const> recv, size_t n, ReduceType type,
+                  std::span<const cudaStream_t> streams);
+
   const NcclCounters& counters() const { return counters_; }
   void reset_counters() { counters_ = {}; }
 

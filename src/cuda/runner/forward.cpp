@@ -180,7 +180,49 @@ void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_
     all_reduce(n);
     for (auto& s : shards) s->residual(l, n);
   }
-  for (auto& s : shards) s->forward_end(n, decode, s->rank == 0);
+  const bool split = vocab_part > 0;
+  for (auto& s : shards) s->forward_end(n, decode, s->rank == 0 && !split);
+  if (split) split_lm_head(n, decode ? n : 1);
+}
+
+// Rank r: logits of vocabulary rows [r V', r V' + count_r) for the last `rows` rows of h, into
+// lm_local [rows][count_r]; gathered (NCCL, or on one device rank 0 reads the others' buffers)
+// and laid out in rank 0's logits [rows][V].
+void GpuRunner::Impl::split_lm_head(int n, int rows) {
+  const int d = c.d_model, V = c.vocab_size, Vp = vocab_part;
+  auto count_of = [&](int r) { return std::max(0, std::min(V - r * Vp, Vp)); };
+  for (auto& sp : shards) {
+    Shard& s = *sp;
+    s.use();
+    const int cnt = count_of(s.rank);
+    if (cnt > 0)
+      s.gemm->f32_out(s.h.data() + size_t(n - rows) * d, s.w->output + size_t(s.rank) * Vp * d, s.lm_local.data(), rows,
+                      d, cnt);
+  }
+  Shard& s0 = lead();
+  if (comm) {
+    std::vector<const void*> send;
+    std::vector<void*> recv;
+    for (auto& sp : shards) {
+      send.push_back(sp->lm_local.data());
+      recv.push_back(sp->lm_gathered.data());
+    }
+    const std::vector<cudaStream_t> st = streams();
+    comm->all_gather(send, recv, size_t(rows) * size_t(Vp), ReduceType::kF32, st);
+  }
+  s0.use();
+  for (auto& sp : shards) {
+    Shard& s = *sp;
+    const int cnt = count_of(s.rank);
+    if (cnt == 0) continue;
+    const float* src = comm ? s0.lm_gathered.data() + size_t(s.rank) * size_t(rows) * Vp : s.lm_local.data();
+    if (!comm && s.rank != 0) {  // one device: rank 0 reads rank r's buffer once it is written
+      LY_CUDA_CHECK(cudaEventRecord(s.reduce_event, s.stream));
+      LY_CUDA_CHECK(cudaStreamWaitEvent(s0.stream, s.reduce_event));
+    }
+    LY_CUDA_CHECK(cudaMemcpy2DAsync(s0.logits.data() + size_t(s.rank) * Vp, size_t(V) * 4, src, size_t(cnt) * 4,
+                                    size_t(cnt) * 4, size_t(rows), cudaMemcpyDeviceToDevice, s0.stream));
+  }
 }
 
 void GpuRunner::Impl::all_reduce(int n) {

@@ -205,6 +205,14 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
   LY_CHECK(!o.tp_one_device || shared, ErrorCode::kInvalidArgument,
            "RunnerOptions::tp_one_device: the ranks must share one device (devices {})", fmt::join(devices, ","));
   if ((n > 1 || o.nccl) && !o.tp_one_device) comm = std::make_unique<NcclComm>(devices);
+  if (o.tp_split_lm_head && n > 1) {
+    vocab_part = (c.vocab_size + n - 1) / n;
+    for (auto& sp : shards) {
+      sp->use();
+      sp->lm_local = DeviceBuffer<float>(size_t(o.max_batch) * size_t(vocab_part));
+      if (comm) sp->lm_gathered = DeviceBuffer<float>(size_t(n) * size_t(o.max_batch) * size_t(vocab_part));
+    }
+  }
   LY_CUDA_CHECK(cudaSetDevice(devices[0]));
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&sampled_ready, cudaEventDisableTiming));
   LY_CUDA_CHECK(cudaSetDevice(current));
@@ -277,13 +285,18 @@ int GpuRunner::tensor_parallel() const { return impl_->size(); }
 
 TpStats GpuRunner::tp_stats() const {
   const Impl& m = *impl_;
-  return {m.size(), m.reduce_calls, m.reduce_bytes, all_reduce_wire_bytes(m.reduce_bytes, m.size()), 0};
+  return {m.size(), m.reduce_calls, m.reduce_bytes, all_reduce_wire_bytes(m.reduce_bytes, m.size()), 0,
+          m.gather_calls, m.gather_bytes};
 }
 
-void GpuRunner::Impl::count_reduces(int n) {
+void GpuRunner::Impl::count_reduces(int n, int rows) {
   if (!comm && !o.tp_one_device) return;
   reduce_calls += 2 * uint64_t(c.n_layers);
   reduce_bytes += 2 * uint64_t(c.n_layers) * uint64_t(n) * uint64_t(c.d_model) * 2;
+  if (vocab_part > 0) {
+    gather_calls += 1;
+    gather_bytes += uint64_t(rows) * uint64_t(vocab_part) * 4;
+  }
 }
 
 void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
@@ -317,7 +330,7 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
       ++m.n_forwards;
     }
     im.forward(n, false, 1, n, seq.length + n);
-    im.count_reduces(n);
+    im.count_reduces(n, 1);
     seq.length += n;
   }
   im.lead().use();
@@ -403,7 +416,7 @@ void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int3
   } else {
     forward(batch, true, batch, 1, 0);
   }
-  count_reduces(batch);
+  count_reduces(batch, batch);
   lead_shard.use();
   for (GpuSeq* s : seqs) {
     s->length += 1;

@@ -60,6 +60,11 @@ struct RunnerOptions {
   // NCCL's bf16 sum), steps run eagerly (cuda_graphs must be false: each rank's step is its own
   // graph, which cannot wait on another's). The sharded forward checked on one GPU.
   bool tp_one_device = false;
+  // Tensor parallelism: the LM head split by vocabulary (rank r computes the logits of rows
+  // [r V', (r + 1) V') of the output matrix, V' = ceil(V / N), gathered to rank 0 by an NCCL
+  // all-gather) instead of computed whole by rank 0 (the default until measured; docs/scaling.md).
+  // With the FP8 lab LM head (LYCHEE_FP8_LM_HEAD) the split reads the bf16 matrix.
+  bool tp_split_lm_head = false;
 };
 
 // What tensor parallelism moved: all-reduces run (two per layer per forward pass, graph replays
@@ -70,6 +75,7 @@ struct TpStats {
   uint64_t payload_bytes = 0;
   double wire_bytes = 0;
   uint64_t selection_bytes = 0;  // selection sets sent between GPUs: none (each rank owns its KV-head indices)
+  uint64_t lm_gathers = 0, lm_gather_bytes = 0;  // split LM head: all-gathers and their payload per rank
 };
 
 // A sequence's state: its pages (block table row) and length.

@@ -138,6 +138,9 @@ struct Shard {
   std::unique_ptr<KvPool> pool;
   std::unique_ptr<PrefillAttention> prefill_attn;
   DeviceBuffer<float> x, logits, partial_o, partial_lse;
+  // Split LM head (RunnerOptions::tp_split_lm_head): this rank's logits [max_batch][V'] and every
+  // rank's gathered [N][max_batch V'] (empty otherwise).
+  DeviceBuffer<float> lm_local, lm_gathered;
   DeviceBuffer<bf16> h, qkv, q, att, o_buf, gu, act;
   // FP8 weights: the matrix of a product too large for the FP8 GEMV, widened to bf16 ([rows][cols]
   // of the largest linear matrix; empty with bf16 weights).
@@ -231,6 +234,8 @@ struct GpuRunner::Impl {
   GraphCache graphs;
   cudaEvent_t sampled_ready = nullptr;         // on rank 0's stream after its last sampling (ranks > 0 copy)
   uint64_t reduce_calls = 0, reduce_bytes = 0; // all-reduces run (replays included) and payload per rank
+  uint64_t gather_calls = 0, gather_bytes = 0; // split LM head's all-gathers, the same way
+  int vocab_part = 0;                          // split LM head: V' = ceil(V / N) rows per rank
   bool profile = false;                        // the next forward times each layer's attention
 
   Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, const RunnerOptions& opt);
@@ -242,8 +247,12 @@ struct GpuRunner::Impl {
   void forward(int n, bool decode, int batch, int q_len, int max_kv_len);
   void all_reduce(int n);
   void one_device_sum(int n);  // RunnerOptions::tp_one_device's all-reduce
-  // A forward pass of n tokens ran (eagerly or replayed): its all-reduces, counted.
-  void count_reduces(int n);
+  // The split LM head: every rank's vocabulary rows for the last `rows` rows of h, gathered into
+  // rank 0's logits.
+  void split_lm_head(int n, int rows);
+  // A forward pass of n tokens ran (eagerly or replayed): its all-reduces (and the split LM head's
+  // gather of `rows` logits rows), counted.
+  void count_reduces(int n, int rows);
   // Stages and runs one decode step (GpuRunner::decode; `graphs` false: eagerly).
   void decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy, bool graphs);
 };
