@@ -492,6 +492,7 @@ PY
     mkdir -p "$stage"; rm -f "$stage/tp_env"
     i=0
     for env in "NCCL_CUMEM_ENABLE=0" "NCCL_CUMEM_ENABLE=0 NCCL_GRAPH_REGISTER=0" \
+               "NCCL_CUMEM_ENABLE=0 NCCL_GRAPH_REGISTER=0 NCCL_GRAPH_MIXING_SUPPORT=0" \
                "NCCL_CUMEM_ENABLE=0 NCCL_GRAPH_REGISTER=0 NCCL_MAX_NCHANNELS=4" "NCCL_MAX_NCHANNELS=2 NCCL_RUNTIME_CONNECT=0"; do
       i=$((i + 1)); t0=$SECONDS
       env $env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM timeout -k 5 "${TP_PROBE_SECONDS:-40}" "$build/bin/bench_allreduce" \
