@@ -9,16 +9,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$root/docs/results/strategies_cpu}"
-lychee="$root/build/bin/lychee"
-mkdir -p "$out"
-common=(eval --device cpu --lengths 2048 --depths 0.5 --samples "${SAMPLES:-3}" --block-size 16
-        --heads "$root/docs/results/train/hardkuma/roles.json")
-run() {  # NAME ARGS...
-  local name="$1"; shift
-  echo "eval_strategies_cpu: $name" >&2
-  "$lychee" "${common[@]}" "$@" --json "$out/eval_$name.json" --markdown "$out/eval_$name.md" \
-    > /dev/null 2> "$out/eval_$name.log"
-}
+source "$root/scripts/eval_cpu_lib.sh"
 run full --policies full
 run topk --policies lychee --budgets 64,128,256
 for p in 0.99 0.995 0.999; do run "topp_$p" --policies lychee --select topp --select-value "$p"; done
