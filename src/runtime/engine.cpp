@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/ranges.h>
 
@@ -41,13 +42,28 @@ Checkpoint open_checkpoint(const std::string& path) {
 
 namespace {
 
+// EngineOptions::policies compiled once, when first asked for (device choice, FP8 exceptions and
+// the tensor-parallel assignment all read them).
+class PolicySpecs {
+ public:
+  PolicySpecs(const EngineOptions& o, const ModelConfig& c) : o_(o), c_(c) {}
+  const std::vector<DecodeSpec>& get() {
+    if (!specs_) specs_ = o_.policies ? o_.policies(c_) : std::vector<DecodeSpec>{};
+    return *specs_;
+  }
+
+ private:
+  const EngineOptions& o_;
+  const ModelConfig& c_;
+  std::optional<std::vector<DecodeSpec>> specs_;
+};
+
 // "auto": the GPU only when it runs the model and every policy asked for.
-std::string choose_device(const EngineOptions& o, const ModelConfig& c) {
+std::string choose_device(const EngineOptions& o, const ModelConfig& c, PolicySpecs& policies) {
   const std::string device = resolve_device(o.device);
   if (o.device != "auto" || device != "cuda") return device;
   std::vector<DecodeSpec> specs = {full_spec(c)};
-  if (o.policies)
-    for (DecodeSpec& s : o.policies(c)) specs.push_back(std::move(s));
+  for (const DecodeSpec& s : policies.get()) specs.push_back(s);
   for (const DecodeSpec& spec : specs) {
     const std::string why = cuda_unsupported(spec, c, o.page_size);
     if (!why.empty()) {
@@ -110,7 +126,8 @@ Engine::Engine(const EngineOptions& options)
   LY_CHECK(tokenizer_.vocab_size() <= c.vocab_size, ErrorCode::kInvalidFile,
            "{}: the tokenizer has {} tokens but the model's vocabulary has {}", checkpoint_.path(),
            tokenizer_.vocab_size(), c.vocab_size);
-  device_ = choose_device(options, c);
+  PolicySpecs specs(options, c);
+  device_ = choose_device(options, c, specs);
   check_gpu_weights(options, device_);
   Timer timer;
   BackendOptions bo;
@@ -118,7 +135,7 @@ Engine::Engine(const EngineOptions& options)
   bo.gpu_weights = options.gpu_weights;
   const bool fp8 = device_ == "cuda" ? options.gpu_weights == GpuWeightFormat::kFp8 : options.cpu_weights == WeightFormat::kFp8;
   if (fp8 && options.fp8_keep_selectors && options.policies) {
-    bo.fp8_keep = fp8_keep_for(options.policies(c));
+    bo.fp8_keep = fp8_keep_for(specs.get());
     if (!bo.fp8_keep.qkv_layers.empty())
       LY_LOG_INFO("FP8 weights: Q/K/V of layers {} stay {} (their heads choose the tokens other heads read; "
                   "--fp8-selector-qkv fp8 rounds them too)",
@@ -133,7 +150,7 @@ Engine::Engine(const EngineOptions& options)
              "tensor parallel over {} GPUs (--tensor-parallel) needs the CUDA backend, and this engine runs on the "
              "CPU (device {}); use device cuda on a machine with {} GPUs",
              options.tensor_parallel, options.device, options.tensor_parallel);
-    const HeadRoles dense = dense_heads_of(c, options.policies ? options.policies(c) : std::vector<DecodeSpec>{});
+    const HeadRoles dense = dense_heads_of(c, specs.get());
     const TpAssignment a = tp_assign(c, dense, options.tensor_parallel);
     bo.tp_kv_heads = tp_rank_heads(a);
     const TpBalance b = tp_balance(a, dense);

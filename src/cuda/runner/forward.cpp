@@ -78,12 +78,23 @@ void Shard::attention(int layer, bool decode, int batch, int q_len, int max_kv_l
 // cuBLASLt, in stream order, so one scratch serves every matrix. cuBLASLt's FP8 GEMM would skip
 // the widening but takes FP8 activations too (e4m3 x, one more quantisation of every input row):
 // a quality question left to measure before it replaces this.
+namespace {
+
+// The FP8 GEMV's launches over n rows: f(first row, rows) per group of up to kFp8GemvMaxRows.
+template <typename F>
+void fp8_row_groups(int n, F&& f) {
+  for (int i = 0; i < n; i += kFp8GemvMaxRows) f(i, std::min(kFp8GemvMaxRows, n - i));
+}
+
+}  // namespace
+
 void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
   if (!w.fp8()) return gemm->bf16_out(x, w.values, y, n, w.cols, w.rows);
   if (o.fp8_gemv && fp8_gemv_launches(n) > 0) {
-    for (int i = 0; i < n; i += kFp8GemvMaxRows)
-      fp8_gemv(x + size_t(i) * size_t(w.cols), w.codes, w.scales, y + size_t(i) * size_t(w.rows),
-               std::min(kFp8GemvMaxRows, n - i), w.cols, w.rows, stream);
+    fp8_row_groups(n, [&](int i, int rows) {
+      fp8_gemv(x + size_t(i) * size_t(w.cols), w.codes, w.scales, y + size_t(i) * size_t(w.rows), rows, w.cols,
+               w.rows, stream);
+    });
     return;
   }
   dequantize_e4m3(w.codes, w.scales, dequant.data(), w.rows, w.cols, stream);
@@ -159,9 +170,10 @@ void Shard::forward_end(int n, bool decode, bool logits_wanted) {
   const int rows = decode ? n : 1;
   const bf16* last = h.data() + size_t(n - rows) * d;
   if (w->output8.fp8() && o.fp8_gemv && fp8_gemv_launches(rows) > 0) {
-    for (int i = 0; i < rows; i += kFp8GemvMaxRows)
-      fp8_gemv_f32_out(last + size_t(i) * d, w->output8.codes, w->output8.scales, logits.data() + size_t(i) * c.vocab_size,
-                       std::min(kFp8GemvMaxRows, rows - i), d, c.vocab_size, stream);
+    fp8_row_groups(rows, [&](int i, int k) {
+      fp8_gemv_f32_out(last + size_t(i) * d, w->output8.codes, w->output8.scales,
+                       logits.data() + size_t(i) * c.vocab_size, k, d, c.vocab_size, stream);
+    });
     return;
   }
   gemm->f32_out(last, w->output, logits.data(), rows, d, c.vocab_size);
