@@ -71,53 +71,54 @@ NcclComm::NcclComm(const std::vector<int>& devices) : impl_(std::make_unique<Imp
   LY_CUDA_CHECK(cudaSetDevice(current));  // ncclCommInitAll may leave another device current
 }
 
-void NcclComm::all_reduce_sum(std::span<const void* const> send, std::span<void* const> recv, size_t n,
-                              ReduceType type, std::span<const cudaStream_t> streams) {
-  const size_t N = impl_->comms.size();
+namespace {
+
+// One collective over every rank in one group call: `call(r)` enqueues rank r's part. Checks the
+// spans (one buffer pair and stream per rank, no null buffer) first; n == 0 enqueues nothing.
+template <typename Call>
+void group_call(const char* what, const std::vector<ncclComm_t>& comms, std::span<const void* const> send,
+                std::span<void* const> recv, size_t n, std::span<const cudaStream_t> streams, Call&& call) {
+  const size_t N = comms.size();
   LY_CHECK(send.size() == N && recv.size() == N && streams.size() == N, ErrorCode::kInvalidArgument,
-           "NCCL all-reduce over {} ranks: got {} send buffers, {} receive buffers, {} streams", N, send.size(),
+           "NCCL {} over {} ranks: got {} send buffers, {} receive buffers, {} streams", what, N, send.size(),
            recv.size(), streams.size());
   for (size_t r = 0; r < N; ++r)
     LY_CHECK(n == 0 || (send[r] != nullptr && recv[r] != nullptr), ErrorCode::kInvalidArgument,
-             "NCCL all-reduce: rank {} has a null buffer", r);
+             "NCCL {}: rank {} has a null buffer", what, r);
   if (n == 0) return;
   LY_NCCL_CHECK(ncclGroupStart());
   for (size_t r = 0; r < N; ++r) {
-    const ncclResult_t res =
-        ncclAllReduce(send[r], recv[r], n, nccl_type(type), ncclSum, impl_->comms[r], streams[r]);
+    const ncclResult_t res = call(r);
     if (res != ncclSuccess) {
       ncclGroupEnd();  // close the group before reporting
-      fail(ErrorCode::kCuda, "ncclAllReduce (rank {}, {} elements) failed: {} ({})", r, n, ncclGetErrorString(res),
-           ncclGetLastError(impl_->comms[r]));
+      fail(ErrorCode::kCuda, "NCCL {} (rank {}, {} elements) failed: {} ({})", what, r, n, ncclGetErrorString(res),
+           ncclGetLastError(comms[r]));
     }
   }
   LY_NCCL_CHECK(ncclGroupEnd());
+}
+
+}  // namespace
+
+void NcclComm::all_reduce_sum(std::span<const void* const> send, std::span<void* const> recv, size_t n,
+                              ReduceType type, std::span<const cudaStream_t> streams) {
+  const std::vector<ncclComm_t>& comms = impl_->comms;
+  group_call("all-reduce", comms, send, recv, n, streams, [&](size_t r) {
+    return ncclAllReduce(send[r], recv[r], n, nccl_type(type), ncclSum, comms[r], streams[r]);
+  });
+  if (n == 0) return;
   const uint64_t payload = uint64_t(n) * reduce_type_bytes(type);
   counters_.calls += 1;
   counters_.payload_bytes += payload;
-  counters_.wire_bytes += all_reduce_wire_bytes(payload, int(N));
+  counters_.wire_bytes += all_reduce_wire_bytes(payload, int(comms.size()));
 }
 
 void NcclComm::all_gather(std::span<const void* const> send, std::span<void* const> recv, size_t n, ReduceType type,
                           std::span<const cudaStream_t> streams) {
-  const size_t N = impl_->comms.size();
-  LY_CHECK(send.size() == N && recv.size() == N && streams.size() == N, ErrorCode::kInvalidArgument,
-           "NCCL all-gather over {} ranks: got {} send buffers, {} receive buffers, {} streams", N, send.size(),
-           recv.size(), streams.size());
-  for (size_t r = 0; r < N; ++r)
-    LY_CHECK(n == 0 || (send[r] != nullptr && recv[r] != nullptr), ErrorCode::kInvalidArgument,
-             "NCCL all-gather: rank {} has a null buffer", r);
-  if (n == 0) return;
-  LY_NCCL_CHECK(ncclGroupStart());
-  for (size_t r = 0; r < N; ++r) {
-    const ncclResult_t res = ncclAllGather(send[r], recv[r], n, nccl_type(type), impl_->comms[r], streams[r]);
-    if (res != ncclSuccess) {
-      ncclGroupEnd();
-      fail(ErrorCode::kCuda, "ncclAllGather (rank {}, {} elements) failed: {} ({})", r, n, ncclGetErrorString(res),
-           ncclGetLastError(impl_->comms[r]));
-    }
-  }
-  LY_NCCL_CHECK(ncclGroupEnd());
+  const std::vector<ncclComm_t>& comms = impl_->comms;
+  group_call("all-gather", comms, send, recv, n, streams, [&](size_t r) {
+    return ncclAllGather(send[r], recv[r], n, nccl_type(type), comms[r], streams[r]);
+  });
 }
 
 #else  // no NCCL in this build
