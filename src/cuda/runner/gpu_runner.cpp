@@ -64,6 +64,11 @@ size_t auto_kv_bytes(const ModelConfig& c, const RunnerOptions& o, int max_conte
   return std::min(want, avail);
 }
 
+// The longest sequence the runner serves: RunnerOptions::max_context capped by the model's.
+int runner_max_context(const RunnerOptions& o, const ModelConfig& c) {
+  return o.max_context > 0 ? std::min(o.max_context, c.max_context) : c.max_context;
+}
+
 PlannerShape planner_shape(const ModelConfig& c, const RunnerOptions& o, int max_items, int max_pages) {
   PlannerShape s;
   s.n_heads = c.n_heads;
@@ -88,7 +93,7 @@ size_t largest_matrix(const GpuWeights& w) {
 
 Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt, size_t kv_bytes)
     : w(std::move(weights)), c(w->config()), rank(w->tp_rank()), device(w->device()), o(opt),
-      max_context(opt.max_context > 0 ? std::min(opt.max_context, c.max_context) : c.max_context),
+      max_context(runner_max_context(opt, c)),
       max_pages((max_context + opt.page_size - 1) / opt.page_size + 1),
       max_tokens(std::max(opt.max_prefill_tokens, opt.max_batch)),
       max_items(std::max(2 * device_info().sm_count * 4, opt.max_batch * c.n_kv_heads)),
@@ -128,8 +133,6 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
   LY_CUDA_CHECK(cudaMemset(meta_d.data(), 0, meta.total));
   decode_table = DeviceBuffer<int32_t>(size_t(o.max_batch) * max_pages);
   LY_CUDA_CHECK(cudaMemset(decode_table.data(), 0, decode_table.size() * 4));
-  row_table_id.assign(size_t(o.max_batch), 0);
-  row_synced.assign(size_t(o.max_batch), 0);
   token_reads = DeviceBuffer<unsigned long long>(size_t(o.max_batch));
   LY_CUDA_CHECK(cudaMemset(token_reads.data(), 0, size_t(o.max_batch) * 8));
   // The memsets above run on the legacy stream, which `stream` (non-blocking) does not wait for.
@@ -154,6 +157,8 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
   LY_CHECK(opt.max_batch >= 1 && opt.max_prefill_tokens >= 1, ErrorCode::kInvalidArgument,
            "max_batch and max_prefill_tokens must be >= 1");
   c = weights[0]->full_config();
+  row_table_id.assign(size_t(opt.max_batch), 0);
+  row_synced.assign(size_t(opt.max_batch), 0);
   const int n = int(weights.size());
   for (int r = 0; r < n; ++r) {
     const GpuWeights& w = *weights[size_t(r)];
@@ -180,7 +185,7 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
       else LY_CUDA_CHECK(e);
     }
   // The same page count on every rank: the smallest any rank's memory allows.
-  const int max_ctx = opt.max_context > 0 ? std::min(opt.max_context, c.max_context) : c.max_context;
+  const int max_ctx = runner_max_context(opt, c);
   size_t kv_bytes = SIZE_MAX;
   for (int r = 0; r < n; ++r) {
     LY_CUDA_CHECK(cudaSetDevice(devices[size_t(r)]));
@@ -299,6 +304,18 @@ void GpuRunner::Impl::count_reduces(int n, int rows) {
   }
 }
 
+void GpuRunner::Impl::upload_step_everywhere(size_t bytes) {
+  Shard& s0 = lead();
+  s0.upload_step(bytes);
+  for (size_t r = 1; r < shards.size(); ++r) {
+    Shard& m = *shards[r];
+    m.use();
+    m.begin_step();
+    std::memcpy(m.meta_host<uint8_t>(0), s0.meta_host<uint8_t>(0), bytes);
+    m.upload_step(bytes);
+  }
+}
+
 void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
   Impl& im = *impl_;
   Shard& lead = im.lead();
@@ -311,24 +328,22 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
                "token id {} is outside the vocabulary (size {})", tok, im.c.vocab_size);
     }
     lead.ensure_pages(seq, seq.length + n);
-    for (auto& sp : im.shards) {
-      Shard& m = *sp;
-      m.use();
-      m.begin_step();
-      for (int t = 0; t < n; ++t) {
-        const int pos = seq.length + t;
-        m.meta_host<int32_t>(m.meta.tokens)[t] = tokens[start + size_t(t)];
-        m.meta_host<int32_t>(m.meta.positions)[t] = pos;
-        m.meta_host<int32_t>(m.meta.kv_page)[t] = seq.pages[size_t(pos / m.o.page_size)];
-        m.meta_host<int32_t>(m.meta.kv_row)[t] = pos % m.o.page_size;
-      }
-      m.meta_host<int32_t>(m.meta.q_lens)[0] = n;
-      m.meta_host<int32_t>(m.meta.seq_lens)[0] = seq.length + n;
-      std::copy(seq.pages.begin(), seq.pages.end(), m.meta_host<int32_t>(m.meta.block_table));
-      m.meta_host<int32_t>(m.meta.n_deltas)[0] = 0;
-      m.upload_step(m.meta.deltas);
-      ++m.n_forwards;
+    Shard& m = lead;
+    m.use();
+    m.begin_step();
+    for (int t = 0; t < n; ++t) {
+      const int pos = seq.length + t;
+      m.meta_host<int32_t>(m.meta.tokens)[t] = tokens[start + size_t(t)];
+      m.meta_host<int32_t>(m.meta.positions)[t] = pos;
+      m.meta_host<int32_t>(m.meta.kv_page)[t] = seq.pages[size_t(pos / m.o.page_size)];
+      m.meta_host<int32_t>(m.meta.kv_row)[t] = pos % m.o.page_size;
     }
+    m.meta_host<int32_t>(m.meta.q_lens)[0] = n;
+    m.meta_host<int32_t>(m.meta.seq_lens)[0] = seq.length + n;
+    std::copy(seq.pages.begin(), seq.pages.end(), m.meta_host<int32_t>(m.meta.block_table));
+    m.meta_host<int32_t>(m.meta.n_deltas)[0] = 0;
+    im.upload_step_everywhere(m.meta.deltas);
+    ++im.n_forwards;
     im.forward(n, false, 1, n, seq.length + n);
     im.count_reduces(n, 1);
     seq.length += n;
@@ -357,59 +372,61 @@ void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int3
     lead_shard.ensure_pages(s, s.length + 1);
   }
   for (int b = 0; b < batch; ++b)
-    if (seqs[size_t(b)]->table_id == 0) seqs[size_t(b)]->table_id = ++lead_shard.next_table_id;
+    if (seqs[size_t(b)]->table_id == 0) seqs[size_t(b)]->table_id = ++next_table_id;
   std::vector<int> lens(static_cast<size_t>(batch));
   for (int b = 0; b < batch; ++b) lens[size_t(b)] = seqs[size_t(b)]->length + 1;
+  // The step's section, written once (on rank 0) for every rank. The block table lives on the
+  // devices; a step sends only the pages a row's device copy lacks (a sequence new to its row:
+  // all of them; otherwise the pages added since).
+  Shard& m = lead_shard;
+  m.use();
+  m.begin_step();
+  auto* deltas = m.meta_host<int32_t>(m.meta.deltas);
+  int n_deltas = 0;
+  for (int b = 0; b < batch; ++b) {
+    GpuSeq& s = *seqs[size_t(b)];
+    if (row_table_id[size_t(b)] != s.table_id || row_synced[size_t(b)] > int(s.pages.size())) {
+      row_table_id[size_t(b)] = s.table_id;
+      row_synced[size_t(b)] = 0;
+    }
+    for (int i = row_synced[size_t(b)]; i < int(s.pages.size()); ++i) {
+      deltas[2 * n_deltas] = b * m.max_pages + i;
+      deltas[2 * n_deltas + 1] = s.pages[size_t(i)];
+      ++n_deltas;
+    }
+    row_synced[size_t(b)] = int(s.pages.size());
+    if (!tokens.empty()) m.meta_host<int32_t>(m.meta.tokens)[b] = tokens[size_t(b)];
+    m.meta_host<int32_t>(m.meta.positions)[b] = s.length;
+    m.meta_host<int32_t>(m.meta.kv_page)[b] = s.pages[size_t(s.length / m.o.page_size)];
+    m.meta_host<int32_t>(m.meta.kv_row)[b] = s.length % m.o.page_size;
+    m.meta_host<int32_t>(m.meta.seq_lens)[b] = s.length + 1;
+    m.meta_host<int32_t>(m.meta.quest_from)[b] = s.quest_epoch == m.policy_epoch ? std::min(s.quest_from, s.length) : 0;
+  }
+  m.meta_host<int32_t>(m.meta.n_deltas)[0] = n_deltas;
+  upload_step_everywhere(m.meta.deltas + size_t(n_deltas) * 8);
   if (tokens.empty() && size() > 1) {  // ranks > 0 copy rank 0's sampled tokens after its sampling
     lead_shard.use();
     LY_CUDA_CHECK(cudaEventRecord(sampled_ready, lead_shard.stream));
   }
-  bool step_policy = false;
+  // Each rank's plans (its own heads' work) and, without tokens, the tokens sampled on the device
+  // by the previous step.
+  const bool step_policy = use_policy && lead_shard.policy.has_value();
   for (auto& sp : shards) {
-    Shard& m = *sp;
-    m.use();
-    m.begin_step();
-    // The block table lives on the device; a step sends only the pages a row's device copy lacks
-    // (a sequence new to its row: all of them; otherwise the pages added since).
-    auto* deltas = m.meta_host<int32_t>(m.meta.deltas);
-    int n_deltas = 0;
-    for (int b = 0; b < batch; ++b) {
-      GpuSeq& s = *seqs[size_t(b)];
-      if (m.row_table_id[size_t(b)] != s.table_id || m.row_synced[size_t(b)] > int(s.pages.size())) {
-        m.row_table_id[size_t(b)] = s.table_id;
-        m.row_synced[size_t(b)] = 0;
-      }
-      for (int i = m.row_synced[size_t(b)]; i < int(s.pages.size()); ++i) {
-        deltas[2 * n_deltas] = b * m.max_pages + i;
-        deltas[2 * n_deltas + 1] = s.pages[size_t(i)];
-        ++n_deltas;
-      }
-      m.row_synced[size_t(b)] = int(s.pages.size());
-      if (!tokens.empty()) m.meta_host<int32_t>(m.meta.tokens)[b] = tokens[size_t(b)];
-      m.meta_host<int32_t>(m.meta.positions)[b] = s.length;
-      m.meta_host<int32_t>(m.meta.kv_page)[b] = s.pages[size_t(s.length / m.o.page_size)];
-      m.meta_host<int32_t>(m.meta.kv_row)[b] = s.length % m.o.page_size;
-      m.meta_host<int32_t>(m.meta.seq_lens)[b] = s.length + 1;
-      m.meta_host<int32_t>(m.meta.quest_from)[b] =
-          s.quest_epoch == m.policy_epoch ? std::min(s.quest_from, s.length) : 0;
+    Shard& r = *sp;
+    r.use();
+    r.step_policy = step_policy;
+    r.plan_and_upload(step_policy ? &*r.policy : nullptr, lens);
+    if (!tokens.empty()) continue;
+    if (r.rank == 0) {
+      LY_CUDA_CHECK(cudaMemcpyAsync(r.meta_dev<int32_t>(r.meta.tokens), r.sampled.data(), size_t(batch) * 4,
+                                    cudaMemcpyDeviceToDevice, r.stream));
+    } else {
+      LY_CUDA_CHECK(cudaStreamWaitEvent(r.stream, sampled_ready));
+      LY_CUDA_CHECK(cudaMemcpyPeerAsync(r.meta_dev<int32_t>(r.meta.tokens), r.device, lead_shard.sampled.data(),
+                                        lead_shard.device, size_t(batch) * 4, r.stream));
     }
-    m.meta_host<int32_t>(m.meta.n_deltas)[0] = n_deltas;
-    m.upload_step(m.meta.deltas + size_t(n_deltas) * 8);
-    m.step_policy = use_policy && m.policy.has_value();
-    step_policy = m.step_policy;
-    m.plan_and_upload(m.step_policy ? &*m.policy : nullptr, lens);
-    if (tokens.empty()) {  // feed the tokens sampled on the device by the previous step
-      if (m.rank == 0) {
-        LY_CUDA_CHECK(cudaMemcpyAsync(m.meta_dev<int32_t>(m.meta.tokens), m.sampled.data(), size_t(batch) * 4,
-                                      cudaMemcpyDeviceToDevice, m.stream));
-      } else {
-        LY_CUDA_CHECK(cudaStreamWaitEvent(m.stream, sampled_ready));
-        LY_CUDA_CHECK(cudaMemcpyPeerAsync(m.meta_dev<int32_t>(m.meta.tokens), m.device, lead_shard.sampled.data(),
-                                          lead_shard.device, size_t(batch) * 4, m.stream));
-      }
-    }
-    ++m.n_forwards;
   }
+  ++n_forwards;
   if (use_graphs) {
     const std::vector<cudaStream_t> st = streams();
     graphs.run(batch * 2 + (step_policy ? 1 : 0), devices, st, [&] { forward(batch, true, batch, 1, 0); });
@@ -571,7 +588,7 @@ uint64_t GpuRunner::host_stalls() const {
   return n;
 }
 int GpuRunner::policy_epoch() const { return impl_->shards[0]->policy_epoch; }
-uint64_t GpuRunner::forwards() const { return impl_->shards[0]->n_forwards; }
+uint64_t GpuRunner::forwards() const { return impl_->n_forwards; }
 
 void GpuRunner::set_policy(const DecodeSpec& spec) {
   Impl& im = *impl_;

@@ -156,12 +156,9 @@ struct Shard {
   cudaEvent_t plan_consumed = nullptr;  // the last plan upload has run
   int staging = 0;                      // the per-step staging the step being prepared writes
   uint64_t stalls = 0;                  // host waits that found the device still busy
-  // The decode steps' block table [max_batch][max_pages] on the device, and what the host knows
-  // it holds: per row, the sequence (GpuSeq::table_id) and how many of its pages were sent.
+  // The decode steps' block table [max_batch][max_pages] on the device (what it holds is tracked
+  // once for every rank: GpuRunner::Impl::row_table_id).
   DeviceBuffer<int32_t> decode_table;
-  std::vector<uint64_t> row_table_id;
-  std::vector<int> row_synced;
-  uint64_t next_table_id = 0;
   HostRing<int32_t> tokens_ring;
   HostRing<unsigned long long> reads_ring;
   StepPlanner planner;
@@ -169,7 +166,6 @@ struct Shard {
   // The policy as the kernels run it (none set: dense decode steps, reads not counted).
   std::optional<GpuPolicyPlan> policy;
   int policy_epoch = 0;      // set_policy count: page-bound metadata is rebuilt per setting
-  uint64_t n_forwards = 0;   // forward passes run (GpuRunner::forwards)
   bool step_policy = false;  // the step being recorded uses the policy
   DeviceBuffer<float> scores, unit_scores;
   DeviceBuffer<int32_t> lists, list_counts, sel_heads;
@@ -236,7 +232,12 @@ struct GpuRunner::Impl {
   uint64_t reduce_calls = 0, reduce_bytes = 0; // all-reduces run (replays included) and payload per rank
   uint64_t gather_calls = 0, gather_bytes = 0; // split LM head's all-gathers, the same way
   int vocab_part = 0;                          // split LM head: V' = ceil(V / N) rows per rank
-  bool profile = false;                        // the next forward times each layer's attention
+  uint64_t n_forwards = 0;                     // forward passes run (GpuRunner::forwards)
+  // What every rank's device block table holds (the same on each): per batch row, the sequence
+  // (GpuSeq::table_id) and how many of its pages were sent.
+  std::vector<uint64_t> row_table_id;
+  std::vector<int> row_synced;
+  uint64_t next_table_id = 0;
 
   Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, const RunnerOptions& opt);
   ~Impl();
@@ -250,6 +251,10 @@ struct GpuRunner::Impl {
   // The split LM head: every rank's vocabulary rows for the last `rows` rows of h, gathered into
   // rank 0's logits.
   void split_lm_head(int n, int rows);
+  // The per-step section (the first `bytes` of the metadata block) of the step being prepared:
+  // begun and written on rank 0 by the caller, then copied into every other rank's staging;
+  // each rank queues its upload.
+  void upload_step_everywhere(size_t bytes);
   // A forward pass of n tokens ran (eagerly or replayed): its all-reduces (and the split LM head's
   // gather of `rows` logits rows), counted.
   void count_reduces(int n, int rows);
