@@ -69,6 +69,13 @@ inline const std::string& gpu_unusable_reason() {
 #ifdef LYCHEE_HAS_CUDA
 namespace lychee::test {
 
+// CUDA devices this process sees (0 when it sees none or CUDA reports an error): the multi-GPU
+// tests skip below 2.
+inline int device_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
 // A device copy of v (at least one element, so that an empty list still has an address).
 template <typename T>
 cuda::DeviceBuffer<T> to_device(std::span<const T> v) {

@@ -42,10 +42,7 @@ namespace {
 
 using test::rel_error;
 
-int device_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
+using test::device_count;
 
 #define LY_REQUIRE_NCCL_BUILD()                                                             \
   if (!cuda::nccl_built()) GTEST_SKIP() << "this build does not link NCCL: tensor-parallel tests did not run"

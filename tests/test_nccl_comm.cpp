@@ -34,10 +34,7 @@ using test::expect_error;
     GTEST_SKIP() << "this build does not link NCCL: the all-reduce tests did not run";          \
   }
 
-int device_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
+using test::device_count;
 
 // Rank r's value at i: small integers, so any order of summing is exact in f32 and in bf16.
 float value(int rank, size_t i) { return float(int((i * 7 + size_t(rank) * 13) % 61) - 30); }
