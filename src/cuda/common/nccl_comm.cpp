@@ -38,7 +38,14 @@ ncclDataType_t nccl_type(ReduceType t) { return t == ReduceType::kF32 ? ncclFloa
 struct NcclComm::Impl {
   std::vector<int> devices;         // [N] CUDA device of rank r
   std::vector<ncclComm_t> comms;    // [N]
+  // Finalizing waits until every rank's communicator is quiescent, so one thread that owns all
+  // the ranks finalizes them in one group call (one at a time, the first would wait forever for
+  // the others); destroying a finalized communicator then only frees local state.
   ~Impl() {
+    ncclGroupStart();
+    for (ncclComm_t c : comms)
+      if (c != nullptr) ncclCommFinalize(c);
+    ncclGroupEnd();
     for (ncclComm_t c : comms)
       if (c != nullptr) ncclCommDestroy(c);
   }
