@@ -500,8 +500,13 @@ PY
       rc=$?
       echo "--- probe $i: $env: rc $rc in $((SECONDS - t0)) s"; grep -E "^ +[0-9]+ " "$out/allreduce_probe_$i.log"
       if [ $rc -eq 0 ]; then echo "$env" > "$stage/tp_env"; echo "tp-env: using $env"; exit 0; fi
+      grep -q "eager done" "$out/allreduce_probe_$i.log" && [ -z "${eager_env:-}" ] && eager_env="$env"
+      grep -m3 "WARN" "$out/allreduce_probe_$i.log"
     done
-    echo "tp-env: no setting finished"; exit 1 ;;
+    if [ -n "${eager_env:-}" ]; then  # all-reduces ran eagerly there: the rest of the call uses it
+      echo "$eager_env" > "$stage/tp_env"; echo "tp-env: no setting finished; $eager_env ran eagerly: using it"
+    else echo "tp-env: no setting finished"; fi
+    exit 1 ;;
   tp-diag)
     [ -f "$stage/tp_env" ] && { export $(cat "$stage/tp_env"); echo "NCCL setting: $(cat "$stage/tp_env")"; }
     for t in TensorParallel.TwoRanksOnOneGpu* TensorParallel.TwoGpusEqualOneOnTiny* TensorParallel.TwoGpusEqualOneOnThe8b* TensorParallel.TwoGpusWithThe* \
