@@ -6,7 +6,7 @@
 //   bench_e2e [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
 //             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--retrieval 32] [--trace] [--sync]
 //             [--weights bf16,fp8] [--fp8-selector-qkv bf16|fp8]
-//             [--tensor-parallel 1,2] [--tp-rule permutation|contiguous] [--tp-lm-head rank0|split]
+//             [--tensor-parallel 1,2] [--tp-rule permutation|contiguous] [--tp-lm-head split|rank0]
 //             [--profile-attention]
 // --weights: the GPU weight formats to run, in turn (default bf16; fp8 = e4m3 linear matrices with
 // a scale per output channel, gpu_weights.h). Every row records its format; with bf16 run first,
@@ -21,8 +21,8 @@
 // --tensor-parallel: the GPU counts to run, in turn (each a runner over that many GPUs, devices
 // 0..N-1; the model sharded by KV heads with the assignment --tp-rule picks from LycheeDecode's
 // roles, docs/scaling.md). A row's bound is then its slowest GPU's: that rank's weights (rank 0
-// also reads the LM head, or with --tp-lm-head split each rank its vocabulary rows) and the KV its
-// heads read. --profile-attention: each row also times every
+// reads its vocabulary rows of the LM head, or with --tp-lm-head rank0 rank 0 all of it) and the KV its
+// heads read. --tp-lm-head: split (the runner's default) or rank0. --profile-attention: each row also times every
 // layer's attention on every GPU (median of 5 eager steps) and reports the slowest GPU against the
 // mean per layer.
 // LycheeDecode and DuoAttention get --retrieval retrieval KV heads in all (layer 0's included,
@@ -124,28 +124,36 @@ std::vector<std::string> split_names(const std::string& s) {
   return v;
 }
 
-// One line of the trace summary per step: device busy/idle, host waits, the largest kernels.
-void print_trace(const nlohmann::json& t) {
-  std::printf("       trace per step: span %.0f us, busy %.0f us, idle %.0f us (%.1f gaps > 5 us), %.0f device ops;",
+// The trace summary per step: device busy/idle, host waits, the largest kernels; with several
+// GPUs, the same per GPU.
+void print_trace_device(const nlohmann::json& t, const std::string& label) {
+  std::printf("       %s: span %.0f us, busy %.0f us, idle %.0f us (%.1f gaps > 5 us), %.0f device ops\n", label.c_str(),
               t["span_us_per_step"].get<double>(), t["device_busy_us_per_step"].get<double>(),
               t["device_idle_us_per_step"].get<double>(), t["idle_gaps_over_5us_per_step"].get<double>(),
               t["device_activities_per_step"].get<double>());
-  for (const auto& s : t["host_syncs"])
-    std::printf(" %s x%.1f %.0f us;", s["name"].get<std::string>().c_str(), s["calls_per_step"].get<double>(),
-                s["us_per_step"].get<double>());
-  std::printf("\n");
   int shown = 0;
   for (const auto& k : t["device"]) {
-    if (++shown > 8) break;
+    if (++shown > 10) break;
     std::printf("         %8.1f us x%5.1f  %.90s\n", k["us_per_step"].get<double>(), k["calls_per_step"].get<double>(),
                 k["name"].get<std::string>().c_str());
   }
 }
 
+void print_trace(const nlohmann::json& t) {
+  std::printf("       trace per step, host waits:");
+  for (const auto& s : t["host_syncs"])
+    std::printf(" %s x%.1f %.0f us;", s["name"].get<std::string>().c_str(), s["calls_per_step"].get<double>(),
+                s["us_per_step"].get<double>());
+  std::printf("\n");
+  if (!t.contains("per_device")) return print_trace_device(t, "trace per step");
+  for (const auto& d : t["per_device"])
+    print_trace_device(d, "trace per step, GPU " + std::to_string(d["cuda_device"].get<int>()));
+}
+
 struct Options {
   std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model;
   std::string policies = "full,lychee,tidal,quest,duo", weights = "bf16", fp8_selector_qkv = "bf16";
-  std::string tensor_parallel = "1", tp_rule = "permutation", tp_lm_head = "rank0";
+  std::string tensor_parallel = "1", tp_rule = "permutation", tp_lm_head = "split";
   int steps = 32, budget = 4096, n_retrieval = 32;
   bool graphs = true, trace = false, sync_steps = false, profile_attention = false;
 };
@@ -402,7 +410,7 @@ Options parse_args(int argc, char** argv) {
     else throw UsageError("unknown argument " + a);
   }
   if (o.tp_lm_head != "rank0" && o.tp_lm_head != "split")
-    throw UsageError("--tp-lm-head: rank0 or split, got '" + o.tp_lm_head + "'");
+    throw UsageError("--tp-lm-head: split or rank0, got '" + o.tp_lm_head + "'");
   if (o.tp_rule != "permutation" && o.tp_rule != "contiguous")
     throw UsageError("--tp-rule: permutation or contiguous, got '" + o.tp_rule + "'");
   for (int n : parse_list(o.tensor_parallel))

@@ -67,17 +67,17 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
       case CUPTI_ACTIVITY_KIND_KERNEL: {
         auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
-        t = {TraceRecord::kKernel, kernel_name(k->name), k->start, k->end, 0};
+        t = {TraceRecord::kKernel, kernel_name(k->name), k->start, k->end, 0, int(k->deviceId)};
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         auto* m = reinterpret_cast<CUpti_ActivityMemcpy6*>(rec);
-        t = {TraceRecord::kMemcpy, copy_kind(m->copyKind), m->start, m->end, m->bytes};
+        t = {TraceRecord::kMemcpy, copy_kind(m->copyKind), m->start, m->end, m->bytes, int(m->deviceId)};
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         auto* m = reinterpret_cast<CUpti_ActivityMemset4*>(rec);
-        t = {TraceRecord::kMemset, "memset", m->start, m->end, m->bytes};
+        t = {TraceRecord::kMemset, "memset", m->start, m->end, m->bytes, int(m->deviceId)};
         break;
       }
       case CUPTI_ACTIVITY_KIND_RUNTIME: {
@@ -88,7 +88,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         if (const size_t v = n.find("_v"); v != std::string::npos) n = n.substr(0, v);  // cudaMemcpy_v3020
         const bool sync = n.find("Synchronize") != std::string::npos || n == "cudaMemcpy" ||
                           n == "cudaMemset" || n == "cudaMalloc" || n == "cudaFree";
-        t = {sync ? TraceRecord::kSync : TraceRecord::kRuntime, n, a->start, a->end, 0};
+        t = {sync ? TraceRecord::kSync : TraceRecord::kRuntime, n, a->start, a->end, 0, -1};
         break;
       }
       default: continue;
@@ -129,31 +129,39 @@ void CuptiTrace::stop() {
 
 const std::vector<TraceRecord>& CuptiTrace::records() const { return g_records; }
 
-nlohmann::json CuptiTrace::summary(int steps) const {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  const double per = 1.0 / std::max(steps, 1);
-  struct Acc { double us = 0; int n = 0; };
-  std::map<std::string, Acc> kernels, syncs, calls;
-  std::vector<std::pair<uint64_t, uint64_t>> device;
-  for (const TraceRecord& r : g_records) {
-    const double us = double(r.end_ns - r.start_ns) / 1e3;
-    if (r.kind == TraceRecord::kSync || r.kind == TraceRecord::kRuntime) {
-      Acc& a = (r.kind == TraceRecord::kSync ? syncs : calls)[r.name];
-      a.us += us;
-      ++a.n;
-      continue;
-    }
-    Acc& a = kernels[r.name];
-    a.us += us;
+namespace {
+
+struct Acc {
+  double us = 0;
+  int n = 0;
+};
+
+nlohmann::json table(const std::map<std::string, Acc>& m, double per) {
+  std::vector<std::pair<std::string, Acc>> v(m.begin(), m.end());
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [name, a] : v)
+    out.push_back({{"name", name}, {"us_per_step", a.us * per}, {"calls_per_step", a.n * per}});
+  return out;
+}
+
+// The device figures of `records` (kernels, copies, memsets): busy time (their union), the idle
+// gaps between the first and the last, and the time per kernel name; per step.
+nlohmann::json device_summary(const std::vector<const TraceRecord*>& records, double per) {
+  std::map<std::string, Acc> kernels;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (const TraceRecord* r : records) {
+    Acc& a = kernels[r->name];
+    a.us += double(r->end_ns - r->start_ns) / 1e3;
     ++a.n;
-    device.emplace_back(r.start_ns, r.end_ns);
+    spans.emplace_back(r->start_ns, r->end_ns);
   }
-  std::sort(device.begin(), device.end());
+  std::sort(spans.begin(), spans.end());
   double busy = 0, idle = 0, idle_over_5us = 0;
   int gaps_over_5us = 0;
   uint64_t cur_end = 0;
-  const uint64_t first = device.empty() ? 0 : device.front().first;
-  for (const auto& [s, e] : device) {
+  const uint64_t first = spans.empty() ? 0 : spans.front().first;
+  for (const auto& [s, e] : spans) {
     if (cur_end != 0 && s > cur_end) {
       const double gap = double(s - cur_end) / 1e3;
       idle += gap;
@@ -170,26 +178,46 @@ nlohmann::json CuptiTrace::summary(int steps) const {
       cur_end = e;
     }
   }
-  auto table = [&](const std::map<std::string, Acc>& m) {
-    std::vector<std::pair<std::string, Acc>> v(m.begin(), m.end());
-    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& [name, a] : v)
-      out.push_back({{"name", name}, {"us_per_step", a.us * per}, {"calls_per_step", a.n * per}});
-    return out;
-  };
-  int launches = 0;
-  for (const auto& [name, a] : kernels) launches += a.n;
-  return {{"steps", steps},
-          {"span_us_per_step", device.empty() ? 0.0 : double(cur_end - first) / 1e3 * per},
+  return {{"span_us_per_step", spans.empty() ? 0.0 : double(cur_end - first) / 1e3 * per},
           {"device_busy_us_per_step", busy * per},
           {"device_idle_us_per_step", idle * per},
           {"idle_gaps_over_5us_per_step", gaps_over_5us * per},
           {"idle_in_gaps_over_5us_per_step", idle_over_5us * per},
-          {"device_activities_per_step", launches * per},
-          {"device", table(kernels)},
-          {"host_syncs", table(syncs)},
-          {"host_calls", table(calls)}};
+          {"device_activities_per_step", double(records.size()) * per},
+          {"device", table(kernels, per)}};
+}
+
+}  // namespace
+
+nlohmann::json CuptiTrace::summary(int steps) const {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const double per = 1.0 / std::max(steps, 1);
+  std::map<std::string, Acc> syncs, calls;
+  std::vector<const TraceRecord*> all;
+  std::map<int, std::vector<const TraceRecord*>> by_device;
+  for (const TraceRecord& r : g_records) {
+    if (r.kind == TraceRecord::kSync || r.kind == TraceRecord::kRuntime) {
+      Acc& a = (r.kind == TraceRecord::kSync ? syncs : calls)[r.name];
+      a.us += double(r.end_ns - r.start_ns) / 1e3;
+      ++a.n;
+      continue;
+    }
+    all.push_back(&r);
+    by_device[r.device].push_back(&r);
+  }
+  nlohmann::json out = device_summary(all, per);
+  out["steps"] = steps;
+  out["host_syncs"] = table(syncs, per);
+  out["host_calls"] = table(calls, per);
+  if (by_device.size() > 1) {
+    out["per_device"] = nlohmann::json::array();
+    for (const auto& [dev, recs] : by_device) {
+      nlohmann::json d = device_summary(recs, per);
+      d["cuda_device"] = dev;
+      out["per_device"].push_back(d);
+    }
+  }
+  return out;
 }
 
 }  // namespace lychee::bench

@@ -18,6 +18,7 @@ struct TraceRecord {
   std::string name;  // kernel name (demangled), copy direction, or runtime function
   uint64_t start_ns = 0, end_ns = 0;
   uint64_t bytes = 0;  // copies and memsets
+  int device = -1;     // CUDA device of a kernel, copy or memset (-1: a host call)
 };
 
 class CuptiTrace {
