@@ -1,9 +1,13 @@
 // Prefill attention benchmark: cuDNN's fused SDPA vs our fallback kernel, both over the paged KV
 // cache, on one sequence of L tokens (32 query / 8 KV heads, d = 128, page 64), as one prompt
-// (q_len = kv_len = L) and in chunks (q_len = chunk, kv_len = end of the chunk).
+// (q_len = kv_len = L) and in chunks (q_len = chunk, kv_len = end of the chunk); with --tails, also
+// one short chunk of Q queries at the end of the L-token cache (q_len = Q, kv_len = L: a long
+// prompt's later chunks, a chat's next turn) on cuDNN, the fallback and the split-KV fallback
+// (PrefillAttention's choice there), with the split's difference from cuDNN.
 //
 //   bench_prefill_attention [--lengths 8192,16384,32768,65536,131072] [--chunk 8192] [--no-chunked]
-//                           [--reps N] [--backends cudnn,fallback] [--json FILE] [--commit SHA]
+//                           [--reps N] [--backends cudnn,fallback] [--tails 16,64,256] [--tails-only]
+//                           [--json FILE] [--commit SHA]
 //
 // Bound: causal FLOPs = 4 * d * H * L (L + 1) / 2 (each query attends to itself and all earlier
 // tokens; QK^T and PV count 2 FLOPs a multiply-add each), over the bf16 matrix rate, ~790 TFLOP/s
@@ -71,16 +75,20 @@ struct Options {
   bool chunked = true;
   int reps = 0;  // 0: by length
   std::vector<Backend> backends = {Backend::kCudnn, Backend::kFallback};
+  std::vector<int> tails;  // short chunks at the end of the cache
+  bool tails_only = false;
   std::string json, commit = "unknown";
 };
 
 struct Result {
   std::string mode, backend, used, reason;
-  int L = 0, chunk = 0, reps = 0;
-  double median_ms = 0, min_ms = 0, max_ms = 0, tflops = 0;
+  int L = 0, chunk = 0, reps = 0, splits = 1;
+  double median_ms = 0, min_ms = 0, max_ms = 0, tflops = 0, kv_gbps = 0;
 };
 
-const char* name(Backend b) { return b == Backend::kCudnn ? "cudnn" : "fallback"; }
+const char* name(Backend b) {
+  return b == Backend::kCudnn ? "cudnn" : b == Backend::kFallback ? "fallback" : "split-kv";
+}
 
 // One sequence's buffers: Q and out for all L tokens, pools of exactly L / page_size pages in a
 // shuffled order, and per-chunk length arrays.
@@ -132,15 +140,78 @@ struct Sequence {
   }
 };
 
+// The last `tail` queries of the sequence over its whole cache (tail_lens holds {tail, L}).
+PrefillAttentionArgs tail_args(const Sequence& s, int tail, const int32_t* tail_lens, bf16* o) {
+  PrefillAttentionArgs a = s.args(0, 0, o);
+  const size_t row0 = size_t(s.L - tail);
+  a.q = s.q.data() + row0 * kHeads * kHeadDim;
+  a.out = o + row0 * kHeads * kHeadDim;
+  a.q_lens = tail_lens;
+  a.kv_lens = tail_lens + 1;
+  a.q_len_max = tail;
+  a.max_kv_len = s.L;
+  return a;
+}
+
 // Runs the prompt (chunk == 0) or all its chunks once on `attn`.
 void run_once(PrefillAttention& attn, const Sequence& s, int chunk, bf16* o) {
   if (chunk == 0) return attn.run(s.args(0, 0, o), nullptr);
   for (int c = 0; c < s.L / chunk; ++c) attn.run(s.args(chunk, c, o), nullptr);
 }
 
+// Median of `reps` timed calls of run() after a warm-up call (graph builds, workspace growth).
+template <typename Run>
+std::vector<double> time_calls(int reps, Run&& run) {
+  run();
+  LY_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaEvent_t start, stop;
+  LY_CUDA_CHECK(cudaEventCreate(&start));
+  LY_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    LY_CUDA_CHECK(cudaEventRecord(start));
+    run();
+    LY_CUDA_CHECK(cudaEventRecord(stop));
+    LY_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    LY_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  LY_CUDA_CHECK(cudaEventDestroy(start));
+  LY_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+
+// A short chunk at the end of the cache: `how` is cudnn or fallback (no split) or split-kv (the
+// runner's automatic choice).
+Result time_tail(const std::string& how, const Sequence& s, int tail, const int32_t* tail_lens, int reps, bf16* o) {
+  PrefillAttention attn;
+  attn.set_backend(how == "cudnn" ? Backend::kCudnn : Backend::kFallback);
+  attn.set_kv_splits(how == "split-kv" ? 0 : -1);
+  const PrefillAttentionArgs a = tail_args(s, tail, tail_lens, o);
+  const std::vector<double> ms = time_calls(reps, [&] { attn.run(a, nullptr); });
+  Result r;
+  r.mode = "tail";
+  r.backend = how;
+  r.used = name(attn.last_backend());
+  r.reason = attn.fallback_reason();
+  r.splits = attn.last_kv_splits();
+  r.L = s.L;
+  r.chunk = tail;
+  r.reps = reps;
+  r.median_ms = ms[ms.size() / 2];
+  r.min_ms = ms.front();
+  r.max_ms = ms.back();
+  r.tflops = 4.0 * kHeadDim * kHeads * double(tail) * (double(s.L) - (tail - 1) / 2.0) / (r.median_ms * 1e-3) / 1e12;
+  r.kv_gbps = double(s.L) * kKvHeads * kHeadDim * 2 * 2 / (r.median_ms * 1e-3) / 1e9;
+  return r;
+}
+
 Result time_it(Backend backend, const Sequence& s, int chunk, int reps, bf16* o) {
   PrefillAttention attn;
   attn.set_backend(backend);
+  attn.set_kv_splits(-1);       // the whole prompt and its big chunks: the backend as set
   run_once(attn, s, chunk, o);  // warm-up, builds the graphs
   LY_CUDA_CHECK(cudaDeviceSynchronize());
   cudaEvent_t start, stop;
@@ -220,6 +291,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--chunk") o.chunk = std::atoi(next());
     else if (a == "--no-chunked") o.chunked = false;
     else if (a == "--reps") o.reps = std::atoi(next());
+    else if (a == "--tails") o.tails = ints(next());
+    else if (a == "--tails-only") o.tails_only = true;
     else if (a == "--json") o.json = next();
     else if (a == "--commit") o.commit = next();
     else if (a == "--backends") {
@@ -229,7 +302,8 @@ Options parse(int argc, char** argv) {
       if (v.find("fallback") != std::string::npos) o.backends.push_back(Backend::kFallback);
     } else {
       std::fprintf(stderr, "usage: bench_prefill_attention [--lengths a,b,..] [--chunk N] [--no-chunked] "
-                           "[--reps N] [--backends cudnn,fallback] [--json FILE] [--commit SHA]\n");
+                           "[--reps N] [--backends cudnn,fallback] [--tails 16,64,256] [--tails-only] [--json FILE] "
+                           "[--commit SHA]\n");
       std::exit(2);
     }
   }
@@ -261,7 +335,7 @@ int main(int argc, char** argv) try {
     Sequence s(L, opt.chunked ? opt.chunk : L);
     const int reps = opt.reps > 0 ? opt.reps : (L <= 16384 ? 20 : L <= 32768 ? 10 : 5);
     for (int chunk : {0, opt.chunked ? opt.chunk : -1}) {
-      if (chunk < 0 || (chunk == L)) continue;
+      if (chunk < 0 || (chunk == L) || opt.tails_only) continue;
       for (Backend b : opt.backends) {
         bf16* o = b == Backend::kCudnn ? s.out.data() : s.ref.data();
         results.push_back(time_it(b, s, chunk, reps, o));
@@ -271,10 +345,32 @@ int main(int argc, char** argv) try {
                     100 * r.tflops / kMatrixTflops, r.reason.empty() ? "" : "  fallback: ", r.reason.c_str());
       }
     }
-    if (opt.backends.size() == 2) {
+    if (opt.backends.size() == 2 && !opt.tails_only) {
       // Both ran the whole prompt last on chunked=false, or the chunks (which cover the same rows).
       diffs.emplace_back(L, rel_diff(s.out.data(), s.ref.data(), s.q.size()));
       std::printf("L %6d: ||cudnn - fallback|| / ||fallback|| = %.2e\n\n", L, diffs.back().second);
+    }
+    for (int tail : opt.tails) {
+      if (tail > L) continue;
+      DeviceBuffer<int32_t> tail_lens(2);
+      const int32_t lens[2] = {tail, L};
+      LY_CUDA_CHECK(cudaMemcpy(tail_lens.data(), lens, sizeof lens, cudaMemcpyHostToDevice));
+      const int treps = std::max(reps, 10);
+      for (const char* how : {"cudnn", "fallback", "split-kv"}) {
+        bf16* o = std::string(how) == "split-kv" ? s.ref.data() : s.out.data();
+        results.push_back(time_tail(how, s, tail, tail_lens.data(), treps, o));
+        const Result& r = results.back();
+        std::printf("tail %4d L %6d  %-8s (ran %-8s, %2d splits) median %8.3f ms  %6.1f TFLOP/s  KV %6.0f GB/s%s%s\n",
+                    tail, L, r.backend.c_str(), r.used.c_str(), r.splits, r.median_ms, r.tflops, r.kv_gbps,
+                    r.reason.empty() ? "" : "  fallback: ", r.reason.c_str());
+      }
+      const size_t row0 = size_t(L - tail) * kHeads * kHeadDim, n = size_t(tail) * kHeads * kHeadDim;
+      const double d = rel_diff(s.ref.data() + row0, s.out.data() + row0, n);  // split-kv vs the last plain run
+      std::printf("tail %4d L %6d: ||split-kv - fallback|| / ||fallback|| = %.2e\n", tail, L, d);
+      if (!(d < 1e-2)) {
+        std::fprintf(stderr, "bench_prefill_attention: split-KV differs from the fallback by %.2e\n", d);
+        return 1;
+      }
     }
   }
 
@@ -306,9 +402,10 @@ int main(int argc, char** argv) try {
       std::fprintf(f,
                    "    {\"mode\": \"%s\", \"L\": %d, \"chunk\": %d, \"backend\": \"%s\", \"ran\": \"%s\", "
                    "\"reps\": %d, \"median_ms\": %.4f, \"min_ms\": %.4f, \"max_ms\": %.4f, \"tflops\": %.2f, "
-                   "\"fallback_reason\": \"%s\"}%s\n",
+                   "\"kv_splits\": %d, \"kv_gbps\": %.1f, \"fallback_reason\": \"%s\"}%s\n",
                    r.mode.c_str(), r.L, r.chunk, r.backend.c_str(), r.used.c_str(), r.reps, r.median_ms, r.min_ms,
-                   r.max_ms, r.tflops, json_escape(r.reason).c_str(), i + 1 < results.size() ? "," : "");
+                   r.max_ms, r.tflops, r.splits, r.kv_gbps, json_escape(r.reason).c_str(),
+                   i + 1 < results.size() ? "," : "");
     }
     std::fprintf(f, "  ],\n  \"rel_diff_cudnn_vs_fallback\": {");
     for (size_t i = 0; i < diffs.size(); ++i)

@@ -308,6 +308,30 @@ TEST(PrefillAttentionCache, Buckets) {
   EXPECT_EQ(prefill_q_bucket(513, 600), 600);  // never above the kv bucket
 }
 
+// Split-KV for short chunks over long caches (132 SMs, 64 MiB of partial results as the runner).
+TEST(PrefillAttentionSplit, SliceCount) {
+  using cuda::prefill_kv_splits;
+  using cuda::prefill_split_workspace_bytes;
+  const size_t ws = size_t(64) << 20;
+  // 64 queries of a 32-head model over 100K tokens: 32 blocks, ceil(264 / 32) = 9 slices.
+  EXPECT_EQ(prefill_kv_splits(1, 64, 32, 128, 100000, 132, ws), 9);
+  // 50 queries (one tile): the same.
+  EXPECT_EQ(prefill_kv_splits(1, 50, 32, 128, 100000, 132, ws), 9);
+  // A fresh 8K prompt (128 tiles x 32 heads) fills the GPU: no split.
+  EXPECT_EQ(prefill_kv_splits(1, 8192, 32, 128, 8192, 132, ws), 1);
+  // A short cache: each slice must keep 8 tiles (512 keys).
+  EXPECT_EQ(prefill_kv_splits(1, 64, 32, 128, 960, 132, ws), 1);  // 15 tiles
+  EXPECT_EQ(prefill_kv_splits(1, 64, 32, 128, 1024, 132, ws), 2);
+  // The default model's 9 heads, one 256-query chunk at 100K: 36 blocks, 8 slices.
+  EXPECT_EQ(prefill_kv_splits(1, 256, 9, 64, 100000, 132, ws), 8);
+  // One query of one head: at most 64 slices.
+  EXPECT_EQ(prefill_kv_splits(1, 1, 1, 128, 1 << 20, 132, ws), 64);
+  // The workspace bound: 128 queries x 16 heads x 129 floats = 1.06 MB a slice; 4 MB allows 3.
+  EXPECT_EQ(prefill_split_workspace_bytes(1, 1, 128, 16, 128), size_t(128) * 16 * 129 * 4);
+  EXPECT_EQ(prefill_kv_splits(1, 128, 16, 128, 100000, 132, size_t(4) << 20), 3);
+  EXPECT_EQ(prefill_kv_splits(1, 128, 16, 128, 100000, 132, size_t(1) << 20), 1);
+}
+
 TEST(PrefillAttentionArgs, RejectsBadShapes) {
   PrefillAttentionArgs a;
   int32_t dummy = 0;

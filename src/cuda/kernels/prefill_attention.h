@@ -49,6 +49,16 @@ int prefill_kv_bucket(int max_kv_len, int page_size, int max_pages);
 // q bucket: q_len_max rounded up to a power of two (at least 64), never above the kv bucket.
 int prefill_q_bucket(int q_len_max, int kv_bucket);
 
+// Split-KV count for a chunk (pure, unit-tested): 1 (no split) when the (64-query tile, head,
+// sequence) blocks already fill the GPU or the cache is short; otherwise enough slices of the KV
+// tiles for about two blocks per SM, each slice at least 8 tiles (512 keys), at most 64 slices,
+// and the f32 partial results (n x batch x q_len_max x n_heads x (head_dim + 1) x 4 bytes) within
+// max_workspace_bytes.
+int prefill_kv_splits(int batch, int q_len_max, int n_heads, int head_dim, int max_kv_len, int sm_count,
+                      size_t max_workspace_bytes);
+// Bytes of f32 partial results (outputs and log-sum-exps) n_splits slices of a chunk need.
+size_t prefill_split_workspace_bytes(int n_splits, int batch, int q_len_max, int n_heads, int head_dim);
+
 // The fallback kernel alone (FA2-style, mma.sync bf16, 64 queries x 64 keys a tile).
 // head_dim 64 or 128. Launch only; no synchronisation.
 void prefill_attention_fallback(const PrefillAttentionArgs& a, cudaStream_t stream);
@@ -58,6 +68,11 @@ namespace detail {
 void fill_ragged_offsets(int32_t* out, int n, int32_t stride, cudaStream_t stream);
 // Launches the fallback kernel for head_dim 64 or 128; false (nothing launched) otherwise.
 bool launch_prefill_fallback(const PrefillAttentionArgs& a, cudaStream_t stream);
+// The same kernel over n_splits slices of the KV tiles (n_splits >= 2), writing f32 partial
+// results into part_o [n_splits][batch][q_len_max][n_heads][head_dim] and part_lse
+// [n_splits][batch][q_len_max][n_heads], then the merge into a.out. n_splits <= 1: the plain kernel.
+bool launch_prefill_split(const PrefillAttentionArgs& a, int n_splits, float* part_o, float* part_lse,
+                          cudaStream_t stream);
 // Copies each sequence's first kv_bucket tokens of K and V from the pages into
 // k_out/v_out [batch][n_kv_heads][kv_bucket][head_dim] (rows past kv_len copied as they are).
 void gather_pages(const PrefillAttentionArgs& a, int kv_bucket, bf16* k_out, bf16* v_out, cudaStream_t stream);
@@ -69,7 +84,10 @@ void gather_pages(const PrefillAttentionArgs& a, int kv_bucket, bf16* k_out, bf1
 // warm up every bucket before capturing run() into a CUDA graph (a build during capture throws).
 class PrefillAttention {
  public:
-  enum class Backend { kCudnn, kFallback };
+  // kSplitKv is what ran, never a setting: the fallback kernel over slices of the KV cache, which
+  // run() takes for a short chunk over a long cache (prefill_kv_splits > 1) whichever backend is
+  // set, since both others leave most SMs idle there.
+  enum class Backend { kCudnn, kFallback, kSplitKv };
 
   PrefillAttention();
   ~PrefillAttention();
@@ -80,6 +98,11 @@ class PrefillAttention {
   // rejects the graph; kFallback always runs our kernel.
   void set_backend(Backend b) { backend_ = b; }
   Backend backend() const { return backend_; }
+  // Split-KV for short chunks over long caches: 0 (default) prefill_kv_splits decides; -1 never;
+  // n >= 2 always n slices (tests, benchmarks).
+  void set_kv_splits(int n) { kv_splits_ = n; }
+  // Slices the last run() used (1: no split).
+  int last_kv_splits() const { return last_kv_splits_; }
   // Which backend the last run() used, and why cuDNN was not used (empty when it was).
   Backend last_backend() const { return last_backend_; }
   const std::string& fallback_reason() const { return fallback_reason_; }
@@ -101,6 +124,7 @@ class PrefillAttention {
   std::unique_ptr<Impl> impl_;
   Backend backend_ = Backend::kCudnn;
   Backend last_backend_ = Backend::kCudnn;
+  int kv_splits_ = 0, last_kv_splits_ = 1;
   std::string fallback_reason_;
   bool warned_ = false;
 

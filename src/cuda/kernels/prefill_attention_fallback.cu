@@ -11,6 +11,12 @@
 // FLOPs; K/V are re-read once per 64-query tile, L/64 · L·d·2·2 B per head (≈ L²·d/16 B), which
 // L2 absorbs for GQA neighbours. It is compute bound; the ceiling is the mma.sync rate, well under
 // Hopper's wgmma rate, which is why cuDNN is the default (bench/bench_prefill_attention.cu).
+//
+// Split-KV: a short chunk over a long cache (a prompt's later chunks, a chat's next turn) has few
+// (query tile, head) blocks — 32 for 64 queries of a 32-head model — each reading the whole cache,
+// so a grid of them leaves most SMs idle (cuDNN's kernel likewise). The split variant gives each
+// block one slice of the KV tiles and merges the slices' results by their log-sum-exp, as decode
+// attention does (prefill_kv_splits picks the count; PrefillAttention::run uses it).
 #include <cstdint>
 
 #include "cuda/kernels/prefill_attention.h"
@@ -74,24 +80,43 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 8][4], float (&l
   }
 }
 
-template <int D>
+// Split-KV (kSplit): block z = b * n_splits + split reads only KV tiles [split * tiles_per_split,
+// (split + 1) * tiles_per_split) of what its rows see, and writes its rows' partial result in f32,
+// normalised by its own softmax sum, with that sum's log2-sum-exp (-inf: no key of the split is
+// visible to the row) for prefill_merge_kernel.
+struct SplitArgs {
+  int n_splits = 1, tiles_per_split = 0;
+  float* part_o = nullptr;    // [n_splits][batch][q_len_max][n_heads][D]
+  float* part_lse = nullptr;  // [n_splits][batch][q_len_max][n_heads], base 2, scaled scores
+};
+
+template <int D, bool kSplit>
 __global__ void __launch_bounds__(kThreads)
-    prefill_fallback_kernel(const PrefillAttentionArgs a, const float scale_log2) {
+    prefill_fallback_kernel(const PrefillAttentionArgs a, const float scale_log2, const SplitArgs sp) {
   using T = Tile<D>;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t sq = smem_u32(smem);             // [64][D] Q, later the output staging
   const uint32_t sk = sq + T::kBytes;             // [2][64][D]
   const uint32_t sv = sk + 2 * T::kBytes;         // [2][64][D]
 
-  const int b = blockIdx.z, h = blockIdx.y;
+  const int b = kSplit ? int(blockIdx.z) / sp.n_splits : int(blockIdx.z), h = blockIdx.y;
+  const int split = kSplit ? int(blockIdx.z) % sp.n_splits : 0;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kTileQ;  // longest rows (most keys) first
   const int q_len = a.q_lens[b], kv_len = a.kv_lens[b];
   if (q0 >= q_len) return;
   const int offset = kv_len - q_len;                  // query i sees keys t <= offset + i
   const int kv_end = offset + min(q0 + kTileQ, q_len);  // keys any valid row of the tile sees
-  const int n_tiles = (kv_end + kTileK - 1) / kTileK;
+  const int n_tiles_seen = (kv_end + kTileK - 1) / kTileK;
+  const int t_begin = kSplit ? split * sp.tiles_per_split : 0;
+  const int t_end = kSplit ? min(n_tiles_seen, t_begin + sp.tiles_per_split) : n_tiles_seen;
   const int kvh = h / (a.n_heads / a.n_kv_heads);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const size_t part_row0 = kSplit ? ((size_t(split) * a.batch + b) * a.q_len_max + q0) * a.n_heads + h : 0;
+  if (kSplit && t_begin >= t_end) {  // no key of this split is visible: an empty partial result
+    for (int r = tid; r < min(kTileQ, q_len - q0); r += kThreads)
+      sp.part_lse[part_row0 + size_t(r) * a.n_heads] = -INFINITY;
+    return;
+  }
 
   // Q tile, rows past q_len zero-filled.
   const size_t q_row = size_t(a.n_heads) * D;
@@ -122,7 +147,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     cp_async_commit();
   };
-  load_kv(0, 0);
+  load_kv(t_begin, 0);
 
   cp_async_wait<1>();  // Q landed (tile 0 may still be in flight)
   __syncthreads();
@@ -135,11 +160,11 @@ __global__ void __launch_bounds__(kThreads)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row0 = q0 + warp * 16 + (lane >> 2);  // query index of o[.][0..1]; row0 + 8 for [2..3]
 
-  for (int j = 0; j < n_tiles; ++j) {
-    const int buf = j & 1;
+  for (int j = t_begin; j < t_end; ++j) {
+    const int buf = (j - t_begin) & 1;
     cp_async_wait<0>();
     __syncthreads();  // tile j visible to all; everyone is done with tile j - 1's buffer
-    if (j + 1 < n_tiles) load_kv(j + 1, buf ^ 1);
+    if (j + 1 < t_end) load_kv(j + 1, buf ^ 1);
 
     float s[kTileK / 8][4] = {};
 #pragma unroll
@@ -220,19 +245,71 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  bf16* ob = a.out + (size_t(b) * a.q_len_max * a.n_heads + h) * D;
-  store_rows<D>(o, l, sq, warp, lane, ob + size_t(q0) * q_row, q_row, q_len - q0);
+  if constexpr (kSplit) {
+    // This split's rows: o / l in f32 and log2(sum) + max, straight from the fragments.
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      const int row = warp * 16 + g + r * 8;  // within the tile
+      if (q0 + row >= q_len) continue;
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      const size_t at = part_row0 + size_t(row) * a.n_heads;
+      float* po = sp.part_o + at * D;
+#pragma unroll
+      for (int nd = 0; nd < D / 8; ++nd)
+        *reinterpret_cast<float2*>(po + nd * 8 + t4 * 2) = make_float2(o[nd][2 * r] * inv, o[nd][2 * r + 1] * inv);
+      if (t4 == 0) sp.part_lse[at] = l[r] > 0.0f ? m[r] + log2f(l[r]) : -INFINITY;
+    }
+  } else {
+    bf16* ob = a.out + (size_t(b) * a.q_len_max * a.n_heads + h) * D;
+    store_rows<D>(o, l, sq, warp, lane, ob + size_t(q0) * q_row, q_row, q_len - q0);
+  }
+}
+
+// Combines the splits of one (sequence, query, head): weights 2^(lse_s - max lse), one thread per
+// element of d. Rows past q_len are left untouched.
+template <int D>
+__global__ void __launch_bounds__(D) prefill_merge_kernel(const PrefillAttentionArgs a, const SplitArgs sp) {
+  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  if (i >= a.q_lens[b]) return;
+  const size_t row = (size_t(b) * a.q_len_max + i) * a.n_heads + h;
+  const size_t split_stride = size_t(a.batch) * a.q_len_max * a.n_heads;
+  float mx = -INFINITY;
+  for (int s = 0; s < sp.n_splits; ++s) mx = fmaxf(mx, sp.part_lse[row + s * split_stride]);
+  float num = 0.0f, den = 0.0f;
+  for (int s = 0; s < sp.n_splits; ++s) {
+    const float lse = sp.part_lse[row + s * split_stride];
+    if (lse == -INFINITY) continue;  // its o was not written
+    const float w = exp2f(lse - mx);
+    num += w * sp.part_o[(row + s * split_stride) * D + threadIdx.x];
+    den += w;
+  }
+  a.out[row * D + threadIdx.x] = __float2bfloat16(den > 0.0f ? num / den : 0.0f);
 }
 
 template <int D>
-void launch(const PrefillAttentionArgs& a, cudaStream_t stream) {
+void launch(const PrefillAttentionArgs& a, const SplitArgs& sp, cudaStream_t stream) {
   static uint64_t smem_set = 0;  // per device
-  if (first_on_device(smem_set))
-    LY_CUDA_CHECK(cudaFuncSetAttribute(prefill_fallback_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if (first_on_device(smem_set)) {
+    LY_CUDA_CHECK(cudaFuncSetAttribute(prefill_fallback_kernel<D, false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Tile<D>::kSmemBytes));
+    LY_CUDA_CHECK(cudaFuncSetAttribute(prefill_fallback_kernel<D, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        Tile<D>::kSmemBytes));
-  const dim3 grid((a.q_len_max + kTileQ - 1) / kTileQ, a.n_heads, a.batch);
+  }
   const float scale_log2 = a.scale * 1.4426950408889634f;
-  prefill_fallback_kernel<D><<<grid, kThreads, Tile<D>::kSmemBytes, stream>>>(a, scale_log2);
+  const unsigned q_tiles = unsigned((a.q_len_max + kTileQ - 1) / kTileQ);
+  if (sp.n_splits <= 1) {
+    const dim3 grid(q_tiles, a.n_heads, a.batch);
+    prefill_fallback_kernel<D, false><<<grid, kThreads, Tile<D>::kSmemBytes, stream>>>(a, scale_log2, sp);
+    LY_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const dim3 grid(q_tiles, a.n_heads, unsigned(a.batch * sp.n_splits));
+  prefill_fallback_kernel<D, true><<<grid, kThreads, Tile<D>::kSmemBytes, stream>>>(a, scale_log2, sp);
+  LY_CUDA_CHECK_LAUNCH();
+  prefill_merge_kernel<D><<<dim3(a.q_len_max, a.n_heads, a.batch), D, 0, stream>>>(a, sp);
   LY_CUDA_CHECK_LAUNCH();
 }
 
@@ -246,9 +323,20 @@ __global__ void fill_offsets_kernel(int32_t* out, int n, int32_t stride) {
 namespace detail {
 // (fmt does not compile under nvcc, so the error for other head dims is raised by the caller.)
 bool launch_prefill_fallback(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  return launch_prefill_split(a, 1, nullptr, nullptr, stream);
+}
+
+bool launch_prefill_split(const PrefillAttentionArgs& a, int n_splits, float* part_o, float* part_lse,
+                          cudaStream_t stream) {
+  SplitArgs sp;
+  sp.n_splits = n_splits;
+  const int kv_tiles = (a.max_kv_len + kTileK - 1) / kTileK;
+  sp.tiles_per_split = (kv_tiles + n_splits - 1) / n_splits;
+  sp.part_o = part_o;
+  sp.part_lse = part_lse;
   switch (a.head_dim) {
-    case 64: launch<64>(a, stream); return true;
-    case 128: launch<128>(a, stream); return true;
+    case 64: launch<64>(a, sp, stream); return true;
+    case 128: launch<128>(a, sp, stream); return true;
     default: return false;
   }
 }
