@@ -319,6 +319,10 @@ TEST(PrefillAttentionSplit, SliceCount) {
   EXPECT_EQ(prefill_kv_splits(1, 50, 32, 128, 100000, 132, ws), 9);
   // A fresh 8K prompt (128 tiles x 32 heads) fills the GPU: no split.
   EXPECT_EQ(prefill_kv_splits(1, 8192, 32, 128, 8192, 132, ws), 1);
+  // 256 queries x 32 heads = 128 blocks: cuDNN keeps most SMs busy and outruns the split (measured).
+  EXPECT_EQ(prefill_kv_splits(1, 256, 32, 128, 100000, 132, ws), 1);
+  EXPECT_EQ(prefill_kv_splits(1, 64, 44, 128, 100000, 132, ws), 6);  // 44 blocks: a third of the SMs
+  EXPECT_EQ(prefill_kv_splits(1, 64, 45, 128, 100000, 132, ws), 1);
   // A short cache: each slice must keep 8 tiles (512 keys).
   EXPECT_EQ(prefill_kv_splits(1, 64, 32, 128, 960, 132, ws), 1);  // 15 tiles
   EXPECT_EQ(prefill_kv_splits(1, 64, 32, 128, 1024, 132, ws), 2);

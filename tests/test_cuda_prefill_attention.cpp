@@ -354,13 +354,26 @@ TEST(PrefillAttentionSplit, MatchesCpuReference) {
         const std::string what = "d " + std::to_string(head_dim) + " page " + std::to_string(page_size) +
                                  ", splits " + (splits ? std::to_string(splits) : "auto") +
                                  (be == Backend::kCudnn ? ", cuDNN set" : ", fallback set");
-        ASSERT_EQ(attn.last_backend(), Backend::kSplitKv) << what;
-        // auto: 2 query tiles x 8 heads x 6 sequences = 96 blocks on the GPU's SMs, 63 KV tiles
-        if (splits > 0) EXPECT_EQ(attn.last_kv_splits(), splits) << what;
-        else EXPECT_GE(attn.last_kv_splits(), 2) << what;
+        if (splits > 0) {
+          ASSERT_EQ(attn.last_backend(), Backend::kSplitKv) << what;
+          EXPECT_EQ(attn.last_kv_splits(), splits) << what;
+        } else {  // auto: 2 query tiles x 8 heads x 6 sequences = 96 blocks, against this GPU's SMs
+          const int want = prefill_kv_splits(p.batch, p.q_len_max, p.n_heads, p.head_dim, p.max_kv_len,
+                                             device_info().sm_count, size_t(64) << 20);
+          EXPECT_EQ(attn.last_kv_splits(), want) << what;
+          EXPECT_EQ(attn.last_backend() == Backend::kSplitKv, want > 1) << what;
+        }
         expect_close(p, out, ref, what);
       }
     }
+  }
+  {  // one short chunk over a long cache: 1 query tile x 8 heads takes the split by default
+    const Problem p = make_problem(2, 4, 128, 64, {{16, 5000}}, 4242);
+    PrefillAttention attn;
+    const std::vector<uint16_t> out = run_gpu(attn, p);
+    ASSERT_EQ(attn.last_backend(), Backend::kSplitKv);
+    EXPECT_EQ(attn.last_kv_splits(), 9);  // min(ceil(2 x SMs / 8), 79 tiles / 8) on 66+ SMs
+    expect_close(p, out, reference(p), "auto split, 16 queries over 5000 tokens");
   }
   const Problem nan = make_problem(2, 4, 128, 64, seqs, 4343, 0, Garbage::kNan);
   const std::vector<double> ref = reference(nan);

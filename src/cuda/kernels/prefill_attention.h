@@ -50,7 +50,8 @@ int prefill_kv_bucket(int max_kv_len, int page_size, int max_pages);
 int prefill_q_bucket(int q_len_max, int kv_bucket);
 
 // Split-KV count for a chunk (pure, unit-tested): 1 (no split) when the (64-query tile, head,
-// sequence) blocks already fill the GPU or the cache is short; otherwise enough slices of the KV
+// sequence) blocks fill a third of the SMs or more (cuDNN's faster kernel then wins) or the cache
+// is short; otherwise enough slices of the KV
 // tiles for about two blocks per SM, each slice at least 8 tiles (512 keys), at most 64 slices,
 // and the f32 partial results (n x batch x q_len_max x n_heads x (head_dim + 1) x 4 bytes) within
 // max_workspace_bytes.

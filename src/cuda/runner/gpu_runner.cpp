@@ -116,8 +116,11 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
   x = DeviceBuffer<float>(mt * d);
   h = DeviceBuffer<bf16>(mt * d);
   qkv = DeviceBuffer<bf16>(mt * size_t(c.q_dim() + 2 * c.kv_dim()));
-  q = DeviceBuffer<bf16>(mt * size_t(c.q_dim()));
-  att = DeviceBuffer<bf16>(mt * size_t(c.q_dim()));
+  // The prefill attention's Q and output: cuDNN's graph is built for the query bucket (a power of
+  // two at least 64, prefill_q_bucket), whose rows it may address past the chunk's own.
+  const size_t q_rows = size_t(prefill_q_bucket(max_tokens, INT32_MAX));
+  q = DeviceBuffer<bf16>(q_rows * size_t(c.q_dim()));
+  att = DeviceBuffer<bf16>(q_rows * size_t(c.q_dim()));
   o_buf = DeviceBuffer<bf16>(mt * d);
   gu = DeviceBuffer<bf16>(mt * 2 * size_t(c.d_ff));
   act = DeviceBuffer<bf16>(mt * size_t(c.d_ff));
