@@ -380,9 +380,16 @@ int main(int argc, char** argv) try {
   std::printf("\n%-8s %7s %12s %12s %9s\n", "mode", "L", "cudnn ms", "fallback ms", "ratio");
   for (const Result& a : results)
     for (const Result& b : results)
-      if (a.backend == "cudnn" && b.backend == "fallback" && a.mode == b.mode && a.L == b.L)
+      if (a.backend == "cudnn" && b.backend == "fallback" && a.mode == b.mode && a.L == b.L &&
+          (a.mode != "tail" || a.chunk == b.chunk))
         std::printf("%-8s %7d %12.3f %12.3f %8.2fx\n", a.mode.c_str(), a.L, a.median_ms, b.median_ms,
                     b.median_ms / a.median_ms);
+  for (const Result& a : results)  // tails: cuDNN against the split-KV choice
+    for (const Result& b : results)
+      if (a.mode == "tail" && b.mode == "tail" && a.backend == "cudnn" && b.backend == "split-kv" && a.L == b.L &&
+          a.chunk == b.chunk)
+        std::printf("tail %4d over %7d: cuDNN %.3f ms, split-kv (ran %s, %d splits) %.3f ms: %.2fx\n", a.chunk, a.L,
+                    a.median_ms, b.used.c_str(), b.splits, b.median_ms, a.median_ms / b.median_ms);
 
   if (!opt.json.empty()) {
     FILE* f = std::fopen(opt.json.c_str(), "w");
