@@ -186,6 +186,18 @@ std::vector<double> time_calls(int reps, Run&& run) {
   return ms;
 }
 
+// What ran and the median / min / max of sorted timings `ms`.
+Result result_of(const PrefillAttention& attn, const std::vector<double>& ms) {
+  Result r;
+  r.used = name(attn.last_backend());
+  r.reason = attn.fallback_reason();
+  r.splits = attn.last_kv_splits();
+  r.median_ms = ms[ms.size() / 2];
+  r.min_ms = ms.front();
+  r.max_ms = ms.back();
+  return r;
+}
+
 // A short chunk at the end of the cache: `how` is cudnn or fallback (no split) or split-kv (the
 // runner's automatic choice).
 Result time_tail(const std::string& how, const Sequence& s, int tail, const int32_t* tail_lens, int reps, bf16* o) {
@@ -194,18 +206,12 @@ Result time_tail(const std::string& how, const Sequence& s, int tail, const int3
   attn.set_kv_splits(how == "split-kv" ? 0 : -1);
   const PrefillAttentionArgs a = tail_args(s, tail, tail_lens, o);
   const std::vector<double> ms = time_calls(reps, [&] { attn.run(a, nullptr); });
-  Result r;
+  Result r = result_of(attn, ms);
   r.mode = "tail";
   r.backend = how;
-  r.used = name(attn.last_backend());
-  r.reason = attn.fallback_reason();
-  r.splits = attn.last_kv_splits();
   r.L = s.L;
   r.chunk = tail;
   r.reps = reps;
-  r.median_ms = ms[ms.size() / 2];
-  r.min_ms = ms.front();
-  r.max_ms = ms.back();
   r.tflops = 4.0 * kHeadDim * kHeads * double(tail) * (double(s.L) - (tail - 1) / 2.0) / (r.median_ms * 1e-3) / 1e12;
   r.kv_gbps = double(s.L) * kKvHeads * kHeadDim * 2 * 2 / (r.median_ms * 1e-3) / 1e9;
   return r;
@@ -214,36 +220,14 @@ Result time_tail(const std::string& how, const Sequence& s, int tail, const int3
 Result time_it(Backend backend, const Sequence& s, int chunk, int reps, bf16* o) {
   PrefillAttention attn;
   attn.set_backend(backend);
-  attn.set_kv_splits(-1);       // the whole prompt and its big chunks: the backend as set
-  run_once(attn, s, chunk, o);  // warm-up, builds the graphs
-  LY_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaEvent_t start, stop;
-  LY_CUDA_CHECK(cudaEventCreate(&start));
-  LY_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> ms;
-  for (int r = 0; r < reps; ++r) {
-    LY_CUDA_CHECK(cudaEventRecord(start));
-    run_once(attn, s, chunk, o);
-    LY_CUDA_CHECK(cudaEventRecord(stop));
-    LY_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    LY_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  LY_CUDA_CHECK(cudaEventDestroy(start));
-  LY_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  Result r;
+  attn.set_kv_splits(-1);  // the whole prompt and its big chunks: the backend as set
+  const std::vector<double> ms = time_calls(reps, [&] { run_once(attn, s, chunk, o); });
+  Result r = result_of(attn, ms);
   r.mode = chunk == 0 ? "prompt" : "chunked";
   r.backend = name(backend);
-  r.used = name(attn.last_backend());
-  r.reason = attn.fallback_reason();
   r.L = s.L;
   r.chunk = chunk;
   r.reps = reps;
-  r.median_ms = ms[ms.size() / 2];
-  r.min_ms = ms.front();
-  r.max_ms = ms.back();
   const double flops = 4.0 * kHeadDim * kHeads * double(s.L) * (double(s.L) + 1) / 2;
   r.tflops = flops / (r.median_ms * 1e-3) / 1e12;
   return r;
