@@ -320,9 +320,10 @@ case "${1:-}" in
     # `lychee serve` under load (scripts/bench/serve_load.py, one server per policy): the default
     # model at 2K-token prompts, concurrency 1/4/16/64, Full and LycheeDecode; a soak of
     # SERVE_SOAK (default 10000) requests at 64 streams with 10% cancelled (0 failures, KV pages
-    # back to their start); the 8B shape (random weights) at 32K-token prompts, concurrency 1/4/16
-    # (64 x 32K x 128 KB of KV does not fit one GPU); a 100K-token prompt arriving during 64 streams
-    # on the 8B shape (p99 TPOT during vs before).
+    # back to their start); the 8B shape (random weights) at 32K-token prompts, concurrency 1/4/16/64
+    # (SERVE_8B_CONCURRENCY; 64 x 32K x 128 KB of KV does not fit one GPU: at 64 clients 16 run
+    # and the rest wait in the server's queue, --max-queue 64, as behind any server at capacity);
+    # a 100K-token prompt arriving during 64 streams on the 8B shape (p99 TPOT during vs before).
     link_model
     [ -f "$model" ] || { echo "bench-serve: the default model is not staged (stage-a/stage-b first)"; exit 1; }
     rc=0
@@ -338,7 +339,7 @@ case "${1:-}" in
                 || rc=$(failed $? "serve soak") ;;
         sweep8b) $bench --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 16 --max-context 34816 --kv-memory 56" \
                    --policy full,lychee --policy-args "--budget 4096" --prompt-tokens 32768 --output-tokens 32 \
-                   --concurrency 1,4,16 --requests-per-level c --label llama3-8b-random \
+                   --concurrency "${SERVE_8B_CONCURRENCY:-1,4,16,64}" --requests-per-level c --label llama3-8b-random \
                    --json "$out/serve_8b.json" 2>&1 | tee "$out/serve_8b.log" || rc=$(failed $? "serve 8b sweep") ;;
         long|long-warm)  # long-warm: the server first takes one 100K prompt alone (a warm server)
           warm=(); tag=""
