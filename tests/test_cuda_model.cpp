@@ -7,6 +7,7 @@
 
 #ifdef LYCHEE_HAS_CUDA
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -59,6 +60,33 @@ TEST(CudaOps, AddRmsnormMatchesCpu) {
     cuda::DeviceBuffer<bf16> out(x.size());
     cuda::add_rmsnorm(dx.data(), ddelta.data(), nullptr, dw.data(), out.data(), n, d, 1e-5f, nullptr);
     EXPECT_LT(rel_error(test::to_host_bf16(out), want), 1e-2) << "d=" << d;
+  }
+}
+
+// The device argmax: the first index of the largest value of each row (ties and all -inf rows
+// included), on vocabularies that do and do not divide by 4 (vectorised and scalar loads), past
+// and short of one pass of the block.
+TEST(CudaOps, ArgmaxIsTheFirstLargest) {
+  LY_REQUIRE_GPU();
+  for (int vocab : {1, 7, 4096, 4099, 49152, 128256}) {
+    const int batch = 4;
+    std::vector<float> logits = random_vec(size_t(batch) * vocab, uint32_t(vocab));
+    std::vector<int32_t> want(batch);
+    if (vocab > 1) {  // row 1: a tie between a late and an early index; row 2: only -inf
+      float* r1 = logits.data() + vocab;
+      r1[vocab - 1] = r1[vocab / 3] = 100.0f;
+      std::fill_n(logits.data() + 2 * size_t(vocab), vocab, -INFINITY);
+    }
+    for (int b = 0; b < batch; ++b) {
+      const float* r = logits.data() + size_t(b) * vocab;
+      want[size_t(b)] = int32_t(std::max_element(r, r + vocab) - r);  // the first of equal maxima
+    }
+    auto d = test::to_device(logits);
+    cuda::DeviceBuffer<int32_t> out(static_cast<size_t>(batch));
+    cuda::argmax(d.data(), out.data(), batch, vocab, nullptr);
+    std::vector<int32_t> got(static_cast<size_t>(batch));
+    LY_CUDA_CHECK(cudaMemcpy(got.data(), out.data(), got.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got, want) << "vocab " << vocab;
   }
 }
 
