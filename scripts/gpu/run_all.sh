@@ -26,6 +26,7 @@
 #   scripts/gpu/run_all.sh fp8-keep         LycheeDecode's FP8 accuracy with some matrices kept bf16 (FP8_KEEP)
 #   scripts/gpu/run_all.sh fp8-lm-head      the LM head in FP8 too (lab knob LYCHEE_FP8_LM_HEAD): speed and quality
 #   scripts/gpu/run_all.sh bench-prefill-split  short prefill chunks over long caches: cuDNN, fallback, split-KV
+#   scripts/gpu/run_all.sh bench-pdl        decode steps with and without PDL on the per-token kernels (A/B)
 #   scripts/gpu/run_all.sh tp-env | tp-diag  the NCCL setting multi-GPU runs take here (probed), the TP tests one by one
 #   scripts/gpu/run_all.sh bench-tp         tensor parallelism (issue 18; needs 2 GPUs: kind nvidia-h200-x2): the
 #                                            all-reduce alone, then bench_e2e at 1 and 2 GPUs (TP_CONTEXTS,
@@ -557,6 +558,27 @@ PY
     e2e e2e_tp_contiguous --tensor-parallel 2 --tp-rule contiguous --contexts 131072 --batches 1 --policies lychee \
       --profile-attention
     exit ${rc:-0} ;;
+  bench-pdl)
+    # Programmatic dependent launch of the per-token kernels (commit 934e4ca): the same decode steps
+    # with it and without (LYCHEE_NO_PDL=1), alternated, on the 8B shape (Full and LycheeDecode,
+    # batch 1, 32K and 128K, CUPTI trace of device idle) and the default model (lychee bench).
+    link_model
+    rc=0
+    for round in 1 2; do
+      for pdl in on off; do
+        env_pdl=""; [ "$pdl" = off ] && env_pdl="LYCHEE_NO_PDL=1"
+        echo "--- round $round, PDL $pdl"
+        env $env_pdl LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --contexts 32768,131072 --batches 1 \
+          --policies full,lychee --trace --json "$out/e2e_pdl_${pdl}_$round.json" > "$out/e2e_pdl_${pdl}_$round.log" 2>&1 \
+          || rc=$(failed $? "bench_e2e PDL $pdl")
+        grep -E "^ +1 +[0-9]|busy" "$out/e2e_pdl_${pdl}_$round.log"
+        if [ -f "$model" ]; then
+          env $env_pdl "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 256 \
+            --json "$out/model_pdl_${pdl}_$round.json" 2>&1 | grep -iE "decode|tok/s" | head -3
+        fi
+      done
+    done
+    exit $rc ;;
   bench-prefill-split)
     # Short chunks at the end of long caches (a long prompt's later chunks): cuDNN, the fallback,
     # and the split-KV path PrefillAttention takes there (issue 13's long prompt during 64 streams).
@@ -570,8 +592,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
