@@ -14,7 +14,8 @@ H200_USABLE = 139 * 2**30         # B, what the device tool reports usable
 MEASURED_TP1 = {"full": 9.08e-3, "lychee": 6.10e-3}
 # Facts (NVIDIA H200 SXM datasheet): NVLink 4 900 GB/s per GPU in total over both directions.
 NVLINK_DIR = 450e9                # B/s per direction
-# Assumption, to be measured: one small NCCL all-reduce inside a CUDA graph on NVLink.
+# One small NCCL all-reduce inside a CUDA graph on NVLink: assumed 5-10 µs before the two-GPU
+# measurement; measured 6.6 µs alone (8 KiB) and 7.4 µs a call inside a decode step (two H200).
 ALPHAS = (5e-6, 10e-6)
 
 layer_w = (D * H * HD + 2 * D * KV * HD + H * HD * D + 3 * D * FF + 2 * D) * BF16
@@ -88,6 +89,33 @@ for n in (4,):
     extra = (CONTIGUOUS[n] - STRAGGLER[n]) * dense_head
     print(f"\ncontiguous vs permutation at TP={n}: {CONTIGUOUS[n] - STRAGGLER[n]} dense head(s) = "
           f"{extra / 1e6:.0f} MB per sequence per step = {extra / HBM * 1e6:.0f} µs per sequence")
+
+# Calibrated by the two-H200 measurement (docs/scaling.md "Two GPUs: measured", commit bc3f05a):
+# Full, batch 1, 128K: TP=1 8.912 ms, TP=2 5.945 ms; the 64 all-reduces took 474 µs of GPU time
+# per step (CUPTI: 7.4 µs a call inside the step). Fit TP1 = V + x, TP2 = V/2 + x + AR: V is the
+# work that divides by N (attention and weight bytes at the efficiency reached), x the per-step
+# cost that does not (norms, small kernels, launch gaps, sampling).
+X2 = {"tp1": 8.912e-3, "tp2": 5.945e-3, "ar_call": 7.4e-6}
+ar2 = n_allreduce * X2["ar_call"]
+V = 2 * (X2["tp1"] - X2["tp2"] + ar2)
+x = X2["tp1"] - V
+print(f"\nFull, batch 1, 128K, calibrated on two H200s: V = {V * 1e3:.2f} ms divides by N, x = {x * 1e3:.2f} ms "
+      f"does not, all-reduces {ar2 * 1e3:.2f} ms at N=2")
+# A call's latency at 4 and 8 GPUs is an assumption: from the measured 7.4 µs up to 12 and 20 µs.
+AR_RANGE = {2: (X2["ar_call"], X2["ar_call"]), 4: (X2["ar_call"], 12e-6), 8: (X2["ar_call"], 20e-6)}
+for n in (2, 4, 8):
+    lo, hi = AR_RANGE[n]
+    t_lo = V / n + x + n_allreduce * lo
+    t_hi = V / n + x + n_allreduce * hi
+    span = f"{t_lo * 1e3:.2f}" if n == 2 else f"{t_lo * 1e3:.2f}-{t_hi * 1e3:.2f}"
+    ratio = f"{t_lo / X2['tp1']:.2f}" if n == 2 else f"{t_lo / X2['tp1']:.2f}-{t_hi / X2['tp1']:.2f}"
+    print(f"  TP={n}: {span} ms ({ratio}x of TP=1)")
+for target in (0.6,):
+    # (V/2 + x' + AR) / (V + x') <= target  <=>  x' <= (target V - V/2 - AR) / (1 - target)
+    x_max = (target * V - V / 2 - ar2) / (1.0 - target)
+    x_max_fast = (target * V - V / 2 - n_allreduce * 3e-6) / (1.0 - target)
+    print(f"  TP=2 <= {target} x TP=1 needs x <= {x_max * 1e3:.2f} ms (or <= {x_max_fast * 1e3:.2f} ms "
+          f"with 3 µs all-reduces), against {x * 1e3:.2f} ms measured")
 
 # Replicas vs TP on 2 GPUs, Full at 128K: throughput at the largest batch that fits.
 print("\nTwo H200s, Full at 128K, the largest batch that fits:")
