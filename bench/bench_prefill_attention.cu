@@ -80,7 +80,7 @@ struct Options {
   std::vector<Backend> backends = {Backend::kCudnn, Backend::kFallback};
   std::vector<int> tails;  // short chunks at the end of the cache
   bool tails_only = false;
-  std::string json, commit = "unknown";
+  std::string json, commit = "unknown", command;
 };
 
 struct Result {
@@ -256,6 +256,7 @@ std::string json_escape(const std::string& s) {
 
 Options parse(int argc, char** argv) {
   Options o;
+  for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
   auto ints = [](const char* s) {
     std::vector<int> v;
     for (const char* p = s; *p;) {
@@ -388,6 +389,7 @@ int main(int argc, char** argv) try {
                  json_escape(dev.name).c_str(), dev.cc_major, dev.cc_minor);
     std::fprintf(f, "  \"driver\": %d,\n  \"cuda_runtime\": %d,\n  \"cudnn\": %d,\n  \"commit\": \"%s\",\n", driver,
                  runtime, PrefillAttention::cudnn_version(), json_escape(opt.commit).c_str());
+    std::fprintf(f, "  \"command\": \"%s\",\n", json_escape(opt.command).c_str());
     std::fprintf(f, "  \"date\": \"%s\",\n  \"n_heads\": %d,\n  \"n_kv_heads\": %d,\n  \"head_dim\": %d,\n", date,
                  kHeads, kKvHeads, kHeadDim);
     std::fprintf(f, "  \"page_size\": %d,\n  \"bound_tflops\": %.1f,\n  \"results\": [\n", kPageSize, kMatrixTflops);

@@ -336,6 +336,18 @@ TEST(PrefillAttentionSplit, SliceCount) {
   EXPECT_EQ(prefill_kv_splits(1, 128, 16, 128, 100000, 132, size_t(1) << 20), 1);
 }
 
+TEST(PrefillAttentionSplit, IsNotABackendToSet) {
+  cuda::PrefillAttention attn;  // no device work: the cuDNN handle is made on the first run
+  try {
+    attn.set_backend(cuda::PrefillAttention::Backend::kSplitKv);
+    FAIL() << "kSplitKv accepted as a backend";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("set_kv_splits"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(attn.backend(), cuda::PrefillAttention::Backend::kCudnn);
+}
+
 TEST(PrefillAttentionArgs, RejectsBadShapes) {
   PrefillAttentionArgs a;
   int32_t dummy = 0;

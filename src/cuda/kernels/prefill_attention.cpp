@@ -312,6 +312,12 @@ int PrefillAttention::n_graphs() const {
   return n;
 }
 
+void PrefillAttention::set_backend(Backend b) {
+  LY_CHECK(b != Backend::kSplitKv, ErrorCode::kInvalidArgument,
+           "prefill attention: split-KV is chosen per chunk (set_kv_splits), not a backend to set");
+  backend_ = b;
+}
+
 void PrefillAttention::use_fallback(const PrefillAttentionArgs& a, cudaStream_t stream, std::string reason) {
   if (!warned_) {
     LY_LOG_WARN("prefill attention: cuDNN not used, running the fallback kernel: {}", reason);

@@ -97,7 +97,7 @@ class PrefillAttention {
 
   // kCudnn (default) drops to the fallback, with one warning, when cuDNN is missing, too old or
   // rejects the graph; kFallback always runs our kernel.
-  void set_backend(Backend b) { backend_ = b; }
+  void set_backend(Backend b);  // kCudnn or kFallback (kSplitKv is an outcome: kInvalidArgument)
   Backend backend() const { return backend_; }
   // Split-KV for short chunks over long caches: 0 (default) prefill_kv_splits decides; -1 never;
   // n >= 2 always n slices (tests, benchmarks).
