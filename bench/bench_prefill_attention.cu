@@ -199,10 +199,10 @@ Result result_of(const PrefillAttention& attn, const std::vector<double>& ms) {
 }
 
 // A short chunk at the end of the cache: `how` is cudnn or fallback (no split) or split-kv (the
-// runner's automatic choice).
+// engine's default: cuDNN unless prefill_kv_splits splits the chunk).
 Result time_tail(const std::string& how, const Sequence& s, int tail, const int32_t* tail_lens, int reps, bf16* o) {
   PrefillAttention attn;
-  attn.set_backend(how == "cudnn" ? Backend::kCudnn : Backend::kFallback);
+  attn.set_backend(how == "fallback" ? Backend::kFallback : Backend::kCudnn);
   attn.set_kv_splits(how == "split-kv" ? 0 : -1);
   const PrefillAttentionArgs a = tail_args(s, tail, tail_lens, o);
   const std::vector<double> ms = time_calls(reps, [&] { attn.run(a, nullptr); });

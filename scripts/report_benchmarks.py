@@ -320,10 +320,78 @@ def serving_section():
                              f"{lv['ttft_ms_p50']:.0f} | {lv['ttft_ms_p99']:.0f} | {lv['tpot_ms_p50']:.2f} | "
                              f"{lv['tpot_ms_p99']:.2f} | {lv['failures']} |")
         lines.append("")
+    long_runs = sorted(f for f in os.listdir(base) if f.startswith("serve_long_prompt") and f.endswith(".json")) \
+        if os.path.isdir(base) else []
+    if long_runs:
+        lines += ["A 100K-token prompt arriving during 64 streams (Llama-3-8B shape, LycheeDecode): the running "
+                  "streams' TPOT in a 10 s window before it and while it is served (target: p99 at most 2x).", "",
+                  "| file | commit | GPU | warm server | baseline p50 / p99 ms | during p50 / p99 ms | p99 ratio | failures |",
+                  "|---|---|---|---|---|---|---:|---:|"]
+        for name in long_runs:
+            for r in json.load(open(os.path.join(base, name))):
+                i = r.get("interference")
+                if not i:
+                    continue
+                lines.append(f"| `{name}` | `{r['commit']}` | {r['gpu']} | {'yes' if i.get('warmed_up', 'warm' in name) else 'no'} | "
+                             f"{i['baseline']['tpot_ms_p50']:.1f} / {i['baseline']['tpot_ms_p99']:.1f} | "
+                             f"{i['during']['tpot_ms_p50']:.1f} / {i['during']['tpot_ms_p99']:.1f} | "
+                             f"{i['ratio_p99']:.2f} | {i['failures']} |")
+        lines.append("")
     if lines:
-        lines += ["Soak (10,000 requests, 64 streams, 10% cancelled) and a 100K-token prompt during 64 streams: "
+        lines += ["Soak (10,000 requests, 64 streams, 10% cancelled) and what each 100K-prompt run changed: "
                   "`docs/results/gpu/serving/README.md`.", ""]
     return lines
+
+
+def prefill_split_section():
+    """Short prefill chunks over long caches: cuDNN, our fallback, the split-KV path (issue 13)."""
+    path = os.path.join(RES, "gpu", "prefill_split", "prefill_split.json")
+    if not os.path.exists(path):
+        return []
+    d = json.load(open(path))
+    rows = [r for r in d["results"] if r["mode"] == "tail"]
+    lines = ["## Short prefill chunks over long caches (split-KV)", "",
+             f"{d['gpu']}, cuDNN {d['cudnn']}, commit `{d['commit']}` (`docs/results/gpu/prefill_split/prefill_split.json`); "
+             f"{d['n_heads']} q / {d['n_kv_heads']} kv heads, d {d['head_dim']}: one chunk of Q queries at the end of an "
+             "L-token cache. `split-kv` is what the engine runs by default there.", "",
+             "| Q | L | cuDNN ms | fallback ms | split-kv ms | cuDNN / engine default |", "|---:|---:|---:|---:|---|---:|"]
+    by = {(r["chunk"], r["L"], r["backend"]): r for r in rows}
+    for (q, L) in sorted({(r["chunk"], r["L"]) for r in rows}, key=lambda k: (k[1], k[0])):
+        c, f, sp = by.get((q, L, "cudnn")), by.get((q, L, "fallback")), by.get((q, L, "split-kv"))
+        if not (c and f and sp):
+            continue
+        if sp.get("kv_splits", 1) <= 1:  # not split: the engine runs its backend (cuDNN) there
+            lines.append(f"| {q} | {kctx(L)} | {c['median_ms']:.3f} | {f['median_ms']:.3f} | not split (cuDNN runs) | 1.00x |")
+            continue
+        lines.append(f"| {q} | {kctx(L)} | {c['median_ms']:.3f} | {f['median_ms']:.3f} | {sp['median_ms']:.3f} "
+                     f"({sp['kv_splits']} slices) | {c['median_ms'] / sp['median_ms']:.2f}x |")
+    return lines + [""]
+
+
+def tensor_parallel_section():
+    """TP=1 against TP=2 on two H200s (issue 18; docs/scaling.md)."""
+    base = os.path.join(RES, "gpu", "tp_h200x2", "call5_bc3f05a")
+    rows = []
+    for name in ("e2e_tp.json", "e2e_tp_b8.json"):
+        path = os.path.join(base, name)
+        if os.path.exists(path):
+            d = json.load(open(path))
+            rows += [(d, r) for r in d["rows"] if "tpot_ms" in r]
+    if not rows:
+        return []
+    d0 = rows[0][0]
+    lines = ["## Tensor parallelism (two H200s, Llama-3-8B shape, random bf16 weights)", "",
+             f"{d0['gpu']} x2 (NVLink), NCCL {d0.get('nccl', '?')}, commit `{d0['commit']}` "
+             "(`docs/results/gpu/tp_h200x2/call5_bc3f05a/`); budget 4096, 32 of 256 KV heads retrieval; bound = "
+             "the slowest GPU's bytes over the copy bandwidth. Analysis: docs/scaling.md.", "",
+             "| TP | batch | context | policy | TPOT ms | bound ms | % of bound | vs Full | slowest GPU / mean attention, worst layer |",
+             "|---:|---:|---|---|---:|---:|---:|---:|---:|"]
+    for _, r in rows:
+        worst = r.get("attention_worst_layer_max_over_mean")
+        lines.append(f"| {r['tensor_parallel']} | {r['batch']} | {kctx(r['context'])} | {r['policy']} | {r['tpot_ms']:.3f} | "
+                     f"{r['bound_ms']:.3f} | {100 * r['bound_ms'] / r['tpot_ms']:.0f}% | {r['speedup_vs_full']:.2f}x | "
+                     f"{'' if worst is None else f'{worst:.2f}'} |")
+    return lines + [""]
 
 
 def main():
@@ -333,8 +401,14 @@ def main():
     lines += prefill_attention_section()
     lines += fp8_gemv_section()
     lines += e2e_section()
+    # Summaries written by hand beside their results (the figures come from several files there).
+    fp8 = os.path.join(RES, "fp8_gpu", "summary.md")
+    if os.path.exists(fp8):
+        lines += open(fp8).read().rstrip("\n").splitlines() + [""]
     lines += decode_step_section()
+    lines += tensor_parallel_section()
     lines += serving_section()
+    lines += prefill_split_section()
     lines += gpu_model_section()
     lines += cpu_section()
     lines += cpu_vs_llamacpp_section()
