@@ -27,6 +27,7 @@
 #   scripts/gpu/run_all.sh fp8-lm-head      the LM head in FP8 too (lab knob LYCHEE_FP8_LM_HEAD): speed and quality
 #   scripts/gpu/run_all.sh bench-prefill-split  short prefill chunks over long caches: cuDNN, fallback, split-KV
 #   scripts/gpu/run_all.sh bench-pdl        decode steps with and without PDL on the per-token kernels (A/B)
+#   scripts/gpu/run_all.sh sweep-eighth     issue 14: gates trained at few retrieval heads, evals near 1/8 of the bytes
 #   scripts/gpu/run_all.sh tp-env | tp-diag  the NCCL setting multi-GPU runs take here (probed), the TP tests one by one
 #   scripts/gpu/run_all.sh bench-tp         tensor parallelism (issue 18; needs 2 GPUs: kind nvidia-h200-x2): the
 #                                            all-reduce alone, then bench_e2e at 1 and 2 GPUs (TP_CONTEXTS,
@@ -558,6 +559,56 @@ PY
     e2e e2e_tp_contiguous --tensor-parallel 2 --tp-rule contiguous --contexts 131072 --batches 1 --policies lychee \
       --profile-attention
     exit ${rc:-0} ;;
+  sweep-eighth)
+    # Issue 14: LycheeDecode near 1/8 of the dense KV bytes, which on the default model (3 + N of 90
+    # KV heads dense) needs few retrieval heads N (docs/results/eighth_cpu/README.md: gates trained
+    # for 11 and re-decided at N <= 5 answer nothing). For each N in SWEEP_N: HardKuma gates trained
+    # at that target (SWEEP_STEPS; kept in $stage/sweep for later calls on this machine, with their
+    # gate_history.json for the specialisation figure), then the eval per length of SWEEP_LENGTHS at
+    # budgets of 1/64, 1/32 and 1/16 of it, 8 tasks x 3 depths x SWEEP_SAMPLES, per seed of
+    # SWEEP_SEEDS: LycheeDecode and DuoAttention with the same roles (its streaming heads get the
+    # same token count), and Full once per (length, seed).
+    # JSON per (run, length, seed) in $out/sweep/ (RUN_L<length>_s<seed>.json), then the table
+    # (scripts/sweep_table.py). SWEEP_DEVICE=cpu runs the same loop on the CPU (a dry run with small
+    # settings and an existing roles file at $stage/sweep/roles_N<n>.json).
+    link_model
+    dev="${SWEEP_DEVICE:-cuda}"
+    sweep="$stage/sweep"; mkdir -p "$sweep" "$out/sweep"
+    rc=0
+    for n in ${SWEEP_N:-3 5 7}; do
+      roles="$sweep/roles_N$n.json"
+      if [ ! -f "$roles" ]; then
+        t0=$SECONDS
+        "$build/bin/lychee" train-heads --device "$dev" --gate hardkuma --retrieval-heads "$n" --steps "${SWEEP_STEPS:-1500}" \
+          -o "$sweep/train_N$n" > "$out/sweep/train_N$n.log" 2>&1 || { rc=$(failed $? "train N=$n"); continue; }
+        cp "$sweep/train_N$n/roles.json" "$roles"
+        cp "$sweep/train_N$n"/{summary.json,heatmap.svg} "$out/sweep/" 2>/dev/null
+        for f in summary.json heatmap.svg gate_history.json roles.json; do
+          [ -f "$sweep/train_N$n/$f" ] && cp "$sweep/train_N$n/$f" "$out/sweep/train_N${n}_$f"
+        done
+        echo "N=$n: trained in $((SECONDS - t0)) s: $(grep -m1 -o 'retrieval heads: [0-9]* chosen' "$out/sweep/train_N$n.log")"
+      fi
+    done
+    for seed in ${SWEEP_SEEDS:-0 1 2}; do
+      for len in ${SWEEP_LENGTHS:-2048 4096 8192}; do
+        budgets="$((len / 64)) $((len / 32)) $((len / 16))"
+        t0=$SECONDS
+        "$build/bin/lychee" eval --device "$dev" --block-size 16 --lengths "$len" --depths 0.1 0.5 0.9 \
+          --samples "${SWEEP_SAMPLES:-4}" --seed "$seed" --policies full \
+          ${SWEEP_TASKS:+--tasks $SWEEP_TASKS} --json "$out/sweep/base_L${len}_s$seed.json" > "$out/sweep/base_L${len}_s$seed.log" 2>&1 \
+          || rc=$(failed $? "eval base L=$len seed $seed")
+        for n in ${SWEEP_N:-3 5 7}; do
+          [ -f "$sweep/roles_N$n.json" ] || continue
+          "$build/bin/lychee" eval --device "$dev" --block-size 16 --heads "$sweep/roles_N$n.json" --lengths "$len" \
+            --depths 0.1 0.5 0.9 --samples "${SWEEP_SAMPLES:-4}" --seed "$seed" --policies lychee duo --budgets $budgets \
+            ${SWEEP_TASKS:+--tasks $SWEEP_TASKS} --json "$out/sweep/N${n}_L${len}_s$seed.json" > "$out/sweep/N${n}_L${len}_s$seed.log" 2>&1 \
+            || rc=$(failed $? "eval N=$n L=$len seed $seed")
+        done
+        echo "seed $seed, length $len: $((SECONDS - t0)) s"
+      done
+    done
+    python3 scripts/sweep_table.py "$out/sweep" --json "$out/sweep/table.json" | tee "$out/sweep/table.md"
+    exit $rc ;;
   bench-pdl)
     # Programmatic dependent launch of the per-token kernels (commit 934e4ca): the same decode steps
     # with it and without (LYCHEE_NO_PDL=1), alternated, on the 8B shape (Full and LycheeDecode,
@@ -592,8 +643,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|sweep-eighth) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, sweep-eighth)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
