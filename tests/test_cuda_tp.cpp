@@ -173,11 +173,14 @@ void expect_same_run(cuda::GpuRunner& ref, cuda::GpuRunner& other, const DecodeS
       }
       ref.copy_logits(r, la);
       other.copy_logits(r, lb);
-      if (tol == 0) ASSERT_EQ(la, lb) << at;
-      else {
+      if (tol == 0) {
+        ASSERT_EQ(la, lb) << at;
+      } else {
         const double e = rel_error(lb, la);
         const bool swapped = swaps > swaps_before;
-        if (!swapped) EXPECT_LT(e, tol) << at << " (selection swaps so far: " << swaps << ")";
+        if (!swapped) {
+          EXPECT_LT(e, tol) << at << " (selection swaps so far: " << swaps << ")";
+        }
         errors += fmt::format(" {:.1e}{}", e, swapped ? "(swap)" : "");
       }
     }
