@@ -13,8 +13,9 @@ import argparse
 import collections
 import gzip
 import json
-import math
 import sys
+
+from strategies_table import task_weighted_mean
 
 
 def load(spec):
@@ -49,15 +50,9 @@ def main():
     lines = [f"| length | {la} | {lb} | {lb} - {la} (points) | 95% interval | samples | {lb} higher / lower | KV bytes / full ({la}, {lb}) |",
              "|---:|---:|---:|---:|---:|---:|---|---|"]
     for length, tasks in sorted(by_length.items()):
-        T = len(tasks)
-        ma = sum(sum(x for x, _ in v) / len(v) for v in tasks.values()) / T
-        mb = sum(sum(y for _, y in v) / len(v) for v in tasks.values()) / T
-        var = 0.0
-        for v in tasks.values():
-            d = [y - x for x, y in v]
-            m = sum(d) / len(d)
-            var += (sum((x - m) ** 2 for x in d) / max(len(d) - 1, 1)) / len(d)
-        half = 1.96 * math.sqrt(var / T ** 2)
+        ma, _ = task_weighted_mean({t: [x for x, _ in v] for t, v in tasks.items()})
+        mb, _ = task_weighted_mean({t: [y for _, y in v] for t, v in tasks.items()})
+        _, half = task_weighted_mean({t: [y - x for x, y in v] for t, v in tasks.items()})
         up = sum(1 for v in tasks.values() for x, y in v if y > x)
         down = sum(1 for v in tasks.values() for x, y in v if y < x)
         n = sum(len(v) for v in tasks.values())

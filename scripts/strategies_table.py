@@ -15,6 +15,16 @@ import math
 import os
 
 
+def task_weighted_mean(tasks):
+    """The mean over tasks of each task's mean ({task: [values]}, every task weighing the same) and
+    the half-width of its 95% interval (normal approximation: each task's sample variance over its
+    count, weighted 1/T^2). Shared by sweep_table.py and paired_strategies.py."""
+    means = [sum(v) / len(v) for v in tasks.values()]
+    var = sum((sum((x - m) ** 2 for x in v) / max(len(v) - 1, 1)) / len(v) for v, m in zip(tasks.values(), means))
+    var /= len(means) ** 2
+    return sum(means) / len(means), 1.96 * math.sqrt(var)
+
+
 def rows(path):
     d = json.load(open(path))
     ratio = {(k["policy_label"], k["length"]): k["ratio"] for k in d["summary"]["kv"]}
@@ -22,13 +32,9 @@ def rows(path):
     for r in d["records"]:
         per.setdefault((r["policy_label"], r["length"]), {}).setdefault(r["task"], []).append(r["score"])
     for (label, length), tasks in sorted(per.items()):
-        means = [sum(v) / len(v) for v in tasks.values()]
-        acc = sum(means) / len(means)
-        # Variance of the task-weighted mean: each task's sample variance over its count, weighted 1/T^2.
-        var = sum((sum((x - m) ** 2 for x in v) / max(len(v) - 1, 1)) / len(v) for v, m in zip(tasks.values(), means))
-        var /= len(means) ** 2
+        acc, half = task_weighted_mean(tasks)
         n = sum(len(v) for v in tasks.values())
-        yield label, length, acc, 1.96 * math.sqrt(var), n, ratio.get((label, length))
+        yield label, length, acc, half, n, ratio.get((label, length))
 
 
 def main():

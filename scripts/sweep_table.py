@@ -12,9 +12,10 @@ files). Rows at or under --bytes (default 1/8) are marked.
 import argparse
 import glob
 import json
-import math
 import os
 import re
+
+from strategies_table import task_weighted_mean
 
 
 def main():
@@ -42,13 +43,10 @@ def main():
     rows = []
     for key in sorted(scores, key=lambda k: (k[2], k[0], k[1])):
         tasks = scores[key]
-        means = [sum(v) / len(v) for v in tasks.values()]
-        acc = sum(means) / len(means)
-        var = sum((sum((x - mu) ** 2 for x in v) / max(len(v) - 1, 1)) / len(v) for v, mu in zip(tasks.values(), means))
-        var /= len(means) ** 2
+        acc, half = task_weighted_mean(tasks)
         rs = ratios.get(key, [])
         ratio = sum(rs) / len(rs) if rs else None
-        rows.append({"run": key[0], "policy": key[1], "length": key[2], "accuracy": acc, "ci95": 1.96 * math.sqrt(var),
+        rows.append({"run": key[0], "policy": key[1], "length": key[2], "accuracy": acc, "ci95": half,
                      "samples": sum(len(v) for v in tasks.values()), "seeds": sorted(seeds[key]),
                      "kv_bytes_ratio": ratio})
     print(f"| run | policy | length | accuracy (%) | 95% interval | samples | seeds | KV bytes / full | <= {a.bytes:g} |")
