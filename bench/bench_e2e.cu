@@ -249,9 +249,7 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWei
         uint64_t wb = cuda::weight_bytes_per_step(*ws[size_t(g)], batch);
         const uint64_t lm_head = uint64_t(c.vocab_size) * uint64_t(c.d_model) * 2;
         if (split.n_gpus > 1 && opt.tp_lm_head == "split") {  // each rank its V / N rows
-          const uint64_t part = (uint64_t(c.vocab_size) + split.n_gpus - 1) / split.n_gpus;
-          wb = wb - lm_head + std::min<uint64_t>(part, uint64_t(c.vocab_size) - std::min<uint64_t>(uint64_t(c.vocab_size), g * part)) *
-                                  uint64_t(c.d_model) * 2;
+          wb = wb - lm_head + uint64_t(tp_vocab_rows(c.vocab_size, split.n_gpus, g).count) * uint64_t(c.d_model) * 2;
         } else if (g > 0) {
           wb -= lm_head;  // rank 0 alone computes the LM head
         }

@@ -355,6 +355,26 @@ TEST(TpShard, DenseHeadsOfTheEnginesPolicies) {
 }
 
 // The runner shards by a rank's heads only when every layer splits alike.
+// The split LM head's rows: every vocabulary row on exactly one rank, in rank order, V' apart.
+TEST(TpShard, VocabularyRowsCoverTheVocabularyOnce) {
+  for (const auto& [vocab, n] : {std::pair{128256, 2}, std::pair{49152, 4}, std::pair{7, 3}, std::pair{5, 8}}) {
+    int next = 0;
+    for (int r = 0; r < n; ++r) {
+      const TpVocabRows v = tp_vocab_rows(vocab, n, r);
+      EXPECT_EQ(v.part, (vocab + n - 1) / n);
+      EXPECT_EQ(v.first, r * v.part);
+      if (v.count > 0) {
+        EXPECT_EQ(v.first, next) << vocab << " over " << n << ", rank " << r;
+      }
+      EXPECT_LE(v.count, v.part);
+      next += v.count;
+    }
+    EXPECT_EQ(next, vocab) << vocab << " over " << n;
+  }
+  EXPECT_EQ(tp_vocab_rows(5, 8, 7).count, 0);  // more ranks than rows: the last ones hold none
+  expect_error([] { (void)tp_vocab_rows(100, 2, 2); }, ErrorCode::kInvalidArgument, "rank 2 of 2");
+}
+
 TEST(TpShard, RankHeadsOfEachRule) {
   const ModelConfig c = shape(4, 4);
   const HeadRoles roles = roles_of(c, {{1, 1, 0, 0}, {1, 1, 0, 0}, {1, 0, 1, 0}, {0, 0, 1, 1}});

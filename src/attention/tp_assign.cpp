@@ -328,6 +328,16 @@ std::vector<std::vector<int>> tp_rank_heads(const TpAssignment& a) {
   return heads;
 }
 
+TpVocabRows tp_vocab_rows(int vocab, int n_gpus, int rank) {
+  LY_CHECK(vocab >= 1 && n_gpus >= 1 && rank >= 0 && rank < n_gpus, ErrorCode::kInvalidArgument,
+           "tensor parallel: vocabulary rows of rank {} of {} (vocabulary {})", rank, n_gpus, vocab);
+  TpVocabRows r;
+  r.part = (vocab + n_gpus - 1) / n_gpus;
+  r.first = rank * r.part;
+  r.count = std::max(0, std::min(vocab - r.first, r.part));
+  return r;
+}
+
 TpShardShape tp_shard_shape(const ModelConfig& c, const std::vector<int>& kv_heads, int rank, int n_gpus) {
   check_tensor_parallel(c, n_gpus);
   LY_CHECK(rank >= 0 && rank < n_gpus && int(kv_heads.size()) * n_gpus == c.n_kv_heads, ErrorCode::kInvalidArgument,

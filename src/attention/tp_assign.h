@@ -114,6 +114,15 @@ struct TpShardShape {
 };
 TpShardShape tp_shard_shape(const ModelConfig& c, const std::vector<int>& kv_heads, int rank, int n_gpus);
 
+// The split LM head's vocabulary rows of rank `rank` of n_gpus: [first, first + count) with
+// first = rank V' and V' = ceil(V / n_gpus) (the last ranks may hold fewer, or none). Pure.
+struct TpVocabRows {
+  int part = 0;   // V': rows per rank, the stride of the gathered logits
+  int first = 0;  // rank * V'
+  int count = 0;  // rows this rank computes
+};
+TpVocabRows tp_vocab_rows(int vocab, int n_gpus, int rank);
+
 // The part of a decode spec a rank runs: every pattern restricted to its KV heads (local head i
 // is global head kv_heads[i]; LycheeDecode's sets stay per KV-head index, so a rank that owns
 // index h in every layer holds every set its sparse heads of index h read). Pure.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention/tp_assign.h"
 #include "cuda/kernels/decode_attention.h"
 #include "cuda/kernels/fp8_gemv.h"
 #include "cuda/kernels/kernels.h"
@@ -202,7 +203,7 @@ void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_
 // and laid out in rank 0's logits [rows][V].
 void GpuRunner::Impl::split_lm_head(int n, int rows) {
   const int d = c.d_model, V = c.vocab_size, Vp = vocab_part;
-  auto count_of = [&](int r) { return std::max(0, std::min(V - r * Vp, Vp)); };
+  auto count_of = [&](int r) { return tp_vocab_rows(V, size(), r).count; };
   for (auto& sp : shards) {
     Shard& s = *sp;
     s.use();

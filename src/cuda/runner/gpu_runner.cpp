@@ -214,7 +214,7 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
            "RunnerOptions::tp_one_device: the ranks must share one device (devices {})", fmt::join(devices, ","));
   if ((n > 1 || o.nccl) && !o.tp_one_device) comm = std::make_unique<NcclComm>(devices);
   if (o.tp_split_lm_head && n > 1) {
-    vocab_part = (c.vocab_size + n - 1) / n;
+    vocab_part = tp_vocab_rows(c.vocab_size, n, 0).part;
     for (auto& sp : shards) {
       sp->use();
       sp->lm_local = DeviceBuffer<float>(size_t(o.max_batch) * size_t(vocab_part));
