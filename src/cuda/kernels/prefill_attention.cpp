@@ -336,13 +336,15 @@ void PrefillAttention::run(const PrefillAttentionArgs& a, cudaStream_t stream) {
                                       : prefill_kv_splits(a.batch, a.q_len_max, a.n_heads, a.head_dim, a.max_kv_len,
                                                           device_info().sm_count, kSplitWorkspaceBytes);
   if (splits > 1 && (a.head_dim == 64 || a.head_dim == 128)) {
-    const size_t per = prefill_split_workspace_bytes(1, a.batch, a.q_len_max, a.n_heads, a.head_dim);
-    const size_t n_o = size_t(splits) * per / 4 / size_t(a.head_dim + 1) * size_t(a.head_dim);
-    if (impl_->split_part.size() < splits * per / 4) {  // grows (a synchronising cudaMalloc) outside steady state
-      impl_->split_part = DeviceBuffer<float>();
-      impl_->split_part = DeviceBuffer<float>(splits * per / 4);
+    // [splits][rows][head_dim] partial outputs, then [splits][rows] log-sum-exps.
+    const size_t floats = prefill_split_workspace_bytes(splits, a.batch, a.q_len_max, a.n_heads, a.head_dim) / 4;
+    const size_t rows = size_t(a.batch) * size_t(a.q_len_max) * size_t(a.n_heads);
+    if (impl_->split_part.size() < floats) {  // grows (a synchronising cudaMalloc) outside steady state
+      impl_->split_part = DeviceBuffer<float>();  // the old buffer freed first
+      impl_->split_part = DeviceBuffer<float>(floats);
     }
-    detail::launch_prefill_split(a, splits, impl_->split_part.data(), impl_->split_part.data() + n_o, stream);
+    float* part_o = impl_->split_part.data();
+    detail::launch_prefill_split(a, splits, part_o, part_o + size_t(splits) * rows * size_t(a.head_dim), stream);
     last_backend_ = Backend::kSplitKv;
     last_kv_splits_ = splits;
     fallback_reason_.clear();

@@ -51,10 +51,9 @@ int prefill_q_bucket(int q_len_max, int kv_bucket);
 
 // Split-KV count for a chunk (pure, unit-tested): 1 (no split) when the (64-query tile, head,
 // sequence) blocks fill a third of the SMs or more (cuDNN's faster kernel then wins) or the cache
-// is short; otherwise enough slices of the KV
-// tiles for about two blocks per SM, each slice at least 8 tiles (512 keys), at most 64 slices,
-// and the f32 partial results (n x batch x q_len_max x n_heads x (head_dim + 1) x 4 bytes) within
-// max_workspace_bytes.
+// is short; otherwise enough slices of the KV tiles for about two blocks per SM, each slice at
+// least 8 tiles (512 keys), at most 64 slices, and the f32 partial results (n x batch x q_len_max
+// x n_heads x (head_dim + 1) x 4 bytes) within max_workspace_bytes.
 int prefill_kv_splits(int batch, int q_len_max, int n_heads, int head_dim, int max_kv_len, int sm_count,
                       size_t max_workspace_bytes);
 // Bytes of f32 partial results (outputs and log-sum-exps) n_splits slices of a chunk need.
