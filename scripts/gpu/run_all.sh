@@ -576,21 +576,21 @@ PY
     sweep="$stage/sweep"; mkdir -p "$sweep" "$out/sweep"
     rc=0
     for n in ${SWEEP_N:-3 5 7}; do
-      roles="$sweep/roles_N$n.json"
+      roles="$sweep/roles_N$n${SWEEP_TAG:-}.json"
       if [ ! -f "$roles" ]; then
         t0=$SECONDS
         "$build/bin/lychee" train-heads --device "$dev" --gate hardkuma --retrieval-heads "$n" --steps "${SWEEP_STEPS:-1500}" \
-          -o "$sweep/train_N$n" > "$out/sweep/train_N$n.log" 2>&1 || { rc=$(failed $? "train N=$n"); continue; }
-        cp "$sweep/train_N$n/roles.json" "$roles"
+          ${SWEEP_TRAIN_ARGS:-} -o "$sweep/train_N$n${SWEEP_TAG:-}" > "$out/sweep/train_N$n${SWEEP_TAG:-}.log" 2>&1 || { rc=$(failed $? "train N=$n"); continue; }
+        cp "$sweep/train_N$n${SWEEP_TAG:-}/roles.json" "$roles"
         cp "$sweep/train_N$n"/{summary.json,heatmap.svg} "$out/sweep/" 2>/dev/null
         for f in summary.json heatmap.svg gate_history.json roles.json; do
-          [ -f "$sweep/train_N$n/$f" ] && cp "$sweep/train_N$n/$f" "$out/sweep/train_N${n}_$f"
+          [ -f "$sweep/train_N$n${SWEEP_TAG:-}/$f" ] && cp "$sweep/train_N$n${SWEEP_TAG:-}/$f" "$out/sweep/train_N$n${SWEEP_TAG:-}_$f"
         done
-        echo "N=$n: trained in $((SECONDS - t0)) s: $(grep -m1 -o 'retrieval heads: [0-9]* chosen' "$out/sweep/train_N$n.log")"
+        echo "N=$n: trained in $((SECONDS - t0)) s: $(grep -m1 -o 'retrieval heads: [0-9]* chosen' "$out/sweep/train_N$n${SWEEP_TAG:-}.log")"
       fi
     done
     for seed in ${SWEEP_SEEDS:-0 1 2}; do
-      for len in ${SWEEP_LENGTHS:-2048 4096 8192}; do
+      for len in ${SWEEP_LENGTHS:-2048 4096 8000}; do
         budgets="$((len / 64)) $((len / 32)) $((len / 16))"
         t0=$SECONDS
         "$build/bin/lychee" eval --device "$dev" --block-size 16 --lengths "$len" --depths 0.1 0.5 0.9 \
@@ -598,11 +598,11 @@ PY
           ${SWEEP_TASKS:+--tasks $SWEEP_TASKS} --json "$out/sweep/base_L${len}_s$seed.json" > "$out/sweep/base_L${len}_s$seed.log" 2>&1 \
           || rc=$(failed $? "eval base L=$len seed $seed")
         for n in ${SWEEP_N:-3 5 7}; do
-          [ -f "$sweep/roles_N$n.json" ] || continue
-          "$build/bin/lychee" eval --device "$dev" --block-size 16 --heads "$sweep/roles_N$n.json" --lengths "$len" \
+          [ -f "$sweep/roles_N$n${SWEEP_TAG:-}.json" ] || continue
+          "$build/bin/lychee" eval --device "$dev" --block-size 16 --heads "$sweep/roles_N$n${SWEEP_TAG:-}.json" --lengths "$len" \
             --depths 0.1 0.5 0.9 --samples "${SWEEP_SAMPLES:-4}" --seed "$seed" --policies lychee duo --budgets $budgets \
-            ${SWEEP_TASKS:+--tasks $SWEEP_TASKS} --json "$out/sweep/N${n}_L${len}_s$seed.json" > "$out/sweep/N${n}_L${len}_s$seed.log" 2>&1 \
-            || rc=$(failed $? "eval N=$n L=$len seed $seed")
+            ${SWEEP_TASKS:+--tasks $SWEEP_TASKS} --json "$out/sweep/N$n${SWEEP_TAG:-}_L${len}_s$seed.json" > "$out/sweep/N$n${SWEEP_TAG:-}_L${len}_s$seed.log" 2>&1 \
+            || rc=$(failed $? "eval N=$n${SWEEP_TAG:-} L=$len seed $seed")
         done
         echo "seed $seed, length $len: $((SECONDS - t0)) s"
       done
