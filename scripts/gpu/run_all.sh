@@ -560,49 +560,65 @@ PY
       --profile-attention
     exit ${rc:-0} ;;
   sweep-eighth)
-    # Issue 14: LycheeDecode near 1/8 of the dense KV bytes, which on the default model (3 + N of 90
-    # KV heads dense) needs few retrieval heads N (docs/results/eighth_cpu/README.md: gates trained
-    # for 11 and re-decided at N <= 5 answer nothing). For each N in SWEEP_N: HardKuma gates trained
-    # at that target (SWEEP_STEPS; kept in $stage/sweep for later calls on this machine, with their
-    # gate_history.json for the specialisation figure), then the eval per length of SWEEP_LENGTHS at
-    # budgets of 1/64, 1/32 and 1/16 of it, 8 tasks x 3 depths x SWEEP_SAMPLES, per seed of
-    # SWEEP_SEEDS: LycheeDecode and DuoAttention with the same roles (its streaming heads get the
-    # same token count), and Full once per (length, seed).
-    # JSON per (run, length, seed) in $out/sweep/ (RUN_L<length>_s<seed>.json), then the table
-    # (scripts/sweep_table.py). SWEEP_DEVICE=cpu runs the same loop on the CPU (a dry run with small
-    # settings and an existing roles file at $stage/sweep/roles_N<n>.json).
+    # Issue 14: LycheeDecode against full attention over retrieval-head counts, selection units and
+    # budgets. Roles: for each N in SWEEP_N, gates trained at that target (SWEEP_GATE, default hardkuma;
+    # SWEEP_STEPS; SWEEP_TRAIN_ARGS added, e.g. "--lambda-lr 1e-4 --decision top-n"; runs named
+    # N<n><SWEEP_TAG>, kept in $stage/sweep for later calls on this machine with their
+    # gate_history.json for the specialisation figure), and the committed files named by SWEEP_ROLES
+    # ("NAME=PATH ..."; e.g. N10=docs/results/train/hardkuma/roles.json). Then per seed of SWEEP_SEEDS
+    # and length of SWEEP_LENGTHS: Full once, and per role file and selection unit of SWEEP_BLOCKS
+    # (default 16) the policies of SWEEP_POLICIES (default lychee duo; DuoAttention, which has no
+    # selection unit, with the first unit only) at budgets of length / d for d in SWEEP_DIVS
+    # (default 64 32 16); 8 tasks x 3 depths x SWEEP_SAMPLES (SWEEP_TASKS to narrow).
+    # JSON per (run, length, seed) in $out/sweep/ (RUN_L<length>_s<seed>.json; RUN is the roles'
+    # name, with _b<unit> for units other than 16), then the table (scripts/sweep_table.py).
+    # SWEEP_DEVICE=cpu runs the same loop on the CPU (a dry run with small settings).
     link_model
     dev="${SWEEP_DEVICE:-cuda}"
     sweep="$stage/sweep"; mkdir -p "$sweep" "$out/sweep"
     rc=0
-    for n in ${SWEEP_N:-3 5 7}; do
-      roles="$sweep/roles_N$n${SWEEP_TAG:-}.json"
+    runs=()
+    for n in ${SWEEP_N-3 5 7}; do
+      name="N$n${SWEEP_TAG:-}"
+      roles="$sweep/roles_$name.json"
       if [ ! -f "$roles" ]; then
         t0=$SECONDS
-        "$build/bin/lychee" train-heads --device "$dev" --gate hardkuma --retrieval-heads "$n" --steps "${SWEEP_STEPS:-1500}" \
-          ${SWEEP_TRAIN_ARGS:-} -o "$sweep/train_N$n${SWEEP_TAG:-}" > "$out/sweep/train_N$n${SWEEP_TAG:-}.log" 2>&1 || { rc=$(failed $? "train N=$n"); continue; }
-        cp "$sweep/train_N$n${SWEEP_TAG:-}/roles.json" "$roles"
-        cp "$sweep/train_N$n"/{summary.json,heatmap.svg} "$out/sweep/" 2>/dev/null
+        "$build/bin/lychee" train-heads --device "$dev" --gate "${SWEEP_GATE:-hardkuma}" --retrieval-heads "$n" \
+          --steps "${SWEEP_STEPS:-1500}" ${SWEEP_TRAIN_ARGS:-} -o "$sweep/train_$name" > "$out/sweep/train_$name.log" 2>&1 \
+          || { rc=$(failed $? "train $name"); continue; }
+        cp "$sweep/train_$name/roles.json" "$roles"
         for f in summary.json heatmap.svg gate_history.json roles.json; do
-          [ -f "$sweep/train_N$n${SWEEP_TAG:-}/$f" ] && cp "$sweep/train_N$n${SWEEP_TAG:-}/$f" "$out/sweep/train_N$n${SWEEP_TAG:-}_$f"
+          [ -f "$sweep/train_$name/$f" ] && cp "$sweep/train_$name/$f" "$out/sweep/train_${name}_$f"
         done
-        echo "N=$n: trained in $((SECONDS - t0)) s: $(grep -m1 -o 'retrieval heads: [0-9]* chosen' "$out/sweep/train_N$n${SWEEP_TAG:-}.log")"
+        echo "$name: trained in $((SECONDS - t0)) s: $(grep -m1 -o 'retrieval heads: [0-9]* chosen' "$out/sweep/train_$name.log")"
       fi
+      runs+=("$name")
+    done
+    for spec in ${SWEEP_ROLES:-}; do
+      name="${spec%%=*}"; path="${spec#*=}"
+      [ -f "$path" ] || { rc=$(failed 1 "SWEEP_ROLES: no file $path"); continue; }
+      cp "$path" "$sweep/roles_$name.json" && runs+=("$name")
     done
     for seed in ${SWEEP_SEEDS:-0 1 2}; do
       for len in ${SWEEP_LENGTHS:-2048 4096 8000}; do
-        budgets="$((len / 64)) $((len / 32)) $((len / 16))"
+        budgets=""; for d in ${SWEEP_DIVS:-64 32 16}; do budgets="$budgets $((len / d))"; done
         t0=$SECONDS
-        "$build/bin/lychee" eval --device "$dev" --block-size 16 --lengths "$len" --depths 0.1 0.5 0.9 \
-          --samples "${SWEEP_SAMPLES:-4}" --seed "$seed" --policies full \
-          ${SWEEP_TASKS:+--tasks $SWEEP_TASKS} --json "$out/sweep/base_L${len}_s$seed.json" > "$out/sweep/base_L${len}_s$seed.log" 2>&1 \
+        common=(--device "$dev" --lengths "$len" --depths 0.1 0.5 0.9 --samples "${SWEEP_SAMPLES:-4}" --seed "$seed"
+                ${SWEEP_TASKS:+--tasks $SWEEP_TASKS})
+        "$build/bin/lychee" eval "${common[@]}" --block-size 16 --policies full \
+          --json "$out/sweep/base_L${len}_s$seed.json" > "$out/sweep/base_L${len}_s$seed.log" 2>&1 \
           || rc=$(failed $? "eval base L=$len seed $seed")
-        for n in ${SWEEP_N:-3 5 7}; do
-          [ -f "$sweep/roles_N$n${SWEEP_TAG:-}.json" ] || continue
-          "$build/bin/lychee" eval --device "$dev" --block-size 16 --heads "$sweep/roles_N$n${SWEEP_TAG:-}.json" --lengths "$len" \
-            --depths 0.1 0.5 0.9 --samples "${SWEEP_SAMPLES:-4}" --seed "$seed" --policies lychee duo --budgets $budgets \
-            ${SWEEP_TASKS:+--tasks $SWEEP_TASKS} --json "$out/sweep/N$n${SWEEP_TAG:-}_L${len}_s$seed.json" > "$out/sweep/N$n${SWEEP_TAG:-}_L${len}_s$seed.log" 2>&1 \
-            || rc=$(failed $? "eval N=$n${SWEEP_TAG:-} L=$len seed $seed")
+        for name in "${runs[@]}"; do
+          first=1
+          for unit in ${SWEEP_BLOCKS:-16}; do
+            pols=(); for p in ${SWEEP_POLICIES:-lychee duo}; do [ "$p" = duo ] && [ $first = 0 ] || pols+=("$p"); done
+            first=0
+            run="$name"; [ "$unit" = 16 ] || run="${name}_b$unit"
+            "$build/bin/lychee" eval "${common[@]}" --block-size "$unit" --heads "$sweep/roles_$name.json" \
+              --policies "${pols[@]}" --budgets $budgets \
+              --json "$out/sweep/${run}_L${len}_s$seed.json" > "$out/sweep/${run}_L${len}_s$seed.log" 2>&1 \
+              || rc=$(failed $? "eval $run L=$len seed $seed")
+          done
         done
         echo "seed $seed, length $len: $((SECONDS - t0)) s"
       done
