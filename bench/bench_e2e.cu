@@ -4,7 +4,7 @@
 // through the hybrid-head kernel, against its bandwidth bound (weight bytes + the KV and metadata
 // bytes the policy's kernels read per step) / measured copy bandwidth.
 //   bench_e2e [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
-//             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--retrieval 32] [--trace] [--sync]
+//             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--block-size 64] [--retrieval 32] [--trace] [--sync]
 //             [--weights bf16,fp8] [--fp8-selector-qkv bf16|fp8]
 //             [--tensor-parallel 1,2] [--tp-rule permutation|contiguous] [--tp-lm-head split|rank0]
 //             [--profile-attention]
@@ -27,7 +27,8 @@
 // mean per layer.
 // LycheeDecode and DuoAttention get --retrieval retrieval KV heads in all (layer 0's included,
 // the rest drawn with a fixed seed from layers 1..); every sparse policy reads --budget tokens per
-// sparse head (DuoAttention: sink 64 + recent budget - 64).
+// sparse head (DuoAttention: sink 64 + recent budget - 64); LycheeDecode selects in units of
+// --block-size tokens (its selection unit; the engine's --block-size).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -80,12 +81,12 @@ HeadRoles bench_roles(const ModelConfig& c, int n_retrieval) {
   return seeded_head_roles(c, std::clamp(n_retrieval, c.n_kv_heads, c.n_layers * c.n_kv_heads), 7);
 }
 
-BenchPolicy make_policy(const std::string& name, const ModelConfig& c, int budget, int n_retrieval) {
+BenchPolicy make_policy(const std::string& name, const ModelConfig& c, int budget, int n_retrieval, int block_size) {
   const HeadRoles roles = bench_roles(c, n_retrieval);
   SelectParams select;
   select.budget = budget;
   if (name == "full") return {full_spec(c)};
-  if (name == "lychee") return {lychee_spec(c, roles, 64, select), roles.n_retrieval()};
+  if (name == "lychee") return {lychee_spec(c, roles, block_size, select), roles.n_retrieval()};
   if (name == "tidal") return {tidal_spec(c, budget, default_tidal_layers(c.n_layers), 2)};
   if (name == "quest") return {quest_spec(c, budget, 16, 2)};
   if (name == "duo") return {duo_spec(c, roles, 64, budget - 64), roles.n_retrieval(), budget};
@@ -154,7 +155,7 @@ struct Options {
   std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model;
   std::string policies = "full,lychee,tidal,quest,duo", weights = "bf16", fp8_selector_qkv = "bf16";
   std::string tensor_parallel = "1", tp_rule = "permutation", tp_lm_head = "split";
-  int steps = 32, budget = 4096, n_retrieval = 32;
+  int steps = 32, budget = 4096, n_retrieval = 32, block_size = 64;
   bool graphs = true, trace = false, sync_steps = false, profile_attention = false;
 };
 
@@ -204,7 +205,7 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWei
                   FullBf16& full_bf16, nlohmann::json& rows) {
   double full_ms = 0.0;
   for (const std::string& name : split_names(opt.policies)) {
-    const BenchPolicy pol = make_policy(name, c, opt.budget, opt.n_retrieval);
+    const BenchPolicy pol = make_policy(name, c, opt.budget, opt.n_retrieval, opt.block_size);
     std::vector<cuda::GpuSeq> seqs(static_cast<size_t>(batch));
     std::vector<cuda::GpuSeq*> ptrs;
     for (auto& s : seqs) {
@@ -398,6 +399,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--sync") o.sync_steps = true;
     else if (a == "--policies") o.policies = next();
     else if (a == "--budget") o.budget = std::stoi(next());
+    else if (a == "--block-size") o.block_size = std::stoi(next());
     else if (a == "--retrieval") o.n_retrieval = std::stoi(next());
     else if (a == "--weights") o.weights = next();
     else if (a == "--fp8-selector-qkv") o.fp8_selector_qkv = next();
@@ -413,6 +415,9 @@ Options parse_args(int argc, char** argv) {
     throw UsageError("--tp-rule: permutation or contiguous, got '" + o.tp_rule + "'");
   for (int n : parse_list(o.tensor_parallel))
     if (n < 1) throw UsageError("--tensor-parallel: GPU counts must be >= 1");
+  if (o.block_size < 1 || o.block_size > o.budget)
+    throw UsageError("--block-size: a unit of 1.." + std::to_string(o.budget) + " tokens (the budget), got " +
+                     std::to_string(o.block_size));
   if (o.fp8_selector_qkv != "bf16" && o.fp8_selector_qkv != "fp8")
     throw UsageError("--fp8-selector-qkv: bf16 or fp8, got '" + o.fp8_selector_qkv + "'");
   if (split_names(o.weights).empty()) throw UsageError("--weights: expected bf16, fp8 or both (bf16,fp8)");
@@ -439,7 +444,7 @@ int main(int argc, char** argv) try {
     if (format == GpuWeightFormat::kFp8 && opt.fp8_selector_qkv == "bf16") {
       std::vector<DecodeSpec> specs;
       for (const std::string& name : split_names(opt.policies))
-        specs.push_back(make_policy(name, c, opt.budget, opt.n_retrieval).spec);
+        specs.push_back(make_policy(name, c, opt.budget, opt.n_retrieval, opt.block_size).spec);
       keep = fp8_keep_for(specs);
     }
     fp8_kept[weights] = keep.qkv_layers;
@@ -479,7 +484,7 @@ int main(int argc, char** argv) try {
     nlohmann::json j = {{"gpu", dev.name}, {"driver", driver}, {"copy_gbps", bw}, {"model", c.name},
                         {"weight_bytes", weight_bytes[formats.front()]}, {"weight_bytes_by_format", weight_bytes},
                         {"fp8_selector_qkv", opt.fp8_selector_qkv}, {"bf16_qkv_layers_by_format", fp8_kept},
-                        {"weights", formats}, {"steps", opt.steps}, {"budget", opt.budget},
+                        {"weights", formats}, {"steps", opt.steps}, {"budget", opt.budget}, {"block_size", opt.block_size},
                         {"retrieval_kv_heads", opt.n_retrieval}, {"command", command},
                         {"tensor_parallel", parse_list(opt.tensor_parallel)}, {"nccl", cuda::nccl_version()},
                         {"commit", std::getenv("LYCHEE_COMMIT") ? std::getenv("LYCHEE_COMMIT") : "unknown"},
