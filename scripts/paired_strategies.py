@@ -7,7 +7,8 @@ the task-weighted mean accuracy of each side, the mean paired difference with a 
 each side read over full attention's, and how many samples scored higher / lower.
 
   scripts/paired_strategies.py A.json:lychee-topk208 B.json:lychee-ratio0.1 [--markdown out.md]
-(files may be gzipped: .json.gz)
+(files may be gzipped: .json.gz; a side may pool several runs' files, comma-separated, e.g. the
+seeds of a sweep: N10_L2048_s0.json,N10_L2048_s1.json:LABEL; the KV ratio is then their mean)
 """
 import argparse
 import collections
@@ -19,17 +20,25 @@ from strategies_table import task_weighted_mean
 
 
 def load(spec):
-    path, _, label = spec.rpartition(":")
-    if not path:
-        sys.exit(f"paired_strategies: '{spec}' is not FILE:LABEL")
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        d = json.load(f)
-    recs = {(r["length"], r["task"], r["depth"], r["seed"]): r["score"] for r in d["records"] if r["policy_label"] == label}
-    if not recs:
-        labels = sorted({r["policy_label"] for r in d["records"]})
-        sys.exit(f"paired_strategies: {path} has no records of '{label}' (labels: {', '.join(labels)})")
-    kv = {k["length"]: k["ratio"] for k in d["summary"]["kv"] if k["policy_label"] == label}
+    paths, _, label = spec.rpartition(":")
+    if not paths:
+        sys.exit(f"paired_strategies: '{spec}' is not FILE[,FILE...]:LABEL")
+    recs, ratios = {}, collections.defaultdict(list)
+    for path in paths.split(","):
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            d = json.load(f)
+        mine = {(r["length"], r["task"], r["depth"], r["seed"]): r["score"] for r in d["records"] if r["policy_label"] == label}
+        if not mine:
+            labels = sorted({r["policy_label"] for r in d["records"]})
+            sys.exit(f"paired_strategies: {path} has no records of '{label}' (labels: {', '.join(labels)})")
+        if set(mine) & set(recs):
+            sys.exit(f"paired_strategies: {path} repeats samples of '{label}' already read (the same seed twice?)")
+        recs.update(mine)
+        for k in d["summary"]["kv"]:
+            if k["policy_label"] == label:
+                ratios[k["length"]].append(k["ratio"])
+    kv = {length: sum(v) / len(v) for length, v in ratios.items()}
     return label, recs, kv
 
 

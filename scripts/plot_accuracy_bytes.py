@@ -4,9 +4,13 @@
 length; x = bytes read per decode step over what full attention reads (log scale), y = mean
 accuracy over tasks (each task weighs the same, as eval's "Average" table); one colour per policy,
 its budgets joined by a line; full attention at x = 1. A dashed grey line marks 1/8 of the bytes.
+It also reads the table of a sweep (scripts/sweep_table.py --json): one series per (policy, run),
+e.g. "lychee N10" and "lychee N10_b64" (block 64: dashed), with the 95% intervals as bars.
 
     python3 scripts/plot_accuracy_bytes.py docs/results/gpu/hybrid/eval_gpu.json \
         -o docs/results/paper_figures/accuracy_bytes_gpu.svg
+    python3 scripts/plot_accuracy_bytes.py docs/results/sweep_gpu/grid_table.json \
+        -o docs/results/sweep_gpu/accuracy_bytes.svg
 """
 import argparse
 import json
@@ -14,6 +18,23 @@ import math
 from xml.sax.saxutils import escape
 
 COLORS = {"full": "#555555", "lychee": "#d62728", "tidal": "#1f77b4", "quest": "#2ca02c", "duo": "#9467bd"}
+# Series of a sweep table beyond the policy kinds: by the run's head count (block 64 runs dashed).
+RUN_COLORS = ["#d62728", "#ff7f0e", "#8c564b", "#e377c2"]
+DUO_COLORS = ["#9467bd", "#17becf", "#1f77b4", "#bcbd22"]
+
+
+def series_style(kind):
+    """(colour, dashed) of a series name: a policy kind, or "policy run" from a sweep table."""
+    if kind in COLORS:
+        return COLORS[kind], False
+    policy, _, run = kind.partition(" ")
+    base = run.split("_b")[0]
+    runs = sorted({k.partition(" ")[2].split("_b")[0] for k in series_style.names if " " in k})
+    i = runs.index(base) % len(RUN_COLORS) if base in runs else 0
+    return (DUO_COLORS if policy == "duo" else RUN_COLORS)[i], "_b" in run
+
+
+series_style.names = []
 W, H, PAD = 360, 260, 56
 X_LO, X_HI = math.log10(1 / 64), 0.0
 
@@ -28,6 +49,18 @@ def points(results):
             continue
         kind = c["policy_label"].split()[0]
         out.setdefault(c["length"], {}).setdefault(kind, []).append((ratio[key], c["mean_score"], c["policy_label"]))
+    return out
+
+
+def points_table(table):
+    """The same shape from a sweep table: series "policy run" (run "base" is full attention), with
+    the 95% interval as a fourth item."""
+    out = {}
+    for row in table["rows"]:
+        kind = row["policy"].split()[0]
+        name = kind if row["run"] == "base" else f"{kind} {row['run']}"
+        out.setdefault(row["length"], {}).setdefault(name, []).append(
+            (row["kv_bytes_ratio"], row["accuracy"], f"{row['run']}: {row['policy']}", row["ci95"]))
     return out
 
 
@@ -46,12 +79,17 @@ def panel(length, series, x0, y0):
     for a in range(0, 101, 20):
         out.append(f'<text x="{x0 - 6}" y="{sy(a / 100) + 3}" text-anchor="end" font-size="10">{a}</text>')
     for kind, pts in sorted(series.items()):
-        color = COLORS.get(kind, "#000")
+        color, dashed = series_style(kind)
         pts = sorted(pts)
         if len(pts) > 1:
-            path = " ".join(f"{sx(r):.1f},{sy(a):.1f}" for r, a, _ in pts)
-            out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{path}"/>')
-        for r, a, label in pts:
+            path = " ".join(f"{sx(p[0]):.1f},{sy(p[1]):.1f}" for p in pts)
+            dash = ' stroke-dasharray="6,4"' if dashed else ""
+            out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5"{dash} points="{path}"/>')
+        for p in pts:
+            r, a, label = p[:3]
+            if len(p) > 3:  # 95% interval
+                out.append(f'<line x1="{sx(r):.1f}" y1="{sy(max(0.0, a - p[3])):.1f}" x2="{sx(r):.1f}" '
+                           f'y2="{sy(min(1.0, a + p[3])):.1f}" stroke="{color}" stroke-width="1"/>')
             out.append(f'<circle cx="{sx(r):.1f}" cy="{sy(a):.1f}" r="3.5" fill="{color}"><title>{escape(label)}: '
                        f'{100 * a:.1f}% at {r:.3f}</title></circle>')
     return out
@@ -63,20 +101,27 @@ def main():
     ap.add_argument("-o", "--out", required=True)
     args = ap.parse_args()
     r = json.load(open(args.results))
-    data = points(r)
+    data = points_table(r) if "rows" in r else points(r)
+    series_style.names = sorted({k for sr in data.values() for k in sr})
     lengths = sorted(data)
     body = []
     for i, length in enumerate(lengths):
         body += panel(length, data[length], PAD + i * (W + PAD), PAD)
     kinds = sorted({k for s in data.values() for k in s})
-    lx = PAD
+    width = PAD + len(lengths) * (W + PAD)
+    lx, ly = PAD, PAD + H + 52
     for k in kinds:
-        body.append(f'<circle cx="{lx}" cy="{PAD + H + 52}" r="4" fill="{COLORS.get(k, "#000")}"/>'
-                    f'<text x="{lx + 8}" y="{PAD + H + 56}" font-size="11">{escape(k)}</text>')
-        lx += 80
+        step = 80 if " " not in k else 170
+        if lx + step > width:  # the legend wraps
+            lx, ly = PAD, ly + 18
+        color, dashed = series_style(k)
+        body.append(f'<circle cx="{lx}" cy="{ly}" r="4" fill="{color}"/>'
+                    f'<text x="{lx + 8}" y="{ly + 4}" font-size="11">{escape(k + (" (dashed)" if dashed else ""))}</text>')
+        lx += step
     run = r.get("run", {})
-    body.append(f'<text x="{PAD}" y="{PAD + H + 76}" font-size="10" fill="#555">{escape(run.get("command", ""))[:160]}</text>')
-    width, height = PAD + len(lengths) * (W + PAD), PAD + H + 90
+    caption = run.get("command", "") if "rows" not in r else f"sweep table of {r.get('folder', '')} (scripts/sweep_table.py)"
+    body.append(f'<text x="{PAD}" y="{ly + 24}" font-size="10" fill="#555">{escape(caption)[:160]}</text>')
+    height = ly + 38
     open(args.out, "w").write(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
                               f'font-family="sans-serif"><rect width="100%" height="100%" fill="#fff"/>'
                               + "".join(body) + "</svg>\n")
