@@ -27,7 +27,9 @@
 #   scripts/gpu/run_all.sh fp8-lm-head      the LM head in FP8 too (lab knob LYCHEE_FP8_LM_HEAD): speed and quality
 #   scripts/gpu/run_all.sh bench-prefill-split  short prefill chunks over long caches: cuDNN, fallback, split-KV
 #   scripts/gpu/run_all.sh bench-pdl        decode steps with and without PDL on the per-token kernels (A/B)
-#   scripts/gpu/run_all.sh sweep-eighth     issue 14: gates trained at few retrieval heads, evals near 1/8 of the bytes
+#   scripts/gpu/run_all.sh sweep-eighth     issue 14: role files (trained here or committed) x selection units x budgets,
+#                                            LycheeDecode/DuoAttention vs Full over lengths and seeds (docs/results/sweep_gpu)
+#   scripts/gpu/run_all.sh bench-block      decode steps with LycheeDecode's selection unit at 16 and 64 tokens (A/B)
 #   scripts/gpu/run_all.sh tp-env | tp-diag  the NCCL setting multi-GPU runs take here (probed), the TP tests one by one
 #   scripts/gpu/run_all.sh bench-tp         tensor parallelism (issue 18; needs 2 GPUs: kind nvidia-h200-x2): the
 #                                            all-reduce alone, then bench_e2e at 1 and 2 GPUs (TP_CONTEXTS,
@@ -646,6 +648,24 @@ PY
       done
     done
     exit $rc ;;
+  bench-block)
+    # The selection unit's cost on the decode step (issue 14's default: block 16 is more accurate at
+    # 8K, docs/results/sweep_gpu): bench_e2e on the 8B shape with --block-size 16 and 64, alternated
+    # over two rounds, batch 1 at 32K and 128K and batch 4 at 32K, with the CUPTI trace.
+    rc=0
+    for round in 1 2; do
+      for unit in 64 16; do
+        echo "--- round $round, block $unit"
+        LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --contexts 32768,131072 --batches 1 --policies full,lychee \
+          --block-size "$unit" --trace --json "$out/e2e_block${unit}_$round.json" > "$out/e2e_block${unit}_$round.log" 2>&1 \
+          || rc=$(failed $? "bench_e2e block $unit")
+        LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --contexts 32768 --batches 4 --policies lychee \
+          --block-size "$unit" --json "$out/e2e_block${unit}_b4_$round.json" > "$out/e2e_block${unit}_b4_$round.log" 2>&1 \
+          || rc=$(failed $? "bench_e2e block $unit batch 4")
+        grep -hE "^ +[14] +[0-9]" "$out/e2e_block${unit}_$round.log" "$out/e2e_block${unit}_b4_$round.log"
+      done
+    done
+    exit $rc ;;
   bench-prefill-split)
     # Short chunks at the end of long caches (a long prompt's later chunks): cuDNN, the fallback,
     # and the split-KV path PrefillAttention takes there (issue 13's long prompt during 64 streams).
@@ -659,8 +679,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|sweep-eighth) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, sweep-eighth)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|sweep-eighth) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, sweep-eighth)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
