@@ -26,10 +26,13 @@ struct BenchArgs {
   int repeats = 3;
   int batch = 1;
   std::string json_path;
+  std::string random_weights;
 };
 
 void run_bench(const BenchArgs& a) {
-  Engine engine(a.model.engine_options(&a.policy));
+  EngineOptions eo = a.model.engine_options(&a.policy);
+  eo.random_shape = a.random_weights;
+  Engine engine(eo);
   const ModelConfig& c = engine.config();
   const PolicyKind kind = parse_policy_kind(a.policy.policy);
   std::mt19937 rng(1234);
@@ -115,6 +118,10 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--repeats", args->repeats, "Runs (the best is reported)")->check(positive_int());
   cmd->add_option("--batch", args->batch, "Also time batched decode of this many sequences (GPU)")->check(positive_int());
   cmd->add_option("--json", args->json_path, "Also write the results as JSON to this file");
+  cmd->add_option("--random-weights", args->random_weights,
+                  "GPU only: a model of this shape (llama3-8b) with seeded random weights (speed does not depend "
+                  "on them); -m's tokenizer")
+      ->check(CLI::IsMember({"llama3-8b"}));
   cmd->callback([args] { run_bench(*args); });
 }
 

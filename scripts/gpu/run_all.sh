@@ -25,6 +25,8 @@
 #                                            accuracy paired); carry models/needlehaystack
 #   scripts/gpu/run_all.sh fp8-keep         LycheeDecode's FP8 accuracy with some matrices kept bf16 (FP8_KEEP)
 #   scripts/gpu/run_all.sh fp8-lm-head      the LM head in FP8 too (lab knob LYCHEE_FP8_LM_HEAD): speed and quality
+#   scripts/gpu/run_all.sh fp8-prefill      FP8 weights' prefill through cuBLASLt's FP8 GEMM (LYCHEE_FP8_PREFILL_GEMM=1)
+#                                            vs the bf16 widening: prefill speed (8B shape) and quality (default model)
 #   scripts/gpu/run_all.sh bench-prefill-split  short prefill chunks over long caches: cuDNN, fallback, split-KV
 #   scripts/gpu/run_all.sh bench-pdl        decode steps with and without PDL on the per-token kernels (A/B)
 #   scripts/gpu/run_all.sh sweep-eighth     issue 14: role files (trained here or committed) x selection units x budgets,
@@ -415,6 +417,39 @@ case "${1:-}" in
       2> "$out/eval_fp8_lm_head.log" || rc=$(failed $? "eval")
     echo "eval: $(( SECONDS - t0 )) s"
     exit $rc ;;
+  fp8-prefill)
+    # RunnerOptions::fp8_prefill_gemm (lab knob LYCHEE_FP8_PREFILL_GEMM=1): FP8 weights' prefill
+    # products through cuBLASLt's FP8 GEMM (activation rows rounded to e4m3, a scale per row) against
+    # the bf16 widening. Speed: `lychee bench` on the 8B shape (random weights, 8192-token prompts in
+    # chunks of 2048), bf16 weights beside them, alternated over two rounds. Quality, on the staged
+    # default model: perplexity and KL against bf16 weights, and eval accuracy (Full and
+    # LycheeDecode) paired between the two FP8 prefill paths (scripts/compare_eval.py).
+    link_model
+    [ -f "$model" ] || { echo "fp8-prefill: no default model (stage-a/b/c first; its tokenizer serves the 8B shape)"; exit 1; }
+    rc=0
+    for round in 1 2; do
+      for mode in bf16 widen gemm; do
+        w=fp8; knob=0; [ $mode = bf16 ] && w=bf16; [ $mode = gemm ] && knob=1
+        LYCHEE_FP8_PREFILL_GEMM=$knob "$build/bin/lychee" bench -m "$model" --random-weights llama3-8b --device cuda \
+          --weights $w --prompt-tokens 8192 --gen-tokens 16 --repeats 2 --json "$out/bench_${mode}_$round.json" \
+          > "$out/bench_${mode}_$round.log" 2>&1 || rc=$(failed $? "bench $mode")
+        grep -E "^(prefill|decode) " "$out/bench_${mode}_$round.log" | sed "s/^/$mode, round $round: /"
+      done
+    done
+    roles=docs/results/train/hardkuma/roles.json
+    for mode in widen gemm; do
+      knob=0; [ $mode = gemm ] && knob=1
+      LYCHEE_FP8_PREFILL_GEMM=$knob "$build/bin/lychee" perplexity --device cuda --weights fp8 --base-weights bf16 \
+        --ctx 1024 --windows 8 --json "$out/ppl_$mode.json" > "$out/ppl_$mode.log" 2>&1 || rc=$(failed $? "perplexity $mode")
+      tail -3 "$out/ppl_$mode.log" | sed "s/^/$mode: /"
+      LYCHEE_FP8_PREFILL_GEMM=$knob "$build/bin/lychee" eval --device cuda --weights fp8 --lengths 2048,4096 \
+        --depths 0.1,0.5,0.9 --samples "${FP8_EVAL_SAMPLES:-4}" --policies full,lychee --budgets 512 --block-size 16 \
+        --heads $roles --json "$out/eval_$mode.json" > "$out/eval_$mode.md" 2> "$out/eval_$mode.log" || rc=$(failed $? "eval $mode")
+    done
+    python3 scripts/compare_eval.py "$out/eval_widen.json" "$out/eval_gemm.json" --names widen gemm \
+      --markdown "$out/eval_compare.md" || rc=$(failed $? compare_eval)
+    cat "$out/eval_compare.md"
+    exit $rc ;;
   fp8-keep)
     # Which matrices carry LycheeDecode's FP8 accuracy cost: the eval (lychee only, as fp8-quality)
     # with bf16 weights, FP8 weights, and FP8 with the matrices of LYCHEE_FP8_KEEP_BF16 kept in
@@ -679,8 +714,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|sweep-eighth) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, sweep-eighth)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|fp8-prefill|sweep-eighth) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, fp8-prefill, sweep-eighth)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))

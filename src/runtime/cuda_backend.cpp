@@ -3,6 +3,9 @@
 // one file that decides whether it exists.
 #include "runtime/cuda_backend.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include <vector>
 
 #include "attention/policies.h"
@@ -38,6 +41,10 @@ class CudaBackend final : public Backend {
     ro.max_context = o.max_context;
     ro.max_batch = o.max_batch;
     ro.page_size = o.page_size;
+    // Lab knob (RunnerOptions::fp8_prefill_gemm): FP8 weights' prefill products through cuBLASLt's
+    // FP8 GEMM, for measuring its quality and speed against the bf16 widening.
+    const char* fp8_gemm = std::getenv("LYCHEE_FP8_PREFILL_GEMM");
+    ro.fp8_prefill_gemm = fp8_gemm != nullptr && std::strcmp(fp8_gemm, "1") == 0;
     runner_ = std::make_unique<cuda::GpuRunner>(shards_, ro);
   }
   const char* name() const override { return "cuda"; }

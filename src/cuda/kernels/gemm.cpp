@@ -50,6 +50,7 @@ Gemm::Gemm(cudaStream_t stream) : stream_(stream), workspace_(kWorkspaceBytes) {
 
 Gemm::~Gemm() {
   for (auto& [key, p] : plans_) delete p;
+  for (auto& [key, p] : fp8_plans_) delete p;
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
@@ -136,6 +137,66 @@ void Gemm::run(const bf16* x, const bf16* w, void* y, cudaDataType_t y_type, int
   check(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.data(),
                        workspace_.bytes(), stream_),
         "cublasLtMatmul", __LINE__);
+}
+
+// The FP8 product as the bf16 one's layout (w transposed, both operands k-major, the "TN" form
+// cuBLASLt's FP8 kernels require), e4m3 inputs, bf16 C/D, and A's (w's) and B's (x's) scales as
+// vectors of m and n f32 values. The scale pointers are set on every call (they differ between
+// matrices of one shape); the algorithm is the heuristic's first (prefill products are
+// compute-bound, not the GEMVs kTuneMaxRows is for).
+bool Gemm::fp8_bf16_out(const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales, bf16* y,
+                        int n, int k, int m) {
+  const std::tuple<int, int, int> key{n, k, m};
+  auto it = fp8_plans_.find(key);
+  if (it == fp8_plans_.end()) {
+    auto p = std::make_unique<Plan>();
+    check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate", __LINE__);
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA", __LINE__);
+    check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB", __LINE__);
+    const cublasLtMatmulMatrixScale_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof(vec)),
+          "A_SCALE_MODE", __LINE__);
+    check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof(vec)),
+          "B_SCALE_MODE", __LINE__);
+    check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)),
+          "A_SCALE_POINTER", __LINE__);
+    check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
+          "B_SCALE_POINTER", __LINE__);
+    check(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, k, m, k), "layout w (fp8)", __LINE__);
+    check(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, k, n, k), "layout x (fp8)", __LINE__);
+    check(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, m, n, m), "layout y (fp8)", __LINE__);
+    cublasLtMatmulPreference_t pref = nullptr;
+    check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", __LINE__);
+    const size_t ws = workspace_.bytes();
+    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+          "workspace preference", __LINE__);
+    cublasLtMatmulHeuristicResult_t found{};
+    int n_found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &found, &n_found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    Plan* raw = nullptr;
+    if (st == CUBLAS_STATUS_SUCCESS && n_found > 0) {
+      p->algo = found.algo;
+      raw = p.release();
+    } else {
+      LY_LOG_INFO("cuBLASLt offers no FP8 product with per-row scales for {}x{}x{} (status {}): widening to bf16",
+                  n, k, m, int(st));
+    }
+    it = fp8_plans_.emplace(key, raw).first;
+  }
+  Plan* p = it->second;
+  if (p == nullptr) return false;
+  check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)),
+        "A_SCALE_POINTER", __LINE__);
+  check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
+        "B_SCALE_POINTER", __LINE__);
+  const float alpha = 1.0f, beta = 0.0f;
+  check(cublasLtMatmul(handle_, p->desc, &alpha, w, p->a, x, p->b, &beta, y, p->c, y, p->c, &p->algo,
+                       workspace_.data(), workspace_.bytes(), stream_),
+        "cublasLtMatmul (fp8)", __LINE__);
+  return true;
 }
 
 void Gemm::bf16_out(const bf16* x, const bf16* w, bf16* y, int n, int k, int m) {

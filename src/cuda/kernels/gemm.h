@@ -32,6 +32,14 @@ class Gemm {
   void bf16_out(const bf16* x, const bf16* w, bf16* y, int n, int k, int m);
   // y: [n][m] f32 (the LM head's logits).
   void f32_out(const bf16* x, const bf16* w, float* y, int n, int k, int m);
+  // FP8 e4m3 operands, each row with its f32 scale (cuBLASLt's outer-vector scaling):
+  // y[i][j] = bf16(x_scales[i] · w_scales[j] · Σ_t e4m3(x[i][t]) · e4m3(w[j][t])), f32 accumulation;
+  // x [n][k] and w [m][k] codes, y [n][m] bf16, k a multiple of 16, pointers 16-byte aligned.
+  // Returns false, having enqueued nothing, where this cuBLASLt / GPU offers no such product for the
+  // shape (probed once per shape: outer-vector FP8 scaling needs a recent cuBLASLt on Hopper or
+  // later); the caller then takes another path.
+  bool fp8_bf16_out(const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales, bf16* y,
+                    int n, int k, int m);
 
  private:
   struct Plan;  // descriptors and the chosen algorithm of one shape
@@ -42,6 +50,7 @@ class Gemm {
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<uint8_t> workspace_;
   std::map<Key, Plan*> plans_;
+  std::map<std::tuple<int, int, int>, Plan*> fp8_plans_;  // nullptr: no FP8 algorithm for the shape
 };
 
 }  // namespace lychee::cuda

@@ -371,6 +371,47 @@ __global__ void dequantize_e4m3_kernel(const uint8_t* __restrict__ codes, const 
   }
 }
 
+// One CTA per row: s = max|row| / 448 (1 for an all-zero row), then codes = e4m3(x / s) rounded to
+// nearest even and saturating (the host quantiser's rule, core/fp8.h, so the codes equal
+// quantize_rows_e4m3's on the same values bit for bit; the division is the IEEE one, __fdiv_rn).
+// 8 values (one uint4 of bf16) per load; cols % 16 == 0.
+__global__ void quantize_activations_e4m3_kernel(const bf16* __restrict__ x, uint8_t* __restrict__ codes,
+                                          float* __restrict__ scales, int cols) {
+  using Reduce = cub::BlockReduce<float, 256>;
+  __shared__ typename Reduce::TempStorage tmp;
+  __shared__ float row_scale;
+  const bf16* in = x + size_t(blockIdx.x) * size_t(cols);
+  uint8_t* out = codes + size_t(blockIdx.x) * size_t(cols);
+  const int n_vec = cols / 8;
+  float m = 0.0f;
+  for (int v = threadIdx.x; v < n_vec; v += blockDim.x) {
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(in) + v);
+    const bf16* e = reinterpret_cast<const bf16*>(&q);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(__bfloat162float(e[j])));
+  }
+  const float row_max = Reduce(tmp).Reduce(m, [](float a, float b) { return fmaxf(a, b); });
+  if (threadIdx.x == 0) {
+    const float sc = row_max > 0.0f ? __fdiv_rn(row_max, 448.0f) : 1.0f;
+    row_scale = sc;
+    scales[blockIdx.x] = sc;
+  }
+  __syncthreads();
+  const float sc = row_scale;
+  for (int v = threadIdx.x; v < n_vec; v += blockDim.x) {
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(in) + v);
+    const bf16* e = reinterpret_cast<const bf16*>(&q);
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t c = __nv_cvt_float_to_fp8(__fdiv_rn(__bfloat162float(e[j]), sc), __NV_SATFINITE, __NV_E4M3);
+      if (j < 4) lo |= c << (8 * j);
+      else hi |= c << (8 * (j - 4));
+    }
+    reinterpret_cast<uint2*>(out)[v] = make_uint2(lo, hi);
+  }
+}
+
 __global__ void fill_const_kernel(float* p, size_t n, float v) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) p[i] = v;
 }
@@ -476,6 +517,11 @@ void launch_dequantize_e4m3(const uint8_t* codes, const float* scales, bf16* out
                             cudaStream_t s) {
   const size_t n_vec = size_t(rows) * size_t(cols / 16);
   dequantize_e4m3_kernel<<<grid_for(n_vec, 256), 256, 0, s>>>(codes, scales, out, n_vec, cols / 16);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void launch_quantize_activations_e4m3(const bf16* x, uint8_t* codes, float* scales, int rows, int cols, cudaStream_t s) {
+  quantize_activations_e4m3_kernel<<<rows, 256, 0, s>>>(x, codes, scales, cols);
   LY_CUDA_CHECK_LAUNCH();
 }
 

@@ -69,10 +69,21 @@ void fill_normal_e4m3(uint8_t* codes, size_t n, uint64_t seed, float code_std, c
 // or codes / out not 16-byte aligned; kUnsupported for cols not a multiple of 16 (16 codes per load).
 void dequantize_e4m3(const uint8_t* codes, const float* scales, bf16* out, int rows, int cols, cudaStream_t s);
 
+// Activation rows quantised to FP8 for cuBLASLt's FP8 GEMM (RunnerOptions::fp8_prefill_gemm):
+// per row r, scales[r] = max|x[r]| / 448 (1 for an all-zero row) and codes[r][c] = e4m3(x[r][c] /
+// scales[r]), rounded to nearest even, saturating: core/fp8.h's rule, so the codes equal
+// quantize_rows_e4m3's on the same values bit for bit. x [rows][cols] bf16, codes [rows][cols],
+// scales [rows] f32. Asynchronous, capturable. Checked on the host: kInvalidArgument for rows or
+// cols < 1, a null pointer, or x / codes not 16-byte aligned; kUnsupported for cols not a multiple
+// of 16.
+void quantize_activations_e4m3(const bf16* x, uint8_t* codes, float* scales, int rows, int cols, cudaStream_t s);
+
 namespace detail {
 // dequantize_e4m3's launcher (kernels.cu), without the argument checks.
 void launch_dequantize_e4m3(const uint8_t* codes, const float* scales, bf16* out, int rows, int cols,
                             cudaStream_t s);
+// quantize_activations_e4m3's launcher (kernels.cu), without the argument checks.
+void launch_quantize_activations_e4m3(const bf16* x, uint8_t* codes, float* scales, int rows, int cols, cudaStream_t s);
 }  // namespace detail
 
 // dst[pairs[2 i]] = pairs[2 i + 1] for i < *n (a device count, at most max_n; fixed grid, so a

@@ -126,6 +126,11 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
   act = DeviceBuffer<bf16>(mt * size_t(c.d_ff));
   if (w->format() == GpuWeightFormat::kFp8 && (!o.fp8_gemv || fp8_gemv_launches(max_tokens) == 0))
     dequant = DeviceBuffer<bf16>(largest_matrix(*w));
+  if (w->format() == GpuWeightFormat::kFp8 && o.fp8_prefill_gemm && (!o.fp8_gemv || fp8_gemv_launches(max_tokens) == 0)) {
+    const size_t widest = size_t(std::max({c.d_model, c.q_dim(), c.d_ff}));
+    act8 = DeviceBuffer<uint8_t>(mt * widest);
+    act8_scales = DeviceBuffer<float>(mt);
+  }
   logits = DeviceBuffer<float>(rank == 0 ? size_t(o.max_batch) * c.vocab_size : 0);
   partial_o = DeviceBuffer<float>(size_t(max_slots) * c.group_size() * c.head_dim);
   partial_lse = DeviceBuffer<float>(size_t(max_slots) * c.group_size());

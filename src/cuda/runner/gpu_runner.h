@@ -52,6 +52,14 @@ struct RunnerOptions {
   // FP8 weights: decode-sized products through the FP8 GEMV (true), or every product through the
   // bf16 widening and cuBLASLt (false: the path bf16 weights take; the tests' reference and an A/B).
   bool fp8_gemv = true;
+  // FP8 weights, products of more rows than the FP8 GEMV takes (prefill chunks): false (default)
+  // widens the matrix to bf16 and runs cuBLASLt in bf16; true quantises the activation rows to
+  // e4m3 too (a scale per row, quantize_activations_e4m3) and runs cuBLASLt's FP8 GEMM with per-row scales
+  // on both operands (no widening pass: 1 byte per weight instead of 5), falling back to the
+  // widening where cuBLASLt offers no such product. Opt-in until its quality (one more rounding
+  // of every input row) and speed are measured; LYCHEE_FP8_PREFILL_GEMM=1 turns it on for the
+  // engine (lab knob for that A/B).
+  bool fp8_prefill_gemm = false;
   // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
   // nothing), so the tensor-parallel path is tested on one GPU.
   bool nccl = false;

@@ -145,6 +145,8 @@ struct Shard {
   // FP8 weights: the matrix of a product too large for the FP8 GEMV, widened to bf16 ([rows][cols]
   // of the largest linear matrix; empty with bf16 weights).
   DeviceBuffer<bf16> dequant;
+  DeviceBuffer<uint8_t> act8;  // fp8_prefill_gemm: the activation rows' e4m3 codes [max_tokens][widest input]
+  DeviceBuffer<float> act8_scales;  // and their scales [max_tokens]
   DeviceBuffer<int32_t> sampled;
   MetaLayout meta;
   // Host staging of the metadata block: the plan section once (rewritten only on a replan, after
