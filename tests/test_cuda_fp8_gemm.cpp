@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "core/error.h"
 #include "core/fp8.h"
 #include "gpu_test_util.h"
+#include "test_util.h"
 
 #ifdef LYCHEE_HAS_CUDA
 #include "cuda/common/device_buffer.h"
@@ -139,21 +139,12 @@ TEST(Fp8Gemm, MatchesTheReferenceOverTheSameCodes) {
   }
 }
 
-void expect_error(const std::function<void()>& f, ErrorCode code, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 TEST(QuantizeActivationsE4m3Args, RejectsBadShapesAndPointers) {
   alignas(16) static uint8_t buf[64];
   const auto* x = reinterpret_cast<const bf16*>(buf);
   auto* s = reinterpret_cast<float*>(buf);
   using EC = ErrorCode;
+  using test::expect_error;
   expect_error([&] { cuda::quantize_activations_e4m3(x, buf, s, 0, 16, nullptr); }, EC::kInvalidArgument, "rows = 0");
   expect_error([&] { cuda::quantize_activations_e4m3(x, buf, s, 1, 24, nullptr); }, EC::kUnsupported, "cols = 24");
   expect_error([&] { cuda::quantize_activations_e4m3(x, buf, nullptr, 1, 16, nullptr); }, EC::kInvalidArgument,

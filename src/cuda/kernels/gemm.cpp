@@ -54,6 +54,20 @@ Gemm::~Gemm() {
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
+// Up to found.size() algorithms for a plan's descriptors within the workspace, best first.
+cublasStatus_t Gemm::heuristic(const Plan& p, std::vector<cublasLtMatmulHeuristicResult_t>& found, int& n_found) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", __LINE__);
+  const size_t ws = workspace_.bytes();
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+        "workspace preference", __LINE__);
+  n_found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref,
+                                                           int(found.size()), found.data(), &n_found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  return st;
+}
+
 // Row-major y[n][m] = x[n][k] · w[m][k]ᵀ is column-major yᵀ[m][n] = wᵀ · xᵀ with w seen as a
 // column-major k x m matrix (transposed) and x as a column-major k x n matrix.
 Gemm::Plan& Gemm::plan(const bf16* x, const bf16* w, void* y, cudaDataType_t y_type, int n, int k, int m) {
@@ -68,17 +82,9 @@ Gemm::Plan& Gemm::plan(const bf16* x, const bf16* w, void* y, cudaDataType_t y_t
   check(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, n, k), "layout x", __LINE__);
   check(cublasLtMatrixLayoutCreate(&p->c, y_type, m, n, m), "layout y", __LINE__);
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", __LINE__);
-  const size_t ws = workspace_.bytes();
-  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-        "workspace preference", __LINE__);
   std::vector<cublasLtMatmulHeuristicResult_t> found(kCandidates);
   int n_found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->c, pref,
-                                                           kCandidates, found.data(), &n_found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  check(st, "cublasLtMatmulAlgoGetHeuristic", __LINE__);
+  check(heuristic(*p, found, n_found), "cublasLtMatmulAlgoGetHeuristic", __LINE__);
   LY_CHECK(n_found > 0, ErrorCode::kUnsupported, "cuBLASLt has no algorithm for a {}x{}x{} product", n, k, m);
   p->algo = found[0].algo;
 
@@ -104,7 +110,7 @@ Gemm::Plan& Gemm::plan(const bf16* x, const bf16* w, void* y, cudaDataType_t y_t
           LY_CUDA_CHECK(cudaMemsetAsync(flush.data(), rep, flush.bytes(), stream_));
           LY_CUDA_CHECK(cudaEventRecord(t0, stream_));
           const cublasStatus_t r = cublasLtMatmul(handle_, p->desc, &alpha, w, p->a, x, p->b, &beta, y, p->c, y,
-                                                  p->c, &found[size_t(i)].algo, workspace_.data(), ws, stream_);
+                                                  p->c, &found[size_t(i)].algo, workspace_.data(), workspace_.bytes(), stream_);
           LY_CUDA_CHECK(cudaEventRecord(t1, stream_));
           LY_CUDA_CHECK(cudaEventSynchronize(t1));
           if (r != CUBLAS_STATUS_SUCCESS) break;
@@ -166,19 +172,12 @@ bool Gemm::fp8_bf16_out(const uint8_t* x, const float* x_scales, const uint8_t* 
     check(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, k, m, k), "layout w (fp8)", __LINE__);
     check(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, k, n, k), "layout x (fp8)", __LINE__);
     check(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, m, n, m), "layout y (fp8)", __LINE__);
-    cublasLtMatmulPreference_t pref = nullptr;
-    check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", __LINE__);
-    const size_t ws = workspace_.bytes();
-    check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-          "workspace preference", __LINE__);
-    cublasLtMatmulHeuristicResult_t found{};
+    std::vector<cublasLtMatmulHeuristicResult_t> found(1);
     int n_found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &found, &n_found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    const cublasStatus_t st = heuristic(*p, found, n_found);
     Plan* raw = nullptr;
     if (st == CUBLAS_STATUS_SUCCESS && n_found > 0) {
-      p->algo = found.algo;
+      p->algo = found[0].algo;
       raw = p.release();
     } else {
       LY_LOG_INFO("cuBLASLt offers no FP8 product with per-row scales for {}x{}x{} (status {}): widening to bf16",

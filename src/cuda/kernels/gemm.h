@@ -13,6 +13,7 @@
 
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "cuda/common/common.h"
 #include "cuda/common/device_buffer.h"
@@ -46,6 +47,7 @@ class Gemm {
   using Key = std::tuple<int, int, int, int>;  // n, k, m, output type
   void run(const bf16* x, const bf16* w, void* y, cudaDataType_t y_type, int n, int k, int m);
   Plan& plan(const bf16* x, const bf16* w, void* y, cudaDataType_t y_type, int n, int k, int m);
+  cublasStatus_t heuristic(const Plan& p, std::vector<cublasLtMatmulHeuristicResult_t>& found, int& n_found);
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer<uint8_t> workspace_;
