@@ -32,6 +32,8 @@
 #   scripts/gpu/run_all.sh sweep-eighth     issue 14: role files (trained here or committed) x selection units x budgets,
 #                                            LycheeDecode/DuoAttention vs Full over lengths and seeds (docs/results/sweep_gpu)
 #   scripts/gpu/run_all.sh bench-block      decode steps with LycheeDecode's selection unit at 16 and 64 tokens (A/B)
+#   scripts/gpu/run_all.sh bench-tradeoff   LycheeDecode's TPOT over retrieval share x budget share (8B shape), and the
+#                                            trade-off figure with the sweep's accuracy (scripts/plot_tradeoff.py)
 #   scripts/gpu/run_all.sh tp-env | tp-diag  the NCCL setting multi-GPU runs take here (probed), the TP tests one by one
 #   scripts/gpu/run_all.sh bench-tp         tensor parallelism (issue 18; needs 2 GPUs: kind nvidia-h200-x2): the
 #                                            all-reduce alone, then bench_e2e at 1 and 2 GPUs (TP_CONTEXTS,
@@ -701,6 +703,28 @@ PY
       done
     done
     exit $rc ;;
+  bench-tradeoff)
+    # Issue 14's trade-off figure, speed half: bench_e2e on the 8B shape, batch 1, at 32K and 128K,
+    # 32 and 64 of 256 KV heads retrieval (12.5% and 25%, the sweep's 10- and 22-head roles' shares
+    # on the default model) x budgets of context / 32, 16, 8, 4 (the sweep's budget shares), block
+    # 16, Full in every run beside it. Then scripts/plot_tradeoff.py with the committed grid table.
+    rc=0
+    for ctx in 32768 131072; do
+      for r in 32 64; do
+        for d in 32 16 8 4; do
+          LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --contexts $ctx --batches 1 --policies full,lychee \
+            --retrieval $r --budget $((ctx / d)) --block-size 16 --json "$out/tradeoff_c${ctx}_r${r}_d$d.json" \
+            > "$out/tradeoff_c${ctx}_r${r}_d$d.log" 2>&1 || rc=$(failed $? "bench_e2e context $ctx retrieval $r budget 1/$d")
+          grep -E "^ +1 +[0-9]+ +[0-9]+ +lychee" "$out/tradeoff_c${ctx}_r${r}_d$d.log" | sed "s/^/retrieval $r, 1\/$d: /"
+        done
+      done
+    done
+    for ctx in 32768 131072; do
+      python3 scripts/plot_tradeoff.py docs/results/sweep_gpu/grid_table.json "$out"/tradeoff_c${ctx}_*.json \
+        --run N10=0.144 --run N22=0.278 --context $ctx -o "$out/tradeoff_c$ctx.svg" --markdown "$out/tradeoff_c$ctx.md" \
+        || rc=$(failed $? "plot_tradeoff $ctx")
+    done
+    exit $rc ;;
   bench-prefill-split)
     # Short chunks at the end of long caches (a long prompt's later chunks): cuDNN, the fallback,
     # and the split-KV path PrefillAttention takes there (issue 13's long prompt during 64 streams).
@@ -714,8 +738,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|fp8-prefill|sweep-eighth) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, fp8-prefill, sweep-eighth)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
