@@ -2,7 +2,7 @@
 # The whole test suite: dependencies, assets, build (CPU; CUDA code compiled when nvcc is
 # found), the GoogleTest suite through CTest, the server's pytest suite (the openai client against
 # a real `lychee serve`), the Python package's pytest suite (tests/python: the package installed
-# from this tree with pip), and the parser fuzzers.
+# from this tree with pip), the analysis scripts' tests (tests/scripts), and the parser fuzzers.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/install_deps.sh"
@@ -21,7 +21,9 @@ if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
 cuda="$(sed -n 's/^LYCHEE_CUDA:STRING=//p' "$build/CMakeCache.txt")"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps \
   --config-settings=build-dir="$build" --config-settings=cmake.define.LYCHEE_CUDA="${cuda:-AUTO}" "$root"
-# Two runs: each folder's conftest.py is imported as the module `conftest`.
+# One run per folder: each folder's conftest.py is imported as the module `conftest`.
 LYCHEE_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q "$root/tests/server"
 LYCHEE_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q -rs "$root/tests/python"
+# The analysis scripts behind committed results (tables, paired comparisons, figures).
+"$venv/bin/python" -m pytest -q "$root/tests/scripts"
 "$root/scripts/fuzz.sh"
