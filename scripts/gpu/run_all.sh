@@ -102,6 +102,12 @@ link_model() {
   fi
 }
 
+e2e_wrap=""   # a command prefix for bench_e2e_to (bench-tp: a timeout)
+bench_e2e_to() {  # NAME ARGS...: bench_e2e with the commit recorded, JSON and log as $out/NAME.{json,log}; its status
+  local name=$1; shift
+  LYCHEE_COMMIT="$commit" $e2e_wrap "$build/bin/bench_e2e" "$@" --json "$out/$name.json" > "$out/$name.log" 2>&1
+}
+
 case "${1:-}" in
   stage-a)
     mkdir -p "$stage" && cp "$2" "$stage/partial" && echo "staged part 1 of 3" ;;
@@ -567,7 +573,7 @@ PY
     n=$(nvidia-smi -L | wc -l)
     [ "$n" -ge 2 ] || { echo "bench-tp: this machine has $n GPU(s); tensor parallelism needs 2 (kind nvidia-h200-x2)"; exit 1; }
     nvidia-smi topo -m 2>&1 | tee "$out/topo.log" | head -8
-    tmo="timeout -k 5 ${TP_BENCH_SECONDS:-150}"
+    e2e_wrap="timeout -k 5 ${TP_BENCH_SECONDS:-150}"
     graphs=""
     LYCHEE_COMMIT="$commit" timeout -k 5 60 "$build/bin/bench_allreduce" --gpus 2 --json "$out/allreduce.json" 2>&1 \
       | tee "$out/bench_allreduce.log"
@@ -575,7 +581,7 @@ PY
     e2e() {  # NAME ARGS...: one bench_e2e run, its log and JSON named NAME
       local name=$1; shift
       echo "--- bench_e2e $* $graphs"
-      LYCHEE_COMMIT="$commit" $tmo "$build/bin/bench_e2e" "$@" $graphs --json "$out/$name.json" > "$out/$name.log" 2>&1
+      bench_e2e_to "$name" "$@" $graphs
       local r=$?
       grep -E "^\||TP|tensor|imbalance|attention" "$out/$name.log" | head -40
       [ $r -eq 0 ] || { tail -12 "$out/$name.log"; rc=$(failed $r "bench_e2e $name"); }
@@ -672,14 +678,13 @@ PY
     rc=0
     for round in 1 2; do
       for pdl in on off; do
-        env_pdl=""; [ "$pdl" = off ] && env_pdl="LYCHEE_NO_PDL=1"
+        if [ "$pdl" = off ]; then export LYCHEE_NO_PDL=1; else unset LYCHEE_NO_PDL; fi
         echo "--- round $round, PDL $pdl"
-        env $env_pdl LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --contexts 32768,131072 --batches 1 \
-          --policies full,lychee --trace --json "$out/e2e_pdl_${pdl}_$round.json" > "$out/e2e_pdl_${pdl}_$round.log" 2>&1 \
+        bench_e2e_to "e2e_pdl_${pdl}_$round" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \
           || rc=$(failed $? "bench_e2e PDL $pdl")
         grep -E "^ +1 +[0-9]|busy" "$out/e2e_pdl_${pdl}_$round.log"
         if [ -f "$model" ]; then
-          env $env_pdl "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 256 \
+          "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 256 \
             --json "$out/model_pdl_${pdl}_$round.json" 2>&1 | grep -iE "decode|tok/s" | head -3
         fi
       done
@@ -693,11 +698,9 @@ PY
     for round in 1 2; do
       for unit in 64 16; do
         echo "--- round $round, block $unit"
-        LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --contexts 32768,131072 --batches 1 --policies full,lychee \
-          --block-size "$unit" --trace --json "$out/e2e_block${unit}_$round.json" > "$out/e2e_block${unit}_$round.log" 2>&1 \
-          || rc=$(failed $? "bench_e2e block $unit")
-        LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --contexts 32768 --batches 4 --policies lychee \
-          --block-size "$unit" --json "$out/e2e_block${unit}_b4_$round.json" > "$out/e2e_block${unit}_b4_$round.log" 2>&1 \
+        bench_e2e_to "e2e_block${unit}_$round" --contexts 32768,131072 --batches 1 --policies full,lychee \
+          --block-size "$unit" --trace || rc=$(failed $? "bench_e2e block $unit")
+        bench_e2e_to "e2e_block${unit}_b4_$round" --contexts 32768 --batches 4 --policies lychee --block-size "$unit" \
           || rc=$(failed $? "bench_e2e block $unit batch 4")
         grep -hE "^ +[14] +[0-9]" "$out/e2e_block${unit}_$round.log" "$out/e2e_block${unit}_b4_$round.log"
       done
@@ -712,9 +715,8 @@ PY
     for ctx in 32768 131072; do
       for r in 32 64; do
         for d in 32 16 8 4; do
-          LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --contexts $ctx --batches 1 --policies full,lychee \
-            --retrieval $r --budget $((ctx / d)) --block-size 16 --json "$out/tradeoff_c${ctx}_r${r}_d$d.json" \
-            > "$out/tradeoff_c${ctx}_r${r}_d$d.log" 2>&1 || rc=$(failed $? "bench_e2e context $ctx retrieval $r budget 1/$d")
+          bench_e2e_to "tradeoff_c${ctx}_r${r}_d$d" --contexts $ctx --batches 1 --policies full,lychee \
+            --retrieval $r --budget $((ctx / d)) --block-size 16 || rc=$(failed $? "bench_e2e context $ctx retrieval $r budget 1/$d")
           grep -E "^ +1 +[0-9]+ +[0-9]+ +lychee" "$out/tradeoff_c${ctx}_r${r}_d$d.log" | sed "s/^/retrieval $r, 1\/$d: /"
         done
       done
