@@ -32,10 +32,30 @@ std::map<std::tuple<int, int, int, int>, cublasLtMatmulAlgo_t> g_chosen;
 
 }  // namespace
 
+// Row-major y[n][m] = x[n][k] · w[m][k]ᵀ is column-major yᵀ[m][n] = wᵀ · xᵀ with w seen as a
+// column-major k x m matrix (transposed) and x as a column-major k x n matrix: the "TN" form, both
+// operands k-major (which cuBLASLt's FP8 kernels require). f32 accumulation and scale type.
 struct Gemm::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  // Called on a Plan a unique_ptr already owns, so that a failing call frees what was created.
+  void describe(cudaDataType_t in_type, cudaDataType_t y_type, int n, int k, int m) {
+    check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate", __LINE__);
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA", __LINE__);
+    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB", __LINE__);
+    check(cublasLtMatrixLayoutCreate(&a, in_type, k, m, k), "layout w", __LINE__);
+    check(cublasLtMatrixLayoutCreate(&b, in_type, k, n, k), "layout x", __LINE__);
+    check(cublasLtMatrixLayoutCreate(&c, y_type, m, n, m), "layout y", __LINE__);
+  }
+  // FP8 plans: the operands' scales, vectors of m (w) and n (x) f32 values on the device.
+  void set_scale_pointers(const float* x_scales, const float* w_scales) {
+    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)),
+          "A_SCALE_POINTER", __LINE__);
+    check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
+          "B_SCALE_POINTER", __LINE__);
+  }
   ~Plan() {
     if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
     if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
@@ -68,19 +88,11 @@ cublasStatus_t Gemm::heuristic(const Plan& p, std::vector<cublasLtMatmulHeuristi
   return st;
 }
 
-// Row-major y[n][m] = x[n][k] · w[m][k]ᵀ is column-major yᵀ[m][n] = wᵀ · xᵀ with w seen as a
-// column-major k x m matrix (transposed) and x as a column-major k x n matrix.
 Gemm::Plan& Gemm::plan(const bf16* x, const bf16* w, void* y, cudaDataType_t y_type, int n, int k, int m) {
   const Key key{n, k, m, int(y_type)};
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
   auto p = std::make_unique<Plan>();
-  check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate", __LINE__);
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA", __LINE__);
-  check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB", __LINE__);
-  check(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, m, k), "layout w", __LINE__);
-  check(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, n, k), "layout x", __LINE__);
-  check(cublasLtMatrixLayoutCreate(&p->c, y_type, m, n, m), "layout y", __LINE__);
+  p->describe(CUDA_R_16BF, y_type, n, k, m);
 
   std::vector<cublasLtMatmulHeuristicResult_t> found(kCandidates);
   int n_found = 0;
@@ -145,33 +157,23 @@ void Gemm::run(const bf16* x, const bf16* w, void* y, cudaDataType_t y_type, int
         "cublasLtMatmul", __LINE__);
 }
 
-// The FP8 product as the bf16 one's layout (w transposed, both operands k-major, the "TN" form
-// cuBLASLt's FP8 kernels require), e4m3 inputs, bf16 C/D, and A's (w's) and B's (x's) scales as
-// vectors of m and n f32 values. The scale pointers are set on every call (they differ between
-// matrices of one shape); the algorithm is the heuristic's first (prefill products are
-// compute-bound, not the GEMVs kTuneMaxRows is for).
+// The FP8 product in the bf16 one's layout: e4m3 inputs, bf16 C/D, and A's (w's) and B's (x's)
+// scales as vectors of m and n f32 values (outer-vector scaling). The scale pointers are set on
+// every call (they differ between matrices of one shape); the algorithm is the heuristic's first
+// (prefill products are compute-bound, not the GEMVs kTuneMaxRows is for).
 bool Gemm::fp8_bf16_out(const uint8_t* x, const float* x_scales, const uint8_t* w, const float* w_scales, bf16* y,
                         int n, int k, int m) {
   const std::tuple<int, int, int> key{n, k, m};
   auto it = fp8_plans_.find(key);
   if (it == fp8_plans_.end()) {
     auto p = std::make_unique<Plan>();
-    check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate", __LINE__);
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA", __LINE__);
-    check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB", __LINE__);
+    p->describe(CUDA_R_8F_E4M3, CUDA_R_16BF, n, k, m);
     const cublasLtMatmulMatrixScale_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof(vec)),
           "A_SCALE_MODE", __LINE__);
     check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof(vec)),
           "B_SCALE_MODE", __LINE__);
-    check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)),
-          "A_SCALE_POINTER", __LINE__);
-    check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
-          "B_SCALE_POINTER", __LINE__);
-    check(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, k, m, k), "layout w (fp8)", __LINE__);
-    check(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, k, n, k), "layout x (fp8)", __LINE__);
-    check(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_16BF, m, n, m), "layout y (fp8)", __LINE__);
+    p->set_scale_pointers(x_scales, w_scales);  // in place before the heuristic sees the descriptor
     std::vector<cublasLtMatmulHeuristicResult_t> found(1);
     int n_found = 0;
     const cublasStatus_t st = heuristic(*p, found, n_found);
@@ -187,10 +189,7 @@ bool Gemm::fp8_bf16_out(const uint8_t* x, const float* x_scales, const uint8_t* 
   }
   Plan* p = it->second;
   if (p == nullptr) return false;
-  check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)),
-        "A_SCALE_POINTER", __LINE__);
-  check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
-        "B_SCALE_POINTER", __LINE__);
+  p->set_scale_pointers(x_scales, w_scales);
   const float alpha = 1.0f, beta = 0.0f;
   check(cublasLtMatmul(handle_, p->desc, &alpha, w, p->a, x, p->b, &beta, y, p->c, y, p->c, &p->algo,
                        workspace_.data(), workspace_.bytes(), stream_),

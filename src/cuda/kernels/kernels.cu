@@ -8,6 +8,7 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
+#include "core/fp8.h"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/radix_select.cuh"
@@ -392,7 +393,7 @@ __global__ void quantize_activations_e4m3_kernel(const bf16* __restrict__ x, uin
   }
   const float row_max = Reduce(tmp).Reduce(m, [](float a, float b) { return fmaxf(a, b); });
   if (threadIdx.x == 0) {
-    const float sc = row_max > 0.0f ? __fdiv_rn(row_max, 448.0f) : 1.0f;
+    const float sc = row_max > 0.0f ? __fdiv_rn(row_max, kE4m3Max) : 1.0f;
     row_scale = sc;
     scales[blockIdx.x] = sc;
   }
