@@ -23,18 +23,21 @@ RUN_COLORS = ["#d62728", "#ff7f0e", "#8c564b", "#e377c2"]
 DUO_COLORS = ["#9467bd", "#17becf", "#1f77b4", "#bcbd22"]
 
 
-def series_style(kind):
-    """(colour, dashed) of a series name: a policy kind, or "policy run" from a sweep table."""
-    if kind in COLORS:
-        return COLORS[kind], False
-    policy, _, run = kind.partition(" ")
-    base = run.split("_b")[0]
-    runs = sorted({k.partition(" ")[2].split("_b")[0] for k in series_style.names if " " in k})
-    i = runs.index(base) % len(RUN_COLORS) if base in runs else 0
-    return (DUO_COLORS if policy == "duo" else RUN_COLORS)[i], "_b" in run
+def series_styles(names):
+    """{series name: (colour, dashed)}: a policy kind keeps its colour; a sweep table's "policy run"
+    gets one colour per run's roles (its name without the _b<unit> suffix), block-unit runs dashed."""
+    runs = sorted({n.partition(" ")[2].split("_b")[0] for n in names if " " in n})
+    styles = {}
+    for n in names:
+        if n in COLORS:
+            styles[n] = (COLORS[n], False)
+            continue
+        policy, _, run = n.partition(" ")
+        i = runs.index(run.split("_b")[0]) % len(RUN_COLORS) if " " in n else 0
+        styles[n] = ((DUO_COLORS if policy == "duo" else RUN_COLORS)[i], "_b" in run)
+    return styles
 
 
-series_style.names = []
 W, H, PAD = 360, 260, 56
 X_LO, X_HI = math.log10(1 / 64), 0.0
 
@@ -64,7 +67,7 @@ def points_table(table):
     return out
 
 
-def panel(length, series, x0, y0):
+def panel(length, series, styles, x0, y0):
     sx = lambda r: x0 + W * (math.log10(max(r, 10 ** X_LO)) - X_LO) / (X_HI - X_LO)
     sy = lambda a: y0 + H * (1 - a)
     out = [f'<rect x="{x0}" y="{y0}" width="{W}" height="{H}" fill="none" stroke="#000"/>',
@@ -79,7 +82,7 @@ def panel(length, series, x0, y0):
     for a in range(0, 101, 20):
         out.append(f'<text x="{x0 - 6}" y="{sy(a / 100) + 3}" text-anchor="end" font-size="10">{a}</text>')
     for kind, pts in sorted(series.items()):
-        color, dashed = series_style(kind)
+        color, dashed = styles[kind]
         pts = sorted(pts)
         if len(pts) > 1:
             path = " ".join(f"{sx(p[0]):.1f},{sy(p[1]):.1f}" for p in pts)
@@ -102,11 +105,11 @@ def main():
     args = ap.parse_args()
     r = json.load(open(args.results))
     data = points_table(r) if "rows" in r else points(r)
-    series_style.names = sorted({k for sr in data.values() for k in sr})
+    styles = series_styles({k for sr in data.values() for k in sr})
     lengths = sorted(data)
     body = []
     for i, length in enumerate(lengths):
-        body += panel(length, data[length], PAD + i * (W + PAD), PAD)
+        body += panel(length, data[length], styles, PAD + i * (W + PAD), PAD)
     kinds = sorted({k for s in data.values() for k in s})
     width = PAD + len(lengths) * (W + PAD)
     lx, ly = PAD, PAD + H + 52
@@ -114,7 +117,7 @@ def main():
         step = 80 if " " not in k else 170
         if lx + step > width:  # the legend wraps
             lx, ly = PAD, ly + 18
-        color, dashed = series_style(k)
+        color, dashed = styles[k]
         body.append(f'<circle cx="{lx}" cy="{ly}" r="4" fill="{color}"/>'
                     f'<text x="{lx + 8}" y="{ly + 4}" font-size="11">{escape(k + (" (dashed)" if dashed else ""))}</text>')
         lx += step
