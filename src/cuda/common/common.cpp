@@ -33,28 +33,42 @@ std::string cuda_device_status() {
 }
 
 double device_copy_bandwidth_gbps() {
-  const size_t n = size_t(1) << 30;
-  void *a = nullptr, *b = nullptr;
-  LY_CUDA_CHECK(cudaMalloc(&a, n));
-  LY_CUDA_CHECK(cudaMalloc(&b, n));
-  LY_CUDA_CHECK(cudaMemset(a, 1, n));
-  cudaEvent_t e0, e1;
-  LY_CUDA_CHECK(cudaEventCreate(&e0));
-  LY_CUDA_CHECK(cudaEventCreate(&e1));
+  // 1 GiB copies, or less where a runner already holds the memory (its KV pool leaves ~2 GiB: a
+  // probe after the runs must not fail for want of 2 GiB), but never copies L2 could hold.
+  size_t free_b = 0, total_b = 0;
+  LY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const size_t mib = size_t(1) << 20;
+  const size_t least = std::max<size_t>(64 * mib, 4 * device_info().l2_bytes);
+  const size_t n = std::min<size_t>(size_t(1) << 30, free_b / 3 / mib * mib);
+  LY_CHECK(n >= least, ErrorCode::kCapacity,
+           "bandwidth probe: two copies of {} MiB need more than the {} MiB this GPU has free", least / mib,
+           free_b / mib);
+  struct Buffers {  // freed on every path (a failed launch throws)
+    void* a = nullptr;
+    void* b = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    ~Buffers() {
+      cudaFree(a);
+      cudaFree(b);
+      if (e0 != nullptr) cudaEventDestroy(e0);
+      if (e1 != nullptr) cudaEventDestroy(e1);
+    }
+  } m;
+  LY_CUDA_CHECK(cudaMalloc(&m.a, n));
+  LY_CUDA_CHECK(cudaMalloc(&m.b, n));
+  LY_CUDA_CHECK(cudaMemset(m.a, 1, n));
+  LY_CUDA_CHECK(cudaEventCreate(&m.e0));
+  LY_CUDA_CHECK(cudaEventCreate(&m.e1));
   std::vector<float> ms;
   for (int i = 0; i < 12; ++i) {
-    LY_CUDA_CHECK(cudaEventRecord(e0));
-    LY_CUDA_CHECK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
-    LY_CUDA_CHECK(cudaEventRecord(e1));
-    LY_CUDA_CHECK(cudaEventSynchronize(e1));
+    LY_CUDA_CHECK(cudaEventRecord(m.e0));
+    LY_CUDA_CHECK(cudaMemcpy(m.b, m.a, n, cudaMemcpyDeviceToDevice));
+    LY_CUDA_CHECK(cudaEventRecord(m.e1));
+    LY_CUDA_CHECK(cudaEventSynchronize(m.e1));
     float t = 0;
-    LY_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    LY_CUDA_CHECK(cudaEventElapsedTime(&t, m.e0, m.e1));
     if (i >= 2) ms.push_back(t);
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaFree(a);
-  cudaFree(b);
   std::sort(ms.begin(), ms.end());
   return 2.0 * double(n) / (double(ms[ms.size() / 2]) * 1e-3) / 1e9;
 }

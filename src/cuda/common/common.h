@@ -34,7 +34,8 @@ bool cuda_available();
 // that stops it, e.g. "cudaGetDeviceCount: cudaErrorInsufficientDriver (CUDA driver version is
 // insufficient for CUDA runtime version)" or "cudaGetDeviceCount: no CUDA device".
 std::string cuda_device_status();
-// Device-to-device copy bandwidth in GB/s counting bytes read plus written (1 GiB copies, median).
+// Device-to-device copy bandwidth in GB/s counting bytes read plus written (median of 10 copies of
+// 1 GiB, or of a third of the free memory where less is free; Error(kCapacity) below 4x the L2).
 double device_copy_bandwidth_gbps();
 
 // Whether this is the first call for the current CUDA device with this flag set (each device
