@@ -81,8 +81,13 @@ TEST(QuantizeActivationsE4m3, EqualsTheHostQuantiserBitForBit) {
 }
 
 // y = Gemm::fp8_bf16_out over GPU-quantised x and host-quantised w, against the exact product of
-// the same codes and scales: within bf16's rounding of the output (2^-8 relative) plus an f32
-// accumulation allowance of 1e-5 of Σ|terms| (a wrong scale or layout is off by O(|y|)).
+// the same codes and scales: within bf16's rounding of the output (2^-8 relative) plus an
+// accumulation allowance of 2^-14 of Σ|terms|. Hopper's FP8 tensor cores keep about 14 bits of
+// the running sum (DeepSeek-V3 technical report, section 3.3.2); cuBLASLt, without
+// CUBLASLT_MATMUL_DESC_FAST_ACCUM, promotes partial sums to f32 every few MMAs, which bounds the
+// loss but does not remove it: the first H100 run (6cdbc1c) measured up to 2.6e-5 of Σ|terms| at
+// 64x576x1536, above an f32 allowance of 1e-5. A wrong scale or layout is off by O(|y|), typically
+// Σ|terms| / sqrt(k): 8e-3 of Σ|terms| or more at these k, over 100 times the allowance.
 TEST(Fp8Gemm, MatchesTheReferenceOverTheSameCodes) {
   LY_REQUIRE_GPU();
   struct Shape {
@@ -129,7 +134,7 @@ TEST(Fp8Gemm, MatchesTheReferenceOverTheSameCodes) {
         const double scale = double(xs[size_t(i)]) * double(w_scales[size_t(j)]);
         const double want = scale * sum;
         const double err = std::fabs(double(got[size_t(i) * s.m + j]) - want);
-        const double allowed = std::ldexp(std::fabs(want), -8) + 1e-5 * scale * abs_sum + 1e-30;
+        const double allowed = std::ldexp(std::fabs(want), -8) + std::ldexp(scale * abs_sum, -14) + 1e-30;
         worst = std::max(worst, err / allowed);
         if (err > allowed && bad++ < 5)
           ADD_FAILURE() << s.n << "x" << s.k << "x" << s.m << " y[" << i << "][" << j << "] = "
