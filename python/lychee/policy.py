@@ -67,7 +67,7 @@ class Lychee(Policy):
     """
 
     budget: int = 4096
-    block_size: int = 64
+    block_size: int = 16
     heads: HeadsArg = None
     select: str = "topk"
     select_value: float = 0.0

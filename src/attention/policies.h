@@ -29,7 +29,7 @@ struct PolicyOptions {
   PolicyKind kind = PolicyKind::kFull;
   // Lychee: granularity (1 = tokens, else block = page of this many tokens) and selection
   // (select.budget is also TidalDecode's and Quest's token budget per head).
-  int block_size = 64;
+  int block_size = 16;
   SelectParams select;
   std::optional<HeadRoles> roles;  // Lychee and Duo; the TidalDecode-matched stand-in if absent
   std::vector<int> tidal_layers;   // selection layers; default {2, round(13/32 * n_layers)}

@@ -14,7 +14,7 @@ namespace lychee {
 struct PolicySettings {
   std::string policy = "full";
   int budget = 4096;
-  int block_size = 64;
+  int block_size = 16;
   std::string select = "topk";
   double select_value = 0.0;
   int sink = 0;
