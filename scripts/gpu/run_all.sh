@@ -29,6 +29,8 @@
 #                                            vs the bf16 widening: prefill speed (8B shape) and quality (default model)
 #   scripts/gpu/run_all.sh bench-prefill-split  short prefill chunks over long caches: cuDNN, fallback, split-KV
 #   scripts/gpu/run_all.sh bench-pdl        decode steps with and without PDL on the per-token kernels (A/B)
+#   scripts/gpu/run_all.sh bench-fused-merge  split-KV attention merging in its own grid vs the merge kernel (A/B)
+#   scripts/gpu/run_all.sh sweep-strategies   issue 14: the four selection strategies with the paper's grid (GPU)
 #   scripts/gpu/run_all.sh sweep-eighth     issue 14: role files (trained here or committed) x selection units x budgets,
 #                                            LycheeDecode/DuoAttention vs Full over lengths and seeds (docs/results/sweep_gpu)
 #   scripts/gpu/run_all.sh bench-block      decode steps with LycheeDecode's selection unit at 16 and 64 tokens (A/B)
@@ -670,6 +672,66 @@ PY
     done
     python3 scripts/sweep_table.py "$out/sweep" --json "$out/sweep/table.json" | tee "$out/sweep/table.md"
     exit $rc ;;
+  sweep-strategies)
+    # Issue 14 item 1 on the GPU: LycheeDecode's four selection strategies with the paper's grid
+    # (Top-k at L/32 .. L/4; Top-p 0.99 / 0.995 / 0.999; Threshold 1e-4 / 1e-5 / 1e-6; Ratio 0.1 /
+    # 0.2 / 0.3) and Top-k with forced sink 64 + recent 256 tokens, with the committed HardKuma
+    # roles and block 16, Full beside them, over SWEEP_SEEDS x SWEEP_LENGTHS (8 tasks x 3 depths x
+    # SWEEP_SAMPLES). Files RUN_L<length>_s<seed>.json in $out/strategies (the scripts/sweep_table.py
+    # layout; a (seed, length) whose files a previous call on this machine left is not rerun).
+    link_model
+    roles=docs/results/train/hardkuma/roles.json
+    keep="$stage/strategies"; mkdir -p "$keep" "$out/strategies"
+    rc=0
+    for seed in ${SWEEP_SEEDS:-0 1 2}; do
+      for len in ${SWEEP_LENGTHS:-2048 4096 8000}; do
+        t0=$SECONDS
+        common=(--device cuda --lengths "$len" --depths 0.1 0.5 0.9 --samples "${SWEEP_SAMPLES:-4}" --seed "$seed"
+                --block-size 16 --heads "$roles")
+        strat() {  # NAME ARGS...
+          local f="$keep/$1_L${len}_s$seed.json"; shift
+          [ -f "$f" ] && return
+          if "$build/bin/lychee" eval "${common[@]}" "$@" --json "$f.tmp" > "$f.log" 2>&1; then mv "$f.tmp" "$f"
+          else rc=$(failed $? "eval $(basename "$f")"); fi
+        }
+        strat base --policies full
+        strat topk --policies lychee --budgets $((len / 32)) $((len / 16)) $((len / 8)) $((len / 4))
+        strat topk_sink64_recent256 --policies lychee --sink 64 --recent 256 --budgets $((len / 16)) $((len / 8)) $((len / 4))
+        for v in 0.99 0.995 0.999; do strat "topp_$v" --policies lychee --select topp --select-value $v; done
+        for v in 1e-4 1e-5 1e-6; do strat "threshold_$v" --policies lychee --select threshold --select-value $v; done
+        for v in 0.1 0.2 0.3; do strat "ratio_$v" --policies lychee --select ratio --select-value $v; done
+        echo "seed $seed, length $len: $((SECONDS - t0)) s"
+      done
+    done
+    cp "$keep"/*.json "$out/strategies/" 2>/dev/null
+    python3 scripts/sweep_table.py "$out/strategies" --json "$out/strategies/table.json" | tee "$out/strategies/table.md"
+    exit $rc ;;
+  bench-fused-merge)
+    # Issue 17: split-KV attention with its merge in the attention grid (the default) against the
+    # separate merge kernel (LYCHEE_NO_FUSED_MERGE=1), alternated over two rounds: the kernel
+    # (bench_decode_attention, batch 1 and 8, 32K and 128K, dense and 8/8 sparse) and the decode
+    # step (bench_e2e, 8B shape, Full and LycheeDecode, batch 1 at 32K and 128K, CUPTI trace; the
+    # default model with lychee bench).
+    link_model
+    rc=0
+    for round in 1 2; do
+      for mode in fused apart; do
+        if [ "$mode" = apart ]; then export LYCHEE_NO_FUSED_MERGE=1; else unset LYCHEE_NO_FUSED_MERGE; fi
+        echo "--- round $round, merge $mode"
+        "$build/bin/bench_decode_attention" --batches 1,8 --contexts 32768,131072 --shares 0,8 --tag "commit $commit, merge $mode" \
+          --json "$out/kernel_${mode}_$round.json" > "$out/kernel_${mode}_$round.log" 2>&1 || rc=$(failed $? "bench_decode_attention $mode")
+        grep -E "^\|" "$out/kernel_${mode}_$round.log" | tail -8
+        bench_e2e_to "e2e_${mode}_$round" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \
+          || rc=$(failed $? "bench_e2e merge $mode")
+        grep -E "^ +1 +[0-9]|busy" "$out/e2e_${mode}_$round.log"
+        if [ -f "$model" ]; then
+          "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 256 \
+            --json "$out/model_${mode}_$round.json" 2>&1 | grep -iE "^decode" | head -2
+        fi
+      done
+    done
+    unset LYCHEE_NO_FUSED_MERGE
+    exit $rc ;;
   bench-pdl)
     # Programmatic dependent launch of the per-token kernels (commit 934e4ca): the same decode steps
     # with it and without (LYCHEE_NO_PDL=1), alternated, on the 8B shape (Full and LycheeDecode,
@@ -740,8 +802,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-fused-merge) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-fused-merge)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
