@@ -10,8 +10,7 @@
 //   bench_decode_attention [--json FILE] [--batches 1,2,4,8] [--contexts 16384,32768,65536,131072]
 //                          [--shares 0,4,5,6,7,8] [--sparse-frac 0.1] [--reps 100] [--warmup 20] [--tag TEXT]
 //
-// Timing: CUDA events around each call (the attention with its merge in the grid, as the runner
-// runs it; LYCHEE_NO_FUSED_MERGE=1: the attention and the merge kernel), after warm-up; the median of --reps calls
+// Timing: CUDA events around each call (both kernels), after warm-up; the median of --reps calls
 // (at least 50); each call also timed as a CUDA-graph replay (the production path). Input sets
 // (page tables, q) are rotated so that at least 400 MB of KV is touched per rotation: the H100's
 // 50 MB L2 cannot serve repeats.
@@ -177,11 +176,6 @@ Row bench_one(int batch, int context, int share, const Options& opt) {
                            cudaMemcpyHostToDevice));
   DeviceBuffer<float> partial_o(size_t(n_items) * (kHeads / kKvHeads) * kHeadDim), partial_lse(size_t(n_items) * (kHeads / kKvHeads));
 
-  // The merge in the attention grid, as the runner does; LYCHEE_NO_FUSED_MERGE=1: the merge kernel.
-  const char* no_fused = std::getenv("LYCHEE_NO_FUSED_MERGE");
-  const bool fused = !(no_fused != nullptr && std::strcmp(no_fused, "1") == 0);
-  DeviceBuffer<int32_t> arrivals(size_t(batch) * kHeads);
-  LY_CUDA_CHECK(cudaMemset(arrivals.data(), 0, arrivals.bytes()));
   std::vector<DecodeAttentionArgs> args(static_cast<size_t>(n_sets));
   for (int s = 0; s < n_sets; ++s) {
     DecodeAttentionArgs& a = args[s];
@@ -199,7 +193,6 @@ Row bench_one(int batch, int context, int share, const Options& opt) {
     a.merge_count = d_mc.data();
     a.partial_o = partial_o.data();
     a.partial_lse = partial_lse.data();
-    a.merge_arrivals = fused ? arrivals.data() : nullptr;
     a.out = out.data();
     a.scores = scores.data();
     a.score_stride = context / 16 + 1;

@@ -200,9 +200,6 @@ class DecodePlan:
         self.n_items_d = torch.tensor([n_items], **i32)
         self.merge_begin = torch.tensor(merge_begin, **i32)
         self.merge_count = torch.tensor(merge_count, **i32)
-        # The merge runs in the attention grid (each head's last item merges it): counters that
-        # every launch leaves at zero, one per (sequence, query head).
-        self.merge_arrivals = torch.zeros(batch * n_heads, **i32)
         slots = max(n_items, 1)
         self.partial_o = torch.empty(slots, group, head_dim, dtype=torch.float32, device=device)
         self.partial_lse = torch.empty(slots, group, dtype=torch.float32, device=device)
@@ -306,8 +303,7 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, plan: Optional[
         scale = 1.0 / math.sqrt(head_dim)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     _ops.decode_attention(_dl(q), _dl(k_cache), _dl(v_cache), _dl(block_table), _dl(seq_lens), _dl(plan.items),
-                          _dl(plan.n_items_d), _dl(plan.merge_begin), _dl(plan.merge_count),
-                          _dl(plan.merge_arrivals), _dl(plan.partial_o),
+                          _dl(plan.n_items_d), _dl(plan.merge_begin), _dl(plan.merge_count), _dl(plan.partial_o),
                           _dl(plan.partial_lse), _dl(out), _dl(unit_lists), _dl(list_counts), _dl(scores),
                           _dl(token_reads), int(sink), int(recent), float(scale), stream)
     return out

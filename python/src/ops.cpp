@@ -148,15 +148,13 @@ std::vector<HeadTuple> dense_heads(const std::vector<int32_t>& seq_lens, int n_k
 // One launch of the hybrid kernel and its merge. Shapes: q [batch][n_heads][head_dim] bf16,
 // k_pool / v_pool [n_pages][n_kv_heads][page_size][head_dim] bf16, block_table [batch][max_pages]
 // int32, seq_lens [batch] int32, items [max_items][kItemWords] int32 (a plan), n_items [1] int32,
-// merge_begin / merge_count [batch * n_heads] int32, merge_arrivals [batch * n_heads] int32 zeros
-// (or None: the merge kernel runs after the attention), partial_o [slots][group][head_dim] f32,
+// merge_begin / merge_count [batch * n_heads] int32, partial_o [slots][group][head_dim] f32,
 // partial_lse [slots][group] f32, out [batch][n_heads][head_dim] bf16; unit_lists / list_counts
 // int32 (1-D, or None), scores [rows][stride] f32 (or None: no item scores),
 // token_reads [batch] int64 (or None).
 void decode_attention_op(const Array& q, const Array& k_pool, const Array& v_pool, const Array& block_table,
                       const Array& seq_lens, const Array& items, const Array& n_items, const Array& merge_begin,
-                      const Array& merge_count, const Array& merge_arrivals, const Array& partial_o,
-                      const Array& partial_lse, const Array& out,
+                      const Array& merge_count, const Array& partial_o, const Array& partial_lse, const Array& out,
                       const Array& unit_lists, const Array& list_counts, const Array& scores, const Array& token_reads,
                       int window_sink, int window_recent, float scale, uintptr_t stream) {
   const char* op = "decode_attention";
@@ -178,8 +176,6 @@ void decode_attention_op(const Array& q, const Array& k_pool, const Array& v_poo
   check(op, "n_items", n_items, kI32, {1}, dev);
   check(op, "merge_begin", merge_begin, kI32, {batch * n_heads}, dev);
   check(op, "merge_count", merge_count, kI32, {batch * n_heads}, dev);
-  const bool in_grid = merge_arrivals.is_valid();
-  if (in_grid) check(op, "merge_arrivals", merge_arrivals, kI32, {batch * n_heads}, dev);
   const int64_t group = n_heads / n_kv, max_items = items.shape(0);
   check(op, "partial_o", partial_o, kF32, {-1, group, d}, dev);
   check(op, "partial_lse", partial_lse, kF32, {int64_t(partial_o.shape(0)), group}, dev);
@@ -211,7 +207,6 @@ void decode_attention_op(const Array& q, const Array& k_pool, const Array& v_poo
   a.n_items = ptr<const int32_t>(n_items);
   a.merge_begin = ptr<const int32_t>(merge_begin);
   a.merge_count = ptr<const int32_t>(merge_count);
-  a.merge_arrivals = in_grid ? ptr<int32_t>(merge_arrivals) : nullptr;
   a.partial_o = ptr<float>(partial_o);
   a.partial_lse = ptr<float>(partial_lse);
   a.out = ptr<cuda::bf16>(out);
@@ -306,8 +301,7 @@ NB_MODULE(_ops, m) {
         nb::arg("page_size"), nb::arg("max_pages"), "Dense attention's heads for plan_decode");
   m.def("decode_attention", &decode_attention_op, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("block_table"), nb::arg("seq_lens"), nb::arg("items"), nb::arg("n_items"), nb::arg("merge_begin"),
-        nb::arg("merge_count"), nb::arg("merge_arrivals").none(), nb::arg("partial_o"), nb::arg("partial_lse"),
-        nb::arg("out"),
+        nb::arg("merge_count"), nb::arg("partial_o"), nb::arg("partial_lse"), nb::arg("out"),
         nb::arg("unit_lists").none(), nb::arg("list_counts").none(), nb::arg("scores").none(),
         nb::arg("token_reads").none(), nb::arg("window_sink"),
         nb::arg("window_recent"), nb::arg("scale"), nb::arg("stream"));

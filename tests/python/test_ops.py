@@ -88,8 +88,8 @@ def test_the_binding_checks_tensors_before_any_launch():
     k = np.zeros((2, 3, 64, 64), np.float32)
     i32 = np.zeros((1, 2), np.int32)
     with pytest.raises(lychee.InvalidArgumentError, match="decode_attention: q must be a CUDA tensor"):
-        ops._ops.decode_attention(q, k, k, i32, i32[0, :1], i32, i32[0, :1], i32[0], i32[0], None, q, q, q, None,
-                                  None, None, None, 0, 0, 0.125, 0)
+        ops._ops.decode_attention(q, k, k, i32, i32[0, :1], i32, i32[0, :1], i32[0], i32[0], q, q, q, None, None,
+                                  None, None, 0, 0, 0.125, 0)
     with pytest.raises(lychee.InvalidArgumentError, match="select_units: seq_lens must be a CUDA tensor"):
         ops._ops.select_units(q[0], 1, 1, i32[0], i32[0], 1, i32, i32[0], q[0], "topk", 8, 0.0, 0, 0, 1.0, 0)
 

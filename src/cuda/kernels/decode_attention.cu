@@ -10,10 +10,8 @@
 // accumulators. The 4 warps' (m, l, O) are merged through shared memory at the end; the item
 // writes `out` (bf16) when it is its head's only item, else a normalised partial O and its LSE.
 // Retrieval items also write their page (or token) scores from the same S accumulators: no
-// second read of K. The merge of the partials is decode_merge.cuh: in the grid by each head's
-// last-arriving item (merge_arrivals), or by decode_merge.cu's kernel after it.
+// second read of K. The merge of the partials is decode_merge.cu.
 #include "cuda/kernels/decode_attention.h"
-#include "cuda/kernels/decode_merge.cuh"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
 
@@ -51,8 +49,6 @@ struct DecodeTraits {
   static_assert(kChunksPerRow >= 8, "the XOR swizzle needs at least 8 chunks per row");
   static_assert(kStages >= 2, "the pipeline needs two stages");
   static_assert(kWarps * kMaxGroup * kOutStride * 4 <= kSmemBytes, "epilogue reuses the stages");
-  static_assert(merge_scratch_floats<HeadDim>() * 4 <= kSmemBytes, "the in-grid merge reuses the stages");
-  static_assert(kThreads == kMergeThreads, "the in-grid merge runs on the attention CTA");
 };
 
 using namespace ptx;
@@ -370,27 +366,6 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
   }
   if (item.slot >= 0 && int(threadIdx.x) < n_rows)
     a.partial_lse[size_t(item.slot) * group + row_begin + threadIdx.x] = s_lse[threadIdx.x];
-  if (item.slot < 0 || a.merge_arrivals == nullptr) return;
-
-  // Merged in the grid: one arrival per row served; the item whose arrival is a head's last merges
-  // that head's slots. Release: the barrier orders every thread's partial stores before the
-  // arriving thread's fence and atomic; acquire: the last arriver's fence, then the barrier, then
-  // the merge reads past L1. The last arriver also rearms the counter for the next launch.
-  __shared__ int s_last[kMaxGroup];
-  __syncthreads();  // the partials are stored and the epilogue is done with the stages
-  if (int(threadIdx.x) < n_rows) {
-    const int mi = item.seq * a.n_heads + item.kv_head * group + row_begin + int(threadIdx.x);
-    __threadfence();
-    const bool last = atomicAdd(a.merge_arrivals + mi, 1) == a.merge_count[mi] - 1;
-    if (last) {
-      a.merge_arrivals[mi] = 0;
-      __threadfence();
-    }
-    s_last[threadIdx.x] = last;
-  }
-  __syncthreads();
-  for (int r = 0; r < n_rows; ++r)
-    if (s_last[r]) merge_head<HeadDim, true>(a, item.seq, item.kv_head * group + row_begin + r, reinterpret_cast<float*>(smem));
 }
 
 // The pipeline over one item's tiles with either loader, then the epilogue.
@@ -526,7 +501,7 @@ void launch_decode(const DecodeAttentionArgs& a, cudaStream_t stream) {
     launch_pdl(attention_kernel<HeadDim, PageSize>(), std::min(a.max_items, resident), kThreads,
                DecodeTraits<HeadDim>::kSmemBytes, stream, a);
   LY_CUDA_CHECK_LAUNCH();
-  if (a.merge_arrivals == nullptr) decode_merge(a, stream);
+  decode_merge(a, stream);
 }
 
 template <int HeadDim, int PageSize>

@@ -62,9 +62,6 @@ struct DecodeAttentionArgs {
   const int32_t* n_items;      // device scalar: items beyond it are idle (grid fixed for CUDA graphs)
   const int32_t* merge_begin;  // [batch * n_heads]: first slot of (seq, query head); its slots are contiguous
   const int32_t* merge_count;  // [batch * n_heads]: slots to merge (0 = written directly)
-  int32_t* merge_arrivals;     // optional [batch * n_heads] counters, zero before the first launch (each
-                               //   launch leaves them zero): the item whose partial is a head's last merges
-                               //   the head in the grid; null: a merge kernel runs after the attention
   float* partial_o;            // [max_slots][group][head_dim]: a slot's row r is query row r of the group
   float* partial_lse;          // [max_slots][group] natural-log LSE of the scaled logits
   bf16* out;                   // [batch][n_heads][head_dim]
@@ -78,8 +75,7 @@ struct DecodeAttentionArgs {
 };
 
 // Launches the attention kernel (grid = max_items CTAs, each reading its item; idle when >= *n_items)
-// and, without merge_arrivals, the merge kernel (with them the merge runs in the attention grid,
-// same bits). No host synchronisation; capturable in a CUDA graph.
+// and the merge kernel. No host synchronisation; capturable in a CUDA graph.
 // Supported: head_dim 64 or 128, page_size 16, 32, 64 or 128, group = n_heads / n_kv_heads in 1..8;
 // anything else throws lychee::Error (kUnsupported / kInvalidArgument) naming the field.
 // Both kernels use programmatic dependent launch: the attention kernel waits for the previous

@@ -35,7 +35,6 @@ void Shard::decode_attention_layer(int layer, int batch) {
   a.token_reads = step_policy ? token_reads.data() : nullptr;
   a.window_sink = window ? policy->spec.window_sink : 0;
   a.window_recent = window ? policy->spec.window_recent : 0;
-  a.merge_arrivals = merge_arrivals.size() > 0 ? merge_arrivals.data() : nullptr;
   a.partial_o = partial_o.data();
   a.partial_lse = partial_lse.data();
   a.out = att.data();

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -144,11 +143,6 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
   LY_CUDA_CHECK(cudaMemset(decode_table.data(), 0, decode_table.size() * 4));
   token_reads = DeviceBuffer<unsigned long long>(size_t(o.max_batch));
   LY_CUDA_CHECK(cudaMemset(token_reads.data(), 0, size_t(o.max_batch) * 8));
-  const char* no_fused = std::getenv("LYCHEE_NO_FUSED_MERGE");
-  if (o.fused_merge && !(no_fused != nullptr && std::strcmp(no_fused, "1") == 0)) {
-    merge_arrivals = DeviceBuffer<int32_t>(size_t(o.max_batch) * size_t(c.n_heads));
-    LY_CUDA_CHECK(cudaMemset(merge_arrivals.data(), 0, merge_arrivals.bytes()));
-  }
   // The memsets above run on the legacy stream, which `stream` (non-blocking) does not wait for.
   LY_CUDA_CHECK(cudaDeviceSynchronize());
 }

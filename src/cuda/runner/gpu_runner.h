@@ -60,10 +60,6 @@ struct RunnerOptions {
   // of every input row) and speed are measured; LYCHEE_FP8_PREFILL_GEMM=1 turns it on for the
   // engine (lab knob for that A/B).
   bool fp8_prefill_gemm = false;
-  // Split-KV decode attention merges each head's partials in the attention grid (its last item:
-  // DecodeAttentionArgs::merge_arrivals), one launch per layer instead of two; false: the separate
-  // merge kernel (same bits). LYCHEE_NO_FUSED_MERGE=1 turns it off for an A/B.
-  bool fused_merge = true;
   // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
   // nothing), so the tensor-parallel path is tested on one GPU.
   bool nccl = false;

@@ -174,7 +174,6 @@ struct Shard {
   DeviceBuffer<bf16> quest_min, quest_max;
   size_t quest_layer_elems = 0;
   DeviceBuffer<unsigned long long> token_reads;
-  DeviceBuffer<int32_t> merge_arrivals;  // [max_batch * n_heads], zero between launches; empty: merge kernel
 
   bool forked = false;       // selections queued on the side stream and not yet joined
   cudaEvent_t reduce_event = nullptr;  // RunnerOptions::tp_one_device: this rank's o_buf is ready
