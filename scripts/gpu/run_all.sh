@@ -29,7 +29,6 @@
 #                                            vs the bf16 widening: prefill speed (8B shape) and quality (default model)
 #   scripts/gpu/run_all.sh bench-prefill-split  short prefill chunks over long caches: cuDNN, fallback, split-KV
 #   scripts/gpu/run_all.sh bench-pdl        decode steps with and without PDL on the per-token kernels (A/B)
-#   scripts/gpu/run_all.sh bench-fused-merge  split-KV attention merging in its own grid vs the merge kernel (A/B)
 #   scripts/gpu/run_all.sh sweep-strategies   issue 14: the four selection strategies with the paper's grid (GPU)
 #   scripts/gpu/run_all.sh sweep-eighth     issue 14: role files (trained here or committed) x selection units x budgets,
 #                                            LycheeDecode/DuoAttention vs Full over lengths and seeds (docs/results/sweep_gpu)
@@ -690,8 +689,9 @@ PY
                 --block-size 16 --heads "$roles")
         strat() {  # NAME ARGS...
           local f="$keep/$1_L${len}_s$seed.json"; shift
-          [ -f "$f" ] && return
-          if "$build/bin/lychee" eval "${common[@]}" "$@" --json "$f.tmp" > "$f.log" 2>&1; then mv "$f.tmp" "$f"
+          if [ -f "$f" ]; then cp "$f" "$out/strategies/"; return; fi
+          if "$build/bin/lychee" eval "${common[@]}" "$@" --json "$f.tmp" > "$f.log" 2>&1; then
+            mv "$f.tmp" "$f" && cp "$f" "$out/strategies/"  # in $out at once: a stage cut short keeps what it ran
           else rc=$(failed $? "eval $(basename "$f")"); fi
         }
         strat base --policies full
@@ -703,34 +703,7 @@ PY
         echo "seed $seed, length $len: $((SECONDS - t0)) s"
       done
     done
-    cp "$keep"/*.json "$out/strategies/" 2>/dev/null
     python3 scripts/sweep_table.py "$out/strategies" --json "$out/strategies/table.json" | tee "$out/strategies/table.md"
-    exit $rc ;;
-  bench-fused-merge)
-    # Issue 17: split-KV attention with its merge in the attention grid (the default) against the
-    # separate merge kernel (LYCHEE_NO_FUSED_MERGE=1), alternated over two rounds: the kernel
-    # (bench_decode_attention, batch 1 and 8, 32K and 128K, dense and 8/8 sparse) and the decode
-    # step (bench_e2e, 8B shape, Full and LycheeDecode, batch 1 at 32K and 128K, CUPTI trace; the
-    # default model with lychee bench).
-    link_model
-    rc=0
-    for round in 1 2; do
-      for mode in fused apart; do
-        if [ "$mode" = apart ]; then export LYCHEE_NO_FUSED_MERGE=1; else unset LYCHEE_NO_FUSED_MERGE; fi
-        echo "--- round $round, merge $mode"
-        "$build/bin/bench_decode_attention" --batches 1,8 --contexts 32768,131072 --shares 0,8 --tag "commit $commit, merge $mode" \
-          --json "$out/kernel_${mode}_$round.json" > "$out/kernel_${mode}_$round.log" 2>&1 || rc=$(failed $? "bench_decode_attention $mode")
-        grep -E "^\|" "$out/kernel_${mode}_$round.log" | tail -8
-        bench_e2e_to "e2e_${mode}_$round" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \
-          || rc=$(failed $? "bench_e2e merge $mode")
-        grep -E "^ +1 +[0-9]|busy" "$out/e2e_${mode}_$round.log"
-        if [ -f "$model" ]; then
-          "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 256 \
-            --json "$out/model_${mode}_$round.json" 2>&1 | grep -iE "^decode" | head -2
-        fi
-      done
-    done
-    unset LYCHEE_NO_FUSED_MERGE
     exit $rc ;;
   bench-pdl)
     # Programmatic dependent launch of the per-token kernels (commit 934e4ca): the same decode steps
@@ -802,8 +775,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-fused-merge) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-fused-merge)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
