@@ -81,13 +81,18 @@ TEST(QuantizeActivationsE4m3, EqualsTheHostQuantiserBitForBit) {
 }
 
 // y = Gemm::fp8_bf16_out over GPU-quantised x and host-quantised w, against the exact product of
-// the same codes and scales: within bf16's rounding of the output (2^-8 relative) plus an
-// accumulation allowance of 2^-14 of Σ|terms|. Hopper's FP8 tensor cores keep about 14 bits of
-// the running sum (DeepSeek-V3 technical report, section 3.3.2); cuBLASLt, without
+// the same codes and scales: within one bf16 ulp of the output (2^-7 relative) plus an
+// accumulation allowance of 2^-14 of Σ|terms|. One ulp, not half: the second H100 run (e9181c6)
+// had the only two outputs over a half-ulp bound both one ulp toward zero of the nearest bf16
+// (-538.17 -> -536, 4144.57 -> 4128), as an f32 -> bf16 output conversion rounding toward zero
+// gives (an accumulation error that large would show across the outputs, not at two rounding
+// boundaries). Hopper's FP8 tensor cores keep about 14 bits of the running sum (DeepSeek-V3
+// technical report, section 3.3.2); cuBLASLt, without
 // CUBLASLT_MATMUL_DESC_FAST_ACCUM, promotes partial sums to f32 every few MMAs, which bounds the
 // loss but does not remove it: the first H100 run (6cdbc1c) measured up to 2.6e-5 of Σ|terms| at
 // 64x576x1536, above an f32 allowance of 1e-5. A wrong scale or layout is off by O(|y|), typically
-// Σ|terms| / sqrt(k): 8e-3 of Σ|terms| or more at these k, over 100 times the allowance.
+// Σ|terms| / sqrt(k): 8e-3 of Σ|terms| or more at these k, over 100 times the accumulation
+// allowance, and O(|y|) against the ulp's 2^-7 |y|.
 TEST(Fp8Gemm, MatchesTheReferenceOverTheSameCodes) {
   LY_REQUIRE_GPU();
   struct Shape {
@@ -134,7 +139,7 @@ TEST(Fp8Gemm, MatchesTheReferenceOverTheSameCodes) {
         const double scale = double(xs[size_t(i)]) * double(w_scales[size_t(j)]);
         const double want = scale * sum;
         const double err = std::fabs(double(got[size_t(i) * s.m + j]) - want);
-        const double allowed = std::ldexp(std::fabs(want), -8) + std::ldexp(scale * abs_sum, -14) + 1e-30;
+        const double allowed = std::ldexp(std::fabs(want), -7) + std::ldexp(scale * abs_sum, -14) + 1e-30;
         worst = std::max(worst, err / allowed);
         if (err > allowed && bad++ < 5)
           ADD_FAILURE() << s.n << "x" << s.k << "x" << s.m << " y[" << i << "][" << j << "] = "
