@@ -133,8 +133,10 @@ void PolicyArgs::add(CLI::App& cmd, bool policy_option) {
   cmd.add_option("--select", select, "LycheeDecode selection: topk, topp, threshold, ratio")
       ->check(CLI::IsMember({"topk", "topp", "threshold", "ratio"}));
   cmd.add_option("--select-value", select_value, "p for topp, probability for threshold, fraction for ratio");
-  cmd.add_option("--sink", sink, "LycheeDecode: first tokens always kept")->check(non_negative_int());
-  cmd.add_option("--recent", recent, "LycheeDecode: last tokens always kept")->check(non_negative_int());
+  cmd.add_option("--sink", sink, "First tokens every selection keeps (default: LycheeDecode 64, TidalDecode/Quest 0)")
+      ->check(non_negative_int());
+  cmd.add_option("--recent", recent, "Last tokens every selection keeps (default: LycheeDecode 256, TidalDecode/Quest 0)")
+      ->check(non_negative_int());
   cmd.add_option("--heads", heads, "Head-role file (lychee, duo); default: the TidalDecode-matched stand-in")->check(CLI::ExistingFile);
   cmd.add_option("--tidal-layers", tidal_layers, "TidalDecode selection layers (default 2 and round(13/32 L))")->delimiter(',');
   cmd.add_option("--quest-page", quest_page, "Quest page size in tokens")->check(positive_int());

@@ -63,7 +63,8 @@ TEST(Cli, BenchTakesThePolicyFlags) {
   EXPECT_NE(bad.status, 0) << bad.output;
   EXPECT_NE(bad.output.find("--policy: nonsense not in"), std::string::npos) << bad.output;
   LY_REQUIRE_DEFAULT_MODEL(path);
-  const RunResult lychee = run_cli("bench" + opts + "--policy lychee --budget 16 --block-size 16");
+  // No forced tokens: LycheeDecode's default 64 sink + 256 recent would cover this whole context.
+  const RunResult lychee = run_cli("bench" + opts + "--policy lychee --budget 16 --block-size 16 --sink 0 --recent 0");
   EXPECT_EQ(lychee.status, 0) << lychee.output;
   EXPECT_NE(lychee.output.find("policy         lychee"), std::string::npos) << lychee.output;
   EXPECT_EQ(lychee.output.find("100.0% of full attention"), std::string::npos) << lychee.output;

@@ -71,8 +71,8 @@ class Lychee(Policy):
     heads: HeadsArg = None
     select: str = "topk"
     select_value: float = 0.0
-    sink: int = 0
-    recent: int = 0
+    sink: int = 64
+    recent: int = 256
 
     def settings(self):
         s = _lychee.PolicySettings()

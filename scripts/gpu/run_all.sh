@@ -615,7 +615,8 @@ PY
     # and length of SWEEP_LENGTHS: Full once, and per role file and selection unit of SWEEP_BLOCKS
     # (default 16) the policies of SWEEP_POLICIES (default lychee duo; DuoAttention, which has no
     # selection unit, with the first unit only) at budgets of length / d for d in SWEEP_DIVS
-    # (default 64 32 16); 8 tasks x 3 depths x SWEEP_SAMPLES (SWEEP_TASKS to narrow).
+    # (default 64 32 16); 8 tasks x 3 depths x SWEEP_SAMPLES (SWEEP_TASKS to narrow); forced sink /
+    # recent tokens SWEEP_SINK / SWEEP_RECENT (default 0 / 0: the committed grid's setting).
     # JSON per (run, length, seed) in $out/sweep/ (RUN_L<length>_s<seed>.json; RUN is the roles'
     # name, with _b<unit> for units other than 16), then the table (scripts/sweep_table.py).
     # SWEEP_DEVICE=cpu runs the same loop on the CPU (a dry run with small settings).
@@ -650,7 +651,7 @@ PY
         budgets=""; for d in ${SWEEP_DIVS:-64 32 16}; do budgets="$budgets $((len / d))"; done
         t0=$SECONDS
         common=(--device "$dev" --lengths "$len" --depths 0.1 0.5 0.9 --samples "${SWEEP_SAMPLES:-4}" --seed "$seed"
-                ${SWEEP_TASKS:+--tasks $SWEEP_TASKS})
+                --sink "${SWEEP_SINK:-0}" --recent "${SWEEP_RECENT:-0}" ${SWEEP_TASKS:+--tasks $SWEEP_TASKS})
         "$build/bin/lychee" eval "${common[@]}" --block-size 16 --policies full \
           --json "$out/sweep/base_L${len}_s$seed.json" > "$out/sweep/base_L${len}_s$seed.log" 2>&1 \
           || rc=$(failed $? "eval base L=$len seed $seed")
@@ -695,11 +696,12 @@ PY
           else rc=$(failed $? "eval $(basename "$f")"); fi
         }
         strat base --policies full
-        strat topk --policies lychee --budgets $((len / 32)) $((len / 16)) $((len / 8)) $((len / 4))
+        plain=(--sink 0 --recent 0)  # the plain strategies (LycheeDecode's default keeps 64 + 256 since this sweep)
+        strat topk --policies lychee "${plain[@]}" --budgets $((len / 32)) $((len / 16)) $((len / 8)) $((len / 4))
         strat topk_sink64_recent256 --policies lychee --sink 64 --recent 256 --budgets $((len / 16)) $((len / 8)) $((len / 4))
-        for v in 0.99 0.995 0.999; do strat "topp_$v" --policies lychee --select topp --select-value $v; done
-        for v in 1e-4 1e-5 1e-6; do strat "threshold_$v" --policies lychee --select threshold --select-value $v; done
-        for v in 0.1 0.2 0.3; do strat "ratio_$v" --policies lychee --select ratio --select-value $v; done
+        for v in 0.99 0.995 0.999; do strat "topp_$v" --policies lychee "${plain[@]}" --select topp --select-value $v; done
+        for v in 1e-4 1e-5 1e-6; do strat "threshold_$v" --policies lychee "${plain[@]}" --select threshold --select-value $v; done
+        for v in 0.1 0.2 0.3; do strat "ratio_$v" --policies lychee "${plain[@]}" --select ratio --select-value $v; done
         echo "seed $seed, length $len: $((SECONDS - t0)) s"
       done
     done

@@ -58,7 +58,10 @@ std::string PolicyOptions::label() const {
                             ? fmt::format("topk {}", select.budget)
                             : fmt::format("{} {}", select_strategy_name(select.strategy), select.value);
       std::string gran = block_size == 1 ? "token" : fmt::format("block {}", block_size);
-      return fmt::format("lychee {} {}", sel, gran);
+      std::string forced = select.sink > 0 || select.recent > 0
+                               ? fmt::format(" sink {} recent {}", select.sink, select.recent)
+                               : std::string();
+      return fmt::format("lychee {} {}{}", sel, gran, forced);
     }
     case PolicyKind::kTidal: return fmt::format("tidal topk {}", select.budget);
     case PolicyKind::kQuest: return fmt::format("quest topk {} page {}", select.budget, quest_page);

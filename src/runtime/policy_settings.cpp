@@ -11,8 +11,9 @@ PolicyOptions PolicySettings::options(const ModelConfig& c, PolicyKind kind) con
   o.select.strategy = parse_select_strategy(select);
   o.select.budget = budget;
   o.select.value = select_value;
-  o.select.sink = sink;
-  o.select.recent = recent;
+  const bool lychee = kind == PolicyKind::kLychee;
+  o.select.sink = sink >= 0 ? sink : lychee ? kLycheeDefaultSink : 0;
+  o.select.recent = recent >= 0 ? recent : lychee ? kLycheeDefaultRecent : 0;
   if (!heads.empty() && (kind == PolicyKind::kLychee || kind == PolicyKind::kDuo)) {
     o.roles = load_head_roles(heads, c);
     if (o.roles->model.contains("name") && o.roles->model["name"] != c.name)

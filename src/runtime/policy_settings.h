@@ -11,14 +11,20 @@
 
 namespace lychee {
 
+inline constexpr int kLycheeDefaultSink = 64;
+inline constexpr int kLycheeDefaultRecent = 256;
+
 struct PolicySettings {
   std::string policy = "full";
   int budget = 4096;
   int block_size = 16;
   std::string select = "topk";
   double select_value = 0.0;
-  int sink = 0;
-  int recent = 0;
+  // Tokens every selection keeps at the start and the end; -1: the policy's own default, which is
+  // 64 and 256 for LycheeDecode (issue 14's GPU strategy sweep: +7 points at 8K for the same bytes,
+  // docs/results/strategies_gpu) and 0 for TidalDecode and Quest (their published selections).
+  int sink = -1;
+  int recent = -1;
   std::string heads;  // head-role file (lychee, duo); "" = the stand-in
   std::vector<int> tidal_layers;
   int quest_page = 16;

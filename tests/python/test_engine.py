@@ -181,7 +181,8 @@ def test_every_head_retrieval_equals_full(engine, prompt_600):
 
 
 def test_sparse_policies_read_less(engine, prompt_600):
-    for policy in [Lychee(budget=128, block_size=16), Tidal(budget=128), Quest(budget=128), Duo(sink=16, recent=112)]:
+    for policy in [Lychee(budget=128, block_size=16, sink=0, recent=0), Tidal(budget=128), Quest(budget=128),
+                   Duo(sink=16, recent=112)]:
         got = engine.generate(prompt_600, max_tokens=6, ignore_eos=True, policy=policy)
         assert len(got.tokens) == 6
         assert 0 < got.kv_bytes_read < 0.8 * got.kv_bytes_dense, (policy, got.kv_bytes_read, got.kv_bytes_dense)
