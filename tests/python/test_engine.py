@@ -441,7 +441,9 @@ def test_memory_is_flat_over_many_calls(engine):
             engine.detokenize(engine.tokenize(PROMPT * 20))
         gc.collect()
 
-    calls(8)
+    # Warm-up as long as the measured window: on a 16-core machine the first rounds still grow the
+    # worker threads' allocator arenas (4.8 MiB over rounds 9-38 on the H100 machine's CPU engine).
+    calls(30)
     before = rss_bytes()
     calls(30)
     grown = rss_bytes() - before
