@@ -442,7 +442,8 @@ def test_memory_is_flat_over_many_calls(engine):
         gc.collect()
 
     # Warm-up as long as the measured window: on a 16-core machine the first rounds still grow the
-    # worker threads' allocator arenas (4.8 MiB over rounds 9-38 on the H100 machine's CPU engine).
+    # worker threads' allocator arenas (H100 machine, 16 threads, MiB per 30 rounds after the first
+    # 8: 4.7, 2.3, 1.3, 0.0, 0.2, 0.0, 0.0 — warm-up, not a leak; docs/results/gpu/python/rss_windows_h100.log).
     calls(30)
     before = rss_bytes()
     calls(30)
