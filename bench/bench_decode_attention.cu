@@ -6,9 +6,12 @@
 // reading every page and emitting their page scores (the fused scoring), all in one launch;
 // share 0 is plain dense attention. Prints a table (time, GB/s of the K+V bytes actually
 // touched, % of copy bandwidth, speedup over dense) and writes JSON with --json FILE.
+// --no-scores: the retrieval heads of mixed shares emit no page scores (what a per-head decode
+// without fused scoring, e.g. FlashInfer's, does), to time the scoring's share of a mixed launch.
 //
 //   bench_decode_attention [--json FILE] [--batches 1,2,4,8] [--contexts 16384,32768,65536,131072]
 //                          [--shares 0,4,5,6,7,8] [--sparse-frac 0.1] [--reps 100] [--warmup 20] [--tag TEXT]
+//                          [--no-scores]
 //
 // Timing: CUDA events around each call (both kernels), after warm-up; the median of --reps calls
 // (at least 50); each call also timed as a CUDA-graph replay (the production path). Input sets
@@ -75,6 +78,7 @@ struct Options {
   std::vector<int> shares = {0, 4, 5, 6, 7, 8};
   double sparse_frac = 0.1;
   int reps = 100, warmup = 20;
+  bool scores = true;  // retrieval heads of mixed shares emit their page scores (fused scoring)
 };
 
 struct Row {
@@ -151,7 +155,7 @@ Row bench_one(int batch, int context, int share, const Options& opt) {
   for (DecodeHeadWork& h : heads) {
     const int row = h.seq * kKvHeads + h.kv_head;
     if (h.kv_head < n_dense) {
-      if (share > 0) h.score = ScoreKind::kGroupChunk16;  // retrieval heads score their pages
+      if (share > 0 && opt.scores) h.score = ScoreKind::kGroupChunk16;  // retrieval heads score their pages
       continue;
     }
     h.kind = ListKind::kUnits;
@@ -263,6 +267,7 @@ int main(int argc, char** argv) {
     else if (a == "--contexts") opt.contexts = parse_list(next), ++i;
     else if (a == "--shares") opt.shares = parse_list(next), ++i;
     else if (a == "--sparse-frac") opt.sparse_frac = std::atof(next), ++i;
+    else if (a == "--no-scores") opt.scores = false;
     else if (a == "--reps") opt.reps = std::max(50, std::atoi(next)), ++i;
     else if (a == "--warmup") opt.warmup = std::max(1, std::atoi(next)), ++i;
     else {

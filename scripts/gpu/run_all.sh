@@ -30,6 +30,7 @@
 #   scripts/gpu/run_all.sh bench-prefill-split  short prefill chunks over long caches: cuDNN, fallback, split-KV
 #   scripts/gpu/run_all.sh bench-pdl        decode steps with and without PDL on the per-token kernels (A/B)
 #   scripts/gpu/run_all.sh sweep-strategies   issue 14: the four selection strategies with the paper's grid (GPU)
+#   scripts/gpu/run_all.sh bench-mixed      the hybrid kernel at mixed shares with and without fused page scores (A/B)
 #   scripts/gpu/run_all.sh sweep-eighth     issue 14: role files (trained here or committed) x selection units x budgets,
 #                                            LycheeDecode/DuoAttention vs Full over lengths and seeds (docs/results/sweep_gpu)
 #   scripts/gpu/run_all.sh bench-block      decode steps with LycheeDecode's selection unit at 16 and 64 tokens (A/B)
@@ -707,6 +708,21 @@ PY
     done
     python3 scripts/sweep_table.py "$out/strategies" --json "$out/strategies/table.json" | tee "$out/strategies/table.md"
     exit $rc ;;
+  bench-mixed)
+    # Issue 17: why FlashInfer's per-head decode is 2-19% faster at mixed shares (b1): the hybrid
+    # kernel with and without the retrieval heads' fused page scores (--no-scores: what a per-head
+    # decode without scoring does), alternated over two rounds, b1 and b8 at 32K and 128K.
+    rc=0
+    for round in 1 2; do
+      for sc in scores none; do
+        flag=""; [ "$sc" = none ] && flag=--no-scores
+        "$build/bin/bench_decode_attention" --batches 1,8 --contexts 32768,131072 --shares 0,4,6,8 $flag \
+          --tag "commit $commit, $sc" --json "$out/mixed_${sc}_$round.json" > "$out/mixed_${sc}_$round.log" 2>&1 \
+          || rc=$(failed $? "bench_decode_attention $sc")
+        echo "--- round $round, $sc"; grep -E "^\|" "$out/mixed_${sc}_$round.log" | tail -16
+      done
+    done
+    exit $rc ;;
   bench-pdl)
     # Programmatic dependent launch of the per-token kernels (commit 934e4ca): the same decode steps
     # with it and without (LYCHEE_NO_PDL=1), alternated, on the 8B shape (Full and LycheeDecode,
@@ -777,8 +793,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
