@@ -684,20 +684,20 @@ PY
     roles=docs/results/train/hardkuma/roles.json
     keep="$stage/strategies"; mkdir -p "$keep" "$out/strategies"
     rc=0
+    strat() {  # NAME ARGS...: one eval of the current seed and length (common), skipped when kept
+      local f="$keep/$1_L${len}_s$seed.json"; shift
+      if [ -f "$f" ]; then cp "$f" "$out/strategies/"; return; fi
+      if "$build/bin/lychee" eval "${common[@]}" "$@" --json "$f.tmp" > "$f.log" 2>&1; then
+        mv "$f.tmp" "$f" && cp "$f" "$out/strategies/"  # in $out at once: a stage cut short keeps what it ran
+      else rc=$(failed $? "eval $(basename "$f")"); fi
+    }
+    plain=(--sink 0 --recent 0)  # the plain strategies (LycheeDecode's default keeps 64 + 256 since this sweep)
     for seed in ${SWEEP_SEEDS:-0 1 2}; do
       for len in ${SWEEP_LENGTHS:-2048 4096 8000}; do
         t0=$SECONDS
         common=(--device cuda --lengths "$len" --depths 0.1 0.5 0.9 --samples "${SWEEP_SAMPLES:-4}" --seed "$seed"
                 --block-size 16 --heads "$roles")
-        strat() {  # NAME ARGS...
-          local f="$keep/$1_L${len}_s$seed.json"; shift
-          if [ -f "$f" ]; then cp "$f" "$out/strategies/"; return; fi
-          if "$build/bin/lychee" eval "${common[@]}" "$@" --json "$f.tmp" > "$f.log" 2>&1; then
-            mv "$f.tmp" "$f" && cp "$f" "$out/strategies/"  # in $out at once: a stage cut short keeps what it ran
-          else rc=$(failed $? "eval $(basename "$f")"); fi
-        }
         strat base --policies full
-        plain=(--sink 0 --recent 0)  # the plain strategies (LycheeDecode's default keeps 64 + 256 since this sweep)
         strat topk --policies lychee "${plain[@]}" --budgets $((len / 32)) $((len / 16)) $((len / 8)) $((len / 4))
         strat topk_sink64_recent256 --policies lychee --sink 64 --recent 256 --budgets $((len / 16)) $((len / 8)) $((len / 4))
         for v in 0.99 0.995 0.999; do strat "topp_$v" --policies lychee "${plain[@]}" --select topp --select-value $v; done
