@@ -1,11 +1,17 @@
-// FP8 (e4m3) weight GEMV benchmark: our fp8_gemv (cuda/kernels/fp8_gemv.h) against the engine's
-// cuBLASLt bf16 product (cuda::Gemm, tuned for decode sizes) and cuBLASLt's own FP8 matmul, at
-// Llama-3-8B's linear shapes and decode batches n = 1, 2, 4, 8, against a device-to-device copy
-// measured in the same run. The issue's target: FP8 decode products at >= 85% of copy bandwidth on
-// the bytes they move, at n = 1 and 8; cuBLASLt where it is best, ours where it is not.
+// Decode-product (GEMV) benchmark: our fp8_gemv (cuda/kernels/fp8_gemv.h) and bf16_gemv
+// (bf16_gemv.h) against the engine's cuBLASLt bf16 product (cuda::Gemm, tuned for decode sizes)
+// and cuBLASLt's own FP8 matmul, at Llama-3-8B's linear shapes (and the default 135M model's,
+// s_*) and decode batches n = 1, 2, 4, 8, against a device-to-device copy measured in the same
+// run. The issues' targets: FP8 decode products at >= 85% of copy bandwidth on the bytes they
+// move, at n = 1 and 8; cuBLASLt where it is best, ours where it is not (issue 16); the bf16 decode
+// products that bound a batch-1 step at its bandwidth (issue 17).
 //
-//   bench_fp8_gemv [--json FILE] [--quick] [--shapes qkv,o,gate_up,down,lm_head] [--batches 1,2,4,8]
-//                  [--kernels fp8,bf16,cublas_fp8] [--reps 30] [--calls 20] [--tag TEXT]
+//   bench_fp8_gemv [--json FILE] [--quick] [--shapes qkv,o,gate_up,down,lm_head,s_qkv,...] [--batches 1,2,4,8]
+//                  [--kernels fp8,bf16,cublas_fp8,gemv,gemv_norm] [--reps 30] [--calls 20] [--tag TEXT]
+// Kernels: fp8 (lychee_fp8), bf16 (cublaslt_bf16), cublas_fp8 (cublaslt_fp8), gemv (lychee_bf16:
+// bf16_gemv, plain), gemv_norm (lychee_bf16_norm: bf16_gemv with its RMSNorm prologue over f32 x,
+// the fused decode layers' QKV / gate-up form; timed, not checked here: tests/test_cuda_bf16_gemv.cpp
+// checks it).
 // LYCHEE_FP8_GEMV_TILES=1|2|4 (read by the kernel, once per process) forces its m16 tiles per block;
 // the JSON records the setting ("auto" without it). LYCHEE_COMMIT stamps the JSON. Exit status 1
 // when a checked product is wrong (FAIL lines on stderr), after the table and the JSON.
@@ -55,6 +61,7 @@
 #include "core/fp8.h"
 #include "cuda/common/common.h"
 #include "cuda/common/device_buffer.h"
+#include "cuda/kernels/bf16_gemv.h"
 #include "cuda/kernels/fp8_gemv.h"
 #include "cuda/kernels/gemm.h"
 
@@ -74,10 +81,13 @@ struct Shape {
   int k, m;      // y[n][m] = x[n][k] · w[m][k]ᵀ
   bool f32_out;  // the LM head's logits stay f32
 };
-// Llama-3-8B's linear layers: fused QKV, attention output, fused gate/up, down, LM head.
+// Llama-3-8B's linear layers: fused QKV, attention output, fused gate/up, down, LM head; then the
+// default model's (SmolLM2-135M: d 576, 9 + 2 x 3 heads of 64, MLP 1536, vocabulary 49152).
 constexpr Shape kShapes[] = {
-    {"qkv", 4096, 6144, false}, {"o", 4096, 4096, false}, {"gate_up", 4096, 28672, false},
-    {"down", 14336, 4096, false}, {"lm_head", 4096, 128256, true},
+    {"qkv", 4096, 6144, false},    {"o", 4096, 4096, false},       {"gate_up", 4096, 28672, false},
+    {"down", 14336, 4096, false},  {"lm_head", 4096, 128256, true}, {"s_qkv", 576, 960, false},
+    {"s_o", 576, 576, false},      {"s_gate_up", 576, 3072, false}, {"s_down", 1536, 576, false},
+    {"s_lm_head", 576, 49152, true},
 };
 
 constexpr double kTolerance = 1.0 / 128;        // 2^-7 of the row's max |ref|
@@ -175,6 +185,7 @@ struct Operands {
   DeviceBuffer<float> w_scale;   // [fp8_copies][m] f32
   DeviceBuffer<bf16> w16;        // [bf16_copies][m][k] bf16, code · scale exactly
   DeviceBuffer<bf16> x;          // [kFp8GemvMaxRows][k] bf16; n < 8 uses the first n rows
+  DeviceBuffer<float> x32, norm; // the same values as f32 rows, and RMSNorm weights [k] (gemv_norm)
   DeviceBuffer<uint8_t> x8;      // [kFp8GemvMaxRows][k] e4m3 codes of x / x_scale
   DeviceBuffer<float> x_scale;   // [kFp8GemvMaxRows] f32: the one per-tensor scale, repeated
   DeviceBuffer<bf16> y16;        // [kFp8GemvMaxRows][m] bf16
@@ -213,6 +224,11 @@ void upload_x(Operands& o, uint64_t seed) {
   LY_CUDA_CHECK(cudaMemcpy(o.x.data(), xb.data(), o.x.bytes(), cudaMemcpyHostToDevice));
   LY_CUDA_CHECK(cudaMemcpy(o.x8.data(), codes.data(), o.x8.bytes(), cudaMemcpyHostToDevice));
   LY_CUDA_CHECK(cudaMemcpy(o.x_scale.data(), scales.data(), o.x_scale.bytes(), cudaMemcpyHostToDevice));
+  o.x32 = DeviceBuffer<float>(nk);
+  LY_CUDA_CHECK(cudaMemcpy(o.x32.data(), xf.data(), o.x32.bytes(), cudaMemcpyHostToDevice));
+  const std::vector<float> ones(size_t(o.k), 1.0f);
+  o.norm = DeviceBuffer<float>(ones.size());
+  LY_CUDA_CHECK(cudaMemcpy(o.norm.data(), ones.data(), o.norm.bytes(), cudaMemcpyHostToDevice));
 }
 
 Operands make_operands(const Shape& s, size_t l2_bytes, uint64_t seed) {
@@ -531,6 +547,31 @@ Candidate cublas_bf16(Context& c, const Shape& s, Operands& o, int n) {
   return k;
 }
 
+// bf16_gemv (plain: y = x · wᵀ; norm: the RMSNorm prologue over the f32 rows, whose output is not
+// the plain product's and is timed only).
+Candidate ours_bf16(Context& c, const Shape& s, Operands& o, int n, bool norm) {
+  Candidate k;
+  k.kernel = norm ? "lychee_bf16_norm" : "lychee_bf16";
+  const char* st = std::getenv("LYCHEE_BF16_GEMV_STAGES");
+  k.note = std::string("stages ") + (st != nullptr ? st : "auto");
+  k.bytes = 2.0 * o.m * o.k + (norm ? 4.0 * n * o.k + 4.0 * o.k : 2.0 * n * o.k) + (s.f32_out ? 4.0 : 2.0) * n * o.m;
+  k.copies = o.bf16_copies;
+  if (norm) k.check = "none";
+  const bool f32 = s.f32_out;
+  k.call = [&c, &o, n, f32, norm](int copy) {
+    Bf16GemvArgs a;
+    a.x = norm ? static_cast<const void*>(o.x32.data()) : static_cast<const void*>(o.x.data());
+    a.norm = norm ? o.norm.data() : nullptr;
+    a.eps = norm ? 1e-5f : 0.0f;
+    a.w = o.w16_copy(copy);
+    a.out = f32 ? GemvOut::kF32 : GemvOut::kBf16;
+    a.y = f32 ? static_cast<void*>(o.y32.data()) : static_cast<void*>(o.y16.data());
+    a.n = n, a.k = o.k, a.m = o.m;
+    bf16_gemv(a, c.stream);
+  };
+  return k;
+}
+
 Candidate cublas_fp8(Context& c, const Shape& s, Operands& o, int n) {
   Candidate k;
   k.kernel = "cublaslt_fp8";
@@ -585,8 +626,11 @@ double rel_error(const Operands& o, int n, bool f32_out, std::string& worst) {
 }
 
 Row bench_kernel(Context& c, const Shape& s, Operands& o, int n, const std::string& which, int& failures) {
-  const Candidate k = which == "fp8" ? ours(c, s, o, n) : which == "bf16" ? cublas_bf16(c, s, o, n)
-                                                                          : cublas_fp8(c, s, o, n);
+  const Candidate k = which == "fp8"         ? ours(c, s, o, n)
+                      : which == "bf16"      ? cublas_bf16(c, s, o, n)
+                      : which == "gemv"      ? ours_bf16(c, s, o, n, false)
+                      : which == "gemv_norm" ? ours_bf16(c, s, o, n, true)
+                                             : cublas_fp8(c, s, o, n);
   Row r;
   r.shape = s.name, r.kernel = k.kernel, r.out = s.f32_out ? "f32" : "bf16", r.note = k.note;
   r.k = s.k, r.m = s.m, r.n = n, r.bytes = k.bytes;
@@ -730,9 +774,10 @@ std::string parse(int argc, char** argv, Options& opt) {
   }
   for (const std::string& s : opt.shapes)
     if (std::none_of(std::begin(kShapes), std::end(kShapes), [&](const Shape& k) { return s == k.name; }))
-      return "unknown shape '" + s + "' (qkv, o, gate_up, down, lm_head)";
+      return "unknown shape '" + s + "' (qkv, o, gate_up, down, lm_head, s_qkv, s_o, s_gate_up, s_down, s_lm_head)";
   for (const std::string& k : opt.kernels)
-    if (k != "fp8" && k != "bf16" && k != "cublas_fp8") return "unknown kernel '" + k + "' (fp8, bf16, cublas_fp8)";
+    if (k != "fp8" && k != "bf16" && k != "cublas_fp8" && k != "gemv" && k != "gemv_norm")
+      return "unknown kernel '" + k + "' (fp8, bf16, cublas_fp8, gemv, gemv_norm)";
   for (int n : opt.batches)
     if (n < 1 || n > kFp8GemvMaxRows) return "batch " + std::to_string(n) + " out of 1..8";
   return "";
@@ -751,7 +796,8 @@ std::vector<Row> bench_shapes(Context& c, int& failures) {
         try {
           rows.push_back(bench_kernel(c, s, o, n, k, failures));
         } catch (const std::exception& e) {  // recorded; a sticky CUDA error fails the next ones too
-          const std::string label = k == "fp8" ? "lychee_fp8" : k == "bf16" ? "cublaslt_bf16" : "cublaslt_fp8";
+          const std::string label = k == "fp8" ? "lychee_fp8" : k == "bf16" ? "cublaslt_bf16" : k == "gemv" ? "lychee_bf16"
+                                    : k == "gemv_norm" ? "lychee_bf16_norm" : "cublaslt_fp8";
           std::fprintf(stderr, "FAIL %s n=%d %s: %s\n", s.name, n, label.c_str(), e.what());
           ++failures;
           Row r;

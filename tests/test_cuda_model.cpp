@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 #include <set>
@@ -212,6 +213,74 @@ TEST_P(CudaTinyParity, LogitsWithinBf16Tolerance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, CudaTinyParity,
+                         ::testing::Values("llama_tied_f32", "llama31_untied_bf16_sharded", "llama_bias_f16",
+                                           "qwen2_untied_f16", "qwen3_tied_bf16", "mistral_f32"),
+                         [](const auto& info) { return info.param; });
+
+// The fused decode layers (RunnerOptions::fused_decode_max_rows: the RMSNorms, residual adds,
+// output/down biases and SwiGLU folded into the bf16 GEMV; cuda/kernels/bf16_gemv.h) against the
+// unfused path (cuBLASLt products, add_rmsnorm, silu_mul) on every tiny checkpoint (biases, q/k
+// norms, tied embeddings, f32/f16 files): three sequences decoded 6 steps in batches of 3 and of 1,
+// every row's logits within the bf16 tolerance of the unfused run's, and the last step's logits of
+// each sequence within it of the CPU reference. The fused runner says it fuses; the other not.
+class CudaFusedDecode : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaFusedDecode, MatchesTheUnfusedLayersAndTheCpu) {
+  LY_REQUIRE_GPU();
+  if (std::getenv("LYCHEE_FUSED_DECODE_ROWS") != nullptr || std::getenv("LYCHEE_BF16_GEMV_ROWS") != nullptr)
+    GTEST_SKIP() << "LYCHEE_FUSED_DECODE_ROWS / LYCHEE_BF16_GEMV_ROWS set: this test compares the options' own paths";
+  cuda::RunnerOptions fo;
+  fo.kv_memory_gib = 0.05;
+  fo.page_size = 16;
+  fo.max_batch = 3;
+  cuda::RunnerOptions uo = fo;
+  uo.fused_decode_max_rows = 0;
+  uo.bf16_gemv_max_rows = 0;
+  Pair p(test::golden_dir() + "/models/" + GetParam(), fo);
+  cuda::GpuRunner unfused(cuda::upload_weights(p.ck), uo);
+  ASSERT_EQ(p.runner.fused_decode_rows(), fo.fused_decode_max_rows) << "the fused layers do not take this model";
+  ASSERT_EQ(unfused.fused_decode_rows(), 0);
+  const int vocab = p.ck.config().vocab_size;
+  std::vector<std::vector<int32_t>> ids(3);
+  std::vector<cuda::GpuSeq> a(3), b(3);
+  const int lens[] = {12, 21, 33};
+  for (size_t s = 0; s < 3; ++s) {
+    for (int i = 0; i < lens[s]; ++i) ids[s].push_back(int32_t((size_t(i) * 29 + s * 13 + 5) % size_t(vocab)));
+    p.runner.prefill(a[s], ids[s]);
+    unfused.prefill(b[s], ids[s]);
+  }
+  std::vector<float> got(static_cast<size_t>(vocab)), want(static_cast<size_t>(vocab));
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<size_t> rows = step % 2 == 0 ? std::vector<size_t>{0, 1, 2} : std::vector<size_t>{1};
+    std::vector<cuda::GpuSeq*> pa, pb;
+    std::vector<int32_t> toks;
+    for (size_t s : rows) {
+      pa.push_back(&a[s]);
+      pb.push_back(&b[s]);
+      toks.push_back(int32_t((size_t(step) * 53 + s * 7 + 3) % size_t(vocab)));
+      ids[s].push_back(toks.back());
+    }
+    p.runner.decode(pa, toks);
+    unfused.decode(pb, toks);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      p.runner.copy_logits(int(r), got);
+      unfused.copy_logits(int(r), want);
+      EXPECT_LT(rel_error(got, want), test::kBf16LogitsTol)
+          << GetParam() << ": step " << step << ", sequence " << rows[r] << " (batch " << rows.size() << ")";
+    }
+  }
+  for (size_t s = 0; s < 3; ++s) {  // one more step of every sequence alone, against the CPU
+    std::vector<cuda::GpuSeq*> one = {&a[s]};
+    const int32_t t = int32_t((s * 11 + 1) % size_t(vocab));
+    ids[s].push_back(t);
+    p.runner.decode(one, std::vector<int32_t>{t});
+    p.runner.copy_logits(0, got);
+    EXPECT_LT(rel_error(got, cpu_last_logits(p.cpu_model, ids[s])), test::kBf16LogitsTol)
+        << GetParam() << ": sequence " << s << " against the CPU after " << ids[s].size() << " tokens";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, CudaFusedDecode,
                          ::testing::Values("llama_tied_f32", "llama31_untied_bf16_sharded", "llama_bias_f16",
                                            "qwen2_untied_f16", "qwen3_tied_bf16", "mistral_f32"),
                          [](const auto& info) { return info.param; });

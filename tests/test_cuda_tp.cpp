@@ -77,8 +77,12 @@ Model llama8b_two_layers() {
   return m;
 }
 
+// The plain runner's decode steps take the unfused layers here, as every sharded runner does
+// (the fused decode layers need one GPU and no NCCL: RunnerOptions::fused_decode_max_rows), so
+// the comparisons below are of the sharding alone.
 cuda::RunnerOptions options() {
   cuda::RunnerOptions o;
+  o.fused_decode_max_rows = 0;
   o.page_size = 16;
   o.max_batch = 2;
   o.max_context = 1024;

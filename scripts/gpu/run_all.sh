@@ -31,6 +31,10 @@
 #   scripts/gpu/run_all.sh bench-pdl        decode steps with and without PDL on the per-token kernels (A/B)
 #   scripts/gpu/run_all.sh sweep-strategies   issue 14: the four selection strategies with the paper's grid (GPU)
 #   scripts/gpu/run_all.sh bench-mixed      the hybrid kernel at mixed shares with and without fused page scores (A/B)
+#   scripts/gpu/run_all.sh bench-gemv       the bf16 GEMV (plain and with its RMSNorm prologue) vs cuBLASLt bf16,
+#                                            8B and default-model shapes, n = 1..8; its weight staging A/B
+#   scripts/gpu/run_all.sh bench-fused      decode steps: cuBLASLt + separate kernels vs the bf16 GEMV vs the fused
+#                                            decode layers (A/B/C), 8B shape b1/b4 and the default model
 #   scripts/gpu/run_all.sh sweep-eighth     issue 14: role files (trained here or committed) x selection units x budgets,
 #                                            LycheeDecode/DuoAttention vs Full over lengths and seeds (docs/results/sweep_gpu)
 #   scripts/gpu/run_all.sh bench-block      decode steps with LycheeDecode's selection unit at 16 and 64 tokens (A/B)
@@ -723,6 +727,52 @@ PY
       done
     done
     exit $rc ;;
+  bench-gemv)
+    # Issue 17's decode products: our bf16 GEMV (plain, and with the fused decode layers' RMSNorm
+    # prologue) against the engine's cuBLASLt bf16 product, at the 8B and default-model shapes,
+    # n = 1, 2, 4, 8, each with the copy bandwidth of the same run; the ring staging forced on and
+    # off for the A/B of its automatic choice.
+    rc=0
+    shapes=qkv,o,gate_up,down,lm_head,s_qkv,s_o,s_gate_up,s_down,s_lm_head
+    "$build/bin/bench_fp8_gemv" --kernels bf16,gemv,gemv_norm --shapes $shapes --batches 1,2,4,8 \
+      --tag "commit $commit" --json "$out/gemv.json" > "$out/gemv.log" 2>&1 || rc=$(failed $? "bench_fp8_gemv bf16")
+    grep -E "^\|" "$out/gemv.log" | head -90
+    for st in 0 2; do
+      LYCHEE_BF16_GEMV_STAGES=$st "$build/bin/bench_fp8_gemv" --kernels gemv --shapes qkv,o,gate_up,down,lm_head \
+        --batches 1,8 --quick --tag "commit $commit, stages $st" --json "$out/gemv_stages$st.json" \
+        > "$out/gemv_stages$st.log" 2>&1 || rc=$(failed $? "bench_fp8_gemv stages $st")
+      echo "--- stages $st"; grep -E "^\| [a-z_]+ \|" "$out/gemv_stages$st.log"
+    done
+    exit $rc ;;
+  bench-fused)
+    # Issue 17: the decode step with the bf16 GEMV and the fused decode layers (norms, residual
+    # adds, SwiGLU folded into the products) against cuBLASLt and the separate kernels
+    # (LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0), and the GEMV alone (fusion off),
+    # alternated over two rounds: the 8B shape (Full and LycheeDecode, batch 1 at 32K and 128K with
+    # the CUPTI trace, batch 4 at 32K), and the default model (lychee bench, batch 1).
+    link_model
+    rc=0
+    for round in 1 2; do
+      for mode in old gemv fused; do
+        case $mode in
+          old) export LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0 ;;
+          gemv) export LYCHEE_BF16_GEMV_ROWS=8 LYCHEE_FUSED_DECODE_ROWS=0 ;;
+          fused) unset LYCHEE_BF16_GEMV_ROWS LYCHEE_FUSED_DECODE_ROWS ;;
+        esac
+        echo "--- round $round, $mode"
+        bench_e2e_to "e2e_${mode}_$round" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \
+          || rc=$(failed $? "bench_e2e $mode")
+        bench_e2e_to "e2e_${mode}_b4_$round" --contexts 32768 --batches 4 --policies full,lychee \
+          || rc=$(failed $? "bench_e2e $mode batch 4")
+        grep -hE "^ +[14] +[0-9]|busy" "$out/e2e_${mode}_$round.log" "$out/e2e_${mode}_b4_$round.log"
+        if [ -f "$model" ]; then
+          "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 256 \
+            --json "$out/model_${mode}_$round.json" 2>&1 | grep -iE "decode|tok/s" | head -3
+        fi
+      done
+    done
+    unset LYCHEE_BF16_GEMV_ROWS LYCHEE_FUSED_DECODE_ROWS
+    exit $rc ;;
   bench-pdl)
     # Programmatic dependent launch of the per-token kernels (commit 934e4ca): the same decode steps
     # with it and without (LYCHEE_NO_PDL=1), alternated, on the 8B shape (Full and LycheeDecode,
@@ -793,8 +843,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))

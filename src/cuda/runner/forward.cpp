@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "attention/tp_assign.h"
+#include "cuda/kernels/bf16_gemv.h"
 #include "cuda/kernels/decode_attention.h"
 #include "cuda/kernels/fp8_gemv.h"
 #include "cuda/kernels/kernels.h"
@@ -91,6 +92,8 @@ void fp8_row_groups(int n, F&& f) {
 }  // namespace
 
 void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
+  if (!w.fp8() && n <= o.bf16_gemv_max_rows && bf16_gemv_fits(x, w.values, n, w.cols))
+    return fused_product(w, x, nullptr, GemvOut::kBf16, y, nullptr, n);
   if (!w.fp8()) return gemm->bf16_out(x, w.values, y, n, w.cols, w.rows);
   if (o.fp8_gemv && fp8_gemv_launches(n) > 0) {
     fp8_row_groups(n, [&](int i, int rows) {
@@ -105,6 +108,22 @@ void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
   }
   dequantize_e4m3(w.codes, w.scales, dequant.data(), w.rows, w.cols, stream);
   gemm->bf16_out(x, dequant.data(), y, n, w.cols, w.rows);
+}
+
+void Shard::fused_product(const GpuMatrix& w, const void* x, const float* norm, GemvOut out, void* y,
+                          const float* bias, int n) {
+  Bf16GemvArgs a;
+  a.x = x;
+  a.norm = norm;
+  a.eps = norm != nullptr ? c.rms_eps : 0.0f;
+  a.w = w.values;
+  a.out = out;
+  a.y = y;
+  a.bias = bias;
+  a.n = n;
+  a.k = w.cols;
+  a.m = w.rows;
+  bf16_gemv(a, stream);
 }
 
 // The phases of a forward pass on this shard. A decode step first applies the step's
@@ -125,13 +144,17 @@ void Shard::forward_begin(int n, bool decode) {
                   o.max_batch * max_pages, stream);
   forked = false;
   embed(meta_dev<int32_t>(meta.tokens), w->embed, x.data(), n, c.d_model, stream);
+  if (fused) return;  // the first QKV product normalises x itself
   add_rmsnorm(x.data(), nullptr, nullptr, w->layers[0].attn_norm, h.data(), n, c.d_model, c.rms_eps, stream);
 }
 
 void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int max_kv_len) {
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
-  linear(L.wqkv, h.data(), qkv.data(), n);
+  if (fused)
+    fused_product(L.wqkv, x.data(), L.attn_norm, GemvOut::kBf16, qkv.data(), nullptr, n);
+  else
+    linear(L.wqkv, h.data(), qkv.data(), n);
   QkvArgs qa{qkv.data(), L.bqkv, L.q_norm, L.k_norm, c.rms_eps, meta_dev<int32_t>(meta.positions),
              meta_dev<int32_t>(meta.kv_page), meta_dev<int32_t>(meta.kv_row), w->inv_freq, q.data(),
              pool->k(l), pool->v(l), n, c.n_heads, c.n_kv_heads, c.head_dim, o.page_size};
@@ -148,12 +171,20 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
     select_after(l, batch, side);
     forked = true;
   }
-  linear(L.wo, att.data(), o_buf.data(), n);
+  if (fused)  // x += att · woᵀ + bo
+    fused_product(L.wo, att.data(), nullptr, GemvOut::kAddF32, x.data(), L.bo, n);
+  else
+    linear(L.wo, att.data(), o_buf.data(), n);
 }
 
 void Shard::mlp_block(int l, int n) {
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
+  if (fused) {  // act = SwiGLU(norm(x) · w_gate_upᵀ + b_gate_up); x += act · w_downᵀ + b_down
+    fused_product(L.w_gate_up, x.data(), L.ffn_norm, GemvOut::kSwiGlu, act.data(), L.b_gate_up, n);
+    fused_product(L.w_down, act.data(), nullptr, GemvOut::kAddF32, x.data(), L.b_down, n);
+    return;
+  }
   add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, c.d_model, c.rms_eps, stream);
   linear(L.w_gate_up, h.data(), gu.data(), n);
   silu_mul(gu.data(), L.b_gate_up, act.data(), n, c.d_ff, stream);
@@ -162,6 +193,7 @@ void Shard::mlp_block(int l, int n) {
 
 void Shard::residual(int l, int n) {
   use();
+  if (fused) return;  // the down product added its output to x
   const GpuLayerWeights& L = w->layers[size_t(l)];
   const float* next_norm = l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
   add_rmsnorm(x.data(), o_buf.data(), L.b_down, next_norm, h.data(), n, c.d_model, c.rms_eps, stream);
@@ -174,6 +206,9 @@ void Shard::forward_end(int n, bool decode, bool logits_wanted) {
   if (!logits_wanted) return;
   const int d = c.d_model;
   const int rows = decode ? n : 1;
+  if (fused)  // the last norm in the LM head's prologue
+    return fused_product(GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, d}, x.data() + size_t(n - rows) * d,
+                         w->out_norm, GemvOut::kF32, logits.data(), nullptr, rows);
   const bf16* last = h.data() + size_t(n - rows) * d;
   if (w->output8.fp8() && o.fp8_gemv && fp8_gemv_launches(rows) > 0) {
     fp8_row_groups(rows, [&](int i, int k) {
@@ -190,6 +225,9 @@ void Shard::forward_end(int n, bool decode, bool logits_wanted) {
 // over the ranks by an in-place NCCL all-reduce before the residual add, so x stays the same on
 // every rank. Biases of the output and down products are added once, after the sum.
 void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_kv_len) {
+  // The fused decode layers: one GPU (the residual adds sit where the all-reduces would go).
+  const bool fused = decode && n <= fused_rows();
+  for (auto& s : shards) s->fused = fused;
   for (auto& s : shards) s->forward_begin(n, decode);
   for (int l = 0; l < c.n_layers; ++l) {
     for (auto& s : shards) s->attention_block(l, n, decode, batch, q_len, max_kv_len);

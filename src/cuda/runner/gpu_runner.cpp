@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -132,6 +134,15 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
     act8_scales = DeviceBuffer<float>(mt);
   }
   logits = DeviceBuffer<float>(rank == 0 ? size_t(o.max_batch) * c.vocab_size : 0);
+  {  // the fused decode layers' requirements (bf16_gemv.h): bf16 matrices, 16-byte aligned operands
+    const auto aligned = [](const void* p) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    fusable = w->format() == GpuWeightFormat::kBf16 && !w->output8.fp8() && c.d_model % 8 == 0 &&
+              c.q_dim() % 8 == 0 && c.d_ff % 8 == 0 && aligned(w->output) && aligned(w->out_norm) && aligned(x.data()) &&
+              aligned(act.data());
+    for (const GpuLayerWeights& L : w->layers)
+      fusable = fusable && aligned(L.wqkv.values) && aligned(L.wo.values) && aligned(L.w_gate_up.values) &&
+                aligned(L.w_down.values) && aligned(L.attn_norm) && aligned(L.ffn_norm);
+  }
   partial_o = DeviceBuffer<float>(size_t(max_slots) * c.group_size() * c.head_dim);
   partial_lse = DeviceBuffer<float>(size_t(max_slots) * c.group_size());
   sampled = DeviceBuffer<int32_t>(size_t(o.max_batch));
@@ -165,6 +176,18 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
   LY_CHECK(opt.max_batch >= 1 && opt.max_prefill_tokens >= 1, ErrorCode::kInvalidArgument,
            "max_batch and max_prefill_tokens must be >= 1");
   c = weights[0]->full_config();
+  // Lab knobs for A/B runs of the bf16 GEMV and the fused decode layers (RunnerOptions).
+  const auto rows_from_env = [](const char* name, int& field) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == 0) return;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    LY_CHECK(*end == 0 && r >= 0 && r <= kBf16GemvMaxRows, ErrorCode::kInvalidArgument, "{}={}: expected 0 to {}", name, v,
+             kBf16GemvMaxRows);
+    field = int(r);
+  };
+  rows_from_env("LYCHEE_BF16_GEMV_ROWS", o.bf16_gemv_max_rows);
+  rows_from_env("LYCHEE_FUSED_DECODE_ROWS", o.fused_decode_max_rows);
   row_table_id.assign(size_t(opt.max_batch), 0);
   row_synced.assign(size_t(opt.max_batch), 0);
   const int n = int(weights.size());
@@ -295,6 +318,12 @@ const ModelConfig& GpuRunner::config() const { return impl_->c; }
 const RunnerOptions& GpuRunner::options() const { return impl_->o; }
 int GpuRunner::max_context() const { return impl_->shards[0]->max_context; }
 int GpuRunner::tensor_parallel() const { return impl_->size(); }
+
+int GpuRunner::fused_decode_rows() const { return impl_->fused_rows(); }
+
+int GpuRunner::Impl::fused_rows() const {
+  return size() == 1 && !comm && !o.tp_one_device && shards[0]->fusable ? o.fused_decode_max_rows : 0;
+}
 
 TpStats GpuRunner::tp_stats() const {
   const Impl& m = *impl_;

@@ -60,6 +60,16 @@ struct RunnerOptions {
   // of every input row) and speed are measured; LYCHEE_FP8_PREFILL_GEMM=1 turns it on for the
   // engine (lab knob for that A/B).
   bool fp8_prefill_gemm = false;
+  // bf16 weights: products of up to this many rows (decode steps, short prefill chunks) through
+  // the engine's bf16 GEMV (cuda/kernels/bf16_gemv.h) instead of cuBLASLt; 0: cuBLASLt always.
+  // LYCHEE_BF16_GEMV_ROWS=<0..8> in the environment replaces it (lab A/B).
+  int bf16_gemv_max_rows = 8;
+  // bf16 weights, one GPU: decode steps of up to this many rows run each layer as four products
+  // with the per-token work folded in (bf16_gemv.h): the RMSNorms in the QKV, gate/up and LM-head
+  // products' prologues, the residual adds (and output/down biases) in the output and down
+  // products' epilogues, SwiGLU in the gate/up product's; no add_rmsnorm or silu_mul kernels.
+  // 0: the unfused path. LYCHEE_FUSED_DECODE_ROWS=<0..8> replaces it (lab A/B).
+  int fused_decode_max_rows = 8;
   // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
   // nothing), so the tensor-parallel path is tested on one GPU.
   bool nccl = false;
@@ -200,6 +210,10 @@ class GpuRunner {
   int n_pages() const;
 
   int tensor_parallel() const;
+  // The most rows a decode step runs through the fused decode layers (RunnerOptions::
+  // fused_decode_max_rows after the environment's override), or 0 where this runner cannot: FP8
+  // weights, a product width not a multiple of 8, tensor parallelism (or NCCL at one rank).
+  int fused_decode_rows() const;
   TpStats tp_stats() const;
   // One decode step run eagerly (no graph) with each layer's attention timed on every rank (CUDA
   // events around the layer's selection-before and attention kernels): [rank][layer] ms. As

@@ -14,6 +14,7 @@
 #include "cuda/common/common.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/common/nccl_comm.h"
+#include "cuda/kernels/bf16_gemv.h"
 #include "cuda/kernels/gemm.h"
 #include "cuda/kernels/prefill_attention.h"
 #include "cuda/runner/gpu_runner.h"
@@ -176,6 +177,11 @@ struct Shard {
   DeviceBuffer<unsigned long long> token_reads;
 
   bool forked = false;       // selections queued on the side stream and not yet joined
+  // RunnerOptions::fused_decode_max_rows: whether this shard's weights allow the fused decode
+  // layers (bf16, every product's input width a multiple of 8), and whether the forward pass
+  // being recorded uses them (set by GpuRunner::Impl::forward).
+  bool fusable = false;
+  bool fused = false;
   cudaEvent_t reduce_event = nullptr;  // RunnerOptions::tp_one_device: this rank's o_buf is ready
   // Attention timing (GpuRunner::profile_decode): events around each layer's attention.
   std::vector<cudaEvent_t> attn_events;  // [2 n_layers] when profiling, else empty
@@ -213,6 +219,10 @@ struct Shard {
   void forward_end(int n, bool decode, bool logits);
   void join();
   void linear(const GpuMatrix& w, const bf16* x, bf16* y, int n);  // y[n][w.rows] = x[n][w.cols] · wᵀ
+  // The fused decode layers' products (bf16_gemv.h): x bf16, or the f32 residual rows normalised
+  // by `norm` (RMSNorm with the model's epsilon) when norm is set.
+  void fused_product(const GpuMatrix& w, const void* x, const float* norm, GemvOut out, void* y, const float* bias,
+                     int n);
   void attention(int layer, bool decode, int batch, int q_len, int max_kv_len);
   void decode_attention_layer(int layer, int batch);
   void select_before(int layer, int batch);
@@ -248,6 +258,7 @@ struct GpuRunner::Impl {
   std::vector<cudaStream_t> streams() const;
   // n tokens through every layer on every shard, o_buf all-reduced after each attention and MLP.
   void forward(int n, bool decode, int batch, int q_len, int max_kv_len);
+  int fused_rows() const;  // GpuRunner::fused_decode_rows
   void all_reduce(int n);
   void one_device_sum(int n);  // RunnerOptions::tp_one_device's all-reduce
   // The split LM head: every rank's vocabulary rows for the last `rows` rows of h, gathered into

@@ -1,0 +1,367 @@
+// bf16 weight GEMV for decode steps with a fused RMSNorm prologue and residual / SwiGLU epilogues
+// (bf16_gemv.h), Hopper (sm_90a). The FP8 GEMV's design (fp8_gemv.cu) with bf16 weights.
+//
+// Bytes: the 2 m k weight bytes, read once per call (QKV of Llama-3-8B: 50 MB, 16.8 µs at 3 TB/s),
+// plus y and x: every block reads all of x through L1 and L2 (2 n k bytes, or 4 n k twice and the
+// 4 k norm weights with the norm: the prologue's sums of squares, then the main loop).
+//
+// Why tensor cores at batch 1: one mma.sync m16n8k16 (bf16 in, f32 accumulate) multiplies 16 rows
+// x 16 k of weights by all 8 columns of x (the batch is the mma's N; rows >= n are zeros), so the
+// issue cost per weight is 1/128 of an mma whatever n is, and no conversion is needed: the weights
+// go from the load to the mma as they are.
+//
+// Layout. A block is 8 warps and R m16 tiles of rows (R = 1; 2 for SwiGLU, whose tiles are 16 gate
+// rows and the 16 up rows of the same outputs, so the epilogue has both); every warp multiplies
+// all the block's rows over its own part of k, and the 8 partial sums are added through shared
+// memory at the end, in warp order. k is cut into chunks of 32: lane (g, t) = (lane / 4, lane % 4)
+// loads weights [8 t, 8 t + 8) of the chunk for rows g and g + 8 of each tile (uint4, streamed past
+// L1) and x row g at the same 8 positions (one uint4 of bf16, or two of f32 normalised on the fly).
+// k is a sum, so a position may take any mma slot as long as A and B agree: of the lane's 8, pairs
+// (0, 1), (2, 3) are slots (2t, 2t + 1), (2t + 8, 2t + 9) of the first mma, pairs (4, 5), (6, 7) of
+// the second — each 32-bit word of the loads is an mma register as it stands. Chunks go to warps in
+// slabs of 4 (warp w: slabs w, w + 8, ...), so a row's sum runs in the same order for every m, n
+// and R. A warp takes 4 / R chunks per step (8 weight uint4 per lane, 4 KiB per warp); the first
+// step's weights are loaded before griddepcontrol.wait (PDL), while the previous kernel drains.
+//
+// Staging (S): 0 keeps one step ahead in registers; 2 keeps a shared-memory ring of 2 steps per warp
+// filled by cp.async, which at ~70 registers fits three blocks per SM: the FP8 GEMV's H200 sweep
+// found the ring faster wherever the grid takes more than one wave of two blocks per SM, and the
+// registers faster within one wave (fp8_gemv.cu); the same rule here, A/B-able with
+// LYCHEE_BF16_GEMV_STAGES=0|2.
+//
+// The norm (x f32): after griddepcontrol.wait every block sums the squares of its x rows (all 8
+// warps over all of k, in add_rmsnorm's order), so r_i is the same in every block and the same as
+// add_rmsnorm's, then normalises x as the main loop loads it, with add_rmsnorm's expression: the
+// product's inputs are the bits the unfused path would have written to h (k <= 8192).
+#include "cuda/kernels/bf16_gemv.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "cuda/common/launch.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/reduce.cuh"
+
+namespace lychee::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kChunk = 32;  // k positions per chunk: 4 lanes x 8 weights of a row
+constexpr int kSlab = 4;    // chunks per slab; slab s belongs to warp s % kWarps
+
+// 8 weights, read once: not allocated in L1 (x lives there); L2 fetches the aligned 256 bytes.
+__device__ __forceinline__ uint4 load_weights8(const bf16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// 16 bytes global -> shared past L1 with 256-byte L2 fetches; src_bytes = 0 writes zeros. The
+// "memory" clobber keeps this lane's shared reads of the slot on their side of the refill.
+__device__ __forceinline__ void cp_async_weights(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+// The first row of tile r of block b; SwiGLU: gate rows [16 b, 16 b + 16) (r = 0) and the up rows
+// of the same outputs (r = 1).
+template <int R, GemvOut OUT>
+__device__ __forceinline__ int tile_row(int r, int b, int m) {
+  if constexpr (OUT == GemvOut::kSwiGlu) return r * (m / 2) + 16 * b;
+  return (b * R + r) * 16;
+}
+
+// Whether row rr (< 16) of tile r of block b exists.
+template <int R, GemvOut OUT>
+__device__ __forceinline__ bool row_in(int r, int rr, int b, int m) {
+  if constexpr (OUT == GemvOut::kSwiGlu) return 16 * b + rr < m / 2;
+  return tile_row<R, OUT>(r, b, m) + rr < m;
+}
+
+template <int R>
+struct Step {
+  static constexpr int kChunks = 4 / R;
+  uint4 w[kChunks][R][2];  // [chunk][tile][rows g, g + 8] weights [8 t, 8 t + 8) of the chunk
+};
+template <int R>
+struct StepX {
+  uint4 x[Step<R>::kChunks];  // [chunk] x' row g at the same positions, bf16
+};
+
+// The weight a lane (g, t) loads for (chunk c + p, tile r, half h), or null past m and k (k is a
+// multiple of 8, so a lane's 8 are all in or all out).
+template <int R, GemvOut OUT>
+__device__ __forceinline__ const bf16* weight_ptr(const Bf16GemvArgs& a, int b, int c, int p, int r, int h, int g,
+                                                  int t) {
+  const int col = (c + p) * kChunk + 8 * t, rr = 8 * h + g;
+  if (col >= a.k || !row_in<R, OUT>(r, rr, b, a.m)) return nullptr;
+  return a.w + size_t(tile_row<R, OUT>(r, b, a.m) + rr) * size_t(a.k) + col;
+}
+
+template <int R, GemvOut OUT>
+__device__ __forceinline__ void load_weights(Step<R>& s, const Bf16GemvArgs& a, int b, int c, int g, int t) {
+#pragma unroll
+  for (int p = 0; p < Step<R>::kChunks; ++p)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bf16* src = weight_ptr<R, OUT>(a, b, c, p, r, h, g, t);
+        s.w[p][r][h] = src != nullptr ? load_weights8(src) : make_uint4(0, 0, 0, 0);
+      }
+}
+
+// x' row g at the lane's positions of the step's chunks; zeros for rows >= n. Plain loads (not the
+// read-only path): under PDL the previous kernel may still be writing x when this grid starts, and
+// griddepcontrol.wait orders plain loads after its writes. The norm weights are constant: __ldg.
+template <int R, bool NORM>
+__device__ __forceinline__ void load_x(StepX<R>& s, const Bf16GemvArgs& a, int c, int g, int t, float r_g) {
+#pragma unroll
+  for (int p = 0; p < Step<R>::kChunks; ++p) {
+    const int col = (c + p) * kChunk + 8 * t;
+    const bool in = g < a.n && col < a.k;
+    if (!in) {
+      s.x[p] = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    const size_t at = size_t(g) * size_t(a.k) + size_t(col);
+    if constexpr (!NORM) {
+      s.x[p] = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.x) + at);
+    } else {
+      const float4* xv = reinterpret_cast<const float4*>(static_cast<const float*>(a.x) + at);
+      const float4* nv = reinterpret_cast<const float4*>(a.norm + col);
+      const float4 v0 = xv[0], v1 = xv[1], w0 = __ldg(nv), w1 = __ldg(nv + 1);
+      // add_rmsnorm's expression: bf16(w · (x · r)).
+      s.x[p] = make_uint4(ptx::pack_bf16x2(w0.x * (v0.x * r_g), w0.y * (v0.y * r_g)),
+                          ptx::pack_bf16x2(w0.z * (v0.z * r_g), w0.w * (v0.w * r_g)),
+                          ptx::pack_bf16x2(w1.x * (v1.x * r_g), w1.y * (v1.y * r_g)),
+                          ptx::pack_bf16x2(w1.z * (v1.z * r_g), w1.w * (v1.w * r_g)));
+    }
+  }
+}
+
+template <int R>
+__device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, const StepX<R>& xs) {
+#pragma unroll
+  for (int p = 0; p < Step<R>::kChunks; ++p)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint4 &lo = s.w[p][r][0], &hi = s.w[p][r][1];  // rows g and g + 8
+      ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, xs.x[p].x, xs.x[p].y);
+      ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, xs.x[p].z, xs.x[p].w);
+    }
+}
+
+// r_i = rsqrt(Σ_t x[i][t]² / k + eps) for the block's x rows in add_rmsnorm's order (its 256-thread
+// kernel, k <= 8192: each thread's float4s at stride 256, the warp butterfly, then warp 0's
+// butterfly over the 8 warp sums; reduce.cuh), so the same r and the same x' bits. Lane g's row.
+__device__ __forceinline__ float norm_factor(const Bf16GemvArgs& a, float (&red)[kWarps][kBf16GemvMaxRows],
+                                             float (&rs)[kBf16GemvMaxRows], int lane, int warp, int g) {
+  const float* x = static_cast<const float*>(a.x);
+  const int k4 = a.k / 4;
+  for (int i = 0; i < a.n; ++i) {
+    const float4* row = reinterpret_cast<const float4*>(x + size_t(i) * size_t(a.k));
+    float ss = 0.0f;
+    for (int v = int(threadIdx.x); v < k4; v += kThreads) {
+      const float4 q = row[v];
+      ss += q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) red[warp][i] = ss;
+  }
+  __syncthreads();
+  if (warp == 0)
+    for (int i = 0; i < a.n; ++i) {
+      const float s = warp_sum(lane < kWarps ? red[lane][i] : 0.0f);
+      if (lane == 0) rs[i] = rsqrtf(s / float(a.k) + a.eps);
+    }
+  __syncthreads();
+  return g < a.n ? rs[g] : 0.0f;
+}
+
+__device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + __expf(-gate)) * up; }
+
+// The block's 8 partial sums of each (x row, tile row) added in warp order, then the epilogue.
+template <int R, GemvOut OUT>
+__device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxRows][16 * R + 4],
+                                             const float (&acc)[R][4], const Bf16GemvArgs& a, int b, int warp,
+                                             int g, int t) {
+  constexpr int kRows = 16 * R;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {  // accumulators: (row g, x rows 2t, 2t + 1), then row g + 8
+    part[warp][2 * t][16 * r + g] = acc[r][0];
+    part[warp][2 * t + 1][16 * r + g] = acc[r][1];
+    part[warp][2 * t][16 * r + g + 8] = acc[r][2];
+    part[warp][2 * t + 1][16 * r + g + 8] = acc[r][3];
+  }
+  __syncthreads();
+  const auto sum = [&](int i, int rr) {
+    float s = part[0][i][rr];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) s += part[w][i][rr];
+    return s;
+  };
+  if constexpr (OUT == GemvOut::kSwiGlu) {
+    const int f = a.m / 2;
+    for (int o = int(threadIdx.x); o < a.n * 16; o += kThreads) {
+      const int i = o / 16, j = 16 * b + o % 16;
+      if (j >= f) continue;
+      float gate = sum(i, o % 16), up = sum(i, 16 + o % 16);
+      if (a.bias != nullptr) gate += a.bias[j], up += a.bias[f + j];
+      static_cast<bf16*>(a.y)[size_t(i) * f + j] = __float2bfloat16_rn(silu_times(gate, up));
+    }
+  } else {
+    for (int o = int(threadIdx.x); o < a.n * kRows; o += kThreads) {
+      const int i = o / kRows, row = b * kRows + o % kRows;
+      if (row >= a.m) continue;
+      const float s = sum(i, o % kRows);
+      const size_t at = size_t(i) * size_t(a.m) + size_t(row);
+      if constexpr (OUT == GemvOut::kBf16) {
+        static_cast<bf16*>(a.y)[at] = __float2bfloat16_rn(s);
+      } else if constexpr (OUT == GemvOut::kF32) {
+        static_cast<float*>(a.y)[at] = s;
+      } else {  // kAddF32: add_rmsnorm's order, (x + delta) + bias
+        float* y = static_cast<float*>(a.y) + at;
+        float v = *y + s;
+        if (a.bias != nullptr) v += a.bias[row];
+        *y = v;
+      }
+    }
+  }
+}
+
+// The warp's i-th chunk: slabs warp, warp + kWarps, ... of kSlab chunks each.
+__device__ __forceinline__ int chunk_of(int warp, int i) { return (warp + kWarps * (i / kSlab)) * kSlab + i % kSlab; }
+
+// S = 0: the weights one step ahead in registers. S >= 2: a shared-memory ring of S steps per warp
+// (dynamic shared memory, bf16_gemv_ring_bytes), each lane copying, waiting for and reading only its
+// own 16-byte slots, so no barrier is needed and the sums are the register kernel's, bit for bit.
+template <int R, int S, bool NORM, GemvOut OUT>
+__global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(const Bf16GemvArgs a) {
+  constexpr int kStep = Step<R>::kChunks, kSlots = kStep * R * 2;  // uint4 per lane and step
+  __shared__ float part[kWarps][kBf16GemvMaxRows][16 * R + 4];      // +4: the 4 lanes t on different banks
+  __shared__ float red[kWarps][kBf16GemvMaxRows], rs[kBf16GemvMaxRows];
+  extern __shared__ uint4 ring[];  // S >= 2: [warp][stage][slot][lane]
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
+  const int b = int(blockIdx.x);
+  const int n_chunks = (a.k + kChunk - 1) / kChunk;
+  uint4* const mine = ring + size_t(warp) * S * kSlots * 32 + lane;
+  const auto issue = [&](int step) {  // S >= 2: the warp's step `step` into its stage
+    const uint32_t base = ptx::smem_u32(mine + (step % (S > 0 ? S : 1)) * kSlots * 32);
+    const int c = chunk_of(warp, step * kStep);
+#pragma unroll
+    for (int p = 0; p < kStep; ++p)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const bf16* src = weight_ptr<R, OUT>(a, b, c, p, r, h, g, t);
+          cp_async_weights(base + uint32_t(((p * R + r) * 2 + h) * 32 * 16), src != nullptr ? src : a.w,
+                           src != nullptr ? 16 : 0);
+        }
+    ptx::cp_async_commit();
+  };
+
+  float acc[R][4] = {};
+  Step<R> cur;
+  if constexpr (S == 0) {
+    load_weights<R, OUT>(cur, a, b, chunk_of(warp, 0), g, t);  // earlier kernels do not write w
+  } else {
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) issue(s);
+  }
+  ptx::grid_dependency_wait();  // but they write x (and y, for the residual add)
+  float r_g = 0.0f;
+  if constexpr (NORM) r_g = norm_factor(a, red, rs, lane, warp, g);
+  ptx::grid_launch_dependents();
+  for (int step = 0; chunk_of(warp, step * kStep) < n_chunks; ++step) {
+    StepX<R> xs;
+    load_x<R, NORM>(xs, a, chunk_of(warp, step * kStep), g, t, r_g);
+    if constexpr (S == 0) {
+      Step<R> next;
+      load_weights<R, OUT>(next, a, b, chunk_of(warp, (step + 1) * kStep), g, t);  // in flight during the mma
+      mma_step(acc, cur, xs);
+      cur = next;
+    } else {
+      issue(step + S - 1);  // past the end: zeros, no reads
+      ptx::cp_async_wait<S - 1>();
+      const uint4* slot = mine + (step % S) * kSlots * 32;
+#pragma unroll
+      for (int p = 0; p < kStep; ++p)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) cur.w[p][r][h] = slot[((p * R + r) * 2 + h) * 32];
+      mma_step(acc, cur, xs);
+    }
+  }
+  if constexpr (S > 0) ptx::cp_async_wait<0>();  // no copy may land in the next block's shared memory
+  reduce_store<R, OUT>(part, acc, a, b, warp, g, t);
+}
+
+constexpr int ring_bytes(int stages) { return stages * kWarps * 32 * 8 * 16; }
+
+// LYCHEE_BF16_GEMV_STAGES=0 or 2 in the environment overrides the automatic choice (lab A/B; both
+// give the same bits); anything else, or nothing: automatic.
+int env_stages() {
+  const char* v = std::getenv("LYCHEE_BF16_GEMV_STAGES");
+  if (v == nullptr) return -1;
+  const std::string s(v);
+  return s == "0" ? 0 : s == "2" ? 2 : -1;
+}
+
+template <int R, int S, bool NORM, GemvOut OUT>
+void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
+  constexpr size_t kRing = S > 0 ? size_t(ring_bytes(S)) : 0;
+  if constexpr (S > 0) {
+    static uint64_t attribute_set = 0;  // more than 48 KiB of dynamic shared memory needs it, per device
+    if (first_on_device(attribute_set))
+      LY_CUDA_CHECK(cudaFuncSetAttribute(bf16_gemv_kernel<R, S, NORM, OUT>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)));
+  }
+  launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT>, grid, kThreads, kRing, stream, a);
+}
+
+template <int R, bool NORM, GemvOut OUT>
+void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
+  static const int forced = env_stages();
+  const int rows = OUT == GemvOut::kSwiGlu ? a.m / 2 : a.m;
+  const int per_block = OUT == GemvOut::kSwiGlu ? 16 : 16 * R;
+  const int grid = (rows + per_block - 1) / per_block;
+  const int stages = a.stages >= 0 ? a.stages : forced >= 0 ? forced : grid > 2 * device_info().sm_count ? 2 : 0;
+  if (stages == 2)
+    launch_kernel<R, 2, NORM, OUT>(a, grid, stream);
+  else
+    launch_kernel<R, 0, NORM, OUT>(a, grid, stream);
+}
+
+template <bool NORM>
+void launch_out(const Bf16GemvArgs& a, cudaStream_t stream) {
+  switch (a.out) {
+    case GemvOut::kBf16: launch_staging<1, NORM, GemvOut::kBf16>(a, stream); break;
+    case GemvOut::kF32: launch_staging<1, NORM, GemvOut::kF32>(a, stream); break;
+    case GemvOut::kAddF32: launch_staging<1, NORM, GemvOut::kAddF32>(a, stream); break;
+    case GemvOut::kSwiGlu: launch_staging<2, NORM, GemvOut::kSwiGlu>(a, stream); break;
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+void launch_bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream) {
+  if (a.norm != nullptr)
+    launch_out<true>(a, stream);
+  else
+    launch_out<false>(a, stream);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace detail
+}  // namespace lychee::cuda

@@ -1,0 +1,68 @@
+// bf16 weight matrix-vector products for decode steps, with the neighbouring per-token work folded
+// in so that a batch-1 layer is a few kernels instead of a dozen:
+//   s[i][j] = Σ_t w[j][t] · x'[i][t]                     (i < n <= 8, j < m, t < k)
+// where x' is x itself (bf16 rows) or, with a norm, the RMS-normalised f32 rows of the residual
+// stream: x'[i][t] = bf16(norm[t] · (x[i][t] · r_i)), r_i = rsqrt(Σ_t x[i][t]² / k + eps) — the
+// very values add_rmsnorm (kernels.h) writes, computed inside the product instead of by a kernel
+// of their own. And s goes out as:
+//   kBf16    y[i][j] = bf16(s)                                     (y bf16 [n][m])
+//   kF32     y[i][j] = s                                           (y f32 [n][m]: logits)
+//   kAddF32  y[i][j] = (y[i][j] + s) + bias[j]                     (y f32 [n][m]: the residual add)
+//   kSwiGlu  y[i][j] = bf16(silu(s_j + bias[j]) · (s_{f+j} + bias[f + j])), j < f = m / 2
+//            (w's rows: f gate rows, then f up rows, as the runner's fused gate/up matrix; y bf16 [n][f])
+// bias f32, may be null. The sums are f32 (bf16 products are exact in f32) in an order that depends
+// only on k: each output's bits are the same whatever m, n or the other rows are, and two calls
+// give the same bits. What changes against the unfused kernels (cuBLASLt + add_rmsnorm + silu_mul):
+// the summation order, and the product's result reaches the residual add and SwiGLU unrounded
+// (they rounded it to bf16 first) — closer to the f32 reference, not bit-equal to the old path.
+//
+// The weights are read once per call at close to copy bandwidth (design and byte count in
+// bf16_gemv.cu). Capturable in CUDA graphs: no host synchronisation, no allocation. Launched with
+// programmatic dependent launch: the first weights are read before the previous kernel in the
+// stream has finished (everything else after it), so w, norm and bias must not be written by a
+// kernel that may still run (they are weights: written at load time). y must not overlap x.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/common.h"
+
+namespace lychee::cuda {
+
+// The largest n (rows of x) the kernel takes: the 8 columns of one mma.sync tile.
+constexpr int kBf16GemvMaxRows = 8;
+
+enum class GemvOut { kBf16, kF32, kAddF32, kSwiGlu };
+
+struct Bf16GemvArgs {
+  const void* x = nullptr;      // [n][k]: bf16, or f32 when norm is set
+  const float* norm = nullptr;  // [k] RMSNorm weights, or null (x is bf16 and used as it is)
+  float eps = 0.0f;             // RMSNorm epsilon (with norm)
+  const bf16* w = nullptr;      // [m][k] row-major
+  GemvOut out = GemvOut::kBf16;
+  void* y = nullptr;            // see the top: bf16 [n][m], f32 [n][m], or bf16 [n][m / 2]
+  const float* bias = nullptr;  // kAddF32: [m]; kSwiGlu: [m] (gate, then up); else ignored
+  int n = 0, k = 0, m = 0;
+  // Weight staging (bf16_gemv.cu): -1 the automatic choice (or LYCHEE_BF16_GEMV_STAGES), 0 one step
+  // ahead in registers, 2 a shared-memory ring of two steps. Every setting gives the same bits.
+  int stages = -1;
+};
+
+// The checks bf16_gemv runs before launching (no GPU needed, so tests can call them):
+// kInvalidArgument for n < 1, k < 1, m < 1, a null x, w or y (or norm-less eps), x or w not
+// 16-byte aligned, an odd m for kSwiGlu, stages not -1, 0 or 2; kUnsupported for n > 8 (split the batch, or use the
+// GEMM) and k not a multiple of 8 (w's rows must stay 16-byte aligned).
+void check_bf16_gemv_args(const Bf16GemvArgs& a);
+
+// Whether a product of this shape and these pointers passes the checks (the runner's fallback to
+// cuBLASLt where it does not). Pure.
+bool bf16_gemv_fits(const void* x, const bf16* w, int n, int k);
+
+// Asynchronous on stream.
+void bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream);
+
+namespace detail {
+void launch_bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream);  // bf16_gemv.cu, unchecked
+}  // namespace detail
+
+}  // namespace lychee::cuda

@@ -1,0 +1,46 @@
+// The checked entry point of the bf16 matrix-vector kernel (bf16_gemv.h): host code, because its
+// errors are formatted by fmt (core/error.h), which nvcc does not compile.
+#include <cstdint>
+
+#include "core/error.h"
+#include "cuda/kernels/bf16_gemv.h"
+
+namespace lychee::cuda {
+
+namespace {
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+}  // namespace
+
+void check_bf16_gemv_args(const Bf16GemvArgs& a) {
+  LY_CHECK(a.n >= 1, ErrorCode::kInvalidArgument, "bf16_gemv: n = {} rows of x; expected at least 1", a.n);
+  LY_CHECK(a.n <= kBf16GemvMaxRows, ErrorCode::kUnsupported,
+           "bf16_gemv: n = {} rows of x; the kernel takes 1 to {} (decode batches)", a.n, kBf16GemvMaxRows);
+  LY_CHECK(a.k >= 1 && a.m >= 1, ErrorCode::kInvalidArgument, "bf16_gemv: k = {}, m = {}; expected both >= 1", a.k,
+           a.m);
+  LY_CHECK(a.k % 8 == 0, ErrorCode::kUnsupported,
+           "bf16_gemv: k = {} is not a multiple of 8 (the weight rows must be 16-byte aligned)", a.k);
+  LY_CHECK(a.x != nullptr && a.w != nullptr && a.y != nullptr, ErrorCode::kInvalidArgument,
+           "bf16_gemv: null pointer (x {}, w {}, y {})", a.x, static_cast<const void*>(a.w), a.y);
+  LY_CHECK(aligned16(a.x) && aligned16(a.w), ErrorCode::kInvalidArgument,
+           "bf16_gemv: x ({}) and w ({}) must be 16-byte aligned", a.x, static_cast<const void*>(a.w));
+  LY_CHECK(a.norm == nullptr || aligned16(a.norm), ErrorCode::kInvalidArgument,
+           "bf16_gemv: the norm weights ({}) must be 16-byte aligned", static_cast<const void*>(a.norm));
+  LY_CHECK(a.norm != nullptr || a.eps == 0.0f, ErrorCode::kInvalidArgument,
+           "bf16_gemv: eps = {} without norm weights (a norm was meant: pass them)", a.eps);
+  LY_CHECK(a.out != GemvOut::kSwiGlu || a.m % 2 == 0, ErrorCode::kInvalidArgument,
+           "bf16_gemv: SwiGLU output over m = {} rows; expected an even count (gate rows, then up rows)", a.m);
+  LY_CHECK(a.stages == -1 || a.stages == 0 || a.stages == 2, ErrorCode::kInvalidArgument,
+           "bf16_gemv: stages = {} (-1 for the automatic choice, 0 or 2)", a.stages);
+}
+
+bool bf16_gemv_fits(const void* x, const bf16* w, int n, int k) {
+  return n >= 1 && n <= kBf16GemvMaxRows && k >= 8 && k % 8 == 0 && x != nullptr && w != nullptr && aligned16(x) &&
+         aligned16(w);
+}
+
+void bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream) {
+  check_bf16_gemv_args(a);
+  detail::launch_bf16_gemv(a, stream);
+}
+
+}  // namespace lychee::cuda
