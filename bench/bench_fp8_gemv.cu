@@ -9,7 +9,7 @@
 //   bench_fp8_gemv [--json FILE] [--quick] [--shapes qkv,o,gate_up,down,lm_head,s_qkv,...] [--batches 1,2,4,8]
 //                  [--kernels fp8,bf16,cublas_fp8,gemv,gemv_norm] [--reps 30] [--calls 20] [--tag TEXT]
 // Kernels: fp8 (lychee_fp8), bf16 (cublaslt_bf16), cublas_fp8 (cublaslt_fp8), gemv (lychee_bf16:
-// bf16_gemv, plain), gemv_norm (lychee_bf16_norm: bf16_gemv with its RMSNorm prologue over f32 x,
+// bf16_gemv, plain), gemv_norm (lychee_bf16_norm: bf16_gemv with its fused RMSNorm over f32 x,
 // the fused decode layers' QKV / gate-up form; timed, not checked here: tests/test_cuda_bf16_gemv.cpp
 // checks it).
 // LYCHEE_FP8_GEMV_TILES=1|2|4 (read by the kernel, once per process) forces its m16 tiles per block;
@@ -547,7 +547,7 @@ Candidate cublas_bf16(Context& c, const Shape& s, Operands& o, int n) {
   return k;
 }
 
-// bf16_gemv (plain: y = x · wᵀ; norm: the RMSNorm prologue over the f32 rows, whose output is not
+// bf16_gemv (plain: y = x · wᵀ; norm: the fused RMSNorm over the f32 rows, whose output is not
 // the plain product's and is timed only).
 Candidate ours_bf16(Context& c, const Shape& s, Operands& o, int n, bool norm) {
   Candidate k;

@@ -31,7 +31,7 @@
 #   scripts/gpu/run_all.sh bench-pdl        decode steps with and without PDL on the per-token kernels (A/B)
 #   scripts/gpu/run_all.sh sweep-strategies   issue 14: the four selection strategies with the paper's grid (GPU)
 #   scripts/gpu/run_all.sh bench-mixed      the hybrid kernel at mixed shares with and without fused page scores (A/B)
-#   scripts/gpu/run_all.sh bench-gemv       the bf16 GEMV (plain and with its RMSNorm prologue) vs cuBLASLt bf16,
+#   scripts/gpu/run_all.sh bench-gemv       the bf16 GEMV (plain and with its fused RMSNorm) vs cuBLASLt bf16,
 #                                            8B and default-model shapes, n = 1..8; its weight staging A/B
 #   scripts/gpu/run_all.sh bench-fused      decode steps: cuBLASLt + separate kernels vs the bf16 GEMV vs the fused
 #                                            decode layers (A/B/C), 8B shape b1/b4 and the default model
@@ -728,8 +728,8 @@ PY
     done
     exit $rc ;;
   bench-gemv)
-    # Issue 17's decode products: our bf16 GEMV (plain, and with the fused decode layers' RMSNorm
-    # prologue) against the engine's cuBLASLt bf16 product, at the 8B and default-model shapes,
+    # Issue 17's decode products: our bf16 GEMV (plain, and with the fused decode layers' RMSNorm)
+    # against the engine's cuBLASLt bf16 product, at the 8B and default-model shapes,
     # n = 1, 2, 4, 8, each with the copy bandwidth of the same run; the ring staging forced on and
     # off for the A/B of its automatic choice.
     rc=0
@@ -771,7 +771,21 @@ PY
         fi
       done
     done
-    unset LYCHEE_BF16_GEMV_ROWS LYCHEE_FUSED_DECODE_ROWS
+    # Without PDL the trace's kernel times are the kernels' own (with it a kernel's blocks wait on
+    # the previous one's inside its span): one round per mode, Full and LycheeDecode at 128K.
+    export LYCHEE_NO_PDL=1
+    for mode in old gemv fused; do
+      case $mode in
+        old) export LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0 ;;
+        gemv) export LYCHEE_BF16_GEMV_ROWS=8 LYCHEE_FUSED_DECODE_ROWS=0 ;;
+        fused) unset LYCHEE_BF16_GEMV_ROWS LYCHEE_FUSED_DECODE_ROWS ;;
+      esac
+      echo "--- no PDL, $mode"
+      bench_e2e_to "e2e_nopdl_${mode}" --contexts 131072 --batches 1 --policies full,lychee --trace \
+        || rc=$(failed $? "bench_e2e no PDL $mode")
+      grep -hE "^ +1 +[0-9]|busy" "$out/e2e_nopdl_${mode}.log"
+    done
+    unset LYCHEE_BF16_GEMV_ROWS LYCHEE_FUSED_DECODE_ROWS LYCHEE_NO_PDL
     exit $rc ;;
   bench-pdl)
     # Programmatic dependent launch of the per-token kernels (commit 934e4ca): the same decode steps

@@ -1,9 +1,9 @@
-// bf16 weight GEMV for decode steps with a fused RMSNorm prologue and residual / SwiGLU epilogues
+// bf16 weight GEMV for decode steps with a fused RMSNorm and residual-add / SwiGLU epilogues
 // (bf16_gemv.h), Hopper (sm_90a). The FP8 GEMV's design (fp8_gemv.cu) with bf16 weights.
 //
 // Bytes: the 2 m k weight bytes, read once per call (QKV of Llama-3-8B: 50 MB, 16.8 µs at 3 TB/s),
-// plus y and x: every block reads all of x through L1 and L2 (2 n k bytes, or 4 n k twice and the
-// 4 k norm weights with the norm: the prologue's sums of squares, then the main loop).
+// plus y and x: every block reads all of x through L1 and L2 (2 n k bytes; with the norm 4 n k and
+// the 4 k norm weights).
 //
 // Why tensor cores at batch 1: one mma.sync m16n8k16 (bf16 in, f32 accumulate) multiplies 16 rows
 // x 16 k of weights by all 8 columns of x (the batch is the mma's N; rows >= n are zeros), so the
@@ -29,10 +29,12 @@
 // registers faster within one wave (fp8_gemv.cu); the same rule here, A/B-able with
 // LYCHEE_BF16_GEMV_STAGES=0|2.
 //
-// The norm (x f32): after griddepcontrol.wait every block sums the squares of its x rows (all 8
-// warps over all of k, in add_rmsnorm's order), so r_i is the same in every block and the same as
-// add_rmsnorm's, then normalises x as the main loop loads it, with add_rmsnorm's expression: the
-// product's inputs are the bits the unfused path would have written to h (k <= 8192).
+// The norm (x f32): RMSNorm(x)·w = r · Σ_t w[j][t]·(norm[t]·x[t]), so the main loop multiplies by
+// bf16(norm[t]·x[t]) and sums the squares of the same x values as it loads them (the 8 warps of a
+// block load all of k: every block sees all of x, in the same order), and r scales the finished
+// sums. A first version normalised x before the loop (add_rmsnorm's exact inputs) and paid a pass
+// over x and a barrier before the first product in every block: +5 µs on the 8B QKV, +15 µs on
+// gate/up at n = 1 (H100, docs/results/gpu/decode_step/fused/).
 #include "cuda/kernels/bf16_gemv.h"
 
 #include <cuda_bf16.h>
@@ -43,7 +45,6 @@
 
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
-#include "cuda/common/reduce.cuh"
 
 namespace lychee::cuda {
 namespace {
@@ -121,7 +122,7 @@ __device__ __forceinline__ void load_weights(Step<R>& s, const Bf16GemvArgs& a, 
 // read-only path): under PDL the previous kernel may still be writing x when this grid starts, and
 // griddepcontrol.wait orders plain loads after its writes. The norm weights are constant: __ldg.
 template <int R, bool NORM>
-__device__ __forceinline__ void load_x(StepX<R>& s, const Bf16GemvArgs& a, int c, int g, int t, float r_g) {
+__device__ __forceinline__ void load_x(StepX<R>& s, const Bf16GemvArgs& a, int c, int g, int t, float& ss) {
 #pragma unroll
   for (int p = 0; p < Step<R>::kChunks; ++p) {
     const int col = (c + p) * kChunk + 8 * t;
@@ -137,11 +138,10 @@ __device__ __forceinline__ void load_x(StepX<R>& s, const Bf16GemvArgs& a, int c
       const float4* xv = reinterpret_cast<const float4*>(static_cast<const float*>(a.x) + at);
       const float4* nv = reinterpret_cast<const float4*>(a.norm + col);
       const float4 v0 = xv[0], v1 = xv[1], w0 = __ldg(nv), w1 = __ldg(nv + 1);
-      // add_rmsnorm's expression: bf16(w · (x · r)).
-      s.x[p] = make_uint4(ptx::pack_bf16x2(w0.x * (v0.x * r_g), w0.y * (v0.y * r_g)),
-                          ptx::pack_bf16x2(w0.z * (v0.z * r_g), w0.w * (v0.w * r_g)),
-                          ptx::pack_bf16x2(w1.x * (v1.x * r_g), w1.y * (v1.y * r_g)),
-                          ptx::pack_bf16x2(w1.z * (v1.z * r_g), w1.w * (v1.w * r_g)));
+      ss += v0.x * v0.x + v0.y * v0.y + v0.z * v0.z + v0.w * v0.w;
+      ss += v1.x * v1.x + v1.y * v1.y + v1.z * v1.z + v1.w * v1.w;
+      s.x[p] = make_uint4(ptx::pack_bf16x2(w0.x * v0.x, w0.y * v0.y), ptx::pack_bf16x2(w0.z * v0.z, w0.w * v0.w),
+                          ptx::pack_bf16x2(w1.x * v1.x, w1.y * v1.y), ptx::pack_bf16x2(w1.z * v1.z, w1.w * v1.w));
     }
   }
 }
@@ -158,41 +158,22 @@ __device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, c
     }
 }
 
-// r_i = rsqrt(Σ_t x[i][t]² / k + eps) for the block's x rows in add_rmsnorm's order (its 256-thread
-// kernel, k <= 8192: each thread's float4s at stride 256, the warp butterfly, then warp 0's
-// butterfly over the 8 warp sums; reduce.cuh), so the same r and the same x' bits. Lane g's row.
-__device__ __forceinline__ float norm_factor(const Bf16GemvArgs& a, float (&red)[kWarps][kBf16GemvMaxRows],
-                                             float (&rs)[kBf16GemvMaxRows], int lane, int warp, int g) {
-  const float* x = static_cast<const float*>(a.x);
-  const int k4 = a.k / 4;
-  for (int i = 0; i < a.n; ++i) {
-    const float4* row = reinterpret_cast<const float4*>(x + size_t(i) * size_t(a.k));
-    float ss = 0.0f;
-    for (int v = int(threadIdx.x); v < k4; v += kThreads) {
-      const float4 q = row[v];
-      ss += q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w;
-    }
-    ss = warp_sum(ss);
-    if (lane == 0) red[warp][i] = ss;
-  }
-  __syncthreads();
-  if (warp == 0)
-    for (int i = 0; i < a.n; ++i) {
-      const float s = warp_sum(lane < kWarps ? red[lane][i] : 0.0f);
-      if (lane == 0) rs[i] = rsqrtf(s / float(a.k) + a.eps);
-    }
-  __syncthreads();
-  return g < a.n ? rs[g] : 0.0f;
-}
-
 __device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + __expf(-gate)) * up; }
 
 // The block's 8 partial sums of each (x row, tile row) added in warp order, then the epilogue.
-template <int R, GemvOut OUT>
+// With the norm, ss is the lane's sum of squares of its x row's values; the rows' factors r_i come
+// from the whole block's (the 4 lanes of a row by butterfly, then the warps in order) and scale
+// the sums before the epilogue.
+template <int R, bool NORM, GemvOut OUT>
 __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxRows][16 * R + 4],
-                                             const float (&acc)[R][4], const Bf16GemvArgs& a, int b, int warp,
-                                             int g, int t) {
+                                             float (&red)[kWarps][kBf16GemvMaxRows], const float (&acc)[R][4],
+                                             float ss, const Bf16GemvArgs& a, int b, int warp, int g, int t) {
   constexpr int kRows = 16 * R;
+  if constexpr (NORM) {
+    ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 1);
+    ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 2);
+    if (t == 0) red[warp][g] = ss;
+  }
 #pragma unroll
   for (int r = 0; r < R; ++r) {  // accumulators: (row g, x rows 2t, 2t + 1), then row g + 8
     part[warp][2 * t][16 * r + g] = acc[r][0];
@@ -205,6 +186,12 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
     float s = part[0][i][rr];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) s += part[w][i][rr];
+    if constexpr (NORM) {
+      float q = red[0][i];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) q += red[w][i];
+      s *= rsqrtf(q / float(a.k) + a.eps);
+    }
     return s;
   };
   if constexpr (OUT == GemvOut::kSwiGlu) {
@@ -246,7 +233,7 @@ template <int R, int S, bool NORM, GemvOut OUT>
 __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(const Bf16GemvArgs a) {
   constexpr int kStep = Step<R>::kChunks, kSlots = kStep * R * 2;  // uint4 per lane and step
   __shared__ float part[kWarps][kBf16GemvMaxRows][16 * R + 4];      // +4: the 4 lanes t on different banks
-  __shared__ float red[kWarps][kBf16GemvMaxRows], rs[kBf16GemvMaxRows];
+  __shared__ float red[kWarps][kBf16GemvMaxRows];  // with the norm: each warp's sums of squares per x row
   extern __shared__ uint4 ring[];  // S >= 2: [warp][stage][slot][lane]
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
   const int b = int(blockIdx.x);
@@ -277,12 +264,11 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
     for (int s = 0; s < S - 1; ++s) issue(s);
   }
   ptx::grid_dependency_wait();  // but they write x (and y, for the residual add)
-  float r_g = 0.0f;
-  if constexpr (NORM) r_g = norm_factor(a, red, rs, lane, warp, g);
   ptx::grid_launch_dependents();
+  float ss = 0.0f;  // with the norm: Σ x² over the lane's positions of its x row
   for (int step = 0; chunk_of(warp, step * kStep) < n_chunks; ++step) {
     StepX<R> xs;
-    load_x<R, NORM>(xs, a, chunk_of(warp, step * kStep), g, t, r_g);
+    load_x<R, NORM>(xs, a, chunk_of(warp, step * kStep), g, t, ss);
     if constexpr (S == 0) {
       Step<R> next;
       load_weights<R, OUT>(next, a, b, chunk_of(warp, (step + 1) * kStep), g, t);  // in flight during the mma
@@ -302,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
     }
   }
   if constexpr (S > 0) ptx::cp_async_wait<0>();  // no copy may land in the next block's shared memory
-  reduce_store<R, OUT>(part, acc, a, b, warp, g, t);
+  reduce_store<R, NORM, OUT>(part, red, acc, ss, a, b, warp, g, t);
 }
 
 constexpr int ring_bytes(int stages) { return stages * kWarps * 32 * 8 * 16; }

@@ -2,9 +2,10 @@
 // in so that a batch-1 layer is a few kernels instead of a dozen:
 //   s[i][j] = Σ_t w[j][t] · x'[i][t]                     (i < n <= 8, j < m, t < k)
 // where x' is x itself (bf16 rows) or, with a norm, the RMS-normalised f32 rows of the residual
-// stream: x'[i][t] = bf16(norm[t] · (x[i][t] · r_i)), r_i = rsqrt(Σ_t x[i][t]² / k + eps) — the
-// very values add_rmsnorm (kernels.h) writes, computed inside the product instead of by a kernel
-// of their own. And s goes out as:
+// stream, x'[i][t] = norm[t] · x[i][t] · r_i, r_i = rsqrt(Σ_t x[i][t]² / k + eps) — add_rmsnorm
+// (kernels.h) computed inside the product instead of by a kernel of its own: the product takes
+// bf16(norm[t] · x[i][t]) and multiplies the f32 sum by r_i (one rounding per input, as
+// add_rmsnorm's bf16(norm · (x · r)) has, at another place). And s goes out as:
 //   kBf16    y[i][j] = bf16(s)                                     (y bf16 [n][m])
 //   kF32     y[i][j] = s                                           (y f32 [n][m]: logits)
 //   kAddF32  y[i][j] = (y[i][j] + s) + bias[j]                     (y f32 [n][m]: the residual add)

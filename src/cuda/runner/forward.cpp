@@ -206,7 +206,7 @@ void Shard::forward_end(int n, bool decode, bool logits_wanted) {
   if (!logits_wanted) return;
   const int d = c.d_model;
   const int rows = decode ? n : 1;
-  if (fused)  // the last norm in the LM head's prologue
+  if (fused)  // the last norm inside the LM head's product
     return fused_product(GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, d}, x.data() + size_t(n - rows) * d,
                          w->out_norm, GemvOut::kF32, logits.data(), nullptr, rows);
   const bf16* last = h.data() + size_t(n - rows) * d;

@@ -66,7 +66,7 @@ struct RunnerOptions {
   int bf16_gemv_max_rows = 8;
   // bf16 weights, one GPU: decode steps of up to this many rows run each layer as four products
   // with the per-token work folded in (bf16_gemv.h): the RMSNorms in the QKV, gate/up and LM-head
-  // products' prologues, the residual adds (and output/down biases) in the output and down
+  // products, the residual adds (and output/down biases) in the output and down
   // products' epilogues, SwiGLU in the gate/up product's; no add_rmsnorm or silu_mul kernels.
   // 0: the unfused path. LYCHEE_FUSED_DECODE_ROWS=<0..8> replaces it (lab A/B).
   int fused_decode_max_rows = 8;
