@@ -9,7 +9,7 @@
 //   bench_fp8_gemv [--json FILE] [--quick] [--shapes qkv,o,gate_up,down,lm_head,s_qkv,...] [--batches 1,2,4,8]
 //                  [--kernels fp8,bf16,cublas_fp8,gemv,gemv_norm] [--reps 30] [--calls 20] [--tag TEXT]
 // Kernels: fp8 (lychee_fp8), bf16 (cublaslt_bf16), cublas_fp8 (cublaslt_fp8), gemv (lychee_bf16:
-// bf16_gemv, plain), gemv_norm (lychee_bf16_norm: bf16_gemv with its fused RMSNorm over f32 x,
+// bf16_gemv, plain), gemv_norm (lychee_bf16_norm: bf16_gemv scaled by the RMSNorm factor from sums of squares,
 // the fused decode layers' QKV / gate-up form; timed, not checked here: tests/test_cuda_bf16_gemv.cpp
 // checks it).
 // LYCHEE_FP8_GEMV_TILES=1|2|4 (read by the kernel, once per process) forces its m16 tiles per block;
@@ -185,7 +185,7 @@ struct Operands {
   DeviceBuffer<float> w_scale;   // [fp8_copies][m] f32
   DeviceBuffer<bf16> w16;        // [bf16_copies][m][k] bf16, code · scale exactly
   DeviceBuffer<bf16> x;          // [kFp8GemvMaxRows][k] bf16; n < 8 uses the first n rows
-  DeviceBuffer<float> x32, norm; // the same values as f32 rows, and RMSNorm weights [k] (gemv_norm)
+  DeviceBuffer<float> ss;        // gemv_norm: partial sums of squares [kFp8GemvMaxRows][ceil(k / 16)], all 1
   DeviceBuffer<uint8_t> x8;      // [kFp8GemvMaxRows][k] e4m3 codes of x / x_scale
   DeviceBuffer<float> x_scale;   // [kFp8GemvMaxRows] f32: the one per-tensor scale, repeated
   DeviceBuffer<bf16> y16;        // [kFp8GemvMaxRows][m] bf16
@@ -224,11 +224,9 @@ void upload_x(Operands& o, uint64_t seed) {
   LY_CUDA_CHECK(cudaMemcpy(o.x.data(), xb.data(), o.x.bytes(), cudaMemcpyHostToDevice));
   LY_CUDA_CHECK(cudaMemcpy(o.x8.data(), codes.data(), o.x8.bytes(), cudaMemcpyHostToDevice));
   LY_CUDA_CHECK(cudaMemcpy(o.x_scale.data(), scales.data(), o.x_scale.bytes(), cudaMemcpyHostToDevice));
-  o.x32 = DeviceBuffer<float>(nk);
-  LY_CUDA_CHECK(cudaMemcpy(o.x32.data(), xf.data(), o.x32.bytes(), cudaMemcpyHostToDevice));
-  const std::vector<float> ones(size_t(o.k), 1.0f);
-  o.norm = DeviceBuffer<float>(ones.size());
-  LY_CUDA_CHECK(cudaMemcpy(o.norm.data(), ones.data(), o.norm.bytes(), cudaMemcpyHostToDevice));
+  const std::vector<float> ones(size_t(kFp8GemvMaxRows) * size_t(bf16_gemv_ss_count(o.k)), 1.0f);
+  o.ss = DeviceBuffer<float>(ones.size());
+  LY_CUDA_CHECK(cudaMemcpy(o.ss.data(), ones.data(), o.ss.bytes(), cudaMemcpyHostToDevice));
 }
 
 Operands make_operands(const Shape& s, size_t l2_bytes, uint64_t seed) {
@@ -547,22 +545,23 @@ Candidate cublas_bf16(Context& c, const Shape& s, Operands& o, int n) {
   return k;
 }
 
-// bf16_gemv (plain: y = x · wᵀ; norm: the fused RMSNorm over the f32 rows, whose output is not
-// the plain product's and is timed only).
+// bf16_gemv (plain: y = x · wᵀ; norm: scaled by the RMSNorm factor from partial sums of squares,
+// as the fused decode layers' QKV, gate/up and LM-head products are; its output is not the plain
+// product's and is timed only).
 Candidate ours_bf16(Context& c, const Shape& s, Operands& o, int n, bool norm) {
   Candidate k;
   k.kernel = norm ? "lychee_bf16_norm" : "lychee_bf16";
   const char* st = std::getenv("LYCHEE_BF16_GEMV_STAGES");
   k.note = std::string("stages ") + (st != nullptr ? st : "auto");
-  k.bytes = 2.0 * o.m * o.k + (norm ? 4.0 * n * o.k + 4.0 * o.k : 2.0 * n * o.k) + (s.f32_out ? 4.0 : 2.0) * n * o.m;
+  k.bytes = 2.0 * o.m * o.k + 2.0 * n * o.k + (norm ? 4.0 * n * bf16_gemv_ss_count(o.k) : 0.0) +
+            (s.f32_out ? 4.0 : 2.0) * n * o.m;
   k.copies = o.bf16_copies;
   if (norm) k.check = "none";
   const bool f32 = s.f32_out;
   k.call = [&c, &o, n, f32, norm](int copy) {
     Bf16GemvArgs a;
-    a.x = norm ? static_cast<const void*>(o.x32.data()) : static_cast<const void*>(o.x.data());
-    a.norm = norm ? o.norm.data() : nullptr;
-    a.eps = norm ? 1e-5f : 0.0f;
+    a.x = o.x.data();
+    if (norm) a.ss = o.ss.data(), a.ss_count = bf16_gemv_ss_count(o.k), a.eps = 1e-5f;
     a.w = o.w16_copy(copy);
     a.out = f32 ? GemvOut::kF32 : GemvOut::kBf16;
     a.y = f32 ? static_cast<void*>(o.y32.data()) : static_cast<void*>(o.y16.data());

@@ -1,9 +1,9 @@
-// bf16 weight GEMV with its fused RMSNorm prologue and residual / SwiGLU epilogues
-// (cuda/kernels/bf16_gemv.h) against a double-precision host reference: awkward and model shapes
-// for n = 1, 3, 8, every output form with and without the norm; both weight stagings give the same
-// bits, two calls give the same bits, rows do not depend on m, a CUDA graph replays them; the
-// fused norm agrees with add_rmsnorm (kernels.h) to within their roundings. The argument checks
-// need no GPU and run everywhere.
+// bf16 weight GEMV with its fused RMSNorm and residual / SwiGLU epilogues (cuda/kernels/bf16_gemv.h)
+// against a double-precision host reference: awkward and model shapes for n = 1, 3, 8, every output
+// form with and without the norm (the residual add also writing the next norm's inputs); both
+// weight stagings give the same bits, two calls give the same bits, rows do not depend on m, a
+// CUDA graph replays them; a residual add followed by a normed product agrees with add_rmsnorm
+// (kernels.h) to within their roundings. The argument checks need no GPU and run everywhere.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,16 +35,22 @@ using cuda::GemvOut;
 
 constexpr float kEps = 1e-5f;
 
-// A product's inputs on the host: x both as bf16 rows and as f32 residual rows (the norm's input).
+// A product's inputs on the host. The norm's input is what a residual add with next_norm writes:
+// xt = bf16(norm · v) for residual rows v, and partial sums of squares of v (16 per slot).
 struct Problem {
   int n = 0, k = 0, m = 0;
-  std::vector<uint16_t> x16;  // [n][k] bf16 bits, ~N(0, 1)
-  std::vector<float> x32;     // [n][k] f32, ~N(0, 4^i) (row scales apart, so r_i differs per row)
-  std::vector<float> norm;    // [k] RMSNorm weights around 1
-  std::vector<uint16_t> w;    // [m][k] bf16 bits, row magnitudes 2^-6 .. 2^6, exact zeros
-  std::vector<float> bias;    // [m]
-  std::vector<float> y0;      // [n][m] the residual the kAddF32 product adds to
+  std::vector<uint16_t> x16;     // [n][k] bf16 bits, ~N(0, 1)
+  std::vector<float> v;          // [n][k] f32 residual, ~N(0, 4^i) (row scales apart: r_i differs per row)
+  std::vector<float> norm;       // [k] RMSNorm weights around 1
+  std::vector<uint16_t> xt;      // [n][k] bf16(norm · v)
+  std::vector<float> ss;         // [n][ceil(k / 16)] Σ v² over 16 positions
+  std::vector<uint16_t> w;       // [m][k] bf16 bits, row magnitudes 2^-6 .. 2^6, exact zeros
+  std::vector<float> bias;       // [m]
+  std::vector<float> y0;         // [n][m] the residual the kAddF32 product adds to
+  std::vector<float> next_norm;  // [m] the next RMSNorm's weights (kAddF32)
 };
+
+int ss_count(int k) { return cuda::bf16_gemv_ss_count(k); }
 
 Problem make_problem(int n, int k, int m, uint32_t seed) {
   Problem p;
@@ -53,11 +59,18 @@ Problem make_problem(int n, int k, int m, uint32_t seed) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   p.x16.resize(size_t(n) * k);
   for (auto& e : p.x16) e = f32_to_bf16(normal(rng));
-  p.x32.resize(size_t(n) * k);
-  for (int i = 0; i < n; ++i)
-    for (int t = 0; t < k; ++t) p.x32[size_t(i) * k + t] = std::ldexp(normal(rng), 2 * i - 4);
   p.norm.resize(size_t(k));
   for (auto& e : p.norm) e = 1.0f + 0.25f * normal(rng);
+  p.v.resize(size_t(n) * k);
+  p.xt.resize(size_t(n) * k);
+  p.ss.assign(size_t(n) * ss_count(k), 0.0f);
+  for (int i = 0; i < n; ++i)
+    for (int t = 0; t < k; ++t) {
+      const size_t e = size_t(i) * k + t;
+      p.v[e] = std::ldexp(normal(rng), 2 * i - 4);
+      p.xt[e] = f32_to_bf16(p.norm[size_t(t)] * p.v[e]);
+      p.ss[size_t(i) * ss_count(k) + size_t(t / 16)] += p.v[e] * p.v[e];
+    }
   p.w.resize(size_t(m) * k);
   for (int j = 0; j < m; ++j) {
     const float mag = std::ldexp(1.0f, j % 13 - 6);
@@ -67,106 +80,107 @@ Problem make_problem(int n, int k, int m, uint32_t seed) {
   for (auto& e : p.bias) e = normal(rng);
   p.y0.resize(size_t(n) * m);
   for (auto& e : p.y0) e = 8.0f * normal(rng);
+  p.next_norm.resize(size_t(m));
+  for (auto& e : p.next_norm) e = 1.0f + 0.25f * normal(rng);
   return p;
 }
 
-// x' per row in double: x (bf16) or norm · x · r with the exact r (the kernel rounds x' to bf16;
-// its tolerance covers that).
-std::vector<double> x_prime(const Problem& p, bool norm) {
-  std::vector<double> xp(size_t(p.n) * p.k);
-  for (int i = 0; i < p.n; ++i) {
-    double ss = 0.0;
-    for (int t = 0; t < p.k; ++t) ss += double(p.x32[size_t(i) * p.k + t]) * p.x32[size_t(i) * p.k + t];
-    const double r = 1.0 / std::sqrt(ss / p.k + double(kEps));
-    for (int t = 0; t < p.k; ++t) {
-      const size_t e = size_t(i) * p.k + t;
-      xp[e] = norm ? double(p.norm[size_t(t)]) * double(p.x32[e]) * r : double(bf16_to_f32(p.x16[e]));
-    }
-  }
-  return xp;
-}
-
-// s[i][j] = Σ_t w[j][t] x'[i][t] and Σ|terms| (bounds the f32 accumulation error), [n][m].
+// s[i][j] = f_i Σ_t w[j][t] x[i][t] in double (x = x16, or xt with f_i the exact RMSNorm factor of
+// v), and f_i Σ|terms| (bounds the f32 accumulation error), [n][m].
 struct Sums {
   std::vector<double> s, abs;
 };
 
 Sums sums(const Problem& p, bool norm) {
-  const std::vector<double> xp = x_prime(p, norm);
   Sums r{std::vector<double>(size_t(p.n) * p.m), std::vector<double>(size_t(p.n) * p.m)};
-  std::vector<double> wr(size_t(p.k));
-  for (int j = 0; j < p.m; ++j) {
-    for (int t = 0; t < p.k; ++t) wr[size_t(t)] = bf16_to_f32(p.w[size_t(j) * p.k + t]);
+  std::vector<double> f(size_t(p.n), 1.0);
+  if (norm)
+    for (int i = 0; i < p.n; ++i) {
+      double q = 0.0;
+      for (int t = 0; t < p.k; ++t) q += double(p.v[size_t(i) * p.k + t]) * p.v[size_t(i) * p.k + t];
+      f[size_t(i)] = 1.0 / std::sqrt(q / p.k + double(kEps));
+    }
+  const std::vector<uint16_t>& x = norm ? p.xt : p.x16;
+  for (int j = 0; j < p.m; ++j)
     for (int i = 0; i < p.n; ++i) {
       double s = 0.0, a = 0.0;
       for (int t = 0; t < p.k; ++t) {
-        const double v = wr[size_t(t)] * xp[size_t(i) * p.k + t];
-        s += v;
-        a += std::fabs(v);
+        const double term = double(bf16_to_f32(p.w[size_t(j) * p.k + t])) * bf16_to_f32(x[size_t(i) * p.k + t]);
+        s += term;
+        a += std::fabs(term);
       }
-      r.s[size_t(i) * p.m + j] = s;
-      r.abs[size_t(i) * p.m + j] = a;
+      r.s[size_t(i) * p.m + j] = f[size_t(i)] * s;
+      r.abs[size_t(i) * p.m + j] = f[size_t(i)] * a;
     }
-  }
   return r;
 }
 
 // Error bound of one sum, as the FP8 GEMV's test argues it: each f32 addition errs by at most
-// 2^-23 of Σ|terms| and a sum passes through at most k/16 + 16 of them (doubled). With the norm,
-// each input norm·x is rounded to bf16 (2^-9 of each term) and r (rsqrtf, within 2 ulps) scales
-// the sum: 2^-8 Σ|terms| covers both.
-double sum_tolerance(const Problem& p, bool norm, double abs_sum) {
+// 2^-23 of Σ|terms| and a sum passes through at most k/16 + 16 of them (doubled). With the norm the
+// factor adds rsqrtf's 2 ulps and the f32 sums of squares' rounding: 2^-18 of the result.
+double sum_tolerance(const Problem& p, bool norm, double s, double abs_sum) {
   const double acc = 2.0 * (p.k / 16 + 16) * std::ldexp(1.0, -23);
-  return (acc + (norm ? std::ldexp(1.0, -8) : 0.0)) * abs_sum;
+  return acc * abs_sum + (norm ? std::ldexp(std::fabs(s), -18) : 0.0);
 }
 
 struct Device {
-  DeviceBuffer<bf16> x16, w, y16;
-  DeviceBuffer<float> x32, norm, bias, y32;
+  DeviceBuffer<bf16> x16, xt, w, y16, xn;
+  DeviceBuffer<float> ss, bias, y32, next_norm, ss_out;
 };
 
 Device upload(const Problem& p) {
   Device d;
   d.x16 = test::to_device_bf16_bits(p.x16);
-  d.x32 = test::to_device(p.x32);
-  d.norm = test::to_device(p.norm);
+  d.xt = test::to_device_bf16_bits(p.xt);
+  d.ss = test::to_device(p.ss);
   d.w = test::to_device_bf16_bits(p.w);
   d.bias = test::to_device(p.bias);
+  d.next_norm = test::to_device(p.next_norm);
   d.y16 = DeviceBuffer<bf16>(size_t(p.n) * p.m);
   d.y32 = DeviceBuffer<float>(size_t(p.n) * p.m);
+  d.xn = DeviceBuffer<bf16>(size_t(p.n) * p.m);
+  d.ss_out = DeviceBuffer<float>(size_t(p.n) * ss_count(p.m));
   return d;
 }
 
+// The product over the first m rows of w; a residual add also writes the next norm's inputs.
 Bf16GemvArgs args(Device& d, const Problem& p, GemvOut out, bool norm, int m, int stages = -1) {
   Bf16GemvArgs a;
-  a.x = norm ? static_cast<const void*>(d.x32.data()) : static_cast<const void*>(d.x16.data());
-  a.norm = norm ? d.norm.data() : nullptr;
-  a.eps = norm ? kEps : 0.0f;
+  a.x = norm ? d.xt.data() : d.x16.data();
+  if (norm) a.ss = d.ss.data(), a.ss_count = ss_count(p.k), a.eps = kEps;
   a.w = d.w.data();
   a.out = out;
   const bool f32 = out == GemvOut::kF32 || out == GemvOut::kAddF32;
   a.y = f32 ? static_cast<void*>(d.y32.data()) : static_cast<void*>(d.y16.data());
   a.bias = out == GemvOut::kAddF32 || out == GemvOut::kSwiGlu ? d.bias.data() : nullptr;
+  if (out == GemvOut::kAddF32) a.next_norm = d.next_norm.data(), a.xn = d.xn.data(), a.ss_out = d.ss_out.data();
   a.n = p.n, a.k = p.k, a.m = m, a.stages = stages;
   return a;
 }
 
-// Runs one product into a poisoned output (NaN: unwritten outputs show; kAddF32 starts from y0)
-// and returns y as floats ([n][m], or [n][m / 2] for SwiGLU).
+// y (and for a residual add: xn, then ss_out) as floats, after one product into poisoned outputs
+// (NaN: unwritten outputs show; the residual add starts from y0).
 std::vector<float> run(Device& d, const Problem& p, const Bf16GemvArgs& a, cudaStream_t stream = nullptr) {
   const size_t count = size_t(p.n) * (a.out == GemvOut::kSwiGlu ? a.m / 2 : a.m);
+  LY_CUDA_CHECK(cudaMemset(d.y32.data(), 0xFF, d.y32.bytes()));
+  LY_CUDA_CHECK(cudaMemset(d.y16.data(), 0xFF, d.y16.bytes()));
+  LY_CUDA_CHECK(cudaMemset(d.xn.data(), 0xFF, d.xn.bytes()));
+  LY_CUDA_CHECK(cudaMemset(d.ss_out.data(), 0xFF, d.ss_out.bytes()));
   if (a.out == GemvOut::kAddF32) {
     std::vector<float> y0(count);
-    for (int i = 0; i < p.n; ++i)
-      std::copy_n(p.y0.begin() + long(i) * p.m, a.m, y0.begin() + long(i) * a.m);
+    for (int i = 0; i < p.n; ++i) std::copy_n(p.y0.begin() + long(i) * p.m, a.m, y0.begin() + long(i) * a.m);
     LY_CUDA_CHECK(cudaMemcpy(d.y32.data(), y0.data(), count * 4, cudaMemcpyHostToDevice));
-  } else {
-    LY_CUDA_CHECK(cudaMemset(d.y32.data(), 0xFF, d.y32.bytes()));
-    LY_CUDA_CHECK(cudaMemset(d.y16.data(), 0xFF, d.y16.bytes()));
   }
   cuda::bf16_gemv(a, stream);
   LY_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (a.out == GemvOut::kF32 || a.out == GemvOut::kAddF32) return test::to_host(d.y32, count);
+  if (a.out == GemvOut::kF32) return test::to_host(d.y32, count);
+  if (a.out == GemvOut::kAddF32) {
+    std::vector<float> y = test::to_host(d.y32, count), xn = test::to_host_bf16(d.xn);
+    const std::vector<float> ss = test::to_host(d.ss_out, size_t(p.n) * ss_count(a.m));
+    y.insert(y.end(), xn.begin(), xn.begin() + long(count));
+    y.insert(y.end(), ss.begin(), ss.end());
+    return y;
+  }
   std::vector<float> y = test::to_host_bf16(d.y16);
   y.resize(count);
   return y;
@@ -174,18 +188,25 @@ std::vector<float> run(Device& d, const Problem& p, const Bf16GemvArgs& a, cudaS
 
 double silu(double v) { return v / (1.0 + std::exp(-v)); }
 
-// got (the kernel's y for `out`) against the reference from the sums; every element within its bound.
+// got (run()'s result for `out`) against the reference from the sums, every element within its
+// bound; a residual add's xn must be bf16(next_norm · y) of its own y exactly, and its sums of
+// squares those of its y within 2^-20.
 void expect_close(const std::vector<float>& got, const Problem& p, const Sums& r, GemvOut out, bool norm,
                   const std::string& what) {
   const int cols = out == GemvOut::kSwiGlu ? p.m / 2 : p.m;
-  ASSERT_EQ(got.size(), size_t(p.n) * cols) << what;
+  const size_t count = size_t(p.n) * cols;
+  ASSERT_EQ(got.size(), out == GemvOut::kAddF32 ? 2 * count + size_t(p.n) * ss_count(p.m) : count) << what;
   size_t n_bad = 0;
   std::string first;
+  const auto bad = [&](const std::string& where, double g, double want, double tol) {
+    if (n_bad++ == 0)
+      first = where + " = " + std::to_string(g) + ", want " + std::to_string(want) + " +- " + std::to_string(tol);
+  };
   for (int i = 0; i < p.n; ++i)
     for (int j = 0; j < cols; ++j) {
       const size_t e = size_t(i) * p.m + j;
+      const double ts = sum_tolerance(p, norm, r.s[e], r.abs[e]);
       double want = 0.0, tol = 0.0;
-      const double ts = sum_tolerance(p, norm, r.abs[e]);
       switch (out) {
         case GemvOut::kBf16: want = r.s[e], tol = std::ldexp(1.0, -8) * (std::fabs(want) + ts) + ts; break;
         case GemvOut::kF32: want = r.s[e], tol = ts + std::ldexp(1.0, -22) * std::fabs(want); break;
@@ -196,7 +217,7 @@ void expect_close(const std::vector<float>& got, const Problem& p, const Sums& r
         case GemvOut::kSwiGlu: {
           const size_t eu = size_t(i) * p.m + size_t(cols + j);
           const double gate = r.s[e] + p.bias[size_t(j)], up = r.s[eu] + p.bias[size_t(cols + j)];
-          const double tg = ts, tu = sum_tolerance(p, norm, r.abs[eu]);
+          const double tg = ts, tu = sum_tolerance(p, norm, r.s[eu], r.abs[eu]);
           want = silu(gate) * up;
           // |silu'| <= 1.1; __expf and the f32 arithmetic ~2^-20; the bf16 output 2^-8.
           tol = 1.1 * (std::fabs(up) + tu) * tg + (std::fabs(silu(gate)) + 1.1 * tg) * tu +
@@ -205,13 +226,26 @@ void expect_close(const std::vector<float>& got, const Problem& p, const Sums& r
         }
       }
       const double g = got[size_t(i) * cols + j];
-      if (!(std::fabs(g - want) <= tol + 1e-30)) {  // NaN (an unwritten output) fails
-        if (n_bad++ == 0)
-          first = "y[" + std::to_string(i) + "][" + std::to_string(j) + "] = " + std::to_string(g) + ", want " +
-                  std::to_string(want) + " +- " + std::to_string(tol);
+      if (!(std::fabs(g - want) <= tol + 1e-30))  // NaN (an unwritten output) fails
+        bad("y[" + std::to_string(i) + "][" + std::to_string(j) + "]", g, want, tol);
+    }
+  if (out == GemvOut::kAddF32)
+    for (int i = 0; i < p.n; ++i) {
+      for (int j = 0; j < p.m; ++j) {
+        const float y = got[size_t(i) * p.m + j], xn = got[count + size_t(i) * p.m + j];
+        const float want = bf16_to_f32(f32_to_bf16(p.next_norm[size_t(j)] * y));
+        if (!(xn == want)) bad("xn[" + std::to_string(i) + "][" + std::to_string(j) + "]", xn, want, 0.0);
+      }
+      for (int b = 0; b < ss_count(p.m); ++b) {
+        double q = 0.0;
+        for (int j = 16 * b; j < std::min(p.m, 16 * b + 16); ++j)
+          q += double(got[size_t(i) * p.m + j]) * got[size_t(i) * p.m + j];
+        const double g = got[2 * count + size_t(i) * ss_count(p.m) + size_t(b)];
+        if (!(std::fabs(g - q) <= std::ldexp(q, -20)))
+          bad("ss_out[" + std::to_string(i) + "][" + std::to_string(b) + "]", g, q, std::ldexp(q, -20));
       }
     }
-  EXPECT_EQ(n_bad, 0u) << what << ": " << n_bad << " of " << got.size() << " outputs off; first " << first;
+  EXPECT_EQ(n_bad, 0u) << what << ": " << n_bad << " outputs off; first " << first;
 }
 
 const char* out_name(GemvOut o) {
@@ -262,33 +296,39 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Gemv,
                                             ::testing::Values(1, 3, 8)),
                          shape_name);
 
-// ------------------------------------------------------------------------------ exactness
+// ------------------------------------------------------------------------------ the chain
 
-// The fused norm is add_rmsnorm's to within their roundings: with one-hot weight rows (row j picks
-// input j once) the f32 product returns r_i · bf16(norm[j] · x[i][j]) and add_rmsnorm writes
-// bf16(norm[j] · (x[i][j] · r_i)); each is within 2^-9 (and rsqrtf's 2 ulps) of the exact value,
-// so they differ by at most 2^-8 of it. A missing factor, a wrong row's r or a swapped norm
-// weight is off by far more.
-TEST(Bf16GemvExact, NormIsAddRmsnormWithinItsRounding) {
+// A residual add with next_norm, then a normed product: what the fused decode layers do between
+// two products. With one-hot weight rows in the second (row j picks input j once) its f32 output
+// is RMSNorm(v)·norm as the chain computes it, r_i · bf16(norm[j] · v[i][j]), where add_rmsnorm
+// writes bf16(norm[j] · (v[i][j] · r_i)) for the same residual v: each is within 2^-9 (and rsqrtf's
+// 2 ulps) of the exact value, so they differ by at most 2^-8 of it. A missing factor, a wrong row's
+// r, a lost slot of the sums or a swapped norm weight is off by far more.
+TEST(Bf16GemvChain, ResidualAddThenNormedProductIsAddRmsnorm) {
   LY_REQUIRE_GPU();
-  const int n = 3, k = 4096, m = k;
-  Problem p = make_problem(n, k, 1, 21);
-  p.m = m;
-  p.w.assign(size_t(m) * k, 0);
-  for (int j = 0; j < m; ++j) p.w[size_t(j) * k + j] = f32_to_bf16(1.0f);
-  p.bias.assign(size_t(m), 0.0f);
-  p.y0.assign(size_t(n) * m, 0.0f);
-  Device d = upload(p);
-  const std::vector<float> y = run(d, p, args(d, p, GemvOut::kF32, true, m));
-  DeviceBuffer<float> x = test::to_device(p.x32);
-  DeviceBuffer<bf16> h(size_t(n) * k);
-  cuda::add_rmsnorm(x.data(), nullptr, nullptr, d.norm.data(), h.data(), n, k, kEps, nullptr);
+  const int n = 3, d = 4096;
+  Problem p = make_problem(n, d, d, 21);  // the residual add: k = m = d
+  Device dev = upload(p);
+  DeviceBuffer<float> x = test::to_device(p.y0);  // the residual the add updates: v = y0 + s + bias
+  Bf16GemvArgs add = args(dev, p, GemvOut::kAddF32, false, d);
+  add.y = x.data();
+  cuda::bf16_gemv(add, nullptr);
+  std::vector<uint16_t> one_hot(size_t(d) * d, 0);
+  for (int j = 0; j < d; ++j) one_hot[size_t(j) * d + j] = f32_to_bf16(1.0f);
+  DeviceBuffer<bf16> eye = test::to_device_bf16_bits(one_hot);
+  DeviceBuffer<float> y(size_t(n) * d);
+  Bf16GemvArgs normed;
+  normed.x = dev.xn.data(), normed.ss = dev.ss_out.data(), normed.ss_count = ss_count(d), normed.eps = kEps;
+  normed.w = eye.data(), normed.out = GemvOut::kF32, normed.y = y.data(), normed.n = n, normed.k = d, normed.m = d;
+  cuda::bf16_gemv(normed, nullptr);
+  DeviceBuffer<bf16> h(size_t(n) * d);  // add_rmsnorm of the same residual (its delta: none, it is added)
+  cuda::add_rmsnorm(x.data(), nullptr, nullptr, dev.next_norm.data(), h.data(), n, d, kEps, nullptr);
   LY_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> want = test::to_host_bf16(h);
+  const std::vector<float> got = test::to_host(y), want = test::to_host_bf16(h);
   int n_bad = 0;
   for (size_t e = 0; e < want.size(); ++e)
-    if (!(std::fabs(y[e] - want[e]) <= 1.01 * std::ldexp(std::fabs(want[e]), -8)) && n_bad++ < 5)
-      ADD_FAILURE() << "x'[" << e / k << "][" << e % k << "]: " << y[e] << " vs add_rmsnorm " << want[e];
+    if (!(std::fabs(got[e] - want[e]) <= 1.01 * std::ldexp(std::fabs(want[e]), -8)) && n_bad++ < 5)
+      ADD_FAILURE() << "row " << e / d << ", input " << e % d << ": " << got[e] << " vs add_rmsnorm " << want[e];
   EXPECT_EQ(n_bad, 0);
 }
 
@@ -314,7 +354,7 @@ TEST(Bf16GemvDeterminism, RowsDoNotDependOnM) {
         << "m = 28672 and case " << v << " differ";
 }
 
-// Captured once and replayed into a poisoned output: the direct call's bits (the residual add
+// Captured once and replayed into poisoned outputs: the direct call's bits (the residual add
 // replayed from the same starting residual each time).
 TEST(Bf16GemvDeterminism, GraphReplayGivesTheSameBits) {
   LY_REQUIRE_GPU();
@@ -332,21 +372,25 @@ TEST(Bf16GemvDeterminism, GraphReplayGivesTheSameBits) {
     LY_CUDA_CHECK(cudaStreamEndCapture(s, &g));
     LY_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
     for (int rep = 0; rep < 3; ++rep) {
-      Problem q = p;  // run()'s reset of y, then the replay instead of a direct call
+      // run()'s resets, then the replay instead of a direct call
       const size_t count = size_t(p.n) * (out == GemvOut::kSwiGlu ? p.m / 2 : p.m);
-      if (out == GemvOut::kAddF32)
-        LY_CUDA_CHECK(cudaMemcpy(d.y32.data(), q.y0.data(), count * 4, cudaMemcpyHostToDevice));
-      else
-        LY_CUDA_CHECK(cudaMemset(d.y16.data(), 0xFF, d.y16.bytes()));
+      LY_CUDA_CHECK(cudaMemset(d.y16.data(), 0xFF, d.y16.bytes()));
+      LY_CUDA_CHECK(cudaMemset(d.xn.data(), 0xFF, d.xn.bytes()));
+      LY_CUDA_CHECK(cudaMemset(d.ss_out.data(), 0xFF, d.ss_out.bytes()));
+      if (out == GemvOut::kAddF32) LY_CUDA_CHECK(cudaMemcpy(d.y32.data(), p.y0.data(), count * 4, cudaMemcpyHostToDevice));
       LY_CUDA_CHECK(cudaGraphLaunch(exec, s));
       LY_CUDA_CHECK(cudaStreamSynchronize(s));
       std::vector<float> y;
       if (out == GemvOut::kAddF32) {
         y = test::to_host(d.y32, count);
+        const std::vector<float> xn = test::to_host_bf16(d.xn), ss = test::to_host(d.ss_out);
+        y.insert(y.end(), xn.begin(), xn.begin() + long(count));
+        y.insert(y.end(), ss.begin(), ss.end());
       } else {
         y = test::to_host_bf16(d.y16);
         y.resize(count);
       }
+      ASSERT_EQ(y.size(), direct.size());
       EXPECT_EQ(std::memcmp(y.data(), direct.data(), y.size() * sizeof(float)), 0)
           << out_name(out) << " replay " << rep << " differs";
     }
@@ -373,7 +417,7 @@ TEST(Bf16GemvArgs, RejectsWhatTheKernelCannotTake) {
   alignas(16) static uint16_t buf[64] = {};
   const auto* w = reinterpret_cast<const bf16*>(buf);
   Bf16GemvArgs ok;
-  ok.x = buf, ok.w = w, ok.y = buf + 32, ok.n = 1, ok.k = 16, ok.m = 2;
+  ok.x = w, ok.w = w, ok.y = buf + 32, ok.n = 1, ok.k = 16, ok.m = 2;
   EXPECT_NO_THROW(cuda::check_bf16_gemv_args(ok));
   using EC = ErrorCode;
   auto a = ok;
@@ -387,12 +431,19 @@ TEST(Bf16GemvArgs, RejectsWhatTheKernelCannotTake) {
   expect_error(a, EC::kInvalidArgument, "m = 0");
   a = ok, a.y = nullptr;
   expect_error(a, EC::kInvalidArgument, "null pointer");
-  a = ok, a.x = buf + 1;  // 2-byte aligned
+  a = ok, a.x = w + 1;  // 2-byte aligned
   expect_error(a, EC::kInvalidArgument, "16-byte aligned");
   a = ok, a.out = GemvOut::kSwiGlu, a.m = 3;
   expect_error(a, EC::kInvalidArgument, "m = 3");
   a = ok, a.eps = 1e-5f;
-  expect_error(a, EC::kInvalidArgument, "without norm weights");
+  expect_error(a, EC::kInvalidArgument, "without sums of squares");
+  static float ss[4] = {};
+  a = ok, a.ss = ss;  // ss_count 0
+  expect_error(a, EC::kInvalidArgument, "ss_count = 0");
+  a = ok, a.next_norm = ss;  // on a bf16 output
+  expect_error(a, EC::kInvalidArgument, "next_norm");
+  a = ok, a.out = GemvOut::kAddF32, a.next_norm = ss, a.ss_out = ss;  // no xn
+  expect_error(a, EC::kInvalidArgument, "next_norm");
   a = ok, a.stages = 3;
   expect_error(a, EC::kInvalidArgument, "stages = 3");
   EXPECT_TRUE(cuda::bf16_gemv_fits(buf, w, 8, 576));

@@ -747,18 +747,24 @@ PY
   bench-fused)
     # Issue 17: the decode step with the bf16 GEMV and the fused decode layers (norms, residual
     # adds, SwiGLU folded into the products) against cuBLASLt and the separate kernels
-    # (LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0), and the GEMV alone (fusion off),
-    # alternated over two rounds: the 8B shape (Full and LycheeDecode, batch 1 at 32K and 128K with
-    # the CUPTI trace, batch 4 at 32K), and the default model (lychee bench, batch 1).
+    # (LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0), the GEMV alone (fusion off), and the
+    # fused layers with the GEMV launched without PDL (LYCHEE_BF16_GEMV_PDL=0), alternated over two
+    # rounds: the 8B shape (Full and LycheeDecode, batch 1 at 32K and 128K with the CUPTI trace,
+    # batch 4 at 32K), and the default model (lychee bench, batch 1) where staged. Then one round
+    # with no PDL anywhere (the trace's kernel times are then the kernels' own).
     link_model
     rc=0
+    fused_mode() {
+      unset LYCHEE_BF16_GEMV_ROWS LYCHEE_FUSED_DECODE_ROWS LYCHEE_BF16_GEMV_PDL
+      case $1 in
+        old) export LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0 ;;
+        gemv) export LYCHEE_FUSED_DECODE_ROWS=0 ;;
+        fusednp) export LYCHEE_BF16_GEMV_PDL=0 ;;
+      esac
+    }
     for round in 1 2; do
-      for mode in old gemv fused; do
-        case $mode in
-          old) export LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0 ;;
-          gemv) export LYCHEE_BF16_GEMV_ROWS=8 LYCHEE_FUSED_DECODE_ROWS=0 ;;
-          fused) unset LYCHEE_BF16_GEMV_ROWS LYCHEE_FUSED_DECODE_ROWS ;;
-        esac
+      for mode in ${FUSED_MODES:-old gemv fused fusednp}; do
+        fused_mode $mode
         echo "--- round $round, $mode"
         bench_e2e_to "e2e_${mode}_$round" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \
           || rc=$(failed $? "bench_e2e $mode")
@@ -771,21 +777,16 @@ PY
         fi
       done
     done
-    # Without PDL the trace's kernel times are the kernels' own (with it a kernel's blocks wait on
-    # the previous one's inside its span): one round per mode, Full and LycheeDecode at 128K.
     export LYCHEE_NO_PDL=1
-    for mode in old gemv fused; do
-      case $mode in
-        old) export LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0 ;;
-        gemv) export LYCHEE_BF16_GEMV_ROWS=8 LYCHEE_FUSED_DECODE_ROWS=0 ;;
-        fused) unset LYCHEE_BF16_GEMV_ROWS LYCHEE_FUSED_DECODE_ROWS ;;
-      esac
+    for mode in old fused; do
+      fused_mode $mode
       echo "--- no PDL, $mode"
       bench_e2e_to "e2e_nopdl_${mode}" --contexts 131072 --batches 1 --policies full,lychee --trace \
         || rc=$(failed $? "bench_e2e no PDL $mode")
       grep -hE "^ +1 +[0-9]|busy" "$out/e2e_nopdl_${mode}.log"
     done
-    unset LYCHEE_BF16_GEMV_ROWS LYCHEE_FUSED_DECODE_ROWS LYCHEE_NO_PDL
+    fused_mode fused
+    unset LYCHEE_NO_PDL
     exit $rc ;;
   bench-pdl)
     # Programmatic dependent launch of the per-token kernels (commit 934e4ca): the same decode steps

@@ -2,8 +2,8 @@
 // (bf16_gemv.h), Hopper (sm_90a). The FP8 GEMV's design (fp8_gemv.cu) with bf16 weights.
 //
 // Bytes: the 2 m k weight bytes, read once per call (QKV of Llama-3-8B: 50 MB, 16.8 µs at 3 TB/s),
-// plus y and x: every block reads all of x through L1 and L2 (2 n k bytes; with the norm 4 n k and
-// the 4 k norm weights).
+// plus y and x: every block reads all of x through L1 and L2 (2 n k bytes), and with the norm the
+// n ceil(k / 16) partial sums of squares once.
 //
 // Why tensor cores at batch 1: one mma.sync m16n8k16 (bf16 in, f32 accumulate) multiplies 16 rows
 // x 16 k of weights by all 8 columns of x (the batch is the mma's N; rows >= n are zeros), so the
@@ -15,7 +15,7 @@
 // all the block's rows over its own part of k, and the 8 partial sums are added through shared
 // memory at the end, in warp order. k is cut into chunks of 32: lane (g, t) = (lane / 4, lane % 4)
 // loads weights [8 t, 8 t + 8) of the chunk for rows g and g + 8 of each tile (uint4, streamed past
-// L1) and x row g at the same 8 positions (one uint4 of bf16, or two of f32 normalised on the fly).
+// L1) and x row g at the same 8 positions (one uint4 of bf16).
 // k is a sum, so a position may take any mma slot as long as A and B agree: of the lane's 8, pairs
 // (0, 1), (2, 3) are slots (2t, 2t + 1), (2t + 8, 2t + 9) of the first mma, pairs (4, 5), (6, 7) of
 // the second — each 32-bit word of the loads is an mma register as it stands. Chunks go to warps in
@@ -29,12 +29,16 @@
 // registers faster within one wave (fp8_gemv.cu); the same rule here, A/B-able with
 // LYCHEE_BF16_GEMV_STAGES=0|2.
 //
-// The norm (x f32): RMSNorm(x)·w = r · Σ_t w[j][t]·(norm[t]·x[t]), so the main loop multiplies by
-// bf16(norm[t]·x[t]) and sums the squares of the same x values as it loads them (the 8 warps of a
-// block load all of k: every block sees all of x, in the same order), and r scales the finished
-// sums. A first version normalised x before the loop (add_rmsnorm's exact inputs) and paid a pass
-// over x and a barrier before the first product in every block: +5 µs on the 8B QKV, +15 µs on
-// gate/up at n = 1 (H100, docs/results/gpu/decode_step/fused/).
+// The norm: RMSNorm(v)·w = r · Σ_t w[j][t]·(norm[t]·v[t]), so a product that takes the norm's
+// output needs x = bf16(norm · v) and r, which needs all of v. The residual-add epilogue that
+// produces v (kAddF32, 16 outputs per block) writes both pieces for the next product: x for its
+// own 16 outputs, and their sum of squares into its block's slot of ss; the next product reads
+// x like any bf16 input and, at the end, sums the slots in a fixed order (a warp per row) for r.
+// Two earlier versions normalised the f32 residual inside the consuming product — before its
+// main loop (a pass over v and a barrier in every block: +5 µs on the 8B QKV, +15 µs on gate/up
+// at n = 1) and then inside it (the f32 v and the norm weights read by every block, 4x the bf16
+// x's bytes through L2: still +4.6 and +14 µs; H100, docs/results/gpu/decode_step/fused/).
+
 #include "cuda/kernels/bf16_gemv.h"
 
 #include <cuda_bf16.h>
@@ -118,31 +122,16 @@ __device__ __forceinline__ void load_weights(Step<R>& s, const Bf16GemvArgs& a, 
       }
 }
 
-// x' row g at the lane's positions of the step's chunks; zeros for rows >= n. Plain loads (not the
+// x row g at the lane's positions of the step's chunks; zeros for rows >= n. Plain loads (not the
 // read-only path): under PDL the previous kernel may still be writing x when this grid starts, and
-// griddepcontrol.wait orders plain loads after its writes. The norm weights are constant: __ldg.
-template <int R, bool NORM>
-__device__ __forceinline__ void load_x(StepX<R>& s, const Bf16GemvArgs& a, int c, int g, int t, float& ss) {
+// griddepcontrol.wait orders plain loads after its writes.
+template <int R>
+__device__ __forceinline__ void load_x(StepX<R>& s, const Bf16GemvArgs& a, int c, int g, int t) {
 #pragma unroll
   for (int p = 0; p < Step<R>::kChunks; ++p) {
     const int col = (c + p) * kChunk + 8 * t;
-    const bool in = g < a.n && col < a.k;
-    if (!in) {
-      s.x[p] = make_uint4(0, 0, 0, 0);
-      continue;
-    }
-    const size_t at = size_t(g) * size_t(a.k) + size_t(col);
-    if constexpr (!NORM) {
-      s.x[p] = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.x) + at);
-    } else {
-      const float4* xv = reinterpret_cast<const float4*>(static_cast<const float*>(a.x) + at);
-      const float4* nv = reinterpret_cast<const float4*>(a.norm + col);
-      const float4 v0 = xv[0], v1 = xv[1], w0 = __ldg(nv), w1 = __ldg(nv + 1);
-      ss += v0.x * v0.x + v0.y * v0.y + v0.z * v0.z + v0.w * v0.w;
-      ss += v1.x * v1.x + v1.y * v1.y + v1.z * v1.z + v1.w * v1.w;
-      s.x[p] = make_uint4(ptx::pack_bf16x2(w0.x * v0.x, w0.y * v0.y), ptx::pack_bf16x2(w0.z * v0.z, w0.w * v0.w),
-                          ptx::pack_bf16x2(w1.x * v1.x, w1.y * v1.y), ptx::pack_bf16x2(w1.z * v1.z, w1.w * v1.w));
-    }
+    s.x[p] = g < a.n && col < a.k ? *reinterpret_cast<const uint4*>(a.x + size_t(g) * size_t(a.k) + size_t(col))
+                                  : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -161,19 +150,47 @@ __device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, c
 __device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + __expf(-gate)) * up; }
 
 // The block's 8 partial sums of each (x row, tile row) added in warp order, then the epilogue.
-// With the norm, ss is the lane's sum of squares of its x row's values; the rows' factors r_i come
-// from the whole block's (the 4 lanes of a row by butterfly, then the warps in order) and scale
-// the sums before the epilogue.
+// The rows' norm factors r_i = rsqrt(Σ_p ss[i][p] / k + eps), warp i summing row i's slots (lane
+// p, p + 32, ..., then the butterfly): a fixed order, the same in every block.
+__device__ __forceinline__ void norm_factors(const Bf16GemvArgs& a, float (&rs)[kBf16GemvMaxRows], int lane, int warp) {
+  if (warp >= a.n) return;
+  const float* ss = a.ss + size_t(warp) * size_t(a.ss_count);
+  float q = 0.0f;
+  for (int p = lane; p < a.ss_count; p += 32) q += ss[p];
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) q += __shfl_xor_sync(0xFFFFFFFFu, q, o);
+  if (lane == 0) rs[warp] = rsqrtf(q / float(a.k) + a.eps);
+}
+
+// kAddF32: y[i][row] = (y + s) + bias, one output per thread of the first 16 n (R = 1: 16 rows);
+// with next_norm also xn = bf16(next_norm · y) and the block's slot of ss_out = Σ of its 16 rows'
+// y² per x row (the 16 threads of a row are one half-warp: butterfly over offsets 8, 4, 2, 1).
+__device__ __forceinline__ void add_epilogue(const Bf16GemvArgs& a, int b, float s, int i, int rr) {
+  const int row = b * 16 + rr;
+  const bool in = i < a.n && row < a.m;
+  float v = 0.0f;
+  if (in) {
+    float* y = static_cast<float*>(a.y) + size_t(i) * size_t(a.m) + size_t(row);
+    v = *y + s;
+    if (a.bias != nullptr) v += a.bias[row];
+    *y = v;
+  }
+  if (a.next_norm == nullptr) return;
+  if (in) a.xn[size_t(i) * size_t(a.m) + size_t(row)] = __float2bfloat16_rn(a.next_norm[row] * v);
+  float q = v * v;
+#pragma unroll
+  for (int o = 8; o > 0; o /= 2) q += __shfl_xor_sync(0xFFFFFFFFu, q, o);
+  if (rr == 0 && i < a.n) a.ss_out[size_t(i) * gridDim.x + size_t(b)] = q;
+}
+
+// The block's 8 partial sums of each (x row, tile row) added in warp order, scaled by r_i with the
+// norm, then the epilogue.
 template <int R, bool NORM, GemvOut OUT>
 __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxRows][16 * R + 4],
-                                             float (&red)[kWarps][kBf16GemvMaxRows], const float (&acc)[R][4],
-                                             float ss, const Bf16GemvArgs& a, int b, int warp, int g, int t) {
+                                             float (&rs)[kBf16GemvMaxRows], const float (&acc)[R][4],
+                                             const Bf16GemvArgs& a, int b, int lane, int warp, int g, int t) {
   constexpr int kRows = 16 * R;
-  if constexpr (NORM) {
-    ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 1);
-    ss += __shfl_xor_sync(0xFFFFFFFFu, ss, 2);
-    if (t == 0) red[warp][g] = ss;
-  }
+  if constexpr (NORM) norm_factors(a, rs, lane, warp);
 #pragma unroll
   for (int r = 0; r < R; ++r) {  // accumulators: (row g, x rows 2t, 2t + 1), then row g + 8
     part[warp][2 * t][16 * r + g] = acc[r][0];
@@ -186,12 +203,7 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
     float s = part[0][i][rr];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) s += part[w][i][rr];
-    if constexpr (NORM) {
-      float q = red[0][i];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w) q += red[w][i];
-      s *= rsqrtf(q / float(a.k) + a.eps);
-    }
+    if constexpr (NORM) s *= rs[i];
     return s;
   };
   if constexpr (OUT == GemvOut::kSwiGlu) {
@@ -203,22 +215,23 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
       if (a.bias != nullptr) gate += a.bias[j], up += a.bias[f + j];
       static_cast<bf16*>(a.y)[size_t(i) * f + j] = __float2bfloat16_rn(silu_times(gate, up));
     }
+  } else if constexpr (OUT == GemvOut::kAddF32) {
+    static_assert(R == 1, "the residual add takes 16 rows per block");
+    const int o = int(threadIdx.x);  // 16 n <= 128 outputs: warps 0-3 whole (their shuffles need every lane)
+    if (o < kBf16GemvMaxRows * 16) {
+      const int i = o / 16, rr = o % 16;
+      add_epilogue(a, b, i < a.n ? sum(i, rr) : 0.0f, i, rr);
+    }
   } else {
     for (int o = int(threadIdx.x); o < a.n * kRows; o += kThreads) {
       const int i = o / kRows, row = b * kRows + o % kRows;
       if (row >= a.m) continue;
       const float s = sum(i, o % kRows);
       const size_t at = size_t(i) * size_t(a.m) + size_t(row);
-      if constexpr (OUT == GemvOut::kBf16) {
+      if constexpr (OUT == GemvOut::kBf16)
         static_cast<bf16*>(a.y)[at] = __float2bfloat16_rn(s);
-      } else if constexpr (OUT == GemvOut::kF32) {
+      else
         static_cast<float*>(a.y)[at] = s;
-      } else {  // kAddF32: add_rmsnorm's order, (x + delta) + bias
-        float* y = static_cast<float*>(a.y) + at;
-        float v = *y + s;
-        if (a.bias != nullptr) v += a.bias[row];
-        *y = v;
-      }
     }
   }
 }
@@ -233,7 +246,7 @@ template <int R, int S, bool NORM, GemvOut OUT>
 __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(const Bf16GemvArgs a) {
   constexpr int kStep = Step<R>::kChunks, kSlots = kStep * R * 2;  // uint4 per lane and step
   __shared__ float part[kWarps][kBf16GemvMaxRows][16 * R + 4];      // +4: the 4 lanes t on different banks
-  __shared__ float red[kWarps][kBf16GemvMaxRows];  // with the norm: each warp's sums of squares per x row
+  __shared__ float rs[kBf16GemvMaxRows];  // with the norm: the rows' factors r_i
   extern __shared__ uint4 ring[];  // S >= 2: [warp][stage][slot][lane]
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
   const int b = int(blockIdx.x);
@@ -265,10 +278,9 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
   }
   ptx::grid_dependency_wait();  // but they write x (and y, for the residual add)
   ptx::grid_launch_dependents();
-  float ss = 0.0f;  // with the norm: Σ x² over the lane's positions of its x row
   for (int step = 0; chunk_of(warp, step * kStep) < n_chunks; ++step) {
     StepX<R> xs;
-    load_x<R, NORM>(xs, a, chunk_of(warp, step * kStep), g, t, ss);
+    load_x<R>(xs, a, chunk_of(warp, step * kStep), g, t);
     if constexpr (S == 0) {
       Step<R> next;
       load_weights<R, OUT>(next, a, b, chunk_of(warp, (step + 1) * kStep), g, t);  // in flight during the mma
@@ -288,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
     }
   }
   if constexpr (S > 0) ptx::cp_async_wait<0>();  // no copy may land in the next block's shared memory
-  reduce_store<R, NORM, OUT>(part, red, acc, ss, a, b, warp, g, t);
+  reduce_store<R, NORM, OUT>(part, rs, acc, a, b, lane, warp, g, t);
 }
 
 constexpr int ring_bytes(int stages) { return stages * kWarps * 32 * 8 * 16; }
@@ -311,7 +323,16 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
       LY_CUDA_CHECK(cudaFuncSetAttribute(bf16_gemv_kernel<R, S, NORM, OUT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)));
   }
-  launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT>, grid, kThreads, kRing, stream, a);
+  // LYCHEE_BF16_GEMV_PDL=0: launched plainly (the kernel's griddepcontrol instructions are then
+  // no-ops), the other kernels keep PDL (lab A/B of where the early launch pays).
+  static const bool pdl = [] {
+    const char* v = std::getenv("LYCHEE_BF16_GEMV_PDL");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (pdl)
+    launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT>, grid, kThreads, kRing, stream, a);
+  else
+    bf16_gemv_kernel<R, S, NORM, OUT><<<grid, kThreads, kRing, stream>>>(a);
 }
 
 template <int R, bool NORM, GemvOut OUT>
@@ -342,7 +363,7 @@ void launch_out(const Bf16GemvArgs& a, cudaStream_t stream) {
 namespace detail {
 
 void launch_bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream) {
-  if (a.norm != nullptr)
+  if (a.ss != nullptr)
     launch_out<true>(a, stream);
   else
     launch_out<false>(a, stream);

@@ -1,27 +1,32 @@
 // bf16 weight matrix-vector products for decode steps, with the neighbouring per-token work folded
 // in so that a batch-1 layer is a few kernels instead of a dozen:
-//   s[i][j] = Σ_t w[j][t] · x'[i][t]                     (i < n <= 8, j < m, t < k)
-// where x' is x itself (bf16 rows) or, with a norm, the RMS-normalised f32 rows of the residual
-// stream, x'[i][t] = norm[t] · x[i][t] · r_i, r_i = rsqrt(Σ_t x[i][t]² / k + eps) — add_rmsnorm
-// (kernels.h) computed inside the product instead of by a kernel of its own: the product takes
-// bf16(norm[t] · x[i][t]) and multiplies the f32 sum by r_i (one rounding per input, as
-// add_rmsnorm's bf16(norm · (x · r)) has, at another place). And s goes out as:
+//   s[i][j] = f_i · Σ_t w[j][t] · x[i][t]                  (i < n <= 8, j < m, t < k)
+// with f_i = 1, or, when x is the bf16 norm-weighted residual bf16(norm · v) that a kAddF32 product
+// wrote with next_norm (below), the RMSNorm factor f_i = rsqrt(Σ_t v[i][t]² / k + eps) from the
+// partial sums of squares it wrote beside it (ss): then s is the product of RMSNorm(v) · norm —
+// add_rmsnorm (kernels.h) without a kernel of its own (one rounding per input, bf16(norm · v), where
+// add_rmsnorm rounds bf16(norm · (v · r))). And s goes out as:
 //   kBf16    y[i][j] = bf16(s)                                     (y bf16 [n][m])
 //   kF32     y[i][j] = s                                           (y f32 [n][m]: logits)
 //   kAddF32  y[i][j] = (y[i][j] + s) + bias[j]                     (y f32 [n][m]: the residual add)
+//            and with next_norm: xn[i][j] = bf16(next_norm[j] · y[i][j]), and ss_out[i][b] = Σ y[i][j]²
+//            over the 16 rows j of block b (bf16_gemv_ss_count(m) slots per row): the next product's x
+//            and ss
 //   kSwiGlu  y[i][j] = bf16(silu(s_j + bias[j]) · (s_{f+j} + bias[f + j])), j < f = m / 2
 //            (w's rows: f gate rows, then f up rows, as the runner's fused gate/up matrix; y bf16 [n][f])
 // bias f32, may be null. The sums are f32 (bf16 products are exact in f32) in an order that depends
 // only on k: each output's bits are the same whatever m, n or the other rows are, and two calls
 // give the same bits. What changes against the unfused kernels (cuBLASLt + add_rmsnorm + silu_mul):
-// the summation order, and the product's result reaches the residual add and SwiGLU unrounded
-// (they rounded it to bf16 first) — closer to the f32 reference, not bit-equal to the old path.
+// the summation order, where the norm's rounding falls, and the product's result reaches the
+// residual add and SwiGLU unrounded (they rounded it to bf16 first) — closer to the f32
+// reference, not bit-equal to the old path.
 //
 // The weights are read once per call at close to copy bandwidth (design and byte count in
 // bf16_gemv.cu). Capturable in CUDA graphs: no host synchronisation, no allocation. Launched with
 // programmatic dependent launch: the first weights are read before the previous kernel in the
-// stream has finished (everything else after it), so w, norm and bias must not be written by a
-// kernel that may still run (they are weights: written at load time). y must not overlap x.
+// stream has finished (everything else after it), so w, the norm weights and bias must not be
+// written by a kernel that may still run (they are weights: written at load time). y, xn and
+// ss_out must not overlap x or ss.
 #pragma once
 
 #include <cstdint>
@@ -36,22 +41,31 @@ constexpr int kBf16GemvMaxRows = 8;
 enum class GemvOut { kBf16, kF32, kAddF32, kSwiGlu };
 
 struct Bf16GemvArgs {
-  const void* x = nullptr;      // [n][k]: bf16, or f32 when norm is set
-  const float* norm = nullptr;  // [k] RMSNorm weights, or null (x is bf16 and used as it is)
-  float eps = 0.0f;             // RMSNorm epsilon (with norm)
+  const bf16* x = nullptr;      // [n][k] row-major, 16-byte aligned
+  const float* ss = nullptr;    // [n][ss_count] partial sums of squares (see the top), or null
+  int ss_count = 0;
+  float eps = 0.0f;             // RMSNorm epsilon (with ss)
   const bf16* w = nullptr;      // [m][k] row-major
   GemvOut out = GemvOut::kBf16;
   void* y = nullptr;            // see the top: bf16 [n][m], f32 [n][m], or bf16 [n][m / 2]
   const float* bias = nullptr;  // kAddF32: [m]; kSwiGlu: [m] (gate, then up); else ignored
+  // kAddF32 only: the next RMSNorm's weights [m] and where its inputs go (see the top), or null.
+  const float* next_norm = nullptr;
+  bf16* xn = nullptr;           // [n][m]
+  float* ss_out = nullptr;      // [n][bf16_gemv_ss_count(m)]
   int n = 0, k = 0, m = 0;
   // Weight staging (bf16_gemv.cu): -1 the automatic choice (or LYCHEE_BF16_GEMV_STAGES), 0 one step
   // ahead in registers, 2 a shared-memory ring of two steps. Every setting gives the same bits.
   int stages = -1;
 };
 
+// The partial sums of squares a kAddF32 product of m rows writes per x row (its blocks).
+constexpr int bf16_gemv_ss_count(int m) { return (m + 15) / 16; }
+
 // The checks bf16_gemv runs before launching (no GPU needed, so tests can call them):
-// kInvalidArgument for n < 1, k < 1, m < 1, a null x, w or y (or norm-less eps), x or w not
-// 16-byte aligned, an odd m for kSwiGlu, stages not -1, 0 or 2; kUnsupported for n > 8 (split the batch, or use the
+// kInvalidArgument for n < 1, k < 1, m < 1, a null x, w or y, x or w not 16-byte aligned, ss
+// without ss_count >= 1 (or eps without ss), next_norm on another output than kAddF32 or without
+// xn and ss_out, an odd m for kSwiGlu, stages not -1, 0 or 2; kUnsupported for n > 8 (split the batch, or use the
 // GEMM) and k not a multiple of 8 (w's rows must stay 16-byte aligned).
 void check_bf16_gemv_args(const Bf16GemvArgs& a);
 

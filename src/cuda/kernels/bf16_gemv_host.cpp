@@ -20,13 +20,16 @@ void check_bf16_gemv_args(const Bf16GemvArgs& a) {
   LY_CHECK(a.k % 8 == 0, ErrorCode::kUnsupported,
            "bf16_gemv: k = {} is not a multiple of 8 (the weight rows must be 16-byte aligned)", a.k);
   LY_CHECK(a.x != nullptr && a.w != nullptr && a.y != nullptr, ErrorCode::kInvalidArgument,
-           "bf16_gemv: null pointer (x {}, w {}, y {})", a.x, static_cast<const void*>(a.w), a.y);
+           "bf16_gemv: null pointer (x {}, w {}, y {})", static_cast<const void*>(a.x), static_cast<const void*>(a.w), a.y);
   LY_CHECK(aligned16(a.x) && aligned16(a.w), ErrorCode::kInvalidArgument,
-           "bf16_gemv: x ({}) and w ({}) must be 16-byte aligned", a.x, static_cast<const void*>(a.w));
-  LY_CHECK(a.norm == nullptr || aligned16(a.norm), ErrorCode::kInvalidArgument,
-           "bf16_gemv: the norm weights ({}) must be 16-byte aligned", static_cast<const void*>(a.norm));
-  LY_CHECK(a.norm != nullptr || a.eps == 0.0f, ErrorCode::kInvalidArgument,
-           "bf16_gemv: eps = {} without norm weights (a norm was meant: pass them)", a.eps);
+           "bf16_gemv: x ({}) and w ({}) must be 16-byte aligned", static_cast<const void*>(a.x), static_cast<const void*>(a.w));
+  LY_CHECK(a.ss == nullptr || a.ss_count >= 1, ErrorCode::kInvalidArgument,
+           "bf16_gemv: ss_count = {} partial sums of squares per row; expected at least 1", a.ss_count);
+  LY_CHECK(a.ss != nullptr || a.eps == 0.0f, ErrorCode::kInvalidArgument,
+           "bf16_gemv: eps = {} without sums of squares (a norm was meant: pass ss)", a.eps);
+  LY_CHECK(a.next_norm == nullptr || (a.out == GemvOut::kAddF32 && a.xn != nullptr && a.ss_out != nullptr),
+           ErrorCode::kInvalidArgument,
+           "bf16_gemv: next_norm needs the residual-add output (kAddF32) and both xn and ss_out");
   LY_CHECK(a.out != GemvOut::kSwiGlu || a.m % 2 == 0, ErrorCode::kInvalidArgument,
            "bf16_gemv: SwiGLU output over m = {} rows; expected an even count (gate rows, then up rows)", a.m);
   LY_CHECK(a.stages == -1 || a.stages == 0 || a.stages == 2, ErrorCode::kInvalidArgument,

@@ -93,7 +93,7 @@ void fp8_row_groups(int n, F&& f) {
 
 void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
   if (!w.fp8() && n <= o.bf16_gemv_max_rows && bf16_gemv_fits(x, w.values, n, w.cols))
-    return fused_product(w, x, nullptr, GemvOut::kBf16, y, nullptr, n);
+    return fused_product(w, x, false, GemvOut::kBf16, y, nullptr, n);
   if (!w.fp8()) return gemm->bf16_out(x, w.values, y, n, w.cols, w.rows);
   if (o.fp8_gemv && fp8_gemv_launches(n) > 0) {
     fp8_row_groups(n, [&](int i, int rows) {
@@ -110,16 +110,24 @@ void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
   gemm->bf16_out(x, dequant.data(), y, n, w.cols, w.rows);
 }
 
-void Shard::fused_product(const GpuMatrix& w, const void* x, const float* norm, GemvOut out, void* y,
-                          const float* bias, int n) {
+void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias,
+                          int n, const float* next_norm) {
   Bf16GemvArgs a;
   a.x = x;
-  a.norm = norm;
-  a.eps = norm != nullptr ? c.rms_eps : 0.0f;
+  if (normed) {
+    a.ss = ss_part.data();
+    a.ss_count = bf16_gemv_ss_count(c.d_model);
+    a.eps = c.rms_eps;
+  }
   a.w = w.values;
   a.out = out;
   a.y = y;
   a.bias = bias;
+  if (next_norm != nullptr) {
+    a.next_norm = next_norm;
+    a.xn = h.data();
+    a.ss_out = ss_part.data();
+  }
   a.n = n;
   a.k = w.cols;
   a.m = w.rows;
@@ -144,15 +152,14 @@ void Shard::forward_begin(int n, bool decode) {
                   o.max_batch * max_pages, stream);
   forked = false;
   embed(meta_dev<int32_t>(meta.tokens), w->embed, x.data(), n, c.d_model, stream);
-  if (fused) return;  // the first QKV product normalises x itself
   add_rmsnorm(x.data(), nullptr, nullptr, w->layers[0].attn_norm, h.data(), n, c.d_model, c.rms_eps, stream);
 }
 
 void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int max_kv_len) {
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
-  if (fused)
-    fused_product(L.wqkv, x.data(), L.attn_norm, GemvOut::kBf16, qkv.data(), nullptr, n);
+  if (fused && l > 0)  // h: the last residual add's bf16(attn_norm · x), with its sums of squares
+    fused_product(L.wqkv, h.data(), true, GemvOut::kBf16, qkv.data(), nullptr, n);
   else
     linear(L.wqkv, h.data(), qkv.data(), n);
   QkvArgs qa{qkv.data(), L.bqkv, L.q_norm, L.k_norm, c.rms_eps, meta_dev<int32_t>(meta.positions),
@@ -171,8 +178,8 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
     select_after(l, batch, side);
     forked = true;
   }
-  if (fused)  // x += att · woᵀ + bo
-    fused_product(L.wo, att.data(), nullptr, GemvOut::kAddF32, x.data(), L.bo, n);
+  if (fused)  // x += att · woᵀ + bo; h = bf16(ffn_norm · x) and its sums of squares
+    fused_product(L.wo, att.data(), false, GemvOut::kAddF32, x.data(), L.bo, n, L.ffn_norm);
   else
     linear(L.wo, att.data(), o_buf.data(), n);
 }
@@ -180,9 +187,10 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
 void Shard::mlp_block(int l, int n) {
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
-  if (fused) {  // act = SwiGLU(norm(x) · w_gate_upᵀ + b_gate_up); x += act · w_downᵀ + b_down
-    fused_product(L.w_gate_up, x.data(), L.ffn_norm, GemvOut::kSwiGlu, act.data(), L.b_gate_up, n);
-    fused_product(L.w_down, act.data(), nullptr, GemvOut::kAddF32, x.data(), L.b_down, n);
+  if (fused) {  // act = SwiGLU(RMSNorm(x) · w_gate_upᵀ + b_gate_up); x += act · w_downᵀ + b_down
+    const float* next_norm = l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
+    fused_product(L.w_gate_up, h.data(), true, GemvOut::kSwiGlu, act.data(), L.b_gate_up, n);
+    fused_product(L.w_down, act.data(), false, GemvOut::kAddF32, x.data(), L.b_down, n, next_norm);
     return;
   }
   add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, c.d_model, c.rms_eps, stream);
@@ -206,9 +214,9 @@ void Shard::forward_end(int n, bool decode, bool logits_wanted) {
   if (!logits_wanted) return;
   const int d = c.d_model;
   const int rows = decode ? n : 1;
-  if (fused)  // the last norm inside the LM head's product
-    return fused_product(GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, d}, x.data() + size_t(n - rows) * d,
-                         w->out_norm, GemvOut::kF32, logits.data(), nullptr, rows);
+  if (fused)  // h: the last residual add's bf16(out_norm · x) (decode: rows = n)
+    return fused_product(GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, d}, h.data(), true, GemvOut::kF32,
+                         logits.data(), nullptr, rows);
   const bf16* last = h.data() + size_t(n - rows) * d;
   if (w->output8.fp8() && o.fp8_gemv && fp8_gemv_launches(rows) > 0) {
     fp8_row_groups(rows, [&](int i, int k) {

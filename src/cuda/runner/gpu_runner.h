@@ -65,9 +65,10 @@ struct RunnerOptions {
   // LYCHEE_BF16_GEMV_ROWS=<0..8> in the environment replaces it (lab A/B).
   int bf16_gemv_max_rows = 8;
   // bf16 weights, one GPU: decode steps of up to this many rows run each layer as four products
-  // with the per-token work folded in (bf16_gemv.h): the RMSNorms in the QKV, gate/up and LM-head
-  // products, the residual adds (and output/down biases) in the output and down
-  // products' epilogues, SwiGLU in the gate/up product's; no add_rmsnorm or silu_mul kernels.
+  // with the per-token work folded in (bf16_gemv.h): the residual adds (and output/down biases) in
+  // the output and down products' epilogues, which also write the next RMSNorm's weighted inputs
+  // and sums of squares; the norm factors in the QKV, gate/up and LM-head products; SwiGLU in the
+  // gate/up product's epilogue; no add_rmsnorm (but the first layer's) or silu_mul kernels.
   // 0: the unfused path. LYCHEE_FUSED_DECODE_ROWS=<0..8> replaces it (lab A/B).
   int fused_decode_max_rows = 8;
   // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
