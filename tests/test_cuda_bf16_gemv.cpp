@@ -301,9 +301,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Gemv,
 // A residual add with next_norm, then a normed product: what the fused decode layers do between
 // two products. With one-hot weight rows in the second (row j picks input j once) its f32 output
 // is RMSNorm(v)·norm as the chain computes it, r_i · bf16(norm[j] · v[i][j]), where add_rmsnorm
-// writes bf16(norm[j] · (v[i][j] · r_i)) for the same residual v: each is within 2^-9 (and rsqrtf's
-// 2 ulps) of the exact value, so they differ by at most 2^-8 of it. A missing factor, a wrong row's
-// r, a lost slot of the sums or a swapped norm weight is off by far more.
+// writes bf16(norm[j] · (v[i][j] · r_i)) for the same residual v: each is one bf16 rounding (at most
+// 2^-8 of the value: 8 significant bits) and rsqrtf's 2 ulps from the exact value, so they differ
+// by at most 2^-7 of it (1.02 for the ulps). A missing factor, a wrong row's r, a lost slot of the
+// sums or a swapped norm weight is off by far more.
 TEST(Bf16GemvChain, ResidualAddThenNormedProductIsAddRmsnorm) {
   LY_REQUIRE_GPU();
   const int n = 3, d = 4096;
@@ -327,7 +328,7 @@ TEST(Bf16GemvChain, ResidualAddThenNormedProductIsAddRmsnorm) {
   const std::vector<float> got = test::to_host(y), want = test::to_host_bf16(h);
   int n_bad = 0;
   for (size_t e = 0; e < want.size(); ++e)
-    if (!(std::fabs(got[e] - want[e]) <= 1.01 * std::ldexp(std::fabs(want[e]), -8)) && n_bad++ < 5)
+    if (!(std::fabs(got[e] - want[e]) <= 1.02 * std::ldexp(std::fabs(want[e]), -7)) && n_bad++ < 5)
       ADD_FAILURE() << "row " << e / d << ", input " << e % d << ": " << got[e] << " vs add_rmsnorm " << want[e];
   EXPECT_EQ(n_bad, 0);
 }
