@@ -303,8 +303,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Gemv,
 // is RMSNorm(v)·norm as the chain computes it, r_i · bf16(norm[j] · v[i][j]), where add_rmsnorm
 // writes bf16(norm[j] · (v[i][j] · r_i)) for the same residual v: each is one bf16 rounding (at most
 // 2^-8 of the value: 8 significant bits) and rsqrtf's 2 ulps from the exact value, so they differ
-// by at most 2^-7 of it (1.02 for the ulps). A missing factor, a wrong row's r, a lost slot of the
-// sums or a swapped norm weight is off by far more.
+// by at most 2^-7 of it (1.02 for the ulps). A missing factor, a wrong row's r or a swapped norm
+// weight is off by far more (the slots of the sums are checked one by one above).
 TEST(Bf16GemvChain, ResidualAddThenNormedProductIsAddRmsnorm) {
   LY_REQUIRE_GPU();
   const int n = 3, d = 4096;
