@@ -748,7 +748,7 @@ PY
     # Issue 17: the decode step with the bf16 GEMV and the fused decode layers (norms, residual
     # adds, SwiGLU folded into the products) against cuBLASLt and the separate kernels
     # (LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0), the GEMV alone (fusion off), and the
-    # fused layers with the GEMV launched without PDL (LYCHEE_BF16_GEMV_PDL=0), alternated over two
+    # fused layers with the GEMV launched with PDL (LYCHEE_BF16_GEMV_PDL=1), alternated over two
     # rounds: the 8B shape (Full and LycheeDecode, batch 1 at 32K and 128K with the CUPTI trace,
     # batch 4 at 32K), and the default model (lychee bench, batch 1) where staged. Then one round
     # with no PDL anywhere (the trace's kernel times are then the kernels' own).
@@ -759,11 +759,11 @@ PY
       case $1 in
         old) export LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0 ;;
         gemv) export LYCHEE_FUSED_DECODE_ROWS=0 ;;
-        fusednp) export LYCHEE_BF16_GEMV_PDL=0 ;;
+        fusedpdl) export LYCHEE_BF16_GEMV_PDL=1 ;;
       esac
     }
     for round in 1 2; do
-      for mode in ${FUSED_MODES:-old gemv fused fusednp}; do
+      for mode in ${FUSED_MODES:-old gemv fused fusedpdl}; do
         fused_mode $mode
         echo "--- round $round, $mode"
         bench_e2e_to "e2e_${mode}_$round" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \

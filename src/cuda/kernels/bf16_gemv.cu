@@ -323,11 +323,14 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
       LY_CUDA_CHECK(cudaFuncSetAttribute(bf16_gemv_kernel<R, S, NORM, OUT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)));
   }
-  // LYCHEE_BF16_GEMV_PDL=0: launched plainly (the kernel's griddepcontrol instructions are then
-  // no-ops), the other kernels keep PDL (lab A/B of where the early launch pays).
+  // Launched plainly (its griddepcontrol instructions are then no-ops) unless
+  // LYCHEE_BF16_GEMV_PDL=1: with PDL the fused decode step was 2% slower at every shape measured
+  // (8B, batch 1, 128K: LycheeDecode 7.33 against 7.20 ms, Full 11.76 against 11.53; batch 4, 32K
+  // the same; H100, docs/results/gpu/decode_step/fused/): the early-launched blocks sit on the SMs
+  // waiting for the previous kernel while it still needs them.
   static const bool pdl = [] {
     const char* v = std::getenv("LYCHEE_BF16_GEMV_PDL");
-    return v == nullptr || std::string(v) != "0";
+    return v != nullptr && std::string(v) == "1";
   }();
   if (pdl)
     launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT>, grid, kThreads, kRing, stream, a);

@@ -22,11 +22,11 @@
 // reference, not bit-equal to the old path.
 //
 // The weights are read once per call at close to copy bandwidth (design and byte count in
-// bf16_gemv.cu). Capturable in CUDA graphs: no host synchronisation, no allocation. Launched with
-// programmatic dependent launch: the first weights are read before the previous kernel in the
-// stream has finished (everything else after it), so w, the norm weights and bias must not be
-// written by a kernel that may still run (they are weights: written at load time). y, xn and
-// ss_out must not overlap x or ss.
+// bf16_gemv.cu). Capturable in CUDA graphs: no host synchronisation, no allocation. Written for
+// programmatic dependent launch (measured slower, so off unless LYCHEE_BF16_GEMV_PDL=1): the first
+// weights are then read before the previous kernel in the stream has finished (everything else
+// after it), so w, the norm weights and bias must not be written by a kernel that may still run
+// (they are weights: written at load time). y, xn and ss_out must not overlap x or ss.
 #pragma once
 
 #include <cstdint>
