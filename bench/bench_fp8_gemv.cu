@@ -545,15 +545,15 @@ Candidate cublas_bf16(Context& c, const Shape& s, Operands& o, int n) {
   return k;
 }
 
-// bf16_gemv (plain: y = x · wᵀ; norm: scaled by the RMSNorm factor from partial sums of squares,
-// as the fused decode layers' QKV, gate/up and LM-head products are; its output is not the plain
-// product's and is timed only).
+// bf16_gemv (plain: y = x · wᵀ; norm: with the input residues x_lo (x again, for the timing) and
+// scaled by the RMSNorm factor from partial sums of squares, as the fused decode layers' QKV,
+// gate/up and LM-head products are; its output is not the plain product's and is timed only).
 Candidate ours_bf16(Context& c, const Shape& s, Operands& o, int n, bool norm) {
   Candidate k;
   k.kernel = norm ? "lychee_bf16_norm" : "lychee_bf16";
   const char* st = std::getenv("LYCHEE_BF16_GEMV_STAGES");
   k.note = std::string("stages ") + (st != nullptr ? st : "auto");
-  k.bytes = 2.0 * o.m * o.k + 2.0 * n * o.k + (norm ? 4.0 * n * bf16_gemv_ss_count(o.k) : 0.0) +
+  k.bytes = 2.0 * o.m * o.k + 2.0 * n * o.k + (norm ? 2.0 * n * o.k + 4.0 * n * bf16_gemv_ss_count(o.k) : 0.0) +
             (s.f32_out ? 4.0 : 2.0) * n * o.m;
   k.copies = o.bf16_copies;
   if (norm) k.check = "none";
@@ -561,7 +561,7 @@ Candidate ours_bf16(Context& c, const Shape& s, Operands& o, int n, bool norm) {
   k.call = [&c, &o, n, f32, norm](int copy) {
     Bf16GemvArgs a;
     a.x = o.x.data();
-    if (norm) a.ss = o.ss.data(), a.ss_count = bf16_gemv_ss_count(o.k), a.eps = 1e-5f;
+    if (norm) a.x_lo = o.x.data(), a.ss = o.ss.data(), a.ss_count = bf16_gemv_ss_count(o.k), a.eps = 1e-5f;
     a.w = o.w16_copy(copy);
     a.out = f32 ? GemvOut::kF32 : GemvOut::kBf16;
     a.y = f32 ? static_cast<void*>(o.y32.data()) : static_cast<void*>(o.y16.data());

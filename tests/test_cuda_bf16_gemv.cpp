@@ -36,13 +36,15 @@ using cuda::GemvOut;
 constexpr float kEps = 1e-5f;
 
 // A product's inputs on the host. The norm's input is what a residual add with next_norm writes:
-// xt = bf16(norm · v) for residual rows v, and partial sums of squares of v (16 per slot).
+// xt = bf16(norm · v) for residual rows v, its residues xt_lo = bf16(norm · v - xt), and partial
+// sums of squares of v (16 per slot).
 struct Problem {
   int n = 0, k = 0, m = 0;
   std::vector<uint16_t> x16;     // [n][k] bf16 bits, ~N(0, 1)
   std::vector<float> v;          // [n][k] f32 residual, ~N(0, 4^i) (row scales apart: r_i differs per row)
   std::vector<float> norm;       // [k] RMSNorm weights around 1
   std::vector<uint16_t> xt;      // [n][k] bf16(norm · v)
+  std::vector<uint16_t> xt_lo;   // [n][k] bf16(norm · v - xt)
   std::vector<float> ss;         // [n][ceil(k / 16)] Σ v² over 16 positions
   std::vector<uint16_t> w;       // [m][k] bf16 bits, row magnitudes 2^-6 .. 2^6, exact zeros
   std::vector<float> bias;       // [m]
@@ -63,12 +65,15 @@ Problem make_problem(int n, int k, int m, uint32_t seed) {
   for (auto& e : p.norm) e = 1.0f + 0.25f * normal(rng);
   p.v.resize(size_t(n) * k);
   p.xt.resize(size_t(n) * k);
+  p.xt_lo.resize(size_t(n) * k);
   p.ss.assign(size_t(n) * ss_count(k), 0.0f);
   for (int i = 0; i < n; ++i)
     for (int t = 0; t < k; ++t) {
       const size_t e = size_t(i) * k + t;
       p.v[e] = std::ldexp(normal(rng), 2 * i - 4);
-      p.xt[e] = f32_to_bf16(p.norm[size_t(t)] * p.v[e]);
+      const float u = p.norm[size_t(t)] * p.v[e];
+      p.xt[e] = f32_to_bf16(u);
+      p.xt_lo[e] = f32_to_bf16(u - bf16_to_f32(p.xt[e]));
       p.ss[size_t(i) * ss_count(k) + size_t(t / 16)] += p.v[e] * p.v[e];
     }
   p.w.resize(size_t(m) * k);
@@ -85,8 +90,8 @@ Problem make_problem(int n, int k, int m, uint32_t seed) {
   return p;
 }
 
-// s[i][j] = f_i Σ_t w[j][t] x[i][t] in double (x = x16, or xt with f_i the exact RMSNorm factor of
-// v), and f_i Σ|terms| (bounds the f32 accumulation error), [n][m].
+// s[i][j] = f_i Σ_t w[j][t] x[i][t] in double (x = x16, or xt + xt_lo with f_i the exact RMSNorm
+// factor of v), and f_i Σ|terms| (bounds the f32 accumulation error), [n][m].
 struct Sums {
   std::vector<double> s, abs;
 };
@@ -105,7 +110,9 @@ Sums sums(const Problem& p, bool norm) {
     for (int i = 0; i < p.n; ++i) {
       double s = 0.0, a = 0.0;
       for (int t = 0; t < p.k; ++t) {
-        const double term = double(bf16_to_f32(p.w[size_t(j) * p.k + t])) * bf16_to_f32(x[size_t(i) * p.k + t]);
+        const size_t e = size_t(i) * p.k + t;
+        const double xv = double(bf16_to_f32(x[e])) + (norm ? double(bf16_to_f32(p.xt_lo[e])) : 0.0);
+        const double term = double(bf16_to_f32(p.w[size_t(j) * p.k + t])) * xv;
         s += term;
         a += std::fabs(term);
       }
@@ -124,7 +131,7 @@ double sum_tolerance(const Problem& p, bool norm, double s, double abs_sum) {
 }
 
 struct Device {
-  DeviceBuffer<bf16> x16, xt, w, y16, xn;
+  DeviceBuffer<bf16> x16, xt, xt_lo, w, y16, xn, xn_lo;
   DeviceBuffer<float> ss, bias, y32, next_norm, ss_out;
 };
 
@@ -132,6 +139,7 @@ Device upload(const Problem& p) {
   Device d;
   d.x16 = test::to_device_bf16_bits(p.x16);
   d.xt = test::to_device_bf16_bits(p.xt);
+  d.xt_lo = test::to_device_bf16_bits(p.xt_lo);
   d.ss = test::to_device(p.ss);
   d.w = test::to_device_bf16_bits(p.w);
   d.bias = test::to_device(p.bias);
@@ -139,6 +147,7 @@ Device upload(const Problem& p) {
   d.y16 = DeviceBuffer<bf16>(size_t(p.n) * p.m);
   d.y32 = DeviceBuffer<float>(size_t(p.n) * p.m);
   d.xn = DeviceBuffer<bf16>(size_t(p.n) * p.m);
+  d.xn_lo = DeviceBuffer<bf16>(size_t(p.n) * p.m);
   d.ss_out = DeviceBuffer<float>(size_t(p.n) * ss_count(p.m));
   return d;
 }
@@ -147,24 +156,26 @@ Device upload(const Problem& p) {
 Bf16GemvArgs args(Device& d, const Problem& p, GemvOut out, bool norm, int m, int stages = -1) {
   Bf16GemvArgs a;
   a.x = norm ? d.xt.data() : d.x16.data();
-  if (norm) a.ss = d.ss.data(), a.ss_count = ss_count(p.k), a.eps = kEps;
+  if (norm) a.x_lo = d.xt_lo.data(), a.ss = d.ss.data(), a.ss_count = ss_count(p.k), a.eps = kEps;
   a.w = d.w.data();
   a.out = out;
   const bool f32 = out == GemvOut::kF32 || out == GemvOut::kAddF32;
   a.y = f32 ? static_cast<void*>(d.y32.data()) : static_cast<void*>(d.y16.data());
   a.bias = out == GemvOut::kAddF32 || out == GemvOut::kSwiGlu ? d.bias.data() : nullptr;
-  if (out == GemvOut::kAddF32) a.next_norm = d.next_norm.data(), a.xn = d.xn.data(), a.ss_out = d.ss_out.data();
+  if (out == GemvOut::kAddF32)
+    a.next_norm = d.next_norm.data(), a.xn = d.xn.data(), a.xn_lo = d.xn_lo.data(), a.ss_out = d.ss_out.data();
   a.n = p.n, a.k = p.k, a.m = m, a.stages = stages;
   return a;
 }
 
-// y (and for a residual add: xn, then ss_out) as floats, after one product into poisoned outputs
+// y (and for a residual add: xn, xn_lo, then ss_out) as floats, after one product into poisoned outputs
 // (NaN: unwritten outputs show; the residual add starts from y0).
 std::vector<float> run(Device& d, const Problem& p, const Bf16GemvArgs& a, cudaStream_t stream = nullptr) {
   const size_t count = size_t(p.n) * (a.out == GemvOut::kSwiGlu ? a.m / 2 : a.m);
   LY_CUDA_CHECK(cudaMemset(d.y32.data(), 0xFF, d.y32.bytes()));
   LY_CUDA_CHECK(cudaMemset(d.y16.data(), 0xFF, d.y16.bytes()));
   LY_CUDA_CHECK(cudaMemset(d.xn.data(), 0xFF, d.xn.bytes()));
+  LY_CUDA_CHECK(cudaMemset(d.xn_lo.data(), 0xFF, d.xn_lo.bytes()));
   LY_CUDA_CHECK(cudaMemset(d.ss_out.data(), 0xFF, d.ss_out.bytes()));
   if (a.out == GemvOut::kAddF32) {
     std::vector<float> y0(count);
@@ -175,9 +186,10 @@ std::vector<float> run(Device& d, const Problem& p, const Bf16GemvArgs& a, cudaS
   LY_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (a.out == GemvOut::kF32) return test::to_host(d.y32, count);
   if (a.out == GemvOut::kAddF32) {
-    std::vector<float> y = test::to_host(d.y32, count), xn = test::to_host_bf16(d.xn);
+    std::vector<float> y = test::to_host(d.y32, count), xn = test::to_host_bf16(d.xn), lo = test::to_host_bf16(d.xn_lo);
     const std::vector<float> ss = test::to_host(d.ss_out, size_t(p.n) * ss_count(a.m));
     y.insert(y.end(), xn.begin(), xn.begin() + long(count));
+    y.insert(y.end(), lo.begin(), lo.begin() + long(count));
     y.insert(y.end(), ss.begin(), ss.end());
     return y;
   }
@@ -189,13 +201,13 @@ std::vector<float> run(Device& d, const Problem& p, const Bf16GemvArgs& a, cudaS
 double silu(double v) { return v / (1.0 + std::exp(-v)); }
 
 // got (run()'s result for `out`) against the reference from the sums, every element within its
-// bound; a residual add's xn must be bf16(next_norm · y) of its own y exactly, and its sums of
-// squares those of its y within 2^-20.
+// bound; a residual add's xn must be bf16(next_norm · y) of its own y exactly (xn_lo the residue,
+// exactly), and its sums of squares those of its y within 2^-20.
 void expect_close(const std::vector<float>& got, const Problem& p, const Sums& r, GemvOut out, bool norm,
                   const std::string& what) {
   const int cols = out == GemvOut::kSwiGlu ? p.m / 2 : p.m;
   const size_t count = size_t(p.n) * cols;
-  ASSERT_EQ(got.size(), out == GemvOut::kAddF32 ? 2 * count + size_t(p.n) * ss_count(p.m) : count) << what;
+  ASSERT_EQ(got.size(), out == GemvOut::kAddF32 ? 3 * count + size_t(p.n) * ss_count(p.m) : count) << what;
   size_t n_bad = 0;
   std::string first;
   const auto bad = [&](const std::string& where, double g, double want, double tol) {
@@ -233,14 +245,17 @@ void expect_close(const std::vector<float>& got, const Problem& p, const Sums& r
     for (int i = 0; i < p.n; ++i) {
       for (int j = 0; j < p.m; ++j) {
         const float y = got[size_t(i) * p.m + j], xn = got[count + size_t(i) * p.m + j];
-        const float want = bf16_to_f32(f32_to_bf16(p.next_norm[size_t(j)] * y));
+        const float lo = got[2 * count + size_t(i) * p.m + j];
+        const float u = p.next_norm[size_t(j)] * y, want = bf16_to_f32(f32_to_bf16(u));
+        const float want_lo = bf16_to_f32(f32_to_bf16(u - want));
         if (!(xn == want)) bad("xn[" + std::to_string(i) + "][" + std::to_string(j) + "]", xn, want, 0.0);
+        if (!(lo == want_lo)) bad("xn_lo[" + std::to_string(i) + "][" + std::to_string(j) + "]", lo, want_lo, 0.0);
       }
       for (int b = 0; b < ss_count(p.m); ++b) {
         double q = 0.0;
         for (int j = 16 * b; j < std::min(p.m, 16 * b + 16); ++j)
           q += double(got[size_t(i) * p.m + j]) * got[size_t(i) * p.m + j];
-        const double g = got[2 * count + size_t(i) * ss_count(p.m) + size_t(b)];
+        const double g = got[3 * count + size_t(i) * ss_count(p.m) + size_t(b)];
         if (!(std::fabs(g - q) <= std::ldexp(q, -20)))
           bad("ss_out[" + std::to_string(i) + "][" + std::to_string(b) + "]", g, q, std::ldexp(q, -20));
       }
@@ -300,11 +315,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Gemv,
 
 // A residual add with next_norm, then a normed product: what the fused decode layers do between
 // two products. With one-hot weight rows in the second (row j picks input j once) its f32 output
-// is RMSNorm(v)·norm as the chain computes it, r_i · bf16(norm[j] · v[i][j]), where add_rmsnorm
-// writes bf16(norm[j] · (v[i][j] · r_i)) for the same residual v: each is one bf16 rounding (at most
-// 2^-8 of the value: 8 significant bits) and rsqrtf's 2 ulps from the exact value, so they differ
-// by at most 2^-7 of it (1.02 for the ulps). A missing factor, a wrong row's r or a swapped norm
-// weight is off by far more (the slots of the sums are checked one by one above).
+// is RMSNorm(v)·norm as the chain computes it, r_i · (xn + xn_lo) with xn + xn_lo = norm[j] · v[i][j]
+// to ~16 bits, where add_rmsnorm writes bf16(norm[j] · (v[i][j] · r_i)) for the same residual v: one
+// bf16 rounding (at most 2^-8 of the value: 8 significant bits) and rsqrtf's ulps apart, so within
+// 1.01 · 2^-8. A missing factor, a wrong row's r, a lost residue or a swapped norm weight is off by
+// more (the slots of the sums are checked one by one above).
 TEST(Bf16GemvChain, ResidualAddThenNormedProductIsAddRmsnorm) {
   LY_REQUIRE_GPU();
   const int n = 3, d = 4096;
@@ -319,7 +334,8 @@ TEST(Bf16GemvChain, ResidualAddThenNormedProductIsAddRmsnorm) {
   DeviceBuffer<bf16> eye = test::to_device_bf16_bits(one_hot);
   DeviceBuffer<float> y(size_t(n) * d);
   Bf16GemvArgs normed;
-  normed.x = dev.xn.data(), normed.ss = dev.ss_out.data(), normed.ss_count = ss_count(d), normed.eps = kEps;
+  normed.x = dev.xn.data(), normed.x_lo = dev.xn_lo.data(), normed.ss = dev.ss_out.data();
+  normed.ss_count = ss_count(d), normed.eps = kEps;
   normed.w = eye.data(), normed.out = GemvOut::kF32, normed.y = y.data(), normed.n = n, normed.k = d, normed.m = d;
   cuda::bf16_gemv(normed, nullptr);
   DeviceBuffer<bf16> h(size_t(n) * d);  // add_rmsnorm of the same residual (its delta: none, it is added)
@@ -328,7 +344,7 @@ TEST(Bf16GemvChain, ResidualAddThenNormedProductIsAddRmsnorm) {
   const std::vector<float> got = test::to_host(y), want = test::to_host_bf16(h);
   int n_bad = 0;
   for (size_t e = 0; e < want.size(); ++e)
-    if (!(std::fabs(got[e] - want[e]) <= 1.02 * std::ldexp(std::fabs(want[e]), -7)) && n_bad++ < 5)
+    if (!(std::fabs(got[e] - want[e]) <= 1.01 * std::ldexp(std::fabs(want[e]), -8)) && n_bad++ < 5)
       ADD_FAILURE() << "row " << e / d << ", input " << e % d << ": " << got[e] << " vs add_rmsnorm " << want[e];
   EXPECT_EQ(n_bad, 0);
 }
@@ -377,6 +393,7 @@ TEST(Bf16GemvDeterminism, GraphReplayGivesTheSameBits) {
       const size_t count = size_t(p.n) * (out == GemvOut::kSwiGlu ? p.m / 2 : p.m);
       LY_CUDA_CHECK(cudaMemset(d.y16.data(), 0xFF, d.y16.bytes()));
       LY_CUDA_CHECK(cudaMemset(d.xn.data(), 0xFF, d.xn.bytes()));
+      LY_CUDA_CHECK(cudaMemset(d.xn_lo.data(), 0xFF, d.xn_lo.bytes()));
       LY_CUDA_CHECK(cudaMemset(d.ss_out.data(), 0xFF, d.ss_out.bytes()));
       if (out == GemvOut::kAddF32) LY_CUDA_CHECK(cudaMemcpy(d.y32.data(), p.y0.data(), count * 4, cudaMemcpyHostToDevice));
       LY_CUDA_CHECK(cudaGraphLaunch(exec, s));
@@ -384,8 +401,10 @@ TEST(Bf16GemvDeterminism, GraphReplayGivesTheSameBits) {
       std::vector<float> y;
       if (out == GemvOut::kAddF32) {
         y = test::to_host(d.y32, count);
-        const std::vector<float> xn = test::to_host_bf16(d.xn), ss = test::to_host(d.ss_out);
+        const std::vector<float> xn = test::to_host_bf16(d.xn), lo = test::to_host_bf16(d.xn_lo);
+        const std::vector<float> ss = test::to_host(d.ss_out);
         y.insert(y.end(), xn.begin(), xn.begin() + long(count));
+        y.insert(y.end(), lo.begin(), lo.begin() + long(count));
         y.insert(y.end(), ss.begin(), ss.end());
       } else {
         y = test::to_host_bf16(d.y16);
@@ -445,6 +464,8 @@ TEST(Bf16GemvArgs, RejectsWhatTheKernelCannotTake) {
   expect_error(a, EC::kInvalidArgument, "next_norm");
   a = ok, a.out = GemvOut::kAddF32, a.next_norm = ss, a.ss_out = ss;  // no xn
   expect_error(a, EC::kInvalidArgument, "next_norm");
+  a = ok, a.x_lo = w;  // residues without ss
+  expect_error(a, EC::kInvalidArgument, "x_lo");
   a = ok, a.stages = 3;
   expect_error(a, EC::kInvalidArgument, "stages = 3");
   EXPECT_TRUE(cuda::bf16_gemv_fits(buf, w, 8, 576));

@@ -190,12 +190,14 @@ TEST_P(CudaTinyParity, LogitsWithinBf16Tolerance) {
   p.runner.prefill(seq, std::span<const int32_t>(ids).first(30));
   std::vector<float> got(static_cast<size_t>(vocab));
   double worst = 0.0;
+  std::string steps;
   for (size_t n = 30; n <= ids.size(); ++n) {
     p.runner.copy_logits(0, got);
     const auto want = cpu_last_logits(p.cpu_model, std::vector<int32_t>(ids.begin(), ids.begin() + long(n)));
     const double e = rel_error(got, want);
     EXPECT_LT(e, test::kBf16LogitsTol) << GetParam() << " after " << n << " tokens";
     worst = std::max(worst, e);
+    steps += fmt::format(" {:.1e}", e);
     // The top token agrees unless the CPU's own margin to the GPU's choice is within bf16 noise.
     const int32_t g = argmax(got), c = argmax(want);
     float max_abs = 0.0f;
@@ -208,8 +210,8 @@ TEST_P(CudaTinyParity, LogitsWithinBf16Tolerance) {
     }
   }
   p.runner.release(seq);
-  std::printf("[ gpu-vs-cpu logits ] %s: worst rel. L2 over 11 steps %.2e (tolerance %.0e)\n", GetParam().c_str(),
-              worst, test::kBf16LogitsTol);
+  std::printf("[ gpu-vs-cpu logits ] %s: worst rel. L2 over 11 steps %.2e (tolerance %.0e); per step%s\n",
+              GetParam().c_str(), worst, test::kBf16LogitsTol, steps.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, CudaTinyParity,

@@ -34,6 +34,10 @@
 // produces v (kAddF32, 16 outputs per block) writes both pieces for the next product: x for its
 // own 16 outputs, and their sum of squares into its block's slot of ss; the next product reads
 // x like any bf16 input and, at the end, sums the slots in a fixed order (a warp per row) for r.
+// With x_lo (the residues u - bf16(u) of u = norm · v, also bf16) the product runs a second mma on
+// the same weights: x + x_lo carries ~16 significant bits, so the norm's output is not rounded to
+// bf16 (the unfused path rounds it once per input; a tiny checkpoint's worst decode step against
+// the f32 CPU reference went from 2.8e-2 unfused to 3.4e-2 fused without it; issue 17).
 // Two earlier versions normalised the f32 residual inside the consuming product — before its
 // main loop (a pass over v and a barrier in every block: +5 µs on the 8B QKV, +15 µs on gate/up
 // at n = 1) and then inside it (the f32 v and the norm weights read by every block, 4x the bf16
@@ -96,7 +100,8 @@ struct Step {
 };
 template <int R>
 struct StepX {
-  uint4 x[Step<R>::kChunks];  // [chunk] x' row g at the same positions, bf16
+  uint4 x[Step<R>::kChunks];   // [chunk] x row g at the same positions, bf16
+  uint4 lo[Step<R>::kChunks];  // with the norm and x_lo: x_lo at the same positions
 };
 
 // The weight a lane (g, t) loads for (chunk c + p, tile r, half h), or null past m and k (k is a
@@ -125,18 +130,21 @@ __device__ __forceinline__ void load_weights(Step<R>& s, const Bf16GemvArgs& a, 
 // x row g at the lane's positions of the step's chunks; zeros for rows >= n. Plain loads (not the
 // read-only path): under PDL the previous kernel may still be writing x when this grid starts, and
 // griddepcontrol.wait orders plain loads after its writes.
-template <int R>
+template <int R, bool NORM>
 __device__ __forceinline__ void load_x(StepX<R>& s, const Bf16GemvArgs& a, int c, int g, int t) {
 #pragma unroll
   for (int p = 0; p < Step<R>::kChunks; ++p) {
     const int col = (c + p) * kChunk + 8 * t;
-    s.x[p] = g < a.n && col < a.k ? *reinterpret_cast<const uint4*>(a.x + size_t(g) * size_t(a.k) + size_t(col))
-                                  : make_uint4(0, 0, 0, 0);
+    const bool in = g < a.n && col < a.k;
+    const size_t at = size_t(g) * size_t(a.k) + size_t(col);
+    s.x[p] = in ? *reinterpret_cast<const uint4*>(a.x + at) : make_uint4(0, 0, 0, 0);
+    if constexpr (NORM)
+      s.lo[p] = in && a.x_lo != nullptr ? *reinterpret_cast<const uint4*>(a.x_lo + at) : make_uint4(0, 0, 0, 0);
   }
 }
 
-template <int R>
-__device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, const StepX<R>& xs) {
+template <int R, bool NORM>
+__device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, const StepX<R>& xs, bool lo_in) {
 #pragma unroll
   for (int p = 0; p < Step<R>::kChunks; ++p)
 #pragma unroll
@@ -144,6 +152,11 @@ __device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, c
       const uint4 &lo = s.w[p][r][0], &hi = s.w[p][r][1];  // rows g and g + 8
       ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, xs.x[p].x, xs.x[p].y);
       ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, xs.x[p].z, xs.x[p].w);
+      if constexpr (NORM)
+        if (lo_in) {  // the inputs' rounding residues: the same weights times x_lo
+          ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, xs.lo[p].x, xs.lo[p].y);
+          ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, xs.lo[p].z, xs.lo[p].w);
+        }
     }
 }
 
@@ -163,7 +176,8 @@ __device__ __forceinline__ void norm_factors(const Bf16GemvArgs& a, float (&rs)[
 }
 
 // kAddF32: y[i][row] = (y + s) + bias, one output per thread of the first 16 n (R = 1: 16 rows);
-// with next_norm also xn = bf16(next_norm · y) and the block's slot of ss_out = Σ of its 16 rows'
+// with next_norm also xn = bf16(next_norm · y) (xn_lo: its residue) and the block's slot of
+// ss_out = Σ of its 16 rows'
 // y² per x row (the 16 threads of a row are one half-warp: butterfly over offsets 8, 4, 2, 1).
 __device__ __forceinline__ void add_epilogue(const Bf16GemvArgs& a, int b, float s, int i, int rr) {
   const int row = b * 16 + rr;
@@ -176,7 +190,13 @@ __device__ __forceinline__ void add_epilogue(const Bf16GemvArgs& a, int b, float
     *y = v;
   }
   if (a.next_norm == nullptr) return;
-  if (in) a.xn[size_t(i) * size_t(a.m) + size_t(row)] = __float2bfloat16_rn(a.next_norm[row] * v);
+  if (in) {
+    const size_t at = size_t(i) * size_t(a.m) + size_t(row);
+    const float u = a.next_norm[row] * v;
+    const bf16 hi = __float2bfloat16_rn(u);
+    a.xn[at] = hi;
+    if (a.xn_lo != nullptr) a.xn_lo[at] = __float2bfloat16_rn(u - __bfloat162float(hi));
+  }
   float q = v * v;
 #pragma unroll
   for (int o = 8; o > 0; o /= 2) q += __shfl_xor_sync(0xFFFFFFFFu, q, o);
@@ -280,11 +300,11 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
   ptx::grid_launch_dependents();
   for (int step = 0; chunk_of(warp, step * kStep) < n_chunks; ++step) {
     StepX<R> xs;
-    load_x<R>(xs, a, chunk_of(warp, step * kStep), g, t);
+    load_x<R, NORM>(xs, a, chunk_of(warp, step * kStep), g, t);
     if constexpr (S == 0) {
       Step<R> next;
       load_weights<R, OUT>(next, a, b, chunk_of(warp, (step + 1) * kStep), g, t);  // in flight during the mma
-      mma_step(acc, cur, xs);
+      mma_step<R, NORM>(acc, cur, xs, a.x_lo != nullptr);
       cur = next;
     } else {
       issue(step + S - 1);  // past the end: zeros, no reads
@@ -296,7 +316,7 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
         for (int r = 0; r < R; ++r)
 #pragma unroll
           for (int h = 0; h < 2; ++h) cur.w[p][r][h] = slot[((p * R + r) * 2 + h) * 32];
-      mma_step(acc, cur, xs);
+      mma_step<R, NORM>(acc, cur, xs, a.x_lo != nullptr);
     }
   }
   if constexpr (S > 0) ptx::cp_async_wait<0>();  // no copy may land in the next block's shared memory

@@ -9,7 +9,8 @@
 //   kBf16    y[i][j] = bf16(s)                                     (y bf16 [n][m])
 //   kF32     y[i][j] = s                                           (y f32 [n][m]: logits)
 //   kAddF32  y[i][j] = (y[i][j] + s) + bias[j]                     (y f32 [n][m]: the residual add)
-//            and with next_norm: xn[i][j] = bf16(next_norm[j] · y[i][j]), and ss_out[i][b] = Σ y[i][j]²
+//            and with next_norm: xn[i][j] = bf16(next_norm[j] · y[i][j]) (xn_lo: what that rounded
+//            off, in bf16), and ss_out[i][b] = Σ y[i][j]²
 //            over the 16 rows j of block b (bf16_gemv_ss_count(m) slots per row): the next product's x
 //            and ss
 //   kSwiGlu  y[i][j] = bf16(silu(s_j + bias[j]) · (s_{f+j} + bias[f + j])), j < f = m / 2
@@ -42,6 +43,9 @@ enum class GemvOut { kBf16, kF32, kAddF32, kSwiGlu };
 
 struct Bf16GemvArgs {
   const bf16* x = nullptr;      // [n][k] row-major, 16-byte aligned
+  // With ss: x's rounding residues [n][k] (what a kAddF32 product with xn_lo wrote), or null. The
+  // product is then w · (x + x_lo): the norm's output to ~16 significant bits, not bf16's 8.
+  const bf16* x_lo = nullptr;
   const float* ss = nullptr;    // [n][ss_count] partial sums of squares (see the top), or null
   int ss_count = 0;
   float eps = 0.0f;             // RMSNorm epsilon (with ss)
@@ -52,6 +56,7 @@ struct Bf16GemvArgs {
   // kAddF32 only: the next RMSNorm's weights [m] and where its inputs go (see the top), or null.
   const float* next_norm = nullptr;
   bf16* xn = nullptr;           // [n][m]
+  bf16* xn_lo = nullptr;        // [n][m] bf16(next_norm · y - xn), or null
   float* ss_out = nullptr;      // [n][bf16_gemv_ss_count(m)]
   int n = 0, k = 0, m = 0;
   // Weight staging (bf16_gemv.cu): -1 the automatic choice (or LYCHEE_BF16_GEMV_STAGES), 0 one step

@@ -115,6 +115,7 @@ void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOu
   Bf16GemvArgs a;
   a.x = x;
   if (normed) {
+    a.x_lo = h_lo.data();
     a.ss = ss_part.data();
     a.ss_count = bf16_gemv_ss_count(c.d_model);
     a.eps = c.rms_eps;
@@ -126,6 +127,7 @@ void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOu
   if (next_norm != nullptr) {
     a.next_norm = next_norm;
     a.xn = h.data();
+    a.xn_lo = h_lo.data();
     a.ss_out = ss_part.data();
   }
   a.n = n;

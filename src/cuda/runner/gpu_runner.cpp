@@ -142,7 +142,10 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
     for (const GpuLayerWeights& L : w->layers)
       fusable = fusable && aligned(L.wqkv.values) && aligned(L.wo.values) && aligned(L.w_gate_up.values) &&
                 aligned(L.w_down.values) && aligned(L.attn_norm) && aligned(L.ffn_norm);
-    if (fusable) ss_part = DeviceBuffer<float>(size_t(kBf16GemvMaxRows) * size_t(bf16_gemv_ss_count(c.d_model)));
+    if (fusable) {
+      ss_part = DeviceBuffer<float>(size_t(kBf16GemvMaxRows) * size_t(bf16_gemv_ss_count(c.d_model)));
+      h_lo = DeviceBuffer<bf16>(size_t(kBf16GemvMaxRows) * size_t(c.d_model));
+    }
   }
   partial_o = DeviceBuffer<float>(size_t(max_slots) * c.group_size() * c.head_dim);
   partial_lse = DeviceBuffer<float>(size_t(max_slots) * c.group_size());
