@@ -36,8 +36,10 @@
 // x like any bf16 input and, at the end, sums the slots in a fixed order (a warp per row) for r.
 // Residues: any x may come with x_lo, what its rounding to bf16 cut off (here u - bf16(u) of the
 // norm's u = norm · v; the attention output's and SwiGLU's likewise, written by their kernels), and
-// the product runs a second mma on the same weights: x + x_lo carries ~16 significant bits, so
-// the fused decode layers' products take activations that were never rounded to 8 (the unfused
+// the product multiplies it by the same weights — in the mma's unused columns up to n = 4 (no
+// extra mma), beyond that by a second mma per chunk (as a first version did at every n: +3.7 µs on
+// the 8B output/down products at n = 1, the mma.sync issue). x + x_lo carries ~16 significant
+// bits, so the fused decode layers' products take activations never rounded to 8 (the unfused
 // path rounds each once; without the residues a tiny checkpoint's most sensitive decode step
 // against the f32 CPU reference was 3.4e-2 fused against 2.8e-2 unfused; issue 17).
 // Two earlier versions normalised the f32 residual inside the consuming product — before its
@@ -132,20 +134,30 @@ __device__ __forceinline__ void load_weights(Step<R>& s, const Bf16GemvArgs& a, 
 // x row g at the lane's positions of the step's chunks; zeros for rows >= n. Plain loads (not the
 // read-only path): under PDL the previous kernel may still be writing x when this grid starts, and
 // griddepcontrol.wait orders plain loads after its writes.
+// With residues and n <= 4 (`packed`), the mma's unused columns carry them: column g < n is x row
+// g, column n + g is x_lo row g, and the epilogue adds the two columns' sums; otherwise x_lo goes
+// through a second mma (s.lo).
+__device__ __forceinline__ bool lo_packed(const Bf16GemvArgs& a) { return 2 * a.n <= kBf16GemvMaxRows; }
+
 template <int R, bool LO>
 __device__ __forceinline__ void load_x(StepX<R>& s, const Bf16GemvArgs& a, int c, int g, int t) {
+  const bool packed = LO && lo_packed(a);
+  const bool hi_row = g < a.n, lo_row = packed && !hi_row && g < 2 * a.n;
+  const bf16* src = hi_row ? a.x : a.x_lo;
+  const size_t row = size_t(hi_row ? g : g - a.n) * size_t(a.k);
 #pragma unroll
   for (int p = 0; p < Step<R>::kChunks; ++p) {
     const int col = (c + p) * kChunk + 8 * t;
-    const bool in = g < a.n && col < a.k;
-    const size_t at = size_t(g) * size_t(a.k) + size_t(col);
-    s.x[p] = in ? *reinterpret_cast<const uint4*>(a.x + at) : make_uint4(0, 0, 0, 0);
-    if constexpr (LO) s.lo[p] = in ? *reinterpret_cast<const uint4*>(a.x_lo + at) : make_uint4(0, 0, 0, 0);
+    const bool in = (hi_row || lo_row) && col < a.k;
+    s.x[p] = in ? *reinterpret_cast<const uint4*>(src + row + size_t(col)) : make_uint4(0, 0, 0, 0);
+    if constexpr (LO)
+      s.lo[p] = !packed && hi_row && col < a.k ? *reinterpret_cast<const uint4*>(a.x_lo + row + size_t(col))
+                                               : make_uint4(0, 0, 0, 0);
   }
 }
 
 template <int R, bool LO>
-__device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, const StepX<R>& xs) {
+__device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, const StepX<R>& xs, bool packed) {
 #pragma unroll
   for (int p = 0; p < Step<R>::kChunks; ++p)
 #pragma unroll
@@ -153,10 +165,11 @@ __device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, c
       const uint4 &lo = s.w[p][r][0], &hi = s.w[p][r][1];  // rows g and g + 8
       ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, xs.x[p].x, xs.x[p].y);
       ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, xs.x[p].z, xs.x[p].w);
-      if constexpr (LO) {  // the inputs' rounding residues: the same weights times x_lo
-        ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, xs.lo[p].x, xs.lo[p].y);
-        ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, xs.lo[p].z, xs.lo[p].w);
-      }
+      if constexpr (LO)
+        if (!packed) {  // the inputs' rounding residues: the same weights times x_lo
+          ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, xs.lo[p].x, xs.lo[p].y);
+          ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, xs.lo[p].z, xs.lo[p].w);
+        }
     }
 }
 
@@ -205,7 +218,7 @@ __device__ __forceinline__ void add_epilogue(const Bf16GemvArgs& a, int b, float
 
 // The block's 8 partial sums of each (x row, tile row) added in warp order, scaled by r_i with the
 // norm, then the epilogue.
-template <int R, bool NORM, GemvOut OUT>
+template <int R, bool NORM, bool LO, GemvOut OUT>
 __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxRows][16 * R + 4],
                                              float (&rs)[kBf16GemvMaxRows], const float (&acc)[R][4],
                                              const Bf16GemvArgs& a, int b, int lane, int warp, int g, int t) {
@@ -219,10 +232,17 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
     part[warp][2 * t + 1][16 * r + g + 8] = acc[r][3];
   }
   __syncthreads();
+  const bool packed = LO && lo_packed(a);
   const auto sum = [&](int i, int rr) {
     float s = part[0][i][rr];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) s += part[w][i][rr];
+    if (packed) {  // + the residues' column
+      float q = part[0][i + a.n][rr];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) q += part[w][i + a.n][rr];
+      s += q;
+    }
     if constexpr (NORM) s *= rs[i];
     return s;
   };
@@ -307,7 +327,7 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
     if constexpr (S == 0) {
       Step<R> next;
       load_weights<R, OUT>(next, a, b, chunk_of(warp, (step + 1) * kStep), g, t);  // in flight during the mma
-      mma_step<R, LO>(acc, cur, xs);
+      mma_step<R, LO>(acc, cur, xs, LO && lo_packed(a));
       cur = next;
     } else {
       issue(step + S - 1);  // past the end: zeros, no reads
@@ -319,11 +339,11 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
         for (int r = 0; r < R; ++r)
 #pragma unroll
           for (int h = 0; h < 2; ++h) cur.w[p][r][h] = slot[((p * R + r) * 2 + h) * 32];
-      mma_step<R, LO>(acc, cur, xs);
+      mma_step<R, LO>(acc, cur, xs, LO && lo_packed(a));
     }
   }
   if constexpr (S > 0) ptx::cp_async_wait<0>();  // no copy may land in the next block's shared memory
-  reduce_store<R, NORM, OUT>(part, rs, acc, a, b, lane, warp, g, t);
+  reduce_store<R, NORM, LO, OUT>(part, rs, acc, a, b, lane, warp, g, t);
 }
 
 constexpr int ring_bytes(int stages) { return stages * kWarps * 32 * 8 * 16; }
