@@ -59,12 +59,6 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 __device__ __forceinline__ uint2 pack_bf16x4(float4 v) {
   return make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
 }
-// What pack_bf16x4(v) == hi rounded off, in bf16: hi + residue carries ~16 significant bits.
-__device__ __forceinline__ uint2 bf16x4_residue(float4 v, uint2 hi) {
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hi.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hi.y));
-  return pack_bf16x4(make_float4(v.x - a.x, v.y - a.y, v.z - b.x, v.w - b.y));
-}
 // Programmatic dependent launch: wait for the previous grid's memory; let the next grid launch.
 __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void grid_launch_dependents() {

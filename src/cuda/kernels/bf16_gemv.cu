@@ -34,14 +34,10 @@
 // produces v (kAddF32, 16 outputs per block) writes both pieces for the next product: x for its
 // own 16 outputs, and their sum of squares into its block's slot of ss; the next product reads
 // x like any bf16 input and, at the end, sums the slots in a fixed order (a warp per row) for r.
-// Residues: any x may come with x_lo, what its rounding to bf16 cut off (here u - bf16(u) of the
-// norm's u = norm · v; the attention output's and SwiGLU's likewise, written by their kernels), and
-// the product multiplies it by the same weights — in the mma's unused columns up to n = 4 (no
-// extra mma), beyond that by a second mma per chunk (as a first version did at every n: +3.7 µs on
-// the 8B output/down products at n = 1, the mma.sync issue). x + x_lo carries ~16 significant
-// bits, so the fused decode layers' products take activations never rounded to 8 (the unfused
-// path rounds each once; without the residues a tiny checkpoint's most sensitive decode step
-// against the f32 CPU reference was 3.4e-2 fused against 2.8e-2 unfused; issue 17).
+// With x_lo (the residues u - bf16(u) of u = norm · v, also bf16) the product runs a second mma on
+// the same weights: x + x_lo carries ~16 significant bits, so the norm's output is not rounded to
+// bf16 (the unfused path rounds it once per input; a tiny checkpoint's worst decode step against
+// the f32 CPU reference went from 2.8e-2 unfused to 3.4e-2 fused without it; issue 17).
 // Two earlier versions normalised the f32 residual inside the consuming product — before its
 // main loop (a pass over v and a barrier in every block: +5 µs on the 8B QKV, +15 µs on gate/up
 // at n = 1) and then inside it (the f32 v and the norm weights read by every block, 4x the bf16
@@ -105,7 +101,7 @@ struct Step {
 template <int R>
 struct StepX {
   uint4 x[Step<R>::kChunks];   // [chunk] x row g at the same positions, bf16
-  uint4 lo[Step<R>::kChunks];  // with x_lo: x_lo at the same positions
+  uint4 lo[Step<R>::kChunks];  // with the norm and x_lo: x_lo at the same positions
 };
 
 // The weight a lane (g, t) loads for (chunk c + p, tile r, half h), or null past m and k (k is a
@@ -134,30 +130,21 @@ __device__ __forceinline__ void load_weights(Step<R>& s, const Bf16GemvArgs& a, 
 // x row g at the lane's positions of the step's chunks; zeros for rows >= n. Plain loads (not the
 // read-only path): under PDL the previous kernel may still be writing x when this grid starts, and
 // griddepcontrol.wait orders plain loads after its writes.
-// With residues and n <= 4 (`packed`), the mma's unused columns carry them: column g < n is x row
-// g, column n + g is x_lo row g, and the epilogue adds the two columns' sums; otherwise x_lo goes
-// through a second mma (s.lo).
-__device__ __forceinline__ bool lo_packed(const Bf16GemvArgs& a) { return 2 * a.n <= kBf16GemvMaxRows; }
-
-template <int R, bool LO>
+template <int R, bool NORM>
 __device__ __forceinline__ void load_x(StepX<R>& s, const Bf16GemvArgs& a, int c, int g, int t) {
-  const bool packed = LO && lo_packed(a);
-  const bool hi_row = g < a.n, lo_row = packed && !hi_row && g < 2 * a.n;
-  const bf16* src = hi_row ? a.x : a.x_lo;
-  const size_t row = size_t(hi_row ? g : g - a.n) * size_t(a.k);
 #pragma unroll
   for (int p = 0; p < Step<R>::kChunks; ++p) {
     const int col = (c + p) * kChunk + 8 * t;
-    const bool in = (hi_row || lo_row) && col < a.k;
-    s.x[p] = in ? *reinterpret_cast<const uint4*>(src + row + size_t(col)) : make_uint4(0, 0, 0, 0);
-    if constexpr (LO)
-      s.lo[p] = !packed && hi_row && col < a.k ? *reinterpret_cast<const uint4*>(a.x_lo + row + size_t(col))
-                                               : make_uint4(0, 0, 0, 0);
+    const bool in = g < a.n && col < a.k;
+    const size_t at = size_t(g) * size_t(a.k) + size_t(col);
+    s.x[p] = in ? *reinterpret_cast<const uint4*>(a.x + at) : make_uint4(0, 0, 0, 0);
+    if constexpr (NORM)
+      s.lo[p] = in && a.x_lo != nullptr ? *reinterpret_cast<const uint4*>(a.x_lo + at) : make_uint4(0, 0, 0, 0);
   }
 }
 
-template <int R, bool LO>
-__device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, const StepX<R>& xs, bool packed) {
+template <int R, bool NORM>
+__device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, const StepX<R>& xs, bool lo_in) {
 #pragma unroll
   for (int p = 0; p < Step<R>::kChunks; ++p)
 #pragma unroll
@@ -165,8 +152,8 @@ __device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, c
       const uint4 &lo = s.w[p][r][0], &hi = s.w[p][r][1];  // rows g and g + 8
       ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, xs.x[p].x, xs.x[p].y);
       ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, xs.x[p].z, xs.x[p].w);
-      if constexpr (LO)
-        if (!packed) {  // the inputs' rounding residues: the same weights times x_lo
+      if constexpr (NORM)
+        if (lo_in) {  // the inputs' rounding residues: the same weights times x_lo
           ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, xs.lo[p].x, xs.lo[p].y);
           ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, xs.lo[p].z, xs.lo[p].w);
         }
@@ -218,7 +205,7 @@ __device__ __forceinline__ void add_epilogue(const Bf16GemvArgs& a, int b, float
 
 // The block's 8 partial sums of each (x row, tile row) added in warp order, scaled by r_i with the
 // norm, then the epilogue.
-template <int R, bool NORM, bool LO, GemvOut OUT>
+template <int R, bool NORM, GemvOut OUT>
 __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxRows][16 * R + 4],
                                              float (&rs)[kBf16GemvMaxRows], const float (&acc)[R][4],
                                              const Bf16GemvArgs& a, int b, int lane, int warp, int g, int t) {
@@ -232,17 +219,10 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
     part[warp][2 * t + 1][16 * r + g + 8] = acc[r][3];
   }
   __syncthreads();
-  const bool packed = LO && lo_packed(a);
   const auto sum = [&](int i, int rr) {
     float s = part[0][i][rr];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) s += part[w][i][rr];
-    if (packed) {  // + the residues' column
-      float q = part[0][i + a.n][rr];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w) q += part[w][i + a.n][rr];
-      s += q;
-    }
     if constexpr (NORM) s *= rs[i];
     return s;
   };
@@ -253,10 +233,7 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
       if (j >= f) continue;
       float gate = sum(i, o % 16), up = sum(i, 16 + o % 16);
       if (a.bias != nullptr) gate += a.bias[j], up += a.bias[f + j];
-      const float v = silu_times(gate, up);
-      const bf16 hi = __float2bfloat16_rn(v);
-      static_cast<bf16*>(a.y)[size_t(i) * f + j] = hi;
-      if (a.y_lo != nullptr) a.y_lo[size_t(i) * f + j] = __float2bfloat16_rn(v - __bfloat162float(hi));
+      static_cast<bf16*>(a.y)[size_t(i) * f + j] = __float2bfloat16_rn(silu_times(gate, up));
     }
   } else if constexpr (OUT == GemvOut::kAddF32) {
     static_assert(R == 1, "the residual add takes 16 rows per block");
@@ -285,7 +262,7 @@ __device__ __forceinline__ int chunk_of(int warp, int i) { return (warp + kWarps
 // S = 0: the weights one step ahead in registers. S >= 2: a shared-memory ring of S steps per warp
 // (dynamic shared memory, bf16_gemv_ring_bytes), each lane copying, waiting for and reading only its
 // own 16-byte slots, so no barrier is needed and the sums are the register kernel's, bit for bit.
-template <int R, int S, bool NORM, bool LO, GemvOut OUT>
+template <int R, int S, bool NORM, GemvOut OUT>
 __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(const Bf16GemvArgs a) {
   constexpr int kStep = Step<R>::kChunks, kSlots = kStep * R * 2;  // uint4 per lane and step
   __shared__ float part[kWarps][kBf16GemvMaxRows][16 * R + 4];      // +4: the 4 lanes t on different banks
@@ -323,11 +300,11 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
   ptx::grid_launch_dependents();
   for (int step = 0; chunk_of(warp, step * kStep) < n_chunks; ++step) {
     StepX<R> xs;
-    load_x<R, LO>(xs, a, chunk_of(warp, step * kStep), g, t);
+    load_x<R, NORM>(xs, a, chunk_of(warp, step * kStep), g, t);
     if constexpr (S == 0) {
       Step<R> next;
       load_weights<R, OUT>(next, a, b, chunk_of(warp, (step + 1) * kStep), g, t);  // in flight during the mma
-      mma_step<R, LO>(acc, cur, xs, LO && lo_packed(a));
+      mma_step<R, NORM>(acc, cur, xs, a.x_lo != nullptr);
       cur = next;
     } else {
       issue(step + S - 1);  // past the end: zeros, no reads
@@ -339,11 +316,11 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
         for (int r = 0; r < R; ++r)
 #pragma unroll
           for (int h = 0; h < 2; ++h) cur.w[p][r][h] = slot[((p * R + r) * 2 + h) * 32];
-      mma_step<R, LO>(acc, cur, xs, LO && lo_packed(a));
+      mma_step<R, NORM>(acc, cur, xs, a.x_lo != nullptr);
     }
   }
   if constexpr (S > 0) ptx::cp_async_wait<0>();  // no copy may land in the next block's shared memory
-  reduce_store<R, NORM, LO, OUT>(part, rs, acc, a, b, lane, warp, g, t);
+  reduce_store<R, NORM, OUT>(part, rs, acc, a, b, lane, warp, g, t);
 }
 
 constexpr int ring_bytes(int stages) { return stages * kWarps * 32 * 8 * 16; }
@@ -357,13 +334,13 @@ int env_stages() {
   return s == "0" ? 0 : s == "2" ? 2 : -1;
 }
 
-template <int R, int S, bool NORM, bool LO, GemvOut OUT>
+template <int R, int S, bool NORM, GemvOut OUT>
 void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
   constexpr size_t kRing = S > 0 ? size_t(ring_bytes(S)) : 0;
   if constexpr (S > 0) {
     static uint64_t attribute_set = 0;  // more than 48 KiB of dynamic shared memory needs it, per device
     if (first_on_device(attribute_set))
-      LY_CUDA_CHECK(cudaFuncSetAttribute(bf16_gemv_kernel<R, S, NORM, LO, OUT>,
+      LY_CUDA_CHECK(cudaFuncSetAttribute(bf16_gemv_kernel<R, S, NORM, OUT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)));
   }
   // Launched plainly (its griddepcontrol instructions are then no-ops) unless
@@ -376,12 +353,12 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
     return v != nullptr && std::string(v) == "1";
   }();
   if (pdl)
-    launch_pdl(bf16_gemv_kernel<R, S, NORM, LO, OUT>, grid, kThreads, kRing, stream, a);
+    launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT>, grid, kThreads, kRing, stream, a);
   else
-    bf16_gemv_kernel<R, S, NORM, LO, OUT><<<grid, kThreads, kRing, stream>>>(a);
+    bf16_gemv_kernel<R, S, NORM, OUT><<<grid, kThreads, kRing, stream>>>(a);
 }
 
-template <int R, bool NORM, bool LO, GemvOut OUT>
+template <int R, bool NORM, GemvOut OUT>
 void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
   static const int forced = env_stages();
   const int rows = OUT == GemvOut::kSwiGlu ? a.m / 2 : a.m;
@@ -389,18 +366,18 @@ void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
   const int grid = (rows + per_block - 1) / per_block;
   const int stages = a.stages >= 0 ? a.stages : forced >= 0 ? forced : grid > 2 * device_info().sm_count ? 2 : 0;
   if (stages == 2)
-    launch_kernel<R, 2, NORM, LO, OUT>(a, grid, stream);
+    launch_kernel<R, 2, NORM, OUT>(a, grid, stream);
   else
-    launch_kernel<R, 0, NORM, LO, OUT>(a, grid, stream);
+    launch_kernel<R, 0, NORM, OUT>(a, grid, stream);
 }
 
-template <bool NORM, bool LO>
+template <bool NORM>
 void launch_out(const Bf16GemvArgs& a, cudaStream_t stream) {
   switch (a.out) {
-    case GemvOut::kBf16: launch_staging<1, NORM, LO, GemvOut::kBf16>(a, stream); break;
-    case GemvOut::kF32: launch_staging<1, NORM, LO, GemvOut::kF32>(a, stream); break;
-    case GemvOut::kAddF32: launch_staging<1, NORM, LO, GemvOut::kAddF32>(a, stream); break;
-    case GemvOut::kSwiGlu: launch_staging<2, NORM, LO, GemvOut::kSwiGlu>(a, stream); break;
+    case GemvOut::kBf16: launch_staging<1, NORM, GemvOut::kBf16>(a, stream); break;
+    case GemvOut::kF32: launch_staging<1, NORM, GemvOut::kF32>(a, stream); break;
+    case GemvOut::kAddF32: launch_staging<1, NORM, GemvOut::kAddF32>(a, stream); break;
+    case GemvOut::kSwiGlu: launch_staging<2, NORM, GemvOut::kSwiGlu>(a, stream); break;
   }
 }
 
@@ -409,11 +386,10 @@ void launch_out(const Bf16GemvArgs& a, cudaStream_t stream) {
 namespace detail {
 
 void launch_bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream) {
-  const bool lo = a.x_lo != nullptr;
   if (a.ss != nullptr)
-    lo ? launch_out<true, true>(a, stream) : launch_out<true, false>(a, stream);
+    launch_out<true>(a, stream);
   else
-    lo ? launch_out<false, true>(a, stream) : launch_out<false, false>(a, stream);
+    launch_out<false>(a, stream);
   LY_CUDA_CHECK_LAUNCH();
 }
 

@@ -43,9 +43,8 @@ enum class GemvOut { kBf16, kF32, kAddF32, kSwiGlu };
 
 struct Bf16GemvArgs {
   const bf16* x = nullptr;      // [n][k] row-major, 16-byte aligned
-  // x's rounding residues [n][k] (what a kAddF32 product's xn_lo, a kSwiGlu product's y_lo or the
-  // decode attention's out_lo hold), or null. The product is then w · (x + x_lo): its input to ~16
-  // significant bits, not bf16's 8.
+  // With ss: x's rounding residues [n][k] (what a kAddF32 product with xn_lo wrote), or null. The
+  // product is then w · (x + x_lo): the norm's output to ~16 significant bits, not bf16's 8.
   const bf16* x_lo = nullptr;
   const float* ss = nullptr;    // [n][ss_count] partial sums of squares (see the top), or null
   int ss_count = 0;
@@ -54,7 +53,6 @@ struct Bf16GemvArgs {
   GemvOut out = GemvOut::kBf16;
   void* y = nullptr;            // see the top: bf16 [n][m], f32 [n][m], or bf16 [n][m / 2]
   const float* bias = nullptr;  // kAddF32: [m]; kSwiGlu: [m] (gate, then up); else ignored
-  bf16* y_lo = nullptr;         // kSwiGlu only: the residues of y's rounding [n][m / 2], or null
   // kAddF32 only: the next RMSNorm's weights [m] and where its inputs go (see the top), or null.
   const float* next_norm = nullptr;
   bf16* xn = nullptr;           // [n][m]

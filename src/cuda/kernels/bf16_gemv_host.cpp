@@ -27,10 +27,9 @@ void check_bf16_gemv_args(const Bf16GemvArgs& a) {
            "bf16_gemv: ss_count = {} partial sums of squares per row; expected at least 1", a.ss_count);
   LY_CHECK(a.ss != nullptr || a.eps == 0.0f, ErrorCode::kInvalidArgument,
            "bf16_gemv: eps = {} without sums of squares (a norm was meant: pass ss)", a.eps);
-  LY_CHECK(a.x_lo == nullptr || aligned16(a.x_lo), ErrorCode::kInvalidArgument,
-           "bf16_gemv: x_lo ({}) must be 16-byte aligned", static_cast<const void*>(a.x_lo));
-  LY_CHECK(a.y_lo == nullptr || a.out == GemvOut::kSwiGlu, ErrorCode::kInvalidArgument,
-           "bf16_gemv: y_lo is the SwiGLU output's residues (kSwiGlu only)");
+  LY_CHECK(a.x_lo == nullptr || (a.ss != nullptr && aligned16(a.x_lo)), ErrorCode::kInvalidArgument,
+           "bf16_gemv: x_lo ({}) is the norm's input residues: it needs ss and 16-byte alignment",
+           static_cast<const void*>(a.x_lo));
   LY_CHECK(a.xn_lo == nullptr || a.next_norm != nullptr, ErrorCode::kInvalidArgument,
            "bf16_gemv: xn_lo without next_norm");
   LY_CHECK(a.next_norm == nullptr || (a.out == GemvOut::kAddF32 && a.xn != nullptr && a.ss_out != nullptr),

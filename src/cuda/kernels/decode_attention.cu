@@ -359,9 +359,7 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
     acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
     if (item.slot < 0) {
       const size_t row = size_t(item.seq) * a.n_heads + size_t(item.kv_head) * group + row_begin + r;
-      const uint2 hi = pack_bf16x4(acc);
-      *reinterpret_cast<uint2*>(a.out + row * HeadDim + c) = hi;
-      if (a.out_lo != nullptr) *reinterpret_cast<uint2*>(a.out_lo + row * HeadDim + c) = bf16x4_residue(acc, hi);
+      *reinterpret_cast<uint2*>(a.out + row * HeadDim + c) = pack_bf16x4(acc);
     } else {
       *reinterpret_cast<float4*>(a.partial_o + (size_t(item.slot) * group + row_begin + r) * HeadDim + c) = acc;
     }

@@ -65,7 +65,6 @@ struct DecodeAttentionArgs {
   float* partial_o;            // [max_slots][group][head_dim]: a slot's row r is query row r of the group
   float* partial_lse;          // [max_slots][group] natural-log LSE of the scaled logits
   bf16* out;                   // [batch][n_heads][head_dim]
-  bf16* out_lo;                // optional, as out: the residues of out's rounding (bf16x4_residue)
   float* scores;               // fused scores: row (seq * n_kv_heads + kv) for group kinds,
   int score_stride;            //   (seq * n_heads + head) for kRowToken; entry = position / 16 or position
   unsigned long long* token_reads;  // optional [batch]: += tokens read by GQA-packed items

@@ -68,10 +68,7 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeAtte
   for (int j = 0; j < kSlotLanes; ++j) total += s_w[j];
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
   acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
-  const size_t at = (size_t(seq) * a.n_heads + h) * HeadDim + 4 * vec;
-  const uint2 hi = pack_bf16x4(acc);
-  *reinterpret_cast<uint2*>(a.out + at) = hi;
-  if (a.out_lo != nullptr) *reinterpret_cast<uint2*>(a.out_lo + at) = bf16x4_residue(acc, hi);
+  *reinterpret_cast<uint2*>(a.out + (size_t(seq) * a.n_heads + h) * HeadDim + 4 * vec) = pack_bf16x4(acc);
 }
 
 }  // namespace

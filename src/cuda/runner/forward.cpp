@@ -39,7 +39,6 @@ void Shard::decode_attention_layer(int layer, int batch) {
   a.partial_o = partial_o.data();
   a.partial_lse = partial_lse.data();
   a.out = att.data();
-  a.out_lo = fused ? att_lo.data() : nullptr;
   a.batch = batch;
   a.n_heads = c.n_heads;
   a.n_kv_heads = c.n_kv_heads;
@@ -94,7 +93,7 @@ void fp8_row_groups(int n, F&& f) {
 
 void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
   if (!w.fp8() && n <= o.bf16_gemv_max_rows && bf16_gemv_fits(x, w.values, n, w.cols))
-    return fused_product(w, x, nullptr, false, GemvOut::kBf16, y, nullptr, n);
+    return fused_product(w, x, false, GemvOut::kBf16, y, nullptr, n);
   if (!w.fp8()) return gemm->bf16_out(x, w.values, y, n, w.cols, w.rows);
   if (o.fp8_gemv && fp8_gemv_launches(n) > 0) {
     fp8_row_groups(n, [&](int i, int rows) {
@@ -111,13 +110,12 @@ void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
   gemm->bf16_out(x, dequant.data(), y, n, w.cols, w.rows);
 }
 
-void Shard::fused_product(const GpuMatrix& w, const bf16* x, const bf16* x_lo, bool normed, GemvOut out, void* y,
-                          const float* bias, int n, const float* next_norm, bf16* y_lo) {
+void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias,
+                          int n, const float* next_norm) {
   Bf16GemvArgs a;
   a.x = x;
-  a.x_lo = x_lo;
-  a.y_lo = y_lo;
   if (normed) {
+    a.x_lo = h_lo.data();
     a.ss = ss_part.data();
     a.ss_count = bf16_gemv_ss_count(c.d_model);
     a.eps = c.rms_eps;
@@ -163,7 +161,7 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
   if (fused && l > 0)  // h: the last residual add's bf16(attn_norm · x), with its sums of squares
-    fused_product(L.wqkv, h.data(), h_lo.data(), true, GemvOut::kBf16, qkv.data(), nullptr, n);
+    fused_product(L.wqkv, h.data(), true, GemvOut::kBf16, qkv.data(), nullptr, n);
   else
     linear(L.wqkv, h.data(), qkv.data(), n);
   QkvArgs qa{qkv.data(), L.bqkv, L.q_norm, L.k_norm, c.rms_eps, meta_dev<int32_t>(meta.positions),
@@ -183,7 +181,7 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
     forked = true;
   }
   if (fused)  // x += att · woᵀ + bo; h = bf16(ffn_norm · x) and its sums of squares
-    fused_product(L.wo, att.data(), att_lo.data(), false, GemvOut::kAddF32, x.data(), L.bo, n, L.ffn_norm);
+    fused_product(L.wo, att.data(), false, GemvOut::kAddF32, x.data(), L.bo, n, L.ffn_norm);
   else
     linear(L.wo, att.data(), o_buf.data(), n);
 }
@@ -193,9 +191,8 @@ void Shard::mlp_block(int l, int n) {
   const GpuLayerWeights& L = w->layers[size_t(l)];
   if (fused) {  // act = SwiGLU(RMSNorm(x) · w_gate_upᵀ + b_gate_up); x += act · w_downᵀ + b_down
     const float* next_norm = l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
-    fused_product(L.w_gate_up, h.data(), h_lo.data(), true, GemvOut::kSwiGlu, act.data(), L.b_gate_up, n, nullptr,
-                  act_lo.data());
-    fused_product(L.w_down, act.data(), act_lo.data(), false, GemvOut::kAddF32, x.data(), L.b_down, n, next_norm);
+    fused_product(L.w_gate_up, h.data(), true, GemvOut::kSwiGlu, act.data(), L.b_gate_up, n);
+    fused_product(L.w_down, act.data(), false, GemvOut::kAddF32, x.data(), L.b_down, n, next_norm);
     return;
   }
   add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, c.d_model, c.rms_eps, stream);
@@ -220,8 +217,8 @@ void Shard::forward_end(int n, bool decode, bool logits_wanted) {
   const int d = c.d_model;
   const int rows = decode ? n : 1;
   if (fused)  // h: the last residual add's bf16(out_norm · x) (decode: rows = n)
-    return fused_product(GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, d}, h.data(), h_lo.data(), true,
-                         GemvOut::kF32, logits.data(), nullptr, rows);
+    return fused_product(GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, d}, h.data(), true, GemvOut::kF32,
+                         logits.data(), nullptr, rows);
   const bf16* last = h.data() + size_t(n - rows) * d;
   if (w->output8.fp8() && o.fp8_gemv && fp8_gemv_launches(rows) > 0) {
     fp8_row_groups(rows, [&](int i, int k) {

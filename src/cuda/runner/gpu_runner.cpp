@@ -145,8 +145,6 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
     if (fusable) {
       ss_part = DeviceBuffer<float>(size_t(kBf16GemvMaxRows) * size_t(bf16_gemv_ss_count(c.d_model)));
       h_lo = DeviceBuffer<bf16>(size_t(kBf16GemvMaxRows) * size_t(c.d_model));
-      att_lo = DeviceBuffer<bf16>(size_t(kBf16GemvMaxRows) * size_t(c.q_dim()));
-      act_lo = DeviceBuffer<bf16>(size_t(kBf16GemvMaxRows) * size_t(c.d_ff));
     }
   }
   partial_o = DeviceBuffer<float>(size_t(max_slots) * c.group_size() * c.head_dim);

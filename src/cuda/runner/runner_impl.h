@@ -183,9 +183,7 @@ struct Shard {
   bool fusable = false;
   bool fused = false;
   DeviceBuffer<float> ss_part;  // fused: [kBf16GemvMaxRows][bf16_gemv_ss_count(d_model)] (bf16_gemv.h)
-  // fused: the residues of h's normed inputs [kBf16GemvMaxRows][d_model], of the attention output
-  // [q rows][q_dim] and of the SwiGLU output [kBf16GemvMaxRows][d_ff] (bf16_gemv.h's x_lo)
-  DeviceBuffer<bf16> h_lo, att_lo, act_lo;
+  DeviceBuffer<bf16> h_lo;      // fused: [kBf16GemvMaxRows][d_model], the residues of the normed inputs in h
   cudaEvent_t reduce_event = nullptr;  // RunnerOptions::tp_one_device: this rank's o_buf is ready
   // Attention timing (GpuRunner::profile_decode): events around each layer's attention.
   std::vector<cudaEvent_t> attn_events;  // [2 n_layers] when profiling, else empty
@@ -223,11 +221,11 @@ struct Shard {
   void forward_end(int n, bool decode, bool logits);
   void join();
   void linear(const GpuMatrix& w, const bf16* x, bf16* y, int n);  // y[n][w.rows] = x[n][w.cols] · wᵀ
-  // The fused decode layers' products (bf16_gemv.h): x bf16 rows with their residues x_lo (or
-  // null); with `normed`, x is the norm-weighted residual that the last residual add wrote into h
-  // (its residues in h_lo, its sums of squares in ss_part), and the products are RMSNorm's. A residual add (kAddF32) with next_norm writes them.
-  void fused_product(const GpuMatrix& w, const bf16* x, const bf16* x_lo, bool normed, GemvOut out, void* y,
-                     const float* bias, int n, const float* next_norm = nullptr, bf16* y_lo = nullptr);
+  // The fused decode layers' products (bf16_gemv.h): x bf16 rows; with `normed`, x is the
+  // norm-weighted residual that the last residual add wrote into h (its residues in h_lo, its sums
+  // of squares in ss_part), and the products are RMSNorm's. A residual add (kAddF32) with next_norm writes them.
+  void fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias, int n,
+                     const float* next_norm = nullptr);
   void attention(int layer, bool decode, int batch, int q_len, int max_kv_len);
   void decode_attention_layer(int layer, int batch);
   void select_before(int layer, int batch);
