@@ -380,6 +380,11 @@ case "${1:-}" in
     LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights fp8 --fp8-selector-qkv fp8 --contexts 32768,131072 \
       --batches 1 --policies full,lychee --json "$out/e2e_fp8_all.json" 2>&1 | tee "$out/bench_e2e_fp8_all.log" \
       || rc=$(failed $? "bench_e2e fp8 all")
+    for pdl in ${FP8_E2E_PDL-}; do  # the FP8 GEMV launched with PDL or not (LYCHEE_FP8_GEMV_PDL), FP8 weights only
+      LYCHEE_FP8_GEMV_PDL=$pdl LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights fp8 --contexts 32768,131072 \
+        --batches 1 --policies full,lychee --json "$out/e2e_fp8_pdl_$pdl.json" 2>&1 \
+        | tee "$out/bench_e2e_fp8_pdl_$pdl.log" || rc=$(failed $? "bench_e2e fp8 PDL $pdl")
+    done
     for st in ${FP8_E2E_STAGES-}; do  # the GEMV's staging forced (LYCHEE_FP8_GEMV_STAGES), FP8 weights only
       LYCHEE_FP8_GEMV_STAGES=$st LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights fp8 --contexts 32768,131072 \
         --batches 1 --policies full,lychee --json "$out/e2e_fp8_stages_$st.json" 2>&1 \
