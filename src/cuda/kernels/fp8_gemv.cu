@@ -314,13 +314,15 @@ int env_setting(const char* name, std::initializer_list<int> allowed) {
   return -1;
 }
 
-// LYCHEE_FP8_GEMV_PDL=0 launches the GEMV plainly (its griddepcontrol instructions are then no-ops)
-// while the other kernels keep PDL: lab A/B (the bf16 GEMV measured faster without; bf16_gemv.cu).
+// The GEMV is launched plainly (its griddepcontrol instructions are then no-ops) unless
+// LYCHEE_FP8_GEMV_PDL=1, as the bf16 GEMV (bf16_gemv.cu): with PDL the FP8 decode step was 1-2%
+// slower (8B shape, FP8 weights, batch 1, 128K, alternated twice on an H100: Full 9.81 against
+// 9.68-9.69 ms, LycheeDecode 5.45 against 5.36; docs/results/fp8_gpu/pdl/).
 template <typename Kernel, typename Args>
 void launch_gemv(Kernel kernel, int grid, size_t smem, cudaStream_t stream, const Args& a) {
   static const bool pdl = [] {
     const char* v = std::getenv("LYCHEE_FP8_GEMV_PDL");
-    return v == nullptr || std::string(v) != "0";
+    return v != nullptr && std::string(v) == "1";
   }();
   if (pdl)
     launch_pdl(kernel, grid, kThreads, smem, stream, a);

@@ -10,9 +10,10 @@
 // The weights are read once per call at close to copy bandwidth (design and byte count in
 // fp8_gemv.cu). Capturable in CUDA graphs: no host synchronisation, no allocation.
 //
-// Preconditions beyond the checked ones: the kernel is launched with programmatic dependent
-// launch and starts reading w before the previous kernel in the stream has finished (it waits
-// before reading x), so w and w_scale must not be written by a kernel that may still be running
+// Preconditions beyond the checked ones: the kernel is written for programmatic dependent launch
+// (measured slower, so used only with LYCHEE_FP8_GEMV_PDL=1) and then starts reading w before the
+// previous kernel in the stream has finished (it waits before reading x), so w and w_scale must
+// not be written by a kernel that may still be running
 // (weights are written once at load time, then synchronised); y must not overlap x.
 #pragma once
 
