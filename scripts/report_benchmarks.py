@@ -269,7 +269,7 @@ def decode_step_section():
         lines += ["Where a step's time goes (`bench_e2e --trace`, a CUPTI activity trace of 32 steps, per step; "
                   f"before: commit `{before['commit']}`, each step's token waited for before the next step; after: "
                   f"commit `{after['commit']}`, pipelined):", "",
-                  "| context | policy | TPOT ms before -> after | device busy µs | device idle µs | host waits per step | GEMM µs | attention + merge µs | selection µs |",
+                  "| context | policy | TPOT ms before -> after | device busy µs | device idle µs | host waits per step | weight products µs | attention + merge µs | selection µs |",
                   "|---|---|---|---|---|---|---|---|---|"]
         def key(r):
             return (r["context"], r["policy"])
@@ -280,7 +280,7 @@ def decode_step_section():
             b, t = b_rows[key(r)], r["trace"]
             def sum_of(tr, pred):
                 return sum(k["us_per_step"] for k in tr["device"] if pred(k["name"]))
-            gemm = sum_of(t, lambda n: n.startswith("nvjet") or "cublas" in n.lower())
+            gemm = sum_of(t, lambda n: n.startswith("nvjet") or "cublas" in n.lower() or "_gemv_kernel" in n)
             attn = sum_of(t, lambda n: "decode_attention" in n or "decode_merge" in n)
             sel = sum_of(t, lambda n: "select" in n or "quest" in n or "union" in n)
             waits_b = sum(x["calls_per_step"] for x in b["trace"]["host_syncs"] if "Stream" in x["name"])
@@ -289,7 +289,9 @@ def decode_step_section():
                          f"{t['device_busy_us_per_step']:.0f} | {b['trace']['device_idle_us_per_step']:.0f} -> "
                          f"{t['device_idle_us_per_step']:.0f} | {waits_b:.0f} stream syncs -> {waits_a:.0f} "
                          f"(one event wait for the token a step behind) | {gemm:.0f} | {attn:.0f} | {sel:.0f} |")
-        lines += ["", "Kernel times overlap under programmatic dependent launch (a merge waits inside its "
+        lines += ["", "Weight products: cuBLASLt before, the engine's bf16 GEMV with the fused decode layers "
+                  "after (norms, residual adds and SwiGLU inside the products; docs/results/gpu/decode_step/fused/). "
+                  "Kernel times overlap under programmatic dependent launch (a merge waits inside its "
                   "launch for the attention kernel), so the attention + merge column counts some time twice; "
                   "device busy is the union. Details and the peers (FlashInfer 0.7.2.post1, torch cuDNN) in "
                   "`docs/results/gpu/decode_step/README.md`; latency plot "
