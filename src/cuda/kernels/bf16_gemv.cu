@@ -53,30 +53,14 @@
 
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/kernels/gemv_common.cuh"
 
 namespace lychee::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
+using gemv::kThreads;
+using gemv::kWarps;
 constexpr int kChunk = 32;  // k positions per chunk: 4 lanes x 8 weights of a row
-constexpr int kSlab = 4;    // chunks per slab; slab s belongs to warp s % kWarps
-
-// 8 weights, read once: not allocated in L1 (x lives there); L2 fetches the aligned 256 bytes.
-__device__ __forceinline__ uint4 load_weights8(const bf16* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// 16 bytes global -> shared past L1 with 256-byte L2 fetches; src_bytes = 0 writes zeros. The
-// "memory" clobber keeps this lane's shared reads of the slot on their side of the refill.
-__device__ __forceinline__ void cp_async_weights(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
 
 // The first row of tile r of block b; SwiGLU: gate rows [16 b, 16 b + 16) (r = 0) and the up rows
 // of the same outputs (r = 1).
@@ -123,7 +107,7 @@ __device__ __forceinline__ void load_weights(Step<R>& s, const Bf16GemvArgs& a, 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const bf16* src = weight_ptr<R, OUT>(a, b, c, p, r, h, g, t);
-        s.w[p][r][h] = src != nullptr ? load_weights8(src) : make_uint4(0, 0, 0, 0);
+        s.w[p][r][h] = src != nullptr ? gemv::load_stream16(src) : make_uint4(0, 0, 0, 0);
       }
 }
 
@@ -211,13 +195,7 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
                                              const Bf16GemvArgs& a, int b, int lane, int warp, int g, int t) {
   constexpr int kRows = 16 * R;
   if constexpr (NORM) norm_factors(a, rs, lane, warp);
-#pragma unroll
-  for (int r = 0; r < R; ++r) {  // accumulators: (row g, x rows 2t, 2t + 1), then row g + 8
-    part[warp][2 * t][16 * r + g] = acc[r][0];
-    part[warp][2 * t + 1][16 * r + g] = acc[r][1];
-    part[warp][2 * t][16 * r + g + 8] = acc[r][2];
-    part[warp][2 * t + 1][16 * r + g + 8] = acc[r][3];
-  }
+  gemv::scatter_partials<R>(part, acc, warp, g, t);
   __syncthreads();
   const auto sum = [&](int i, int rr) {
     float s = part[0][i][rr];
@@ -256,8 +234,7 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
   }
 }
 
-// The warp's i-th chunk: slabs warp, warp + kWarps, ... of kSlab chunks each.
-__device__ __forceinline__ int chunk_of(int warp, int i) { return (warp + kWarps * (i / kSlab)) * kSlab + i % kSlab; }
+using gemv::chunk_of;
 
 // S = 0: the weights one step ahead in registers. S >= 2: a shared-memory ring of S steps per warp
 // (dynamic shared memory, bf16_gemv_ring_bytes), each lane copying, waiting for and reading only its
@@ -282,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const bf16* src = weight_ptr<R, OUT>(a, b, c, p, r, h, g, t);
-          cp_async_weights(base + uint32_t(((p * R + r) * 2 + h) * 32 * 16), src != nullptr ? src : a.w,
+          gemv::cp_async_stream16(base + uint32_t(((p * R + r) * 2 + h) * 32 * 16), src != nullptr ? src : a.w,
                            src != nullptr ? 16 : 0);
         }
     ptx::cp_async_commit();

@@ -48,14 +48,14 @@
 
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/kernels/gemv_common.cuh"
 
 namespace lychee::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
+using gemv::kThreads;
+using gemv::kWarps;
 constexpr int kChunk = 64;  // k positions per chunk: 4 lanes x 16 codes of a row
-constexpr int kSlab = 4;    // chunks per slab; slab s belongs to warp s % kWarps
 
 template <typename Out>
 struct Fp8GemvArgs {
@@ -65,16 +65,6 @@ struct Fp8GemvArgs {
   Out* y;                // [n][m] bf16 or f32
   int n, k, m;
 };
-
-// 16 weight codes, read once: not allocated in L1 (x lives there); L2 fetches the aligned 256 bytes
-// around them, the warp's slab of the row when k is a multiple of 256 (its next steps hit L2).
-__device__ __forceinline__ uint4 load_codes(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -117,7 +107,7 @@ __device__ __forceinline__ void load_weights(Step<R>& s, const Fp8GemvArgs<Out>&
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = row0 + 16 * r + 8 * h + g;
-        s.w[p][r][h] = row < a.m && col < a.k ? load_codes(a.w + size_t(row) * a.k + col) : make_uint4(0, 0, 0, 0);
+        s.w[p][r][h] = row < a.m && col < a.k ? gemv::load_stream16(a.w + size_t(row) * a.k + col) : make_uint4(0, 0, 0, 0);
       }
   }
 }
@@ -167,13 +157,7 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kFp8GemvMaxRo
                                              const float (&acc)[R][4], const Fp8GemvArgs<Out>& a, int row0,
                                              int warp, int g, int t) {
   constexpr int kRows = 16 * R;
-#pragma unroll
-  for (int r = 0; r < R; ++r) {  // accumulators: (row g, x rows 2t, 2t + 1), then row g + 8
-    part[warp][2 * t][16 * r + g] = acc[r][0];
-    part[warp][2 * t + 1][16 * r + g] = acc[r][1];
-    part[warp][2 * t][16 * r + g + 8] = acc[r][2];
-    part[warp][2 * t + 1][16 * r + g + 8] = acc[r][3];
-  }
+  gemv::scatter_partials<R>(part, acc, warp, g, t);
   __syncthreads();
   for (int o = int(threadIdx.x); o < kFp8GemvMaxRows * kRows; o += kThreads) {
     const int i = o / kRows, rr = o % kRows, row = row0 + rr;
@@ -194,8 +178,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_gemv_kernel(const Fp8GemvArgs
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
   const int row0 = int(blockIdx.x) * kRows;
   const int n_chunks = (a.k + kChunk - 1) / kChunk;
-  // The warp's i-th chunk: slabs warp, warp + kWarps, ... of kSlab chunks each.
-  const auto chunk = [warp](int i) { return (warp + kWarps * (i / kSlab)) * kSlab + i % kSlab; };
+  const auto chunk = [warp](int i) { return gemv::chunk_of(warp, i); };
 
   float acc[R][4] = {};
   Step<R> cur;
@@ -213,14 +196,6 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_gemv_kernel(const Fp8GemvArgs
   reduce_store<R>(part, acc, a, row0, warp, g, t);
 }
 
-// 16 bytes global -> shared, past L1, 256-byte L2 fetches; src_bytes = 0 writes zeros and reads
-// nothing. The "memory" clobber keeps the compiler from moving this lane's shared reads of the
-// slot across the copy that refills it.
-__device__ __forceinline__ void cp_async_codes(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-
 // Staged weights: each warp streams its steps through a ring of S steps in shared memory
 // (cp.async, S - 1 steps in flight while one is multiplied; 4 KiB per step and warp) where the
 // register kernel keeps one step in flight. Each lane copies, waits for and reads only its own
@@ -234,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_gemv_staged_kernel(const Fp8G
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
   const int row0 = int(blockIdx.x) * kRows;
   const int n_chunks = (a.k + kChunk - 1) / kChunk;
-  const auto chunk = [warp](int i) { return (warp + kWarps * (i / kSlab)) * kSlab + i % kSlab; };
+  const auto chunk = [warp](int i) { return gemv::chunk_of(warp, i); };
   uint4* const mine = ring + size_t(warp) * S * kSlots * 32 + lane;
   const auto issue = [&](int step) {  // the warp's step `step` (chunks from chunk(step * kStep)) into its stage
     const uint32_t base = uint32_t(__cvta_generic_to_shared(mine + (step % S) * kSlots * 32));
@@ -248,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_gemv_staged_kernel(const Fp8G
         for (int h = 0; h < 2; ++h) {
           const int row = row0 + 16 * r + 8 * h + g;
           const bool in = row < a.m && col < a.k;
-          cp_async_codes(base + uint32_t(((p * R + r) * 2 + h) * 32 * 16),
+          gemv::cp_async_stream16(base + uint32_t(((p * R + r) * 2 + h) * 32 * 16),
                          in ? a.w + size_t(row) * a.k + col : a.w, in ? 16 : 0);
         }
     }
