@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -19,6 +18,7 @@
 #include "core/error.h"
 #include "core/fp8.h"
 #include "gpu_test_util.h"
+#include "test_util.h"
 
 #ifdef LYCHEE_HAS_CUDA
 #include "cuda/common/device_buffer.h"
@@ -322,15 +322,7 @@ TEST(Fp8GemvGraph, ReplaysFromACudaGraph) {
 
 // The checks run before anything touches the device, so one aligned host buffer stands for every
 // operand and no GPU is needed.
-void expect_error(const std::function<void()>& call, ErrorCode code, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "accepted; expected an error mentioning \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 TEST(Fp8GemvArgs, RejectsBadShapesAndPointers) {
   alignas(16) static uint8_t buf[64];

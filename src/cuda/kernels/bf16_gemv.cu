@@ -85,7 +85,7 @@ struct Step {
 template <int R>
 struct StepX {
   uint4 x[Step<R>::kChunks];   // [chunk] x row g at the same positions, bf16
-  uint4 lo[Step<R>::kChunks];  // with the norm and x_lo: x_lo at the same positions
+  uint4 lo[Step<R>::kChunks];  // with the norm and x_lo: x_lo at the same positions (bf16)
 };
 
 // The weight a lane (g, t) loads for (chunk c + p, tile r, half h), or null past m and k (k is a
@@ -146,7 +146,6 @@ __device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, c
 
 __device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + __expf(-gate)) * up; }
 
-// The block's 8 partial sums of each (x row, tile row) added in warp order, then the epilogue.
 // The rows' norm factors r_i = rsqrt(Σ_p ss[i][p] / k + eps), warp i summing row i's slots (lane
 // p, p + 32, ..., then the butterfly): a fixed order, the same in every block.
 __device__ __forceinline__ void norm_factors(const Bf16GemvArgs& a, float (&rs)[kBf16GemvMaxRows], int lane, int warp) {
@@ -161,8 +160,8 @@ __device__ __forceinline__ void norm_factors(const Bf16GemvArgs& a, float (&rs)[
 
 // kAddF32: y[i][row] = (y + s) + bias, one output per thread of the first 16 n (R = 1: 16 rows);
 // with next_norm also xn = bf16(next_norm · y) (xn_lo: its residue) and the block's slot of
-// ss_out = Σ of its 16 rows'
-// y² per x row (the 16 threads of a row are one half-warp: butterfly over offsets 8, 4, 2, 1).
+// ss_out = Σ of its 16 rows' y² per x row (the 16 threads of a row are one half-warp: butterfly
+// over offsets 8, 4, 2, 1).
 __device__ __forceinline__ void add_epilogue(const Bf16GemvArgs& a, int b, float s, int i, int rr) {
   const int row = b * 16 + rr;
   const bool in = i < a.n && row < a.m;

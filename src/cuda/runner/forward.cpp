@@ -190,9 +190,8 @@ void Shard::mlp_block(int l, int n) {
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
   if (fused) {  // act = SwiGLU(RMSNorm(x) · w_gate_upᵀ + b_gate_up); x += act · w_downᵀ + b_down
-    const float* next_norm = l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
     fused_product(L.w_gate_up, h.data(), true, GemvOut::kSwiGlu, act.data(), L.b_gate_up, n);
-    fused_product(L.w_down, act.data(), false, GemvOut::kAddF32, x.data(), L.b_down, n, next_norm);
+    fused_product(L.w_down, act.data(), false, GemvOut::kAddF32, x.data(), L.b_down, n, norm_after(l));
     return;
   }
   add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, c.d_model, c.rms_eps, stream);
@@ -205,8 +204,7 @@ void Shard::residual(int l, int n) {
   use();
   if (fused) return;  // the down product added its output to x
   const GpuLayerWeights& L = w->layers[size_t(l)];
-  const float* next_norm = l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
-  add_rmsnorm(x.data(), o_buf.data(), L.b_down, next_norm, h.data(), n, c.d_model, c.rms_eps, stream);
+  add_rmsnorm(x.data(), o_buf.data(), L.b_down, norm_after(l), h.data(), n, c.d_model, c.rms_eps, stream);
 }
 
 // The logits of the last `decode ? n : 1` rows (with `logits`: rank 0 alone computes them).

@@ -218,6 +218,10 @@ struct Shard {
   void attention_block(int l, int n, bool decode, int batch, int q_len, int max_kv_len);
   void mlp_block(int l, int n);
   void residual(int l, int n);
+  // The RMSNorm weights after layer l's MLP: layer l + 1's attention norm, or the final norm.
+  const float* norm_after(int l) const {
+    return l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
+  }
   void forward_end(int n, bool decode, bool logits);
   void join();
   void linear(const GpuMatrix& w, const bf16* x, bf16* y, int n);  // y[n][w.rows] = x[n][w.cols] · wᵀ
