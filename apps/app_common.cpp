@@ -30,8 +30,9 @@ void ModelArgs::add(CLI::App& cmd) {
                  "CPU weights: f32 expands every weight to f32 (the reference, default); native keeps a GGUF "
                  "file's quantised matrices in their blocks (faster, int8 activations: the default model's answers "
                  "change, see ARCHITECTURE.md); fp8 is f32 with the linear matrices rounded through FP8 e4m3 "
-                 "per output channel (what FP8 weights give, for measuring their quality)")
-      ->check(CLI::IsMember({"native", "f32", "fp8"}));
+                 "per output channel (what FP8 weights give, for measuring their quality); bf16 is f32 with every matrix "
+                 "rounded to bf16 (what the GPU's bf16 weights give)")
+      ->check(CLI::IsMember({"native", "f32", "fp8", "bf16"}));
   cmd.add_option("--weights", weights,
                  "GPU linear weights: bf16 (default) or fp8 = e4m3 with one scale per output channel, 1 byte per "
                  "weight (see ARCHITECTURE.md, FP8 weights); GPU only: on the CPU use --cpu-weights fp8")
@@ -45,7 +46,10 @@ void ModelArgs::add(CLI::App& cmd) {
 }
 
 WeightFormat parse_cpu_weights(const std::string& name) {
-  return name == "native" ? WeightFormat::kNative : name == "fp8" ? WeightFormat::kFp8 : WeightFormat::kF32;
+  if (name == "native") return WeightFormat::kNative;
+  if (name == "fp8") return WeightFormat::kFp8;
+  if (name == "bf16") return WeightFormat::kBf16;
+  return WeightFormat::kF32;
 }
 
 GpuWeightFormat parse_gpu_weights(const std::string& name) {

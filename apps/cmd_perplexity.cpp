@@ -103,7 +103,7 @@ void register_perplexity(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--base-cpu-weights", args->base_cpu_weights,
                   "CPU weights of the reference (default: those of --cpu-weights); the reference runs full attention")
-      ->check(CLI::IsMember({"native", "f32", "fp8"}));
+      ->check(CLI::IsMember({"native", "f32", "fp8", "bf16"}));
   cmd->add_option("--base-weights", args->base_weights,
                   "GPU weights of the reference (default: those of --weights); the reference runs full attention")
       ->check(CLI::IsMember({"bf16", "fp8"}));

@@ -6,10 +6,12 @@
 
 #include <fmt/format.h>
 
+#include "core/dtype.h"
 #include "cpu/model.h"
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
 #include "runtime/sampler.h"
+#include "gpu_test_util.h"
 #include "test_util.h"
 
 namespace lychee {
@@ -117,6 +119,80 @@ TEST(DefaultModelParity, MatchesTransformersOnTheSameGguf) {
     EXPECT_EQ(greedy_incremental(model, ids, 16), want) << "prompt " << p;
   }
 }
+
+// --cpu-weights bf16: every matrix holds its values rounded to bf16 (what the GPU's bf16 weights
+// stand for), every vector the f32 reference's.
+TEST(Bf16Weights, MatricesAreRoundedAndVectorsUntouched) {
+  const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/qwen2_untied_f16");
+  const HostWeights ref = HostWeights::load(ck, WeightFormat::kF32);
+  const HostWeights b16 = HostWeights::load(ck, WeightFormat::kBf16);
+  EXPECT_EQ(b16.format(), WeightFormat::kBf16);
+  EXPECT_STREQ(weight_format_name(WeightFormat::kBf16), "bf16");
+  const auto values = [](const HostWeights& w, WeightId id, int layer) {
+    const WeightView& v = w.view(id, layer);
+    return std::vector<float>(v.f32(), v.f32() + v.rows * v.cols);
+  };
+  for (int layer = 0; layer < ck.config().n_layers; ++layer)
+    for (WeightId id : {WeightId::kWq, WeightId::kWk, WeightId::kWv, WeightId::kWo, WeightId::kWGate, WeightId::kWUp,
+                        WeightId::kWDown}) {
+      std::vector<float> want = values(ref, id, layer);
+      for (float& x : want) x = bf16_to_f32(f32_to_bf16(x));
+      EXPECT_EQ(values(b16, id, layer), want) << int(id) << " layer " << layer;
+      EXPECT_NE(want, values(ref, id, layer)) << "rounding changed nothing";
+    }
+  for (WeightId id : {WeightId::kTokEmbd, WeightId::kOutput}) {
+    std::vector<float> want = values(ref, id, 0);
+    for (float& x : want) x = bf16_to_f32(f32_to_bf16(x));
+    EXPECT_EQ(values(b16, id, 0), want) << int(id);
+  }
+  for (WeightId id : {WeightId::kAttnNorm, WeightId::kBq, WeightId::kOutputNorm})
+    EXPECT_EQ(values(b16, id, 0), values(ref, id, 0)) << int(id);
+}
+
+// What bf16 weights alone cost each tiny checkpoint: CPU logits with --cpu-weights bf16 against
+// the f32 reference over CudaTinyParity's sequence (a 30-token prefill, then 10 decode steps, one
+// token at a time). Nothing for a bf16 file (rounding is the identity there); for f32 and f16
+// files within kBf16LogitsTol, whose derivation counts the weights' rounding among the GPU's
+// (gpu_test_util.h). CudaTinyParity compares the GPU with the bf16-weight CPU (its arithmetic),
+// this test bounds what the format adds on top (the correctness chain: GPU ~ CPU bf16 ~ CPU f32 ~
+// transformers).
+class Bf16WeightsCost : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Bf16WeightsCost, PerDecodeStep) {
+  const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/" + GetParam());
+  cpu::Model exact(ck.config(), HostWeights::load(ck, WeightFormat::kF32));
+  cpu::Model rounded(ck.config(), HostWeights::load(ck, WeightFormat::kBf16));
+  const int vocab = ck.config().vocab_size;
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 31 + 7) % size_t(vocab));
+  cpu::KvCache kv_e(ck.config(), int(ids.size())), kv_r(ck.config(), int(ids.size()));
+  std::vector<float> le, lr;
+  exact.forward(std::span<const int32_t>(ids).first(30), kv_e, le);
+  rounded.forward(std::span<const int32_t>(ids).first(30), kv_r, lr);
+  double worst = 0.0;
+  std::string steps;
+  for (size_t n = 30; n <= ids.size(); ++n) {
+    const double e = test::rel_error(lr, le);
+    worst = std::max(worst, e);
+    steps += fmt::format(" {:.1e}", e);
+    if (n < ids.size()) {
+      exact.forward(std::span<const int32_t>(&ids[n], 1), kv_e, le);
+      rounded.forward(std::span<const int32_t>(&ids[n], 1), kv_r, lr);
+    }
+  }
+  if (ck.weight(WeightId::kWq, 0)->dtype == DType::kBF16)
+    EXPECT_EQ(worst, 0.0) << GetParam() << ": a bf16 file's values changed";
+  else
+    EXPECT_GT(worst, 0.0) << GetParam() << ": rounding the matrices to bf16 changed no logit";
+  EXPECT_LT(worst, test::kBf16LogitsTol) << GetParam();
+  std::printf("[ bf16 weights vs f32 ] %s: worst rel. L2 over 11 steps %.2e; per step%s\n", GetParam().c_str(),
+              worst, steps.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, Bf16WeightsCost,
+                         ::testing::Values("llama_tied_f32", "llama31_untied_bf16_sharded", "llama_bias_f16",
+                                           "qwen2_untied_f16", "qwen3_tied_bf16", "mistral_f32"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace lychee

@@ -7,6 +7,7 @@
 
 #include <fmt/ranges.h>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/fp8.h"
 #include "core/log.h"
@@ -191,6 +192,7 @@ const char* weight_format_name(WeightFormat f) {
     case WeightFormat::kF32: return "f32";
     case WeightFormat::kNative: return "native";
     case WeightFormat::kFp8: return "fp8";
+    case WeightFormat::kBf16: return "bf16";
   }
   return "?";
 }
@@ -256,6 +258,10 @@ HostWeights HostWeights::load(const Checkpoint& ck, WeightFormat format, const F
         ck.read_f32(spec.id, layer, reinterpret_cast<float*>(arena + offset));
         if (format == WeightFormat::kFp8 && is_linear_weight(spec.id) && !keep.keeps(spec.id, layer))
           round_rows_through_e4m3(reinterpret_cast<float*>(arena + offset), v.rows, v.cols);
+        if (format == WeightFormat::kBf16 && w->shape.size() == 2) {
+          float* f = reinterpret_cast<float*>(arena + offset);
+          for (int64_t i = 0; i < numel; ++i) f[i] = bf16_to_f32(f32_to_bf16(f[i]));
+        }
       }
       offset += padded(held_bytes(*w, numel));
     }

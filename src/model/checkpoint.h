@@ -69,8 +69,12 @@ class Checkpoint {
 // kFp8: f32, with the seven linear matrices of every layer (Q, K, V, O, gate, up, down) rounded
 // through FP8 e4m3 with one scale per output channel (core/fp8.h): the values the GPU's FP8
 // weights stand for; embedding, norms, biases and the LM head stay as they are.
-enum class WeightFormat { kF32, kNative, kFp8 };
-const char* weight_format_name(WeightFormat f);  // "f32", "native", "fp8" (the --cpu-weights values)
+// kBf16: f32, with every matrix (embedding, LM head, the seven linear ones) rounded to bf16 and
+// every vector (norms, biases) as it is: the values the GPU's bf16 weights stand for, so a GPU
+// comparison against it measures the GPU's arithmetic apart from the weights' format (the format's
+// own cost is CPU kBf16 against CPU kF32).
+enum class WeightFormat { kF32, kNative, kFp8, kBf16 };
+const char* weight_format_name(WeightFormat f);  // "f32", "native", "fp8", "bf16" (the --cpu-weights values)
 
 // How the GPU holds the seven linear matrices (Q, K, V, O, gate, up, down; fused there as QKV,
 // O, gate/up, down). kBf16: bf16 (the default). kFp8: FP8 e4m3 codes with one f32 scale per
