@@ -35,6 +35,8 @@
 #                                            8B and default-model shapes, n = 1..8; its weight staging A/B
 #   scripts/gpu/run_all.sh bench-fused      decode steps: cuBLASLt + separate kernels vs the bf16 GEMV vs the fused
 #                                            decode layers (A/B/C), 8B shape b1/b4 and the default model
+#   scripts/gpu/run_all.sh bench-ab         A/B of code changes in one call: the tree against variants made by
+#                                            scripts/gpu/ab_prepare.sh (carry .ab): kernel, e2e, default model
 #   scripts/gpu/run_all.sh sweep-eighth     issue 14: role files (trained here or committed) x selection units x budgets,
 #                                            LycheeDecode/DuoAttention vs Full over lengths and seeds (docs/results/sweep_gpu)
 #   scripts/gpu/run_all.sh bench-block      decode steps with LycheeDecode's selection unit at 16 and 64 tokens (A/B)
@@ -749,6 +751,51 @@ PY
       echo "--- stages $st"; grep -E "^\| [a-z_]+ \|" "$out/gemv_stages$st.log"
     done
     exit $rc ;;
+  bench-ab)
+    # A/B of code changes, one call: the working tree as built by `build` ("tree") against each
+    # variant made by scripts/gpu/ab_prepare.sh (.ab/NAME/: files at an earlier commit, carried),
+    # each built by swapping its files in, rebuilding AB_TARGETS and keeping the binaries; then
+    # AB_ROUNDS rounds alternating the variants over AB_PARTS: kernel (bench_decode_attention,
+    # b1/b8 at 32K/128K, shares 0/4/8), e2e (bench_e2e b1 at 32K/128K, Full and LycheeDecode, the
+    # CUPTI trace), model (lychee bench on the default model, where staged).
+    link_model
+    [ -d .ab ] && [ -n "$(ls .ab)" ] || { echo "bench-ab: no .ab/ variants (scripts/gpu/ab_prepare.sh, carry .ab)"; exit 1; }
+    targets=${AB_TARGETS:-"bench_decode_attention bench_e2e lychee_cli"}
+    abdir=/tmp/lychee_ab && rm -rf "$abdir" && mkdir -p "$abdir/tree" "$abdir/keep"
+    ab_copy_bins() { for b in bench_decode_attention bench_e2e lychee; do [ -f "$build/bin/$b" ] && cp "$build/bin/$b" "$1/"; done; }
+    ab_copy_bins "$abdir/tree"
+    variants=(tree)
+    for v in $(cd .ab && ls -d */ | tr -d /); do
+      files=$(cd ".ab/$v" && find . -type f | sed 's|^\./||')
+      for f in $files; do mkdir -p "$abdir/keep/$(dirname "$f")"; cp -p "$f" "$abdir/keep/$f" && cp ".ab/$v/$f" "$f"; done
+      ninja -C "$build" -j16 $targets > "$out/build_$v.log" 2>&1; brc=$?
+      for f in $files; do cp -p "$abdir/keep/$f" "$f"; done
+      [ $brc -eq 0 ] || { grep -B2 -A12 -m4 "FAILED\|error" "$out/build_$v.log"; echo "bench-ab: variant $v did not build"; exit 1; }
+      mkdir -p "$abdir/$v" && ab_copy_bins "$abdir/$v" && variants+=("$v")
+      echo "variant $v ($(cat ".ab/$v.rev" 2>/dev/null)): $files"
+    done
+    ninja -C "$build" -j16 $targets > "$out/build_tree_again.log" 2>&1 || echo "bench-ab: the tree's rebuild failed (later stages would run a variant)"
+    rc=0
+    for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+      for v in "${variants[@]}"; do
+        bin=$abdir/$v
+        echo "--- round $round, $v"
+        case " ${AB_PARTS:-kernel e2e model} " in *" kernel "*)
+          "$bin/bench_decode_attention" --batches 1,8 --contexts 32768,131072 --shares 0,4,8 --tag "$v, commit $commit" \
+            --json "$out/kernel_${v}_$round.json" > "$out/kernel_${v}_$round.log" 2>&1 || rc=$(failed $? "kernel $v")
+          grep -E "^\| [18] " "$out/kernel_${v}_$round.log" | head -12 ;; esac
+        case " ${AB_PARTS:-kernel e2e model} " in *" e2e "*)
+          LYCHEE_COMMIT="$commit ($v)" "$bin/bench_e2e" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \
+            --json "$out/e2e_${v}_$round.json" > "$out/e2e_${v}_$round.log" 2>&1 || rc=$(failed $? "e2e $v")
+          grep -hE "^ +1 +[0-9]|busy|merge|attention_kernel" "$out/e2e_${v}_$round.log" ;; esac
+        case " ${AB_PARTS:-kernel e2e model} " in *" model "*)
+          if [ -f "$model" ]; then
+            "$bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 256 --json "$out/model_${v}_$round.json" 2>&1 \
+              | grep -iE "decode|tok/s" | head -3
+          fi ;; esac
+      done
+    done
+    exit $rc ;;
   bench-fused)
     # Issue 17: the decode step with the bf16 GEMV and the fused decode layers (norms, residual
     # adds, SwiGLU folded into the products) against cuBLASLt and the separate kernels
@@ -863,8 +910,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))

@@ -1,6 +1,12 @@
 // The merge of split-KV decode attention's partial results: one CTA per (sequence, query head)
 // combines the head's slots (o_i, lse_i) by log-sum-exp weights. Launched by decode_attention
 // right after the attention kernel (PDL: it waits for the partials on the device).
+//
+// Latency, not bandwidth, sets its time (a head's slots are a few KB, just written, in L2), so it
+// is built to need two dependent round trips to memory for up to kThreads slots: every thread
+// loads one LSE (the block's max), the weights go to shared memory, then every thread loads all
+// of its slots' o vectors at once (the loads depend on shared memory only, so they are issued
+// together), and the slot lanes are summed in shared memory.
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/kernels/decode_attention.h"
@@ -8,7 +14,7 @@
 namespace lychee::cuda {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
 using namespace ptx;
@@ -20,8 +26,9 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeAtte
   constexpr int kVec = HeadDim / 4;
   constexpr int kSlotLanes = kThreads / kVec;
   __shared__ float s_max[kWarps];
+  __shared__ float s_w[kThreads];           // the weights of the slots of one pass
   __shared__ float4 s_acc[kSlotLanes][kVec];
-  __shared__ float s_w[kSlotLanes];
+  __shared__ float s_wsum[kSlotLanes];
 
   grid_dependency_wait();  // the partials of the attention kernel
   const int group = a.n_heads / a.n_kv_heads;
@@ -30,42 +37,55 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeAtte
   const int count = a.merge_count[mi];
   if (count <= 0) return;  // written directly by its only item
   const int begin = a.merge_begin[mi];
+  const float* lse = a.partial_lse + size_t(begin) * group + r;  // slot i at lse[i * group]
 
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < count; i += kThreads) m = fmaxf(m, a.partial_lse[size_t(begin + i) * group + r]);
+  // The max LSE; this thread's first slot's LSE stays in a register for the first pass.
+  const int tid = threadIdx.x;
+  const float lse0 = tid < count ? lse[size_t(tid) * group] : -INFINITY;
+  float m = lse0;
+  for (int i = tid + kThreads; i < count; i += kThreads) m = fmaxf(m, lse[size_t(i) * group]);
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
-  if ((threadIdx.x & 31) == 0) s_max[threadIdx.x >> 5] = m;
+  if ((tid & 31) == 0) s_max[tid >> 5] = m;
   __syncthreads();
+  m = s_max[0];
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) m = fmaxf(m, s_max[w]);
+  for (int w = 1; w < kWarps; ++w) m = fmaxf(m, s_max[w]);
 
-  // An empty split has lse = -inf and weight 0; when all are empty the output is 0, never NaN.
-  const int vec = threadIdx.x % kVec, lanes = threadIdx.x / kVec;
+  // An empty split has lse = -inf and weight 0 (its o is never read); when all are empty the
+  // output is 0, never NaN.
+  const int vec = tid % kVec, lane = tid / kVec;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float w_sum = 0.0f;
-#pragma unroll 4
-  for (int i = lanes; i < count; i += kSlotLanes) {
-    const size_t row = size_t(begin + i) * group + r;
-    const float lse = a.partial_lse[row];
-    if (lse == -INFINITY) continue;  // an empty split: weight 0, and its o is never read
-    const float w = __expf(lse - m);
-    const float4 x = reinterpret_cast<const float4*>(a.partial_o + row * HeadDim)[vec];
-    acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
-    w_sum += w;
+  for (int c0 = 0; c0 < count; c0 += kThreads) {
+    if (c0 + tid < count) {
+      const float l = c0 == 0 ? lse0 : lse[size_t(c0 + tid) * group];
+      s_w[tid] = l == -INFINITY ? 0.0f : __expf(l - m);
+    }
+    __syncthreads();
+    const int n = min(kThreads, count - c0);
+#pragma unroll 8
+    for (int i = lane; i < n; i += kSlotLanes) {
+      const float w = s_w[i];
+      if (w > 0.0f) {
+        const float4 x = reinterpret_cast<const float4*>(a.partial_o + (size_t(begin + c0 + i) * group + r) * HeadDim)[vec];
+        acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
+        w_sum += w;
+      }
+    }
+    __syncthreads();  // s_w is rewritten by the next pass
   }
-  s_acc[lanes][vec] = acc;
-  if (vec == 0) s_w[lanes] = w_sum;
+  s_acc[lane][vec] = acc;
+  if (vec == 0) s_wsum[lane] = w_sum;
   __syncthreads();
-  if (lanes != 0) return;
-  float total = 0.0f;
+  if (lane != 0) return;
+  float total = w_sum;
 #pragma unroll
   for (int j = 1; j < kSlotLanes; ++j) {
     const float4 x = s_acc[j][vec];
     acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+    total += s_wsum[j];
   }
-#pragma unroll
-  for (int j = 0; j < kSlotLanes; ++j) total += s_w[j];
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
   acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
   *reinterpret_cast<uint2*>(a.out + (size_t(seq) * a.n_heads + h) * HeadDim + 4 * vec) = pack_bf16x4(acc);
