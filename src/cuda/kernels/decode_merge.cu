@@ -3,7 +3,7 @@
 // right after the attention kernel (PDL: it waits for the partials on the device).
 //
 // Latency, not bandwidth, sets its time (a head's slots are a few KB, just written, in L2), so it
-// is built to need two dependent round trips to memory for up to kThreads slots: every thread
+// is built to need two dependent round trips to memory for up to 2 x HeadDim slots: every thread
 // loads one LSE (the block's max), the weights go to shared memory, then every thread loads all
 // of its slots' o vectors at once (the loads depend on shared memory only, so they are issued
 // together), and the slot lanes are summed in shared memory.
@@ -14,15 +14,18 @@
 namespace lychee::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+// 8 slot lanes of HeadDim / 4 threads (256 threads at d = 128, 128 at d = 64).
+template <int HeadDim>
+constexpr int merge_threads() { return 8 * HeadDim / 4; }
 
 using namespace ptx;
 
 // One CTA per (sequence, query head): out = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M) over
 // the head's slots. kSlotLanes slots are combined in parallel, each by HeadDim / 4 threads.
 template <int HeadDim>
-__global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeAttentionArgs a) {
+__global__ void __launch_bounds__(merge_threads<HeadDim>()) decode_merge_kernel(const DecodeAttentionArgs a) {
+  constexpr int kThreads = merge_threads<HeadDim>();
+  constexpr int kWarps = kThreads / 32;
   constexpr int kVec = HeadDim / 4;
   constexpr int kSlotLanes = kThreads / kVec;
   __shared__ float s_max[kWarps];
@@ -96,9 +99,9 @@ __global__ void __launch_bounds__(kThreads) decode_merge_kernel(const DecodeAtte
 void decode_merge(const DecodeAttentionArgs& a, cudaStream_t stream) {
   if (a.batch <= 0) return;
   if (a.head_dim == 64)
-    launch_pdl(decode_merge_kernel<64>, a.batch * a.n_heads, kThreads, 0, stream, a);
+    launch_pdl(decode_merge_kernel<64>, a.batch * a.n_heads, merge_threads<64>(), 0, stream, a);
   else
-    launch_pdl(decode_merge_kernel<128>, a.batch * a.n_heads, kThreads, 0, stream, a);
+    launch_pdl(decode_merge_kernel<128>, a.batch * a.n_heads, merge_threads<128>(), 0, stream, a);
   LY_CUDA_CHECK_LAUNCH();
 }
 
