@@ -599,23 +599,25 @@ PY
       grep -E "^\||TP|tensor|imbalance|attention" "$out/$name.log" | head -40
       [ $r -eq 0 ] || { tail -12 "$out/$name.log"; rc=$(failed $r "bench_e2e $name"); }
     }
+    # TP_PARTS picks the parts (default all): nccl-env main b8 rank0 trace nccl-e2e contiguous.
+    part() { case " ${TP_PARTS:-nccl-env main b8 rank0 trace nccl-e2e contiguous} " in *" $1 "*) return 0 ;; esac; return 1; }
     # The all-reduce's latency at decode sizes under NCCL settings that favour small messages.
-    for env in "NCCL_PROTO=LL" "NCCL_ALGO=Tree" "NCCL_MAX_NCHANNELS=2" "NCCL_PROTO=LL NCCL_MAX_NCHANNELS=2"; do
+    part nccl-env && for env in "NCCL_PROTO=LL" "NCCL_ALGO=Tree" "NCCL_MAX_NCHANNELS=2" "NCCL_PROTO=LL NCCL_MAX_NCHANNELS=2"; do
       echo "--- bench_allreduce with $env"
       env $env timeout -k 5 40 "$build/bin/bench_allreduce" --gpus 2 --sizes 8192,65536,1048576 2>&1 | grep -E "^ +[0-9]+ +[0-9.]+ "
     done
-    e2e e2e_tp --tensor-parallel 1,2 --contexts "${TP_CONTEXTS:-131072}" --batches "${TP_BATCHES:-1}" \
+    part main && e2e e2e_tp --tensor-parallel 1,2 --contexts "${TP_CONTEXTS:-131072}" --batches "${TP_BATCHES:-1}" \
       --policies full,lychee --profile-attention
-    e2e e2e_tp_b8 --tensor-parallel 2 --contexts 131072 --batches 8 --policies full,lychee --profile-attention
-    e2e e2e_tp_rank0_lm_head --tensor-parallel 2 --tp-lm-head rank0 --contexts "${TP_CONTEXTS:-131072}" --batches 1 \
-      --policies full,lychee
-    e2e e2e_tp_trace --tensor-parallel 1,2 --contexts 131072 --batches 1 --policies full,lychee --trace
-    for env in "NCCL_PROTO=LL" "NCCL_PROTO=LL NCCL_MAX_NCHANNELS=2"; do
+    part b8 && e2e e2e_tp_b8 --tensor-parallel 2 --contexts 131072 --batches 8 --policies full,lychee --profile-attention
+    part rank0 && e2e e2e_tp_rank0_lm_head --tensor-parallel 2 --tp-lm-head rank0 --contexts "${TP_CONTEXTS:-131072}" \
+      --batches 1 --policies full,lychee
+    part trace && e2e e2e_tp_trace --tensor-parallel 1,2 --contexts 131072 --batches 1 --policies full,lychee --trace
+    part nccl-e2e && for env in "NCCL_PROTO=LL" "NCCL_PROTO=LL NCCL_MAX_NCHANNELS=2"; do
       echo "--- with $env:"; ( export $env; e2e "e2e_tp_$(echo "$env" | tr ' =' '_-')" --tensor-parallel 2 --contexts 131072 \
         --batches 1,8 --policies full,lychee )
     done
-    e2e e2e_tp_contiguous --tensor-parallel 2 --tp-rule contiguous --contexts 131072 --batches 1 --policies lychee \
-      --profile-attention
+    part contiguous && e2e e2e_tp_contiguous --tensor-parallel 2 --tp-rule contiguous --contexts 131072 --batches 1 \
+      --policies lychee --profile-attention
     exit ${rc:-0} ;;
   sweep-eighth)
     # Issue 14: LycheeDecode against full attention over retrieval-head counts, selection units and
