@@ -773,7 +773,7 @@ PY
       files=$(cd ".ab/$v" && find . -type f | sed 's|^\./||')
       for f in $files; do mkdir -p "$abdir/keep/$(dirname "$f")"; cp -p "$f" "$abdir/keep/$f" && cp ".ab/$v/$f" "$f"; done
       ninja -C "$build" -j16 $targets > "$out/build_$v.log" 2>&1; brc=$?
-      for f in $files; do cp -p "$abdir/keep/$f" "$f"; done
+      for f in $files; do cp "$abdir/keep/$f" "$f"; done  # a new mtime: ninja rebuilds the tree's objects below
       [ $brc -eq 0 ] || { grep -B2 -A12 -m4 "FAILED\|error" "$out/build_$v.log"; echo "bench-ab: variant $v did not build"; exit 1; }
       mkdir -p "$abdir/$v" && ab_copy_bins "$abdir/$v" && variants+=("$v")
       echo "variant $v ($(cat ".ab/$v.rev" 2>/dev/null)): $files"

@@ -195,16 +195,8 @@ void Shard::mlp_block(int l, int n) {
     return;
   }
   add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, c.d_model, c.rms_eps, stream);
-  // Where the bf16 GEMV takes the product (tensor parallelism, or fusion off), its SwiGLU epilogue
-  // writes act from the unrounded gate/up sums: no gu round trip, no silu_mul launch.
-  const GpuMatrix& gate_up = L.w_gate_up;
-  if (!gate_up.fp8() && n <= o.bf16_gemv_max_rows && gate_up.rows % 2 == 0 &&
-      bf16_gemv_fits(h.data(), gate_up.values, n, gate_up.cols)) {
-    fused_product(gate_up, h.data(), false, GemvOut::kSwiGlu, act.data(), L.b_gate_up, n);
-  } else {
-    linear(gate_up, h.data(), gu.data(), n);
-    silu_mul(gu.data(), L.b_gate_up, act.data(), n, c.d_ff, stream);
-  }
+  linear(L.w_gate_up, h.data(), gu.data(), n);
+  silu_mul(gu.data(), L.b_gate_up, act.data(), n, c.d_ff, stream);
   linear(L.w_down, act.data(), o_buf.data(), n);
 }
 
