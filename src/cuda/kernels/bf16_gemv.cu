@@ -273,7 +273,6 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
     for (int s = 0; s < S - 1; ++s) issue(s);
   }
   ptx::grid_dependency_wait();  // but they write x (and y, for the residual add)
-  ptx::grid_launch_dependents();
   for (int step = 0; chunk_of(warp, step * kStep) < n_chunks; ++step) {
     StepX<R> xs;
     load_x<R, NORM>(xs, a, chunk_of(warp, step * kStep), g, t);
@@ -296,6 +295,10 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
     }
   }
   if constexpr (S > 0) ptx::cp_async_wait<0>();  // no copy may land in the next block's shared memory
+  // Under PDL the next grid may launch once every block is past its weights: its blocks then take
+  // SM slots only as this grid's last blocks end, instead of waiting on the SMs from the start of
+  // a multi-wave grid.
+  ptx::grid_launch_dependents();
   reduce_store<R, NORM, OUT>(part, rs, acc, a, b, lane, warp, g, t);
 }
 

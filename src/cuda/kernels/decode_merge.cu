@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(merge_threads<HeadDim>()) decode_merge_kernel(
   __shared__ float s_wsum[kSlotLanes];
 
   grid_dependency_wait();  // the partials of the attention kernel
+  grid_launch_dependents();  // a PDL-launched product after it may start loading its weights
   const int group = a.n_heads / a.n_kv_heads;
   const int seq = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int mi = seq * a.n_heads + h, r = h % group;
