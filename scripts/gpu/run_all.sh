@@ -821,6 +821,7 @@ PY
         old) export LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0 ;;
         gemv) export LYCHEE_FUSED_DECODE_ROWS=0 ;;
         fusedpdl) export LYCHEE_BF16_GEMV_PDL=1 ;;
+        fusedplain) export LYCHEE_BF16_GEMV_PDL=0 ;;
       esac
     }
     for round in 1 2; do

@@ -302,6 +302,9 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
   reduce_store<R, NORM, OUT>(part, rs, acc, a, b, lane, warp, g, t);
 }
 
+// The largest product (weight bytes) launched with PDL by default; see launch_kernel.
+constexpr size_t kPdlMaxWeightBytes = size_t(16) << 20;
+
 constexpr int ring_bytes(int stages) { return stages * kWarps * 32 * 8 * 16; }
 
 // LYCHEE_BF16_GEMV_STAGES=0 or 2 in the environment overrides the automatic choice (lab A/B; both
@@ -322,15 +325,19 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
       LY_CUDA_CHECK(cudaFuncSetAttribute(bf16_gemv_kernel<R, S, NORM, OUT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)));
   }
-  // Launched plainly (its griddepcontrol instructions are then no-ops) unless
-  // LYCHEE_BF16_GEMV_PDL=1: with PDL the fused decode step was 2% slower at every shape measured
-  // (8B, batch 1, 128K: LycheeDecode 7.33 against 7.20 ms, Full 11.76 against 11.53; batch 4, 32K
-  // the same; H100, docs/results/gpu/decode_step/fused/): the early-launched blocks sit on the SMs
-  // waiting for the previous kernel while it still needs them.
-  static const bool pdl = [] {
+  // PDL for small products only (weights <= kPdlMaxWeightBytes), where launch latency is most of
+  // the kernel's time: the default model's decode step went from 1247 / 1229 to 1460 / 1449 tok/s
+  // with PDL on every product, while the 8B shape's (33-235 MB products, single-wave grids) was
+  // 4% slower (b1 128K: Full 11.97 against 11.49 ms, LycheeDecode 7.37 against 6.98; the
+  // output/down products' own time grew most), most likely because blocks launched early land on
+  // the SMs the previous kernel frees first and spread a single wave unevenly (H100,
+  // docs/results/gpu/decode_step/gemv_pdl/). LYCHEE_BF16_GEMV_PDL=1 / =0 forces
+  // PDL on / off for A/B runs.
+  static const int forced_pdl = [] {
     const char* v = std::getenv("LYCHEE_BF16_GEMV_PDL");
-    return v != nullptr && std::string(v) == "1";
+    return v == nullptr ? -1 : std::string(v) == "1" ? 1 : std::string(v) == "0" ? 0 : -1;
   }();
+  const bool pdl = forced_pdl >= 0 ? forced_pdl == 1 : size_t(a.m) * size_t(a.k) * 2 <= kPdlMaxWeightBytes;
   if (pdl)
     launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT>, grid, kThreads, kRing, stream, a);
   else
