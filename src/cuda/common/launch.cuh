@@ -2,11 +2,6 @@
 // previous kernel in the stream drains; griddepcontrol.wait inside the kernel (ptx.cuh
 // grid_dependency_wait) keeps the data order, and is a no-op without PDL. LYCHEE_NO_PDL=1 in the
 // environment launches plainly, for A/B timing.
-//
-// The engine's rule: a kernel calls grid_launch_dependents only after its own grid_dependency_wait.
-// Then, when a PDL grid starts, every kernel before its predecessor has completed, which the
-// decode attention kernel relies on to read its plan and first K/V tiles before its own wait
-// (decode_attention.h). A kernel that triggers earlier must not precede the decode attention.
 #pragma once
 
 #include <cstdlib>

@@ -368,44 +368,25 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
     a.partial_lse[size_t(item.slot) * group + row_begin + threadIdx.x] = s_lse[threadIdx.x];
 }
 
-// The pipeline over one item's tiles with either loader, then the epilogue. `first`: the CTA's
-// first item, run before the kernel has waited for the previous grid (programmatic dependent
-// launch). Then the item's plan, lengths, lists, block-table entries and first tiles are read
-// while the previous kernel (the Q/K/V RoPE and append) still runs: none of them is written by it,
-// since every kernel of the engine lets its dependents launch only after its own
-// griddepcontrol.wait (or is launched without PDL), so everything before that kernel is complete.
-// Only q and the token it appends are its output: q is read after the wait, and an item whose
-// first kStages - 1 tiles would include its last tile (the one that can hold that token) issues
-// nothing before it.
+// The pipeline over one item's tiles with either loader, then the epilogue.
 template <int HeadDim, typename Loader>
 __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const DecodeWorkItem& item, Loader& ld,
-                                         const ScoreSink& sc, uint8_t* smem, bool first) {
+                                         const ScoreSink& sc, uint8_t* smem) {
   using Tr = DecodeTraits<HeadDim>;
   const int group = a.n_heads / a.n_kv_heads;
   const int n_tok = ld.iv.n_tok;
   const int n_tiles = n_tok > 0 ? (n_tok + kTileTokens - 1) / kTileTokens : 0;
 
   const uint32_t smem0 = smem_u32(smem);
-  const auto prologue = [&] {
 #pragma unroll
-    for (int s = 0; s < Tr::kStages - 1; ++s) {
-      if (s < n_tiles) {
-        ld.fetch(s);
-        ld.issue(smem0 + s * Tr::kStageBytes, s);
-      }
-      cp_async_commit();
+  for (int s = 0; s < Tr::kStages - 1; ++s) {
+    if (s < n_tiles) {
+      ld.fetch(s);
+      ld.issue(smem0 + s * Tr::kStageBytes, s);
     }
-    if (Tr::kStages - 1 < n_tiles) ld.fetch(Tr::kStages - 1);  // one tile ahead of its issue
-  };
-  const bool early = first && n_tiles >= Tr::kStages;
-  if (early) prologue();
-  if (first) {
-    grid_dependency_wait();  // q and the appended K/V come from the previous kernel
-    grid_launch_dependents();
+    cp_async_commit();
   }
-  if (!early) prologue();
-  if (a.token_reads != nullptr && threadIdx.x == 0 && item.n_rows == group && n_tok > 0)
-    atomicAdd(a.token_reads + item.seq, (unsigned long long)n_tok);
+  if (Tr::kStages - 1 < n_tiles) ld.fetch(Tr::kStages - 1);  // one tile ahead of its issue
 
   // Q as A fragments, loaded while the first tiles are in flight: row g = query head
   // kv_head * group + row_begin + g (zero for g >= n_rows), k = dims.
@@ -447,32 +428,31 @@ __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const Dec
 }
 
 template <int HeadDim, int PageSize>
-__device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem,
-                                              bool first);
+__device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem);
 
 template <int HeadDim, int PageSize>
 __global__ void __launch_bounds__(kThreads, 2) decode_attention_kernel(const DecodeAttentionArgs a) {
   using Tr = DecodeTraits<HeadDim>;
   extern __shared__ __align__(128) uint8_t smem[];  // [kStages][K tile, V tile] bf16, swizzled
 
+  grid_dependency_wait();  // q, the KV pools, the lists and the plan come from earlier work in the stream
+  grid_launch_dependents();
   // A resident grid walks the plan: item i runs on CTA i % gridDim.x (items come longest first).
-  // The plan and its counts are read before the wait for the previous kernel (run_item says why
-  // that is safe); the first item waits inside, once its first tiles are in flight. A CTA with no
-  // item exits, which lets the dependents launch as well.
   const int n_items = *a.n_items;
   const DecodeWorkItem* items = a.items + (a.item_offset != nullptr ? *a.item_offset : 0);
   for (int i = int(blockIdx.x); i < n_items; i += int(gridDim.x)) {
     if (i != int(blockIdx.x)) __syncthreads();  // the last item's epilogue is done with the stages
-    run_work_item<HeadDim, PageSize>(a, items[i], smem, i == int(blockIdx.x));
+    run_work_item<HeadDim, PageSize>(a, items[i], smem);
   }
 }
 
 template <int HeadDim, int PageSize>
-__device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem,
-                                              bool first) {
+__device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem) {
   using Tr = DecodeTraits<HeadDim>;
   const int group = a.n_heads / a.n_kv_heads;
   const ItemView iv = make_view(a, item);
+  if (a.token_reads != nullptr && threadIdx.x == 0 && item.n_rows == group && iv.n_tok > 0)
+    atomicAdd(a.token_reads + item.seq, (unsigned long long)iv.n_tok);
 
   ScoreSink sc{item.score, nullptr, a.score_stride, item.begin * item.unit, item.n_rows, 1.0f / float(item.n_rows)};
   if (item.score == ScoreKind::kRowToken)
@@ -485,10 +465,10 @@ __device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, cons
   const int64_t page_stride = int64_t(a.n_kv_heads) * PageSize * HeadDim;
   if (item.unit == PageSize) {
     PageLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
-    run_item<HeadDim>(a, item, ld, sc, smem, first);
+    run_item<HeadDim>(a, item, ld, sc, smem);
   } else {
     GatherLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
-    run_item<HeadDim>(a, item, ld, sc, smem, first);
+    run_item<HeadDim>(a, item, ld, sc, smem);
   }
 }
 

@@ -78,12 +78,8 @@ struct DecodeAttentionArgs {
 // and the merge kernel. No host synchronisation; capturable in a CUDA graph.
 // Supported: head_dim 64 or 128, page_size 16, 32, 64 or 128, group = n_heads / n_kv_heads in 1..8;
 // anything else throws lychee::Error (kUnsupported / kInvalidArgument) naming the field.
-// Both kernels use programmatic dependent launch. The attention kernel reads its plan, lengths,
-// lists, block-table entries and first K/V tiles (never the tile that can hold the newest token)
-// before it waits for the previous kernel, and q after: valid when the previous kernel lets its
-// dependents launch only after its own griddepcontrol.wait or is launched without PDL (every
-// kernel of the engine; decode_attention.cu, run_item). The merge kernel waits for the attention
-// kernel.
+// Both kernels use programmatic dependent launch: the attention kernel waits for the previous
+// kernel in the stream before reading anything, the merge kernel waits for the attention kernel.
 void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);
 // The merge launch decode_attention ends with (decode_merge.cu); args already checked.
 void decode_merge(const DecodeAttentionArgs& a, cudaStream_t stream);
