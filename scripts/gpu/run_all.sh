@@ -816,8 +816,9 @@ PY
     link_model
     rc=0
     fused_mode() {
-      unset LYCHEE_BF16_GEMV_ROWS LYCHEE_FUSED_DECODE_ROWS LYCHEE_BF16_GEMV_PDL
+      unset LYCHEE_BF16_GEMV_ROWS LYCHEE_FUSED_DECODE_ROWS LYCHEE_BF16_GEMV_PDL LYCHEE_FUSED_PDL
       case $1 in
+        pdl=*) export LYCHEE_FUSED_PDL="${1#pdl=}" ;;  # e.g. pdl=o,qkv: those fused products under PDL
         old) export LYCHEE_BF16_GEMV_ROWS=0 LYCHEE_FUSED_DECODE_ROWS=0 ;;
         gemv) export LYCHEE_FUSED_DECODE_ROWS=0 ;;
         fusedpdl) export LYCHEE_BF16_GEMV_PDL=1 ;;
@@ -827,18 +828,20 @@ PY
     for round in 1 2; do
       for mode in ${FUSED_MODES:-old gemv fused fusedpdl}; do
         fused_mode $mode
+        tag=$(echo "$mode" | tr '=,' '__')
         echo "--- round $round, $mode"
-        bench_e2e_to "e2e_${mode}_$round" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \
+        bench_e2e_to "e2e_${tag}_$round" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \
           || rc=$(failed $? "bench_e2e $mode")
-        bench_e2e_to "e2e_${mode}_b4_$round" --contexts 32768 --batches 4 --policies full,lychee \
+        bench_e2e_to "e2e_${tag}_b4_$round" --contexts 32768 --batches 4 --policies full,lychee \
           || rc=$(failed $? "bench_e2e $mode batch 4")
-        grep -hE "^ +[14] +[0-9]|busy" "$out/e2e_${mode}_$round.log" "$out/e2e_${mode}_b4_$round.log"
+        grep -hE "^ +[14] +[0-9]|busy" "$out/e2e_${tag}_$round.log" "$out/e2e_${tag}_b4_$round.log"
         if [ -f "$model" ]; then
           "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 256 \
-            --json "$out/model_${mode}_$round.json" 2>&1 | grep -iE "decode|tok/s" | head -3
+            --json "$out/model_${tag}_$round.json" 2>&1 | grep -iE "decode|tok/s" | head -3
         fi
       done
     done
+    [ "${FUSED_NOPDL:-1}" = 1 ] || exit $rc  # FUSED_NOPDL=0: no round without PDL
     export LYCHEE_NO_PDL=1
     for mode in old fused; do
       fused_mode $mode

@@ -337,7 +337,9 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
     const char* v = std::getenv("LYCHEE_BF16_GEMV_PDL");
     return v == nullptr ? -1 : std::string(v) == "1" ? 1 : std::string(v) == "0" ? 0 : -1;
   }();
-  const bool pdl = forced_pdl >= 0 ? forced_pdl == 1 : size_t(a.m) * size_t(a.k) * 2 <= kPdlMaxWeightBytes;
+  const bool pdl = forced_pdl >= 0 ? forced_pdl == 1
+                   : a.pdl >= 0    ? a.pdl == 1
+                                   : size_t(a.m) * size_t(a.k) * 2 <= kPdlMaxWeightBytes;
   if (pdl)
     launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT>, grid, kThreads, kRing, stream, a);
   else

@@ -39,6 +39,8 @@ void check_bf16_gemv_args(const Bf16GemvArgs& a) {
            "bf16_gemv: SwiGLU output over m = {} rows; expected an even count (gate rows, then up rows)", a.m);
   LY_CHECK(a.stages == -1 || a.stages == 0 || a.stages == 2, ErrorCode::kInvalidArgument,
            "bf16_gemv: stages = {} (-1 for the automatic choice, 0 or 2)", a.stages);
+  LY_CHECK(a.pdl >= -1 && a.pdl <= 1, ErrorCode::kInvalidArgument,
+           "bf16_gemv: pdl = {} (-1 by size, 0 plain, 1 programmatic dependent launch)", a.pdl);
 }
 
 bool bf16_gemv_fits(const void* x, const bf16* w, int n, int k) {

@@ -111,7 +111,7 @@ void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
 }
 
 void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias,
-                          int n, const float* next_norm) {
+                          int n, const float* next_norm, int pdl_bit) {
   Bf16GemvArgs a;
   a.x = x;
   if (normed) {
@@ -133,6 +133,7 @@ void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOu
   a.n = n;
   a.k = w.cols;
   a.m = w.rows;
+  if ((o.fused_pdl_products & pdl_bit) != 0) a.pdl = 1;
   bf16_gemv(a, stream);
 }
 
@@ -161,7 +162,7 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
   if (fused && l > 0)  // h: the last residual add's bf16(attn_norm · x), with its sums of squares
-    fused_product(L.wqkv, h.data(), true, GemvOut::kBf16, qkv.data(), nullptr, n);
+    fused_product(L.wqkv, h.data(), true, GemvOut::kBf16, qkv.data(), nullptr, n, nullptr, RunnerOptions::kPdlQkv);
   else
     linear(L.wqkv, h.data(), qkv.data(), n);
   QkvArgs qa{qkv.data(), L.bqkv, L.q_norm, L.k_norm, c.rms_eps, meta_dev<int32_t>(meta.positions),
@@ -181,7 +182,7 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
     forked = true;
   }
   if (fused)  // x += att · woᵀ + bo; h = bf16(ffn_norm · x) and its sums of squares
-    fused_product(L.wo, att.data(), false, GemvOut::kAddF32, x.data(), L.bo, n, L.ffn_norm);
+    fused_product(L.wo, att.data(), false, GemvOut::kAddF32, x.data(), L.bo, n, L.ffn_norm, RunnerOptions::kPdlOutput);
   else
     linear(L.wo, att.data(), o_buf.data(), n);
 }
@@ -190,8 +191,10 @@ void Shard::mlp_block(int l, int n) {
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
   if (fused) {  // act = SwiGLU(RMSNorm(x) · w_gate_upᵀ + b_gate_up); x += act · w_downᵀ + b_down
-    fused_product(L.w_gate_up, h.data(), true, GemvOut::kSwiGlu, act.data(), L.b_gate_up, n);
-    fused_product(L.w_down, act.data(), false, GemvOut::kAddF32, x.data(), L.b_down, n, norm_after(l));
+    fused_product(L.w_gate_up, h.data(), true, GemvOut::kSwiGlu, act.data(), L.b_gate_up, n, nullptr,
+                  RunnerOptions::kPdlGateUp);
+    fused_product(L.w_down, act.data(), false, GemvOut::kAddF32, x.data(), L.b_down, n, norm_after(l),
+                  RunnerOptions::kPdlDown);
     return;
   }
   add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, c.d_model, c.rms_eps, stream);

@@ -192,6 +192,21 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
   };
   rows_from_env("LYCHEE_BF16_GEMV_ROWS", o.bf16_gemv_max_rows);
   rows_from_env("LYCHEE_FUSED_DECODE_ROWS", o.fused_decode_max_rows);
+  if (const char* v = std::getenv("LYCHEE_FUSED_PDL"); v != nullptr && *v != 0) {
+    int mask = 0;
+    std::string list(v);
+    for (size_t at = 0; at <= list.size();) {
+      const size_t end = std::min(list.find(',', at), list.size());
+      const std::string name = list.substr(at, end - at);
+      const int bit = name == "qkv" ? RunnerOptions::kPdlQkv : name == "o" ? RunnerOptions::kPdlOutput
+                    : name == "gate_up" ? RunnerOptions::kPdlGateUp : name == "down" ? RunnerOptions::kPdlDown : 0;
+      LY_CHECK(bit != 0 || name == "none", ErrorCode::kInvalidArgument,
+               "LYCHEE_FUSED_PDL={}: '{}' is none of qkv, o, gate_up, down, none", v, name);
+      mask |= bit;
+      at = end + 1;
+    }
+    o.fused_pdl_products = mask;
+  }
   row_table_id.assign(size_t(opt.max_batch), 0);
   row_synced.assign(size_t(opt.max_batch), 0);
   const int n = int(weights.size());

@@ -71,6 +71,11 @@ struct RunnerOptions {
   // gate/up product's epilogue; no add_rmsnorm (but the first layer's) or silu_mul kernels.
   // 0: the unfused path. LYCHEE_FUSED_DECODE_ROWS=<0..8> replaces it (lab A/B).
   int fused_decode_max_rows = 8;
+  // Fused decode layers: the products launched with programmatic dependent launch whatever their
+  // size, as a mask of kPdlQkv, kPdlOutput, kPdlGateUp, kPdlDown (others: by size, bf16_gemv.h).
+  // LYCHEE_FUSED_PDL=qkv,o,gate_up,down (any of them, or "none") replaces it (lab A/B).
+  int fused_pdl_products = 0;
+  static constexpr int kPdlQkv = 1, kPdlOutput = 2, kPdlGateUp = 4, kPdlDown = 8;
   // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
   // nothing), so the tensor-parallel path is tested on one GPU.
   bool nccl = false;

@@ -228,8 +228,10 @@ struct Shard {
   // The fused decode layers' products (bf16_gemv.h): x bf16 rows; with `normed`, x is the
   // norm-weighted residual that the last residual add wrote into h (its residues in h_lo, its sums
   // of squares in ss_part), and the products are RMSNorm's. A residual add (kAddF32) with next_norm writes them.
+  // `pdl_bit`: the product's RunnerOptions::kPdl* bit (launched with PDL when fused_pdl_products
+  // has it; by size otherwise).
   void fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias, int n,
-                     const float* next_norm = nullptr);
+                     const float* next_norm = nullptr, int pdl_bit = 0);
   void attention(int layer, bool decode, int batch, int q_len, int max_kv_len);
   void decode_attention_layer(int layer, int batch);
   void select_before(int layer, int batch);
