@@ -73,9 +73,13 @@ struct RunnerOptions {
   int fused_decode_max_rows = 8;
   // Fused decode layers: the products launched with programmatic dependent launch whatever their
   // size, as a mask of kPdlQkv, kPdlOutput, kPdlGateUp, kPdlDown (others: by size, bf16_gemv.h).
+  // Default: all but the down product, whose predecessor (gate/up) is the only multi-wave grid of
+  // a layer. Measured on the H100, 8B shape, alternated (docs/results/gpu/decode_step/gemv_pdl/
+  // per_product/): LycheeDecode b1 128K 6.98 -> 6.93 ms, b1 32K 6.35 -> 6.22, b4 32K 7.53 ->
+  // 7.47; Full unchanged (11.49); the output product alone under PDL was slower (Full 11.55).
   // LYCHEE_FUSED_PDL=qkv,o,gate_up,down (any of them, or "none") replaces it (lab A/B).
-  int fused_pdl_products = 0;
   static constexpr int kPdlQkv = 1, kPdlOutput = 2, kPdlGateUp = 4, kPdlDown = 8;
+  int fused_pdl_products = kPdlQkv | kPdlOutput | kPdlGateUp;
   // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
   // nothing), so the tensor-parallel path is tested on one GPU.
   bool nccl = false;
