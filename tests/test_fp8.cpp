@@ -144,10 +144,7 @@ TEST(Fp8Weights, KeptLayersHoldTheirQkvUnrounded) {
   const HostWeights ref = HostWeights::load(ck, WeightFormat::kF32);
   const HostWeights all = HostWeights::load(ck, WeightFormat::kFp8);
   const HostWeights kept = HostWeights::load(ck, WeightFormat::kFp8, keep);
-  const auto values = [](const HostWeights& w, WeightId id, int layer) {
-    const WeightView& v = w.view(id, layer);
-    return std::vector<float>(v.f32(), v.f32() + v.rows * v.cols);
-  };
+  const auto values = [](const HostWeights& w, WeightId id, int layer) { return test::weight_values(w, id, layer); };
   for (int layer = 0; layer < ck.config().n_layers; ++layer)
     for (WeightId id : {WeightId::kWq, WeightId::kWk, WeightId::kWv, WeightId::kWo, WeightId::kWGate, WeightId::kWUp,
                         WeightId::kWDown}) {

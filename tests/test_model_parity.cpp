@@ -128,10 +128,7 @@ TEST(Bf16Weights, MatricesAreRoundedAndVectorsUntouched) {
   const HostWeights b16 = HostWeights::load(ck, WeightFormat::kBf16);
   EXPECT_EQ(b16.format(), WeightFormat::kBf16);
   EXPECT_STREQ(weight_format_name(WeightFormat::kBf16), "bf16");
-  const auto values = [](const HostWeights& w, WeightId id, int layer) {
-    const WeightView& v = w.view(id, layer);
-    return std::vector<float>(v.f32(), v.f32() + v.rows * v.cols);
-  };
+  const auto values = [](const HostWeights& w, WeightId id, int layer) { return test::weight_values(w, id, layer); };
   for (int layer = 0; layer < ck.config().n_layers; ++layer)
     for (WeightId id : {WeightId::kWq, WeightId::kWk, WeightId::kWv, WeightId::kWo, WeightId::kWGate, WeightId::kWUp,
                         WeightId::kWDown}) {

@@ -39,6 +39,12 @@ inline GoldenModel load_golden_model(const std::string& name) {
   return {ck.config(), HostWeights::load(ck)};
 }
 
+// A weight's values as HostWeights holds them in f32 (WeightFormat kF32, kFp8 or kBf16).
+inline std::vector<float> weight_values(const HostWeights& w, WeightId id, int layer = 0) {
+  const WeightView& v = w.view(id, layer);
+  return std::vector<float>(v.f32(), v.f32() + v.rows * v.cols);
+}
+
 inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(read_text_file(path));
 }
