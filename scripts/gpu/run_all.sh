@@ -759,8 +759,8 @@ PY
     # each built by swapping its files in, rebuilding AB_TARGETS and keeping the binaries; then
     # AB_ROUNDS rounds alternating the variants over AB_PARTS: kernel (bench_decode_attention,
     # b1/b8 at 32K/128K, shares 0/4/8), e2e (bench_e2e b1 at 32K/128K, Full and LycheeDecode, the
-    # CUPTI trace), model (lychee bench on the default model, where staged), tp (two GPUs: bench_e2e
-    # TP=2 at 128K, batch 1 and 8; tp-env's NCCL setting).
+    # CUPTI trace), model (lychee bench on the default model, where staged), fp8 (bench_e2e with FP8
+    # weights, b1 32K/128K), tp (two GPUs: bench_e2e TP=2 at 128K, batch 1 and 8; tp-env's NCCL setting).
     link_model
     [ -f "$stage/tp_env" ] && { export $(cat "$stage/tp_env"); echo "NCCL setting: $(cat "$stage/tp_env")"; }
     [ -d .ab ] && [ -n "$(ls .ab)" ] || { echo "bench-ab: no .ab/ variants (scripts/gpu/ab_prepare.sh, carry .ab)"; exit 1; }
@@ -792,6 +792,11 @@ PY
           LYCHEE_COMMIT="$commit ($v)" "$bin/bench_e2e" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \
             --json "$out/e2e_${v}_$round.json" > "$out/e2e_${v}_$round.log" 2>&1 || rc=$(failed $? "e2e $v")
           grep -hE "^ +1 +[0-9]|busy|merge|attention_kernel" "$out/e2e_${v}_$round.log" ;; esac
+        case " ${AB_PARTS:-kernel e2e model} " in *" fp8 "*)  # FP8 weights (the unfused layers)
+          LYCHEE_COMMIT="$commit ($v)" "$bin/bench_e2e" --weights fp8 --contexts 32768,131072 --batches 1 \
+            --policies full,lychee --json "$out/fp8_${v}_$round.json" > "$out/fp8_${v}_$round.log" 2>&1 \
+            || rc=$(failed $? "fp8 $v")
+          grep -hE "^ +1 +1 +[0-9]" "$out/fp8_${v}_$round.log" ;; esac
         case " ${AB_PARTS:-kernel e2e model} " in *" tp "*)  # 2 GPUs: TP=2 at 128K, batch 1 and 8
           LYCHEE_COMMIT="$commit ($v)" timeout -k 5 "${TP_BENCH_SECONDS:-150}" "$bin/bench_e2e" --tensor-parallel 2 \
             --contexts 131072 --batches 1,8 --policies full,lychee --json "$out/tp_${v}_$round.json" \

@@ -38,11 +38,21 @@ __global__ void embed_kernel(const int32_t* __restrict__ tokens, const bf16* __r
   for (int i = threadIdx.x; i < d; i += blockDim.x) x[size_t(t) * d + i] = __bfloat162float(row[i]);
 }
 
-// d % 4 == 0: four elements per thread and load (16-byte x, bias and w; 8-byte delta).
+// d % 4 == 0: four elements per thread and load (16-byte x, bias and w; 8-byte delta). The norm
+// weights and the bias are model weights, which no kernel writes: they are loaded before the
+// PDL wait, so only x and delta (the previous kernel's output) are on the critical path.
 template <int kMaxVecs>
 __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const bf16* __restrict__ delta,
                                        const float* __restrict__ bias, const float* __restrict__ w,
                                        bf16* __restrict__ out, int d, float eps) {
+  float4 g[kMaxVecs], b[kMaxVecs];
+#pragma unroll
+  for (int j = 0; j < kMaxVecs; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;  // float4 index
+    if (i * 4 >= d) break;
+    g[j] = reinterpret_cast<const float4*>(w)[i];
+    if (bias != nullptr) b[j] = reinterpret_cast<const float4*>(bias)[i];
+  }
   pdl_begin();
   const size_t row = size_t(blockIdx.x) * d;
   float4* xr = reinterpret_cast<float4*>(x + row);
@@ -50,7 +60,7 @@ __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const bf16* __rest
   float ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < kMaxVecs; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;  // float4 index
+    const int i = threadIdx.x + j * blockDim.x;
     if (i * 4 >= d) break;
     float4 a = xr[i];
     if (delta != nullptr) {
@@ -58,10 +68,7 @@ __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const bf16* __rest
       const float2 d0 = __bfloat1622float2(dp[0]), d1 = __bfloat1622float2(dp[1]);
       a.x += d0.x, a.y += d0.y, a.z += d1.x, a.w += d1.y;
     }
-    if (bias != nullptr) {
-      const float4 b = reinterpret_cast<const float4*>(bias)[i];
-      a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
-    }
+    if (bias != nullptr) a.x += b[j].x, a.y += b[j].y, a.z += b[j].z, a.w += b[j].w;
     xr[i] = a;
     v[j] = a;
     ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
@@ -71,10 +78,9 @@ __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const bf16* __rest
   for (int j = 0; j < kMaxVecs; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
     if (i * 4 >= d) break;
-    const float4 g = reinterpret_cast<const float4*>(w)[i];
     __nv_bfloat162* op = reinterpret_cast<__nv_bfloat162*>(out + row) + 2 * i;
-    op[0] = __floats2bfloat162_rn(g.x * (v[j].x * r), g.y * (v[j].y * r));
-    op[1] = __floats2bfloat162_rn(g.z * (v[j].z * r), g.w * (v[j].w * r));
+    op[0] = __floats2bfloat162_rn(g[j].x * (v[j].x * r), g[j].y * (v[j].y * r));
+    op[1] = __floats2bfloat162_rn(g[j].z * (v[j].z * r), g[j].w * (v[j].w * r));
   }
 }
 
