@@ -463,6 +463,8 @@ TEST(Bf16GemvArgs, RejectsWhatTheKernelCannotTake) {
   expect_error(a, EC::kInvalidArgument, "x_lo");
   a = ok, a.stages = 3;
   expect_error(a, EC::kInvalidArgument, "stages = 3");
+  a = ok, a.pdl = 2;
+  expect_error(a, EC::kInvalidArgument, "pdl = 2");
   EXPECT_TRUE(cuda::bf16_gemv_fits(buf, w, 8, 576));
   EXPECT_FALSE(cuda::bf16_gemv_fits(buf, w, 9, 576));
   EXPECT_FALSE(cuda::bf16_gemv_fits(buf, w, 1, 20));

@@ -11,6 +11,7 @@
 
 #ifdef LYCHEE_HAS_CUDA
 
+#include "cuda/runner/gpu_runner.h"
 #include "cuda/runner/policy_plan.h"
 #include "cuda/runner/step_meta.h"
 
@@ -25,6 +26,17 @@ ModelConfig shape(int n_layers = 4, int n_heads = 8, int n_kv_heads = 2, int hea
   return test::model_shape(n_layers, n_heads, n_kv_heads, head_dim);
 }
 using test::roles_of;
+
+// LYCHEE_FUSED_PDL's list: the fused decode products launched with PDL.
+TEST(RunnerPlan, PdlProductListsParseToTheirMask) {
+  using O = cuda::RunnerOptions;
+  EXPECT_EQ(O::parse_pdl_products("qkv,o,gate_up"), O::kPdlQkv | O::kPdlOutput | O::kPdlGateUp);
+  EXPECT_EQ(O::parse_pdl_products("down"), O::kPdlDown);
+  EXPECT_EQ(O::parse_pdl_products("none"), 0);
+  EXPECT_EQ(O().fused_pdl_products, O::kPdlQkv | O::kPdlOutput | O::kPdlGateUp);  // the measured default
+  test::expect_error([] { O::parse_pdl_products("qkv,up"); }, ErrorCode::kInvalidArgument, {"'up'", "qkv, o"});
+  test::expect_error([] { O::parse_pdl_products("o,,down"); }, ErrorCode::kInvalidArgument, {"''"});
+}
 
 TEST(RunnerPlan, LycheeBecomesScoredDenseItemsUnitListsAndKvHeadSelectors) {
   const ModelConfig c = shape();

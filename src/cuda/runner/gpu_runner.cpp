@@ -192,21 +192,8 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
   };
   rows_from_env("LYCHEE_BF16_GEMV_ROWS", o.bf16_gemv_max_rows);
   rows_from_env("LYCHEE_FUSED_DECODE_ROWS", o.fused_decode_max_rows);
-  if (const char* v = std::getenv("LYCHEE_FUSED_PDL"); v != nullptr && *v != 0) {
-    int mask = 0;
-    std::string list(v);
-    for (size_t at = 0; at <= list.size();) {
-      const size_t end = std::min(list.find(',', at), list.size());
-      const std::string name = list.substr(at, end - at);
-      const int bit = name == "qkv" ? RunnerOptions::kPdlQkv : name == "o" ? RunnerOptions::kPdlOutput
-                    : name == "gate_up" ? RunnerOptions::kPdlGateUp : name == "down" ? RunnerOptions::kPdlDown : 0;
-      LY_CHECK(bit != 0 || name == "none", ErrorCode::kInvalidArgument,
-               "LYCHEE_FUSED_PDL={}: '{}' is none of qkv, o, gate_up, down, none", v, name);
-      mask |= bit;
-      at = end + 1;
-    }
-    o.fused_pdl_products = mask;
-  }
+  if (const char* v = std::getenv("LYCHEE_FUSED_PDL"); v != nullptr && *v != 0)
+    o.fused_pdl_products = RunnerOptions::parse_pdl_products(v);
   row_table_id.assign(size_t(opt.max_batch), 0);
   row_synced.assign(size_t(opt.max_batch), 0);
   const int n = int(weights.size());
@@ -339,6 +326,21 @@ int GpuRunner::max_context() const { return impl_->shards[0]->max_context; }
 int GpuRunner::tensor_parallel() const { return impl_->size(); }
 
 int GpuRunner::fused_decode_rows() const { return impl_->fused_rows(); }
+
+int RunnerOptions::parse_pdl_products(const std::string& list) {
+  int mask = 0;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    const std::string name = list.substr(at, end - at);
+    const int bit = name == "qkv" ? kPdlQkv : name == "o" ? kPdlOutput : name == "gate_up" ? kPdlGateUp
+                  : name == "down" ? kPdlDown : 0;
+    LY_CHECK(bit != 0 || name == "none", ErrorCode::kInvalidArgument,
+             "fused products under PDL '{}': '{}' is none of qkv, o, gate_up, down, none", list, name);
+    mask |= bit;
+    at = end + 1;
+  }
+  return mask;
+}
 
 int GpuRunner::Impl::fused_rows() const {
   return size() == 1 && !comm && !o.tp_one_device && shards[0]->fusable ? o.fused_decode_max_rows : 0;

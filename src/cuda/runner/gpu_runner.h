@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "attention/decode_spec.h"
@@ -80,6 +81,9 @@ struct RunnerOptions {
   // LYCHEE_FUSED_PDL=qkv,o,gate_up,down (any of them, or "none") replaces it (lab A/B).
   static constexpr int kPdlQkv = 1, kPdlOutput = 2, kPdlGateUp = 4, kPdlDown = 8;
   int fused_pdl_products = kPdlQkv | kPdlOutput | kPdlGateUp;
+  // The mask of a comma-separated list of qkv, o, gate_up, down (or "none": 0), as
+  // LYCHEE_FUSED_PDL gives it; kInvalidArgument naming the bad entry. Pure.
+  static int parse_pdl_products(const std::string& list);
   // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
   // nothing), so the tensor-parallel path is tested on one GPU.
   bool nccl = false;
