@@ -39,20 +39,29 @@ class Engine:
     in GiB (None = sized from the context); max_context: the longest sequence (None = the
     model's); threads: CPU compute threads (None = the cores this process may use);
     tensor_parallel: GPUs to split the model over (devices 0..N-1, N dividing the KV heads; KV heads
-    assigned in order, as no policy is known at load; see docs/scaling.md), kv_memory then per GPU.
+    assigned in order, as no policy is known at load; see docs/scaling.md), kv_memory then per GPU;
+    weights: how the GPU holds the linear matrices, "bf16" (default) or "fp8" (e4m3 with a scale per
+    output channel: half the bytes per step; every linear matrix is rounded, since no policy is known
+    at load, where the CLI keeps the selecting layers' Q/K/V bf16 for --policy lychee/tidal);
+    cpu_weights: how the CPU holds them, "f32" (the reference, default), "native" (a GGUF file's
+    quantised blocks kept, int8 dot products: ~3x faster decode on quantised files), "fp8" or "bf16"
+    (f32 holding the values FP8 / bf16 weights stand for, to measure what those formats cost).
+    The CLI's --weights and --cpu-weights; ARCHITECTURE.md describes each.
     """
 
     def __init__(self, model: Union[str, os.PathLike, None] = None, device: str = "auto",
                  kv_memory: Optional[float] = None, max_context: Optional[int] = None,
-                 threads: Optional[int] = None, tensor_parallel: int = 1):
-        if not isinstance(device, str):
-            raise TypeError(f"device must be a str, got {type(device).__name__}")
+                 threads: Optional[int] = None, tensor_parallel: int = 1, weights: str = "bf16",
+                 cpu_weights: str = "f32"):
+        for name, value in (("device", device), ("weights", weights), ("cpu_weights", cpu_weights)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
         self._e = _lychee.Engine(
             os.fspath(model) if model is not None else "", device,
             _float("kv_memory", kv_memory) if kv_memory is not None else 0.0,
             _int("max_context", max_context, 1) if max_context is not None else 0,
             _int("threads", threads, 1) if threads is not None else 0,
-            _int("tensor_parallel", tensor_parallel, 1))
+            _int("tensor_parallel", tensor_parallel, 1), weights, cpu_weights)
 
     # --- the model ------------------------------------------------------------------------
     @property
@@ -63,6 +72,11 @@ class Engine:
     @property
     def model_path(self) -> str:
         return self._e.model_path
+
+    @property
+    def weights(self) -> str:
+        """The weight format in use: "bf16" or "fp8" on the GPU; "f32", "native", "fp8" or "bf16" on the CPU."""
+        return self._e.weights
 
     @property
     def config(self) -> Dict[str, object]:

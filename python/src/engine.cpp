@@ -35,6 +35,7 @@
 #include "core/timer.h"
 #include "eval/runner.h"
 #include "model/chat_template.h"
+#include "model/checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/policy_settings.h"
@@ -77,12 +78,15 @@ using StepFn = std::function<bool(const std::string& piece)>;
 class PyEngine {
  public:
   PyEngine(const std::string& model, const std::string& device, double kv_memory, int max_context, int threads,
-           int tensor_parallel)
-      : engine_(options(model, device, kv_memory, max_context, threads, tensor_parallel)),
-        context_(max_context > 0 ? std::min(max_context, engine_.config().max_context) : engine_.config().max_context) {}
+           int tensor_parallel, const std::string& weights, const std::string& cpu_weights)
+      : engine_(options(model, device, kv_memory, max_context, threads, tensor_parallel, weights, cpu_weights)),
+        context_(max_context > 0 ? std::min(max_context, engine_.config().max_context) : engine_.config().max_context),
+        weights_(engine_.device() == "cuda" ? weights : cpu_weights) {}
 
   const Engine& engine() const { return engine_; }
   int context() const { return context_; }
+  // The weight format of the device in use: `weights` on the GPU, `cpu_weights` on the CPU.
+  const std::string& weights() const { return weights_; }
 
   // Numbers requests in call order; a stream stops when a later request has begun.
   uint64_t begin_request() { return ++requests_; }
@@ -171,7 +175,8 @@ class PyEngine {
 
  private:
   static EngineOptions options(const std::string& model, const std::string& device, double kv_memory,
-                               int max_context, int threads, int tensor_parallel) {
+                               int max_context, int threads, int tensor_parallel, const std::string& weights,
+                               const std::string& cpu_weights) {
     LY_CHECK(device == "auto" || device == "cpu" || device == "cuda", ErrorCode::kInvalidArgument,
              "device must be \"auto\", \"cpu\" or \"cuda\", got \"{}\"", device);
     LY_CHECK(kv_memory >= 0, ErrorCode::kInvalidArgument, "kv_memory must be >= 0 GiB, got {}", kv_memory);
@@ -186,11 +191,27 @@ class PyEngine {
     o.kv_memory_gib = kv_memory;
     o.max_context = max_context;
     o.tensor_parallel = tensor_parallel;
+    o.gpu_weights = gpu_format(weights);
+    o.cpu_weights = cpu_format(cpu_weights);
     return o;
+  }
+
+  // The formats by the names the CLI's --weights / --cpu-weights take.
+  static GpuWeightFormat gpu_format(const std::string& name) {
+    for (GpuWeightFormat f : {GpuWeightFormat::kBf16, GpuWeightFormat::kFp8})
+      if (name == gpu_weight_format_name(f)) return f;
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("weights must be \"bf16\" or \"fp8\", got \"{}\"", name));
+  }
+  static WeightFormat cpu_format(const std::string& name) {
+    for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kNative, WeightFormat::kFp8, WeightFormat::kBf16})
+      if (name == weight_format_name(f)) return f;
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("cpu_weights must be \"f32\", \"native\", \"fp8\" or \"bf16\", got \"{}\"", name));
   }
 
   Engine engine_;
   int context_;
+  std::string weights_;
   std::mutex mutex_;
   std::atomic<uint64_t> requests_{0};
 };
@@ -445,14 +466,17 @@ void bind_engine(nb::module_& m) {
   nb::class_<PyEngine>(m, "Engine", "A loaded model on a device (use lychee.Engine)")
       .def("__init__",
            [](PyEngine* self, const std::string& model, const std::string& device, double kv_memory, int max_context,
-              int threads, int tensor_parallel) {
+              int threads, int tensor_parallel, const std::string& weights, const std::string& cpu_weights) {
              nb::gil_scoped_release release;
-             new (self) PyEngine(model, device, kv_memory, max_context, threads, tensor_parallel);
+             new (self) PyEngine(model, device, kv_memory, max_context, threads, tensor_parallel, weights, cpu_weights);
            },
            nb::arg("model") = "", nb::arg("device") = "auto", nb::arg("kv_memory") = 0.0, nb::arg("max_context") = 0,
-           nb::arg("threads") = 0, nb::arg("tensor_parallel") = 1)
+           nb::arg("threads") = 0, nb::arg("tensor_parallel") = 1, nb::arg("weights") = "bf16",
+           nb::arg("cpu_weights") = "f32")
       .def_prop_ro("device", [](const PyEngine& e) { return e.engine().device(); })
       .def_prop_ro("model_path", [](const PyEngine& e) { return e.engine().checkpoint().path(); })
+      .def_prop_ro("weights", &PyEngine::weights,
+                   "the weight format in use: bf16 or fp8 on the GPU; f32, native, fp8 or bf16 on the CPU")
       .def_prop_ro("context", &PyEngine::context, "the longest sequence (prompt + generated tokens)")
       .def_prop_ro("config",
                    [](const PyEngine& e) {

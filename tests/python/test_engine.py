@@ -50,6 +50,18 @@ def test_generate_equals_the_cli(engine):
     assert len(got.tokens) == 24 or got.finish_reason == "stop"
 
 
+@pytest.mark.parametrize("fmt", ["native", "bf16"])
+def test_cpu_weight_formats_equal_the_cli(fmt):
+    cli = cli_binary()
+    if not cli.exists():
+        pytest.fail(f"the CLI {cli} is missing: build it first (scripts/build.sh)")
+    e = lychee.Engine(device="cpu", cpu_weights=fmt)
+    assert e.weights == fmt
+    out = subprocess.run([str(cli), "generate", "--device", "cpu", "--cpu-weights", fmt, "-p", PROMPT, "-n", "16"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out == e.generate(PROMPT, max_tokens=16).text + "\n"
+
+
 def test_stream_equals_generate(engine):
     whole = engine.generate(PROMPT, max_tokens=32, temperature=0.7, seed=5)
     stream = engine.stream(PROMPT, max_tokens=32, temperature=0.7, seed=5)
@@ -250,8 +262,17 @@ def test_corrupt_model_names_the_file(tmp_path):
 
 
 def test_bad_arguments(engine):
+    assert engine.weights == "f32"
     with pytest.raises(lychee.InvalidArgumentError, match="device"):
         lychee.Engine(device="tpu")
+    with pytest.raises(lychee.InvalidArgumentError, match='cpu_weights must be "f32", "native", "fp8" or "bf16", got "int4"'):
+        lychee.Engine(device="cpu", cpu_weights="int4")
+    with pytest.raises(lychee.InvalidArgumentError, match='weights must be "bf16" or "fp8", got "fp16"'):
+        lychee.Engine(device="cpu", weights="fp16")
+    with pytest.raises(lychee.InvalidArgumentError, match="GPU weight format"):
+        lychee.Engine(device="cpu", weights="fp8")
+    with pytest.raises(TypeError, match="cpu_weights must be a str"):
+        lychee.Engine(device="cpu", cpu_weights=8)
     with pytest.raises(ValueError, match="tensor_parallel"):
         lychee.Engine(device="cpu", tensor_parallel=0)
     with pytest.raises(lychee.InvalidArgumentError, match="tensor parallel over 2 GPUs .* needs the CUDA backend"):
