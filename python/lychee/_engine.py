@@ -38,21 +38,24 @@ class Engine:
     this build has CUDA and one is present), "cpu" or "cuda"; kv_memory: the GPU KV-cache pool
     in GiB (None = sized from the context); max_context: the longest sequence (None = the
     model's); threads: CPU compute threads (None = the cores this process may use);
-    tensor_parallel: GPUs to split the model over (devices 0..N-1, N dividing the KV heads; KV heads
-    assigned in order, as no policy is known at load; see docs/scaling.md), kv_memory then per GPU;
+    tensor_parallel: GPUs to split the model over (devices 0..N-1, N dividing the KV heads; see
+    docs/scaling.md), kv_memory then per GPU;
     weights: how the GPU holds the linear matrices, "bf16" (default) or "fp8" (e4m3 with a scale per
-    output channel: half the bytes per step; every linear matrix is rounded, since no policy is known
-    at load, where the CLI keeps the selecting layers' Q/K/V bf16 for --policy lychee/tidal);
+    output channel: half the bytes per step; see policies for what stays bf16);
     cpu_weights: how the CPU holds them, "f32" (the reference, default), "native" (a GGUF file's
     quantised blocks kept, int8 dot products: ~3x faster decode on quantised files), "fp8" or "bf16"
     (f32 holding the values FP8 / bf16 weights stand for, to measure what those formats cost).
-    The CLI's --weights and --cpu-weights; ARCHITECTURE.md describes each.
+    The CLI's --weights and --cpu-weights; ARCHITECTURE.md describes each. policies: the policies
+    the engine will run (lychee.policy objects), as the CLI's --policy at load: with them FP8
+    weights keep the Q/K/V of the layers whose heads choose tokens for others unrounded (bf16),
+    tensor parallelism spreads their dense heads evenly over the GPUs, and device="auto" passes
+    over a GPU that cannot run one of them; any policy can still be given per request.
     """
 
     def __init__(self, model: Union[str, os.PathLike, None] = None, device: str = "auto",
                  kv_memory: Optional[float] = None, max_context: Optional[int] = None,
                  threads: Optional[int] = None, tensor_parallel: int = 1, weights: str = "bf16",
-                 cpu_weights: str = "f32"):
+                 cpu_weights: str = "f32", policies: Sequence[_policy.Policy] = ()):
         for name, value in (("device", device), ("weights", weights), ("cpu_weights", cpu_weights)):
             if not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
@@ -61,7 +64,8 @@ class Engine:
             _float("kv_memory", kv_memory) if kv_memory is not None else 0.0,
             _int("max_context", max_context, 1) if max_context is not None else 0,
             _int("threads", threads, 1) if threads is not None else 0,
-            _int("tensor_parallel", tensor_parallel, 1), weights, cpu_weights)
+            _int("tensor_parallel", tensor_parallel, 1), weights, cpu_weights,
+            [_policy.resolve(p) for p in policies])
 
     # --- the model ------------------------------------------------------------------------
     @property
@@ -72,6 +76,12 @@ class Engine:
     @property
     def model_path(self) -> str:
         return self._e.model_path
+
+    @property
+    def fp8_kept_layers(self) -> List[int]:
+        """FP8 weights: the layers whose Q/K/V stay unrounded (where a policy given at load selects
+        tokens for other heads); [] otherwise."""
+        return list(self._e.fp8_kept_layers)
 
     @property
     def weights(self) -> str:

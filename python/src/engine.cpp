@@ -75,11 +75,27 @@ struct Completion {
 // Called once per generated token with the text that became final (possibly ""); false stops.
 using StepFn = std::function<bool(const std::string& piece)>;
 
+// Policies: settings (and head roles overriding their file) per policy, as lychee.policy.resolve
+// gives them.
+using PolicyList = std::vector<std::pair<PolicySettings, std::optional<HeadRoles>>>;
+
+// A policy's options for this model, its head roles (when given) replacing the file's.
+PolicyOptions policy_options(const PolicySettings& settings, const std::optional<HeadRoles>& roles,
+                             const ModelConfig& c) {
+  PolicyOptions o = settings.options(c);
+  if (roles) {
+    roles->validate(c, "roles");
+    o.roles = *roles;
+  }
+  return o;
+}
+
 class PyEngine {
  public:
   PyEngine(const std::string& model, const std::string& device, double kv_memory, int max_context, int threads,
-           int tensor_parallel, const std::string& weights, const std::string& cpu_weights)
-      : engine_(options(model, device, kv_memory, max_context, threads, tensor_parallel, weights, cpu_weights)),
+           int tensor_parallel, const std::string& weights, const std::string& cpu_weights, const PolicyList& policies)
+      : engine_(options(model, device, kv_memory, max_context, threads, tensor_parallel, weights, cpu_weights,
+                        policies)),
         context_(max_context > 0 ? std::min(max_context, engine_.config().max_context) : engine_.config().max_context),
         weights_(engine_.device() == "cuda" ? weights : cpu_weights) {}
 
@@ -112,11 +128,7 @@ class PyEngine {
     options.sampling.validate();
     if (!r.ignore_eos) options.stop_ids = tok.stop_ids();
     options.correct_every = r.correct_every;
-    PolicyOptions po = r.policy.options(c);
-    if (r.roles) {
-      r.roles->validate(c, "roles");
-      po.roles = *r.roles;
-    }
+    const PolicyOptions po = policy_options(r.policy, r.roles, c);
     std::unique_ptr<AttentionPolicy> policy = make_policy(po, c);
     const int capacity = std::min(context_, int(r.prompt.size()) + std::max(r.max_tokens, 1));
     std::unique_ptr<Session> session = engine_.new_session(capacity);
@@ -176,7 +188,7 @@ class PyEngine {
  private:
   static EngineOptions options(const std::string& model, const std::string& device, double kv_memory,
                                int max_context, int threads, int tensor_parallel, const std::string& weights,
-                               const std::string& cpu_weights) {
+                               const std::string& cpu_weights, const PolicyList& policies) {
     LY_CHECK(device == "auto" || device == "cpu" || device == "cuda", ErrorCode::kInvalidArgument,
              "device must be \"auto\", \"cpu\" or \"cuda\", got \"{}\"", device);
     LY_CHECK(kv_memory >= 0, ErrorCode::kInvalidArgument, "kv_memory must be >= 0 GiB, got {}", kv_memory);
@@ -193,6 +205,15 @@ class PyEngine {
     o.tensor_parallel = tensor_parallel;
     o.gpu_weights = gpu_format(weights);
     o.cpu_weights = cpu_format(cpu_weights);
+    // The policies the engine will run, as the CLI's --policy gives them: FP8 weights keep the
+    // selecting layers' Q/K/V unrounded, tensor parallelism balances their dense heads, and "auto"
+    // passes over a GPU that cannot run one of them.
+    if (!policies.empty())
+      o.policies = [policies](const ModelConfig& c) {
+        std::vector<DecodeSpec> specs;
+        for (const auto& [settings, roles] : policies) specs.push_back(compile_policy(policy_options(settings, roles, c), c));
+        return specs;
+      };
     return o;
   }
 
@@ -355,8 +376,6 @@ Request make_request(std::vector<int32_t> prompt, int max_tokens, float temperat
 
 }  // namespace
 
-// The policies of an evaluation: settings (and head roles overriding their file) per policy.
-using PolicyList = std::vector<std::pair<PolicySettings, std::optional<HeadRoles>>>;
 
 nb::list evaluate(PyEngine& e, const std::vector<std::string>& tasks, const std::vector<int>& lengths,
                   const std::vector<double>& depths, const PolicyList& policies, int samples, uint64_t seed,
@@ -376,14 +395,7 @@ nb::list evaluate(PyEngine& e, const std::vector<std::string>& tasks, const std:
   config.seed = seed;
   config.synthetic_haystack = haystack == "synthetic";
   config.correct_every = correct_every;
-  for (const auto& [settings, roles] : policies) {
-    PolicyOptions o = settings.options(c);
-    if (roles) {
-      roles->validate(c, "roles");
-      o.roles = *roles;
-    }
-    config.policies.push_back(o);
-  }
+  for (const auto& [settings, roles] : policies) config.policies.push_back(policy_options(settings, roles, c));
   std::vector<EvalRecord> records;
   e.begin_request();
   {
@@ -466,15 +478,19 @@ void bind_engine(nb::module_& m) {
   nb::class_<PyEngine>(m, "Engine", "A loaded model on a device (use lychee.Engine)")
       .def("__init__",
            [](PyEngine* self, const std::string& model, const std::string& device, double kv_memory, int max_context,
-              int threads, int tensor_parallel, const std::string& weights, const std::string& cpu_weights) {
+              int threads, int tensor_parallel, const std::string& weights, const std::string& cpu_weights,
+              const PolicyList& policies) {
              nb::gil_scoped_release release;
-             new (self) PyEngine(model, device, kv_memory, max_context, threads, tensor_parallel, weights, cpu_weights);
+             new (self)
+                 PyEngine(model, device, kv_memory, max_context, threads, tensor_parallel, weights, cpu_weights, policies);
            },
            nb::arg("model") = "", nb::arg("device") = "auto", nb::arg("kv_memory") = 0.0, nb::arg("max_context") = 0,
            nb::arg("threads") = 0, nb::arg("tensor_parallel") = 1, nb::arg("weights") = "bf16",
-           nb::arg("cpu_weights") = "f32")
+           nb::arg("cpu_weights") = "f32", nb::arg("policies") = PolicyList{})
       .def_prop_ro("device", [](const PyEngine& e) { return e.engine().device(); })
       .def_prop_ro("model_path", [](const PyEngine& e) { return e.engine().checkpoint().path(); })
+      .def_prop_ro("fp8_kept_layers", [](const PyEngine& e) { return e.engine().fp8_kept_qkv_layers(); },
+                   "FP8 weights: the layers whose Q/K/V stay unrounded (the policies at load select there)")
       .def_prop_ro("weights", &PyEngine::weights,
                    "the weight format in use: bf16 or fp8 on the GPU; f32, native, fp8 or bf16 on the CPU")
       .def_prop_ro("context", &PyEngine::context, "the longest sequence (prompt + generated tokens)")

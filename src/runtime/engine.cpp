@@ -136,6 +136,7 @@ Engine::Engine(const EngineOptions& options)
   const bool fp8 = device_ == "cuda" ? options.gpu_weights == GpuWeightFormat::kFp8 : options.cpu_weights == WeightFormat::kFp8;
   if (fp8 && options.fp8_keep_selectors && options.policies) {
     bo.fp8_keep = fp8_keep_for(specs.get());
+    fp8_kept_qkv_layers_ = bo.fp8_keep.qkv_layers;
     if (!bo.fp8_keep.qkv_layers.empty())
       LY_LOG_INFO("FP8 weights: Q/K/V of layers {} stay {} (their heads choose the tokens other heads read; "
                   "--fp8-selector-qkv fp8 rounds them too)",

@@ -76,6 +76,9 @@ class Engine {
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const Checkpoint& checkpoint() const { return checkpoint_; }
   const std::string& device() const { return device_; }
+  // FP8 weights: the layers whose Q/K/V stay unrounded (EngineOptions::fp8_keep_selectors with
+  // policies that select); empty otherwise.
+  const std::vector<int>& fp8_kept_qkv_layers() const { return fp8_kept_qkv_layers_; }
   Backend& backend() { return *backend_; }
   // A new sequence able to hold `capacity` tokens (0 = the model's context length).
   std::unique_ptr<Session> new_session(int capacity = 0);
@@ -94,6 +97,7 @@ class Engine {
   Tokenizer tokenizer_;
   ModelConfig config_;
   std::string device_;
+  std::vector<int> fp8_kept_qkv_layers_;
   std::unique_ptr<Backend> backend_;
 };
 

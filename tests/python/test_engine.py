@@ -62,6 +62,25 @@ def test_cpu_weight_formats_equal_the_cli(fmt):
     assert out == e.generate(PROMPT, max_tokens=16).text + "\n"
 
 
+def test_policies_at_load_keep_the_selectors_fp8_qkv_as_the_cli():
+    # FP8 weights keep the Q/K/V of LycheeDecode's selecting layers unrounded when the engine is
+    # told the policy at load, as the CLI's --policy does; the same request then gives the CLI's text.
+    cli = cli_binary()
+    if not cli.exists():
+        pytest.fail(f"the CLI {cli} is missing: build it first (scripts/build.sh)")
+    e = lychee.Engine(device="cpu", cpu_weights="fp8", policies=[Lychee(budget=64)])
+    assert e.fp8_kept_layers == [0, 1, 2, 12]  # the stand-in roles' retrieval layers
+    assert lychee.Engine(device="cpu", cpu_weights="fp8").fp8_kept_layers == []
+    assert lychee.Engine(device="cpu", policies=[Lychee(budget=64)]).fp8_kept_layers == []  # f32: nothing rounded
+    got = e.generate(PROMPT, max_tokens=16, policy=Lychee(budget=64)).text
+    out = subprocess.run([str(cli), "generate", "--device", "cpu", "--cpu-weights", "fp8", "--policy", "lychee",
+                          "--budget", "64", "-p", PROMPT, "-n", "16"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out == got + "\n"
+    with pytest.raises(TypeError, match="policy must be a lychee.policy object"):
+        lychee.Engine(device="cpu", policies=["lychee"])
+
+
 def test_stream_equals_generate(engine):
     whole = engine.generate(PROMPT, max_tokens=32, temperature=0.7, seed=5)
     stream = engine.stream(PROMPT, max_tokens=32, temperature=0.7, seed=5)
