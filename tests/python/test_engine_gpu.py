@@ -41,6 +41,17 @@ def test_gpu_generate_equals_the_cli(gpu):
     assert out == gpu.generate(PROMPT, max_tokens=24).text + "\n"
 
 
+def test_gpu_fp8_weights_with_policies_at_load_equal_the_cli():
+    e = lychee.Engine(device="cuda", max_context=4096, weights="fp8", policies=[Lychee(budget=64)])
+    assert e.weights == "fp8"
+    assert e.fp8_kept_layers == [0, 1, 2, 12]  # the stand-in roles' retrieval layers stay bf16
+    got = e.generate(PROMPT, max_tokens=16, policy=Lychee(budget=64)).text
+    out = subprocess.run([str(cli_binary()), "generate", "--device", "cuda", "--max-context", "4096", "--weights", "fp8",
+                          "--policy", "lychee", "--budget", "64", "-p", PROMPT, "-n", "16"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out == got + "\n"
+
+
 def test_gpu_stream_equals_generate(gpu):
     whole = gpu.generate(PROMPT, max_tokens=32, temperature=0.8, seed=3)
     s = gpu.stream(PROMPT, max_tokens=32, temperature=0.8, seed=3)
