@@ -126,3 +126,21 @@ tp_b = int((2 * H200_USABLE - (L * layer_w + lm_head) - 2 * embed) // per_seq)
 t_tp = (weights_read / 2 + tp_b * per_seq / 2) / HBM + n_allreduce * ALPHAS[0]
 print(f"  two replicas: batch {rep_b} each, {t_rep * 1e3:.1f} ms per step, {2 * rep_b / t_rep:.0f} tokens/s in all")
 print(f"  TP=2:         batch {tp_b}, {t_tp * 1e3:.1f} ms per step, {tp_b / t_tp:.0f} tokens/s")
+
+# Mirrored rows (docs/scaling.md "Two H100s"): at batch B (a multiple of N), rows of group j use
+# the permutation shifted by j GPUs, so in every layer each GPU reads the dense heads of every
+# group for B/N rows: the mean, whatever the layer's retrieval count. The price: every GPU holds
+# the attention weights of every head (the MLP stays split). Calibrated on the two-H100 run
+# (commit dda4df8, batch 8, 128K): LycheeDecode 9.583 ms per step, Full 26.949 ms; attention summed
+# over layers (eager, per GPU) slowest 5.217 ms against a mean of 4.099 ms; H100 copy 2.98 TB/s.
+H100_RUN = {"lychee": 9.583e-3, "full": 26.949e-3, "attn_slowest": 5.217e-3, "attn_mean": 4.099e-3, "hbm": 2.98e12}
+attn_w = L * (D * H * HD + 2 * D * KV * HD + H * HD * D) * BF16
+print("\nMirrored rows, batch 8, 128K (two H100s, calibrated):")
+for n in (2,):
+    extra_w = attn_w * (n - 1) / n
+    saved = H100_RUN["attn_slowest"] - H100_RUN["attn_mean"]
+    t = H100_RUN["lychee"] - saved + extra_w / H100_RUN["hbm"]
+    print(f"  TP={n}: the straggler's extra attention {saved * 1e3:.2f} ms removed, {gb(extra_w)} GB more weights "
+          f"per GPU per step (+{extra_w / H100_RUN['hbm'] * 1e3:.2f} ms): LycheeDecode {t * 1e3:.2f} ms, "
+          f"{H100_RUN['full'] / t:.2f}x over Full (measured {H100_RUN['full'] / H100_RUN['lychee']:.2f}x; "
+          f"balance alone, no extra weights: {H100_RUN['full'] / (H100_RUN['lychee'] - saved):.2f}x)")
