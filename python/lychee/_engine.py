@@ -59,6 +59,8 @@ class Engine:
         for name, value in (("device", device), ("weights", weights), ("cpu_weights", cpu_weights)):
             if not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        if isinstance(policies, _policy.Policy):  # one policy
+            policies = [policies]
         self._e = _lychee.Engine(
             os.fspath(model) if model is not None else "", device,
             _float("kv_memory", kv_memory) if kv_memory is not None else 0.0,

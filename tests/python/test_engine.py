@@ -72,6 +72,7 @@ def test_policies_at_load_keep_the_selectors_fp8_qkv_as_the_cli():
     assert e.fp8_kept_layers == [0, 1, 2, 12]  # the stand-in roles' retrieval layers
     assert lychee.Engine(device="cpu", cpu_weights="fp8").fp8_kept_layers == []
     assert lychee.Engine(device="cpu", policies=[Lychee(budget=64)]).fp8_kept_layers == []  # f32: nothing rounded
+    assert lychee.Engine(device="cpu", cpu_weights="fp8", policies=Lychee(budget=64)).fp8_kept_layers == [0, 1, 2, 12]
     got = e.generate(PROMPT, max_tokens=16, policy=Lychee(budget=64)).text
     out = subprocess.run([str(cli), "generate", "--device", "cpu", "--cpu-weights", "fp8", "--policy", "lychee",
                           "--budget", "64", "-p", PROMPT, "-n", "16"],
