@@ -54,8 +54,11 @@ CLI::Validator positive_real();
 CLI::Validator non_negative_real();
 CLI::Validator real_between(double lo, double hi);  // inclusive
 
-// The formats behind --cpu-weights (f32, native, fp8, bf16) and --weights (bf16, fp8); the options'
-// checks admit only those names.
+// The names --cpu-weights (and perplexity's --base-cpu-weights) and --weights (--base-weights) admit.
+inline const std::vector<std::string> kCpuWeightNames{"native", "f32", "fp8", "bf16"};
+inline const std::vector<std::string> kGpuWeightNames{"bf16", "fp8"};
+// The formats behind those names (model/checkpoint.h's weight_format_from_name); the options'
+// checks admit only them.
 WeightFormat parse_cpu_weights(const std::string& name);
 GpuWeightFormat parse_gpu_weights(const std::string& name);
 

@@ -32,11 +32,11 @@ void ModelArgs::add(CLI::App& cmd) {
                  "change, see ARCHITECTURE.md); fp8 is f32 with the linear matrices rounded through FP8 e4m3 "
                  "per output channel (what FP8 weights give, for measuring their quality); bf16 is f32 with every matrix "
                  "rounded to bf16 (what the GPU's bf16 weights give)")
-      ->check(CLI::IsMember({"native", "f32", "fp8", "bf16"}));
+      ->check(CLI::IsMember(kCpuWeightNames));
   cmd.add_option("--weights", weights,
                  "GPU linear weights: bf16 (default) or fp8 = e4m3 with one scale per output channel, 1 byte per "
                  "weight (see ARCHITECTURE.md, FP8 weights); GPU only: on the CPU use --cpu-weights fp8")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+      ->check(CLI::IsMember(kGpuWeightNames));
   cmd.add_option("--fp8-selector-qkv", fp8_selector_qkv,
                  "With FP8 weights (--weights fp8, --cpu-weights fp8): bf16 (default) keeps the Q/K/V projections of "
                  "the layers whose heads choose the tokens other heads read (LycheeDecode's retrieval heads, "
@@ -46,14 +46,11 @@ void ModelArgs::add(CLI::App& cmd) {
 }
 
 WeightFormat parse_cpu_weights(const std::string& name) {
-  if (name == "native") return WeightFormat::kNative;
-  if (name == "fp8") return WeightFormat::kFp8;
-  if (name == "bf16") return WeightFormat::kBf16;
-  return WeightFormat::kF32;
+  return weight_format_from_name(name).value_or(WeightFormat::kF32);
 }
 
 GpuWeightFormat parse_gpu_weights(const std::string& name) {
-  return name == "fp8" ? GpuWeightFormat::kFp8 : GpuWeightFormat::kBf16;
+  return gpu_weight_format_from_name(name).value_or(GpuWeightFormat::kBf16);
 }
 
 std::string command_line(const std::string& name, const CLI::App& cmd) {

@@ -103,10 +103,10 @@ void register_perplexity(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--base-cpu-weights", args->base_cpu_weights,
                   "CPU weights of the reference (default: those of --cpu-weights); the reference runs full attention")
-      ->check(CLI::IsMember({"native", "f32", "fp8", "bf16"}));
+      ->check(CLI::IsMember(kCpuWeightNames));
   cmd->add_option("--base-weights", args->base_weights,
                   "GPU weights of the reference (default: those of --weights); the reference runs full attention")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+      ->check(CLI::IsMember(kGpuWeightNames));
   cmd->add_option("--ctx", args->ctx, "Window length in tokens (its second half is scored)")->check(positive_int());
   cmd->add_option("--windows", args->windows, "Most windows to score")->check(positive_int());
   cmd->add_option("--json", args->json_path, "Also write the figures as JSON");

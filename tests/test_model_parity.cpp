@@ -128,6 +128,12 @@ TEST(Bf16Weights, MatricesAreRoundedAndVectorsUntouched) {
   const HostWeights b16 = HostWeights::load(ck, WeightFormat::kBf16);
   EXPECT_EQ(b16.format(), WeightFormat::kBf16);
   EXPECT_STREQ(weight_format_name(WeightFormat::kBf16), "bf16");
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kNative, WeightFormat::kFp8, WeightFormat::kBf16})
+    EXPECT_EQ(weight_format_from_name(weight_format_name(f)), f);
+  for (GpuWeightFormat f : {GpuWeightFormat::kBf16, GpuWeightFormat::kFp8})
+    EXPECT_EQ(gpu_weight_format_from_name(gpu_weight_format_name(f)), f);
+  EXPECT_EQ(weight_format_from_name("int4"), std::nullopt);
+  EXPECT_EQ(gpu_weight_format_from_name("f32"), std::nullopt);
   const auto values = [](const HostWeights& w, WeightId id, int layer) { return test::weight_values(w, id, layer); };
   for (int layer = 0; layer < ck.config().n_layers; ++layer)
     for (WeightId id : {WeightId::kWq, WeightId::kWk, WeightId::kWv, WeightId::kWo, WeightId::kWGate, WeightId::kWUp,

@@ -219,15 +219,15 @@ class PyEngine {
 
   // The formats by the names the CLI's --weights / --cpu-weights take.
   static GpuWeightFormat gpu_format(const std::string& name) {
-    for (GpuWeightFormat f : {GpuWeightFormat::kBf16, GpuWeightFormat::kFp8})
-      if (name == gpu_weight_format_name(f)) return f;
-    throw Error(ErrorCode::kInvalidArgument, fmt::format("weights must be \"bf16\" or \"fp8\", got \"{}\"", name));
+    const std::optional<GpuWeightFormat> f = gpu_weight_format_from_name(name);
+    LY_CHECK(f.has_value(), ErrorCode::kInvalidArgument, "weights must be \"bf16\" or \"fp8\", got \"{}\"", name);
+    return *f;
   }
   static WeightFormat cpu_format(const std::string& name) {
-    for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kNative, WeightFormat::kFp8, WeightFormat::kBf16})
-      if (name == weight_format_name(f)) return f;
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("cpu_weights must be \"f32\", \"native\", \"fp8\" or \"bf16\", got \"{}\"", name));
+    const std::optional<WeightFormat> f = weight_format_from_name(name);
+    LY_CHECK(f.has_value(), ErrorCode::kInvalidArgument,
+             "cpu_weights must be \"f32\", \"native\", \"fp8\" or \"bf16\", got \"{}\"", name);
+    return *f;
   }
 
   Engine engine_;

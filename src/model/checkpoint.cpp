@@ -197,6 +197,18 @@ const char* weight_format_name(WeightFormat f) {
   return "?";
 }
 
+std::optional<WeightFormat> weight_format_from_name(const std::string& name) {
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kNative, WeightFormat::kFp8, WeightFormat::kBf16})
+    if (name == weight_format_name(f)) return f;
+  return std::nullopt;
+}
+
+std::optional<GpuWeightFormat> gpu_weight_format_from_name(const std::string& name) {
+  for (GpuWeightFormat f : {GpuWeightFormat::kBf16, GpuWeightFormat::kFp8})
+    if (name == gpu_weight_format_name(f)) return f;
+  return std::nullopt;
+}
+
 const char* gpu_weight_format_name(GpuWeightFormat f) {
   switch (f) {
     case GpuWeightFormat::kBf16: return "bf16";

@@ -75,6 +75,8 @@ class Checkpoint {
 // own cost is CPU kBf16 against CPU kF32).
 enum class WeightFormat { kF32, kNative, kFp8, kBf16 };
 const char* weight_format_name(WeightFormat f);  // "f32", "native", "fp8", "bf16" (the --cpu-weights values)
+// The format weight_format_name gives `name`, or nullopt for any other name.
+std::optional<WeightFormat> weight_format_from_name(const std::string& name);
 
 // How the GPU holds the seven linear matrices (Q, K, V, O, gate, up, down; fused there as QKV,
 // O, gate/up, down). kBf16: bf16 (the default). kFp8: FP8 e4m3 codes with one f32 scale per
@@ -83,6 +85,8 @@ const char* weight_format_name(WeightFormat f);  // "f32", "native", "fp8", "bf1
 // in both (bf16 matrices, f32 vectors).
 enum class GpuWeightFormat { kBf16, kFp8 };
 const char* gpu_weight_format_name(GpuWeightFormat f);  // "bf16", "fp8" (the --weights values)
+// The format gpu_weight_format_name gives `name`, or nullopt for any other name.
+std::optional<GpuWeightFormat> gpu_weight_format_from_name(const std::string& name);
 
 // One weight as HostWeights holds it. A matrix is [rows, cols] row-major (HF order, [out, in]);
 // a vector has rows = 1. dtype is kF32, or with WeightFormat::kNative a block-quantised type
