@@ -104,6 +104,11 @@ fi_copy() {  # DIR: verify a carry half (SHA256SUMS) and add it to $stage/flashi
   echo "staged $(wc -l < "$dir/SHA256SUMS") file(s) from $dir ($(du -cm "$dir"/*.whl.tar.xz | tail -1 | cut -f1) MB): $(cd "$dir" && ls *.whl.tar.xz | tr '\n' ' ')"
 }
 
+in_list() {  # LIST WORD: whether WORD is one of LIST's space-separated words (a stage's parts)
+  case " $1 " in *" $2 "*) return 0 ;; esac
+  return 1
+}
+
 link_model() {
   if [ -f "$stage/smollm2.gguf" ]; then
     mkdir -p "$(dirname "$model")" && ln -sf "$stage/smollm2.gguf" "$model"
@@ -600,7 +605,7 @@ PY
       [ $r -eq 0 ] || { tail -12 "$out/$name.log"; rc=$(failed $r "bench_e2e $name"); }
     }
     # TP_PARTS picks the parts (default all): nccl-env main b8 rank0 trace nccl-e2e contiguous.
-    part() { case " ${TP_PARTS:-nccl-env main b8 rank0 trace nccl-e2e contiguous} " in *" $1 "*) return 0 ;; esac; return 1; }
+    part() { in_list "${TP_PARTS:-nccl-env main b8 rank0 trace nccl-e2e contiguous}" "$1"; }
     # The all-reduce's latency at decode sizes under NCCL settings that favour small messages.
     part nccl-env && for env in "NCCL_PROTO=LL" "NCCL_ALGO=Tree" "NCCL_MAX_NCHANNELS=2" "NCCL_PROTO=LL NCCL_MAX_NCHANNELS=2"; do
       echo "--- bench_allreduce with $env"
@@ -780,33 +785,39 @@ PY
     done
     ninja -C "$build" -j16 $targets > "$out/build_tree_again.log" 2>&1 || echo "bench-ab: the tree's rebuild failed (later stages would run a variant)"
     rc=0
+    parts=${AB_PARTS:-kernel e2e model}
     for round in $(seq 1 "${AB_ROUNDS:-2}"); do
       for v in "${variants[@]}"; do
         bin=$abdir/$v
         echo "--- round $round, $v"
-        case " ${AB_PARTS:-kernel e2e model} " in *" kernel "*)
+        if in_list "$parts" kernel; then
           "$bin/bench_decode_attention" --batches 1,8 --contexts 32768,131072 --shares 0,4,8 --tag "$v, commit $commit" \
             --json "$out/kernel_${v}_$round.json" > "$out/kernel_${v}_$round.log" 2>&1 || rc=$(failed $? "kernel $v")
-          grep -E "^\| [18] " "$out/kernel_${v}_$round.log" | head -12 ;; esac
-        case " ${AB_PARTS:-kernel e2e model} " in *" e2e "*)
+          grep -E "^\| [18] " "$out/kernel_${v}_$round.log" | head -12
+        fi
+        if in_list "$parts" e2e; then
           LYCHEE_COMMIT="$commit ($v)" "$bin/bench_e2e" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \
             --json "$out/e2e_${v}_$round.json" > "$out/e2e_${v}_$round.log" 2>&1 || rc=$(failed $? "e2e $v")
-          grep -hE "^ +1 +[0-9]|busy|merge|attention_kernel" "$out/e2e_${v}_$round.log" ;; esac
-        case " ${AB_PARTS:-kernel e2e model} " in *" fp8 "*)  # FP8 weights (the unfused layers)
+          grep -hE "^ +1 +[0-9]|busy|merge|attention_kernel" "$out/e2e_${v}_$round.log"
+        fi
+        if in_list "$parts" fp8; then  # FP8 weights (the unfused layers)
           LYCHEE_COMMIT="$commit ($v)" "$bin/bench_e2e" --weights fp8 --contexts 32768,131072 --batches 1 \
             --policies full,lychee --json "$out/fp8_${v}_$round.json" > "$out/fp8_${v}_$round.log" 2>&1 \
             || rc=$(failed $? "fp8 $v")
-          grep -hE "^ +1 +1 +[0-9]" "$out/fp8_${v}_$round.log" ;; esac
-        case " ${AB_PARTS:-kernel e2e model} " in *" tp "*)  # 2 GPUs: TP=2 at 128K, batch 1 and 8
+          grep -hE "^ +1 +1 +[0-9]" "$out/fp8_${v}_$round.log"
+        fi
+        if in_list "$parts" tp; then  # 2 GPUs: TP=2 at 128K, batch 1 and 8
           LYCHEE_COMMIT="$commit ($v)" timeout -k 5 "${TP_BENCH_SECONDS:-150}" "$bin/bench_e2e" --tensor-parallel 2 \
             --contexts 131072 --batches 1,8 --policies full,lychee --json "$out/tp_${v}_$round.json" \
             > "$out/tp_${v}_$round.log" 2>&1 || rc=$(failed $? "tp $v")
-          grep -hE "^ +2 +[18] +[0-9]" "$out/tp_${v}_$round.log" ;; esac
-        case " ${AB_PARTS:-kernel e2e model} " in *" model "*)
+          grep -hE "^ +2 +[18] +[0-9]" "$out/tp_${v}_$round.log"
+        fi
+        if in_list "$parts" model; then
           if [ -f "$model" ]; then
             "$bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 256 --json "$out/model_${v}_$round.json" 2>&1 \
               | grep -iE "decode|tok/s" | head -3
-          fi ;; esac
+          fi
+        fi
       done
     done
     exit $rc ;;
