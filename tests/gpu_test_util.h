@@ -31,6 +31,16 @@ namespace lychee::test {
 // depth, less on the tiny models. Shared by test_cuda_model.cpp and test_cuda_hybrid.cpp.
 constexpr double kBf16LogitsTol = 3e-2;
 
+// The token sequence of the GPU-vs-CPU logits test (test_cuda_model.cpp, CudaTinyParity) and of
+// the bf16 weight format's cost on the CPU (test_model_parity.cpp, Bf16WeightsCost): 40 tokens,
+// the first kParityPrefill prefilled, then one decode step per token.
+constexpr size_t kParityPrefill = 30;
+inline std::vector<int32_t> parity_sequence(int vocab) {
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 31 + 7) % size_t(vocab));
+  return ids;
+}
+
 // Whether this run must have a GPU: LYCHEE_REQUIRE_GPU=1.
 inline bool gpu_required() {
   const char* v = std::getenv("LYCHEE_REQUIRE_GPU");

@@ -190,15 +190,14 @@ TEST_P(CudaTinyParity, LogitsWithinBf16Tolerance) {
   Pair p(test::golden_dir() + "/models/" + GetParam(), o);
   cpu::Model cpu_bf16(p.ck.config(), HostWeights::load(p.ck, WeightFormat::kBf16));
   const int vocab = p.ck.config().vocab_size;
-  std::vector<int32_t> ids(40);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 31 + 7) % size_t(vocab));
+  const std::vector<int32_t> ids = test::parity_sequence(vocab);
   // Prefill of 30 tokens, then 10 decode steps; every step's logits against the CPU.
   cuda::GpuSeq seq;
-  p.runner.prefill(seq, std::span<const int32_t>(ids).first(30));
+  p.runner.prefill(seq, std::span<const int32_t>(ids).first(test::kParityPrefill));
   std::vector<float> got(static_cast<size_t>(vocab));
   double worst = 0.0, worst_f32 = 0.0;
   std::string steps, steps_f32;
-  for (size_t n = 30; n <= ids.size(); ++n) {
+  for (size_t n = test::kParityPrefill; n <= ids.size(); ++n) {
     p.runner.copy_logits(0, got);
     const std::vector<int32_t> prefix(ids.begin(), ids.begin() + long(n));
     const auto want = cpu_last_logits(cpu_bf16, prefix);

@@ -166,15 +166,14 @@ TEST_P(Bf16WeightsCost, PerDecodeStep) {
   cpu::Model exact(ck.config(), HostWeights::load(ck, WeightFormat::kF32));
   cpu::Model rounded(ck.config(), HostWeights::load(ck, WeightFormat::kBf16));
   const int vocab = ck.config().vocab_size;
-  std::vector<int32_t> ids(40);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 31 + 7) % size_t(vocab));
+  const std::vector<int32_t> ids = test::parity_sequence(vocab);
   cpu::KvCache kv_e(ck.config(), int(ids.size())), kv_r(ck.config(), int(ids.size()));
   std::vector<float> le, lr;
-  exact.forward(std::span<const int32_t>(ids).first(30), kv_e, le);
-  rounded.forward(std::span<const int32_t>(ids).first(30), kv_r, lr);
+  exact.forward(std::span<const int32_t>(ids).first(test::kParityPrefill), kv_e, le);
+  rounded.forward(std::span<const int32_t>(ids).first(test::kParityPrefill), kv_r, lr);
   double worst = 0.0;
   std::string steps;
-  for (size_t n = 30; n <= ids.size(); ++n) {
+  for (size_t n = test::kParityPrefill; n <= ids.size(); ++n) {
     const double e = test::rel_error(lr, le);
     worst = std::max(worst, e);
     steps += fmt::format(" {:.1e}", e);
