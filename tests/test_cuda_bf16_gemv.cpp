@@ -1,6 +1,8 @@
 // bf16 weight GEMV with its fused RMSNorm and residual / SwiGLU epilogues (cuda/kernels/bf16_gemv.h)
-// against a double-precision host reference: awkward and model shapes for n = 1, 3, 8, every output
-// form with and without the norm (the residual add also writing the next norm's inputs); both
+// against a double-precision host reference: awkward and model shapes for n = 1, 3, 8, bf16 and FP8
+// (e4m3 codes + row scales) weights, every output
+// form with and without the norm (the residual add also writing the next norm's inputs); FP8
+// weights without the norm give fp8_gemv's bits; both
 // weight stagings give the same bits, two calls give the same bits, rows do not depend on m, a
 // CUDA graph replays them; a residual add followed by a normed product agrees with add_rmsnorm
 // (kernels.h) to within their roundings. The argument checks need no GPU and run everywhere.
@@ -18,12 +20,14 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/fp8.h"
 #include "gpu_test_util.h"
 #include "test_util.h"
 
 #ifdef LYCHEE_HAS_CUDA
 #include "cuda/common/device_buffer.h"
 #include "cuda/kernels/bf16_gemv.h"
+#include "cuda/kernels/fp8_gemv.h"
 #include "cuda/kernels/kernels.h"
 
 namespace lychee {
@@ -48,6 +52,8 @@ struct Problem {
   std::vector<uint16_t> xt_lo;   // [n][k] bf16(norm · v - xt)
   std::vector<float> ss;         // [n][ceil(k / 16)] Σ v² over 16 positions
   std::vector<uint16_t> w;       // [m][k] bf16 bits, row magnitudes 2^-6 .. 2^6, exact zeros
+  std::vector<uint8_t> w8;       // [m][k] the same rows as e4m3 codes (core/fp8.h)
+  std::vector<float> w_scale;    // [m] and their scales
   std::vector<float> bias;       // [m]
   std::vector<float> y0;         // [n][m] the residual the kAddF32 product adds to
   std::vector<float> next_norm;  // [m] the next RMSNorm's weights (kAddF32)
@@ -82,6 +88,11 @@ Problem make_problem(int n, int k, int m, uint32_t seed) {
     const float mag = std::ldexp(1.0f, j % 13 - 6);
     for (int t = 0; t < k; ++t) p.w[size_t(j) * k + t] = t % 97 == 5 ? 0 : f32_to_bf16(mag * normal(rng));
   }
+  std::vector<float> wf(p.w.size());
+  for (size_t e = 0; e < wf.size(); ++e) wf[e] = bf16_to_f32(p.w[e]);
+  p.w8.resize(wf.size());
+  p.w_scale.resize(size_t(m));
+  quantize_rows_e4m3(wf.data(), m, k, p.w8.data(), p.w_scale.data());
   p.bias.resize(size_t(m));
   for (auto& e : p.bias) e = normal(rng);
   p.y0.resize(size_t(n) * m);
@@ -92,12 +103,17 @@ Problem make_problem(int n, int k, int m, uint32_t seed) {
 }
 
 // s[i][j] = f_i Σ_t w[j][t] x[i][t] in double (x = x16, or xt + xt_lo with f_i the exact RMSNorm
-// factor of v), and f_i Σ|terms| (bounds the f32 accumulation error), [n][m].
+// factor of v; w the bf16 weights, or with fp8 the codes' values times the row scales), and
+// f_i Σ|terms| (bounds the f32 accumulation error), [n][m].
 struct Sums {
   std::vector<double> s, abs;
 };
 
-Sums sums(const Problem& p, bool norm) {
+double weight(const Problem& p, size_t e, bool fp8) {
+  return fp8 ? double(e4m3_to_f32(p.w8[e])) * p.w_scale[e / size_t(p.k)] : double(bf16_to_f32(p.w[e]));
+}
+
+Sums sums(const Problem& p, bool norm, bool fp8) {
   Sums r{std::vector<double>(size_t(p.n) * p.m), std::vector<double>(size_t(p.n) * p.m)};
   std::vector<double> f(size_t(p.n), 1.0);
   if (norm)
@@ -113,7 +129,7 @@ Sums sums(const Problem& p, bool norm) {
       for (int t = 0; t < p.k; ++t) {
         const size_t e = size_t(i) * p.k + t;
         const double xv = double(bf16_to_f32(x[e])) + (norm ? double(bf16_to_f32(p.xt_lo[e])) : 0.0);
-        const double term = double(bf16_to_f32(p.w[size_t(j) * p.k + t])) * xv;
+        const double term = weight(p, size_t(j) * p.k + t, fp8) * xv;
         s += term;
         a += std::fabs(term);
       }
@@ -125,15 +141,17 @@ Sums sums(const Problem& p, bool norm) {
 
 // Error bound of one sum, as the FP8 GEMV's test argues it: each f32 addition errs by at most
 // 2^-23 of Σ|terms| and a sum passes through at most k/16 + 16 of them (doubled). With the norm the
-// factor adds rsqrtf's 2 ulps and the f32 sums of squares' rounding: 2^-18 of the result.
-double sum_tolerance(const Problem& p, bool norm, double s, double abs_sum) {
+// factor adds rsqrtf's 2 ulps and the f32 sums of squares' rounding: 2^-18 of the result. FP8
+// weights: the row scale's f32 multiply, 2^-24 of the result (doubled).
+double sum_tolerance(const Problem& p, bool norm, bool fp8, double s, double abs_sum) {
   const double acc = 2.0 * (p.k / 16 + 16) * std::ldexp(1.0, -23);
-  return acc * abs_sum + (norm ? std::ldexp(std::fabs(s), -18) : 0.0);
+  return acc * abs_sum + (norm ? std::ldexp(std::fabs(s), -18) : 0.0) + (fp8 ? std::ldexp(std::fabs(s), -23) : 0.0);
 }
 
 struct Device {
   DeviceBuffer<bf16> x16, xt, xt_lo, w, y16, xn, xn_lo;
-  DeviceBuffer<float> ss, bias, y32, next_norm, ss_out;
+  DeviceBuffer<uint8_t> w8;
+  DeviceBuffer<float> ss, bias, y32, next_norm, ss_out, w_scale;
 };
 
 Device upload(const Problem& p) {
@@ -143,6 +161,8 @@ Device upload(const Problem& p) {
   d.xt_lo = test::to_device_bf16_bits(p.xt_lo);
   d.ss = test::to_device(p.ss);
   d.w = test::to_device_bf16_bits(p.w);
+  d.w8 = test::to_device(p.w8);
+  d.w_scale = test::to_device(p.w_scale);
   d.bias = test::to_device(p.bias);
   d.next_norm = test::to_device(p.next_norm);
   d.y16 = DeviceBuffer<bf16>(size_t(p.n) * p.m);
@@ -153,12 +173,16 @@ Device upload(const Problem& p) {
   return d;
 }
 
-// The product over the first m rows of w; a residual add also writes the next norm's inputs.
-Bf16GemvArgs args(Device& d, const Problem& p, GemvOut out, bool norm, int m, int stages = -1) {
+// The product over the first m rows of w (with fp8: of w8); a residual add also writes the next
+// norm's inputs.
+Bf16GemvArgs args(Device& d, const Problem& p, GemvOut out, bool norm, int m, int stages = -1, bool fp8 = false) {
   Bf16GemvArgs a;
   a.x = norm ? d.xt.data() : d.x16.data();
   if (norm) a.x_lo = d.xt_lo.data(), a.ss = d.ss.data(), a.ss_count = ss_count(p.k), a.eps = kEps;
-  a.w = d.w.data();
+  if (fp8)
+    a.w8 = d.w8.data(), a.w_scale = d.w_scale.data();
+  else
+    a.w = d.w.data();
   a.out = out;
   const bool f32 = out == GemvOut::kF32 || out == GemvOut::kAddF32;
   a.y = f32 ? static_cast<void*>(d.y32.data()) : static_cast<void*>(d.y16.data());
@@ -204,7 +228,7 @@ double silu(double v) { return v / (1.0 + std::exp(-v)); }
 // got (run()'s result for `out`) against the reference from the sums, every element within its
 // bound; a residual add's xn must be bf16(next_norm · y) of its own y exactly (xn_lo the residue,
 // exactly), and its sums of squares those of its y within 2^-20.
-void expect_close(const std::vector<float>& got, const Problem& p, const Sums& r, GemvOut out, bool norm,
+void expect_close(const std::vector<float>& got, const Problem& p, const Sums& r, GemvOut out, bool norm, bool fp8,
                   const std::string& what) {
   const int cols = out == GemvOut::kSwiGlu ? p.m / 2 : p.m;
   const size_t count = size_t(p.n) * cols;
@@ -218,7 +242,7 @@ void expect_close(const std::vector<float>& got, const Problem& p, const Sums& r
   for (int i = 0; i < p.n; ++i)
     for (int j = 0; j < cols; ++j) {
       const size_t e = size_t(i) * p.m + j;
-      const double ts = sum_tolerance(p, norm, r.s[e], r.abs[e]);
+      const double ts = sum_tolerance(p, norm, fp8, r.s[e], r.abs[e]);
       double want = 0.0, tol = 0.0;
       switch (out) {
         case GemvOut::kBf16: want = r.s[e], tol = std::ldexp(1.0, -8) * (std::fabs(want) + ts) + ts; break;
@@ -230,7 +254,7 @@ void expect_close(const std::vector<float>& got, const Problem& p, const Sums& r
         case GemvOut::kSwiGlu: {
           const size_t eu = size_t(i) * p.m + size_t(cols + j);
           const double gate = r.s[e] + p.bias[size_t(j)], up = r.s[eu] + p.bias[size_t(cols + j)];
-          const double tg = ts, tu = sum_tolerance(p, norm, r.s[eu], r.abs[eu]);
+          const double tg = ts, tu = sum_tolerance(p, norm, fp8, r.s[eu], r.abs[eu]);
           want = silu(gate) * up;
           // |silu'| <= 1.1; __expf and the f32 arithmetic ~2^-20; the bf16 output 2^-8.
           tol = 1.1 * (std::fabs(up) + tu) * tg + (std::fabs(silu(gate)) + 1.1 * tg) * tu +
@@ -270,35 +294,59 @@ const char* out_name(GemvOut o) {
 
 // ------------------------------------------------------------------------------ shapes
 
-using Shape = std::tuple<std::pair<int, int> /*k, m*/, int /*n*/>;
+using Shape = std::tuple<std::pair<int, int> /*k, m*/, int /*n*/, bool /*fp8 weights*/>;
 class Bf16Gemv : public ::testing::TestWithParam<Shape> {};
 
-// Every output form with and without the norm, both stagings (the same bits), twice (the same bits).
+// fp8_gemv / fp8_gemv_f32_out of the same codes, x = x16 (the product without the norm), as run()
+// returns a kBf16 / kF32 product.
+std::vector<float> fp8_gemv_result(Device& d, const Problem& p, GemvOut out) {
+  const size_t count = size_t(p.n) * p.m;
+  LY_CUDA_CHECK(cudaMemset(d.y32.data(), 0xFF, d.y32.bytes()));
+  LY_CUDA_CHECK(cudaMemset(d.y16.data(), 0xFF, d.y16.bytes()));
+  if (out == GemvOut::kF32) {
+    cuda::fp8_gemv_f32_out(d.x16.data(), d.w8.data(), d.w_scale.data(), d.y32.data(), p.n, p.k, p.m, nullptr);
+    LY_CUDA_CHECK(cudaDeviceSynchronize());
+    return test::to_host(d.y32, count);
+  }
+  cuda::fp8_gemv(d.x16.data(), d.w8.data(), d.w_scale.data(), d.y16.data(), p.n, p.k, p.m, nullptr);
+  LY_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> y = test::to_host_bf16(d.y16);
+  y.resize(count);
+  return y;
+}
+
+// Every output form with and without the norm, both stagings (the same bits), twice (the same bits);
+// FP8 weights without the norm: fp8_gemv's bits.
 TEST_P(Bf16Gemv, MatchesTheReference) {
   LY_REQUIRE_GPU();
-  const auto [km, n] = GetParam();
+  const auto [km, n, fp8] = GetParam();
   const auto [k, m] = km;
   const Problem p = make_problem(n, k, m, uint32_t(7 * k + 13 * m + n));
   Device d = upload(p);
   for (const bool norm : {false, true}) {
-    const Sums r = sums(p, norm);
+    const Sums r = sums(p, norm, fp8);
     for (const GemvOut out : {GemvOut::kBf16, GemvOut::kF32, GemvOut::kAddF32, GemvOut::kSwiGlu}) {
       if (out == GemvOut::kSwiGlu && m % 2 != 0) continue;
-      const std::string what = std::string(out_name(out)) + (norm ? " with norm" : "");
-      const std::vector<float> y = run(d, p, args(d, p, out, norm, m, 0));
-      expect_close(y, p, r, out, norm, what);
-      const std::vector<float> ring = run(d, p, args(d, p, out, norm, m, 2));
+      const std::string what = std::string(out_name(out)) + (norm ? " with norm" : "") + (fp8 ? ", fp8 weights" : "");
+      const std::vector<float> y = run(d, p, args(d, p, out, norm, m, 0, fp8));
+      expect_close(y, p, r, out, norm, fp8, what);
+      const std::vector<float> ring = run(d, p, args(d, p, out, norm, m, 2, fp8));
       EXPECT_EQ(std::memcmp(y.data(), ring.data(), y.size() * sizeof(float)), 0) << what << ": the stagings differ";
-      const std::vector<float> again = run(d, p, args(d, p, out, norm, m));
+      const std::vector<float> again = run(d, p, args(d, p, out, norm, m, -1, fp8));
       EXPECT_EQ(std::memcmp(y.data(), again.data(), y.size() * sizeof(float)), 0) << what << ": runs differ";
+      if (fp8 && !norm && (out == GemvOut::kBf16 || out == GemvOut::kF32)) {
+        const std::vector<float> plain = fp8_gemv_result(d, p, out);
+        ASSERT_EQ(plain.size(), y.size());
+        EXPECT_EQ(std::memcmp(y.data(), plain.data(), y.size() * sizeof(float)), 0) << what << ": not fp8_gemv's bits";
+      }
     }
   }
 }
 
 std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
-  const auto [km, n] = info.param;
+  const auto [km, n, fp8] = info.param;
   const auto [k, m] = km;
-  return "k" + std::to_string(k) + "_m" + std::to_string(m) + "_n" + std::to_string(n);
+  return "k" + std::to_string(k) + "_m" + std::to_string(m) + "_n" + std::to_string(n) + (fp8 ? "_fp8" : "");
 }
 
 // (8, 2): one lane's piece of k; (40, 7): k inside the second chunk, a partial m16 tile, odd m (no
@@ -309,7 +357,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Gemv,
                          ::testing::Combine(::testing::Values(std::pair(8, 2), std::pair(40, 7), std::pair(1040, 38),
                                                               std::pair(576, 960), std::pair(1536, 576),
                                                               std::pair(4096, 6144), std::pair(14336, 64)),
-                                            ::testing::Values(1, 3, 8)),
+                                            ::testing::Values(1, 3, 8), ::testing::Values(false)),
+                         shape_name);
+
+// FP8 weights (k a multiple of 16): (16, 2) one lane's codes; (48, 7) k inside the first 64-wide
+// chunk, a partial tile, odd m; (1040, 38) k ending inside a chunk and a slab; the default model's
+// QKV and down, Llama-3-8B's QKV (the ring) and down_proj's k.
+INSTANTIATE_TEST_SUITE_P(Fp8Shapes, Bf16Gemv,
+                         ::testing::Combine(::testing::Values(std::pair(16, 2), std::pair(48, 7), std::pair(1040, 38),
+                                                              std::pair(576, 960), std::pair(1536, 576),
+                                                              std::pair(4096, 6144), std::pair(14336, 64)),
+                                            ::testing::Values(1, 3, 8), ::testing::Values(true)),
                          shape_name);
 
 // ------------------------------------------------------------------------------ the chain
@@ -353,23 +411,25 @@ TEST(Bf16GemvChain, ResidualAddThenNormedProductIsAddRmsnorm) {
 // ------------------------------------------------------------------------------ determinism
 
 // A row's result depends only on its weights, x and k: the first 1024 rows give the same bits with
-// m = 28672 (ring, several waves), 4096 and 1024 (registers, one wave).
+// m = 28672 (ring, several waves), 4096 and 1024 (registers, one wave), bf16 and FP8 weights.
 TEST(Bf16GemvDeterminism, RowsDoNotDependOnM) {
   LY_REQUIRE_GPU();
   const Problem p = make_problem(8, 1024, 28672, 5);
   Device d = upload(p);
-  std::vector<std::vector<float>> prefix;
-  for (const int m : {28672, 4096, 1024}) {
-    const std::vector<float> y = run(d, p, args(d, p, GemvOut::kF32, true, m));
-    prefix.emplace_back();
-    for (int i = 0; i < p.n; ++i) {
-      const auto row = y.begin() + long(i) * m;
-      prefix.back().insert(prefix.back().end(), row, row + 1024);
+  for (const bool fp8 : {false, true}) {
+    std::vector<std::vector<float>> prefix;
+    for (const int m : {28672, 4096, 1024}) {
+      const std::vector<float> y = run(d, p, args(d, p, GemvOut::kF32, true, m, -1, fp8));
+      prefix.emplace_back();
+      for (int i = 0; i < p.n; ++i) {
+        const auto row = y.begin() + long(i) * m;
+        prefix.back().insert(prefix.back().end(), row, row + 1024);
+      }
     }
+    for (size_t v = 1; v < prefix.size(); ++v)
+      EXPECT_EQ(std::memcmp(prefix[0].data(), prefix[v].data(), prefix[0].size() * sizeof(float)), 0)
+          << "m = 28672 and case " << v << " differ" << (fp8 ? " (fp8 weights)" : "");
   }
-  for (size_t v = 1; v < prefix.size(); ++v)
-    EXPECT_EQ(std::memcmp(prefix[0].data(), prefix[v].data(), prefix[0].size() * sizeof(float)), 0)
-        << "m = 28672 and case " << v << " differ";
 }
 
 // Captured once and replayed into poisoned outputs: the direct call's bits (the residual add
@@ -465,10 +525,29 @@ TEST(Bf16GemvArgs, RejectsWhatTheKernelCannotTake) {
   expect_error(a, EC::kInvalidArgument, "stages = 3");
   a = ok, a.pdl = 2;
   expect_error(a, EC::kInvalidArgument, "pdl = 2");
+  static float scales[2] = {};
+  const auto* codes = reinterpret_cast<const uint8_t*>(buf);
+  a = ok, a.w = nullptr, a.w8 = codes;  // FP8 codes without their scales
+  expect_error(a, EC::kInvalidArgument, "w_scale");
+  a = ok, a.w8 = codes, a.w_scale = scales;  // both formats
+  expect_error(a, EC::kInvalidArgument, "both w");
+  a = ok, a.w_scale = scales;  // scales with bf16 weights
+  expect_error(a, EC::kInvalidArgument, "w_scale");
+  a = ok, a.w = nullptr, a.w8 = codes, a.w_scale = scales;
+  EXPECT_NO_THROW(cuda::check_bf16_gemv_args(a));
+  a.k = 24;  // a multiple of 8, not of 16
+  expect_error(a, EC::kUnsupported, "k = 24");
+  a = ok, a.w = nullptr, a.w8 = codes + 1, a.w_scale = scales;
+  expect_error(a, EC::kInvalidArgument, "w8");
+  a = ok, a.w = nullptr;
+  expect_error(a, EC::kInvalidArgument, "null pointer");
   EXPECT_TRUE(cuda::bf16_gemv_fits(buf, w, 8, 576));
   EXPECT_FALSE(cuda::bf16_gemv_fits(buf, w, 9, 576));
   EXPECT_FALSE(cuda::bf16_gemv_fits(buf, w, 1, 20));
   EXPECT_FALSE(cuda::bf16_gemv_fits(buf + 1, w, 1, 576));
+  EXPECT_TRUE(cuda::bf16_gemv_fits(buf, codes, 8, 576, true));
+  EXPECT_FALSE(cuda::bf16_gemv_fits(buf, codes, 8, 24, true));
+  EXPECT_TRUE(cuda::bf16_gemv_fits(buf, codes, 8, 24, false));
 }
 
 }  // namespace

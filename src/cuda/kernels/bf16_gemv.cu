@@ -10,6 +10,14 @@
 // issue cost per weight is 1/128 of an mma whatever n is, and no conversion is needed: the weights
 // go from the load to the mma as they are.
 //
+// FP8 weights (w8, w_scale): the same kernel over e4m3 codes, as fp8_gemv.cu reads them. A lane's
+// 16 bytes of a row per chunk are 16 codes, so chunks are 64 positions and x comes as two uint4;
+// the codes are widened to bf16 exactly in registers (gemv_common.cuh) and byte 4 j + e of the
+// lane's 16 goes to mma j in fp8_gemv.cu's slots, so with the same chunk order its sums are the FP8
+// GEMV's bit for bit; the row's scale multiplies the block's sum before the norm factor and the
+// epilogue. The fused decode layers run on FP8 weights through it (half the bytes, the same
+// launches as bf16).
+//
 // Layout. A block is 8 warps and R m16 tiles of rows (R = 1; 2 for SwiGLU, whose tiles are 16 gate
 // rows and the 16 up rows of the same outputs, so the epilogue has both); every warp multiplies
 // all the block's rows over its own part of k, and the 8 partial sums are added through shared
@@ -60,7 +68,16 @@ namespace {
 
 using gemv::kThreads;
 using gemv::kWarps;
-constexpr int kChunk = 32;  // k positions per chunk: 4 lanes x 8 weights of a row
+
+// The weight format's geometry (F8: e4m3 codes). A lane's 16 weight bytes of a row per chunk are
+// 8 bf16 weights or 16 codes; the chunk is 4 lanes of them, and the lane's x at the same positions
+// is one or two uint4 of bf16.
+template <bool F8>
+struct Fmt {
+  static constexpr int kPerLane = F8 ? 16 : 8;   // k positions per lane, row and chunk
+  static constexpr int kChunk = 4 * kPerLane;    // k positions per chunk
+  static constexpr int kXVecs = kPerLane / 8;    // uint4 of bf16 x per lane and chunk
+};
 
 // The first row of tile r of block b; SwiGLU: gate rows [16 b, 16 b + 16) (r = 0) and the up rows
 // of the same outputs (r = 1).
@@ -80,25 +97,34 @@ __device__ __forceinline__ bool row_in(int r, int rr, int b, int m) {
 template <int R>
 struct Step {
   static constexpr int kChunks = 4 / R;
-  uint4 w[kChunks][R][2];  // [chunk][tile][rows g, g + 8] weights [8 t, 8 t + 8) of the chunk
+  uint4 w[kChunks][R][2];  // [chunk][tile][rows g, g + 8] the lane's 16 weight bytes of the chunk
 };
-template <int R>
+template <int R, bool F8>
 struct StepX {
-  uint4 x[Step<R>::kChunks];   // [chunk] x row g at the same positions, bf16
-  uint4 lo[Step<R>::kChunks];  // with the norm and x_lo: x_lo at the same positions (bf16)
+  uint4 x[Step<R>::kChunks][Fmt<F8>::kXVecs];   // [chunk] x row g at the same positions, bf16
+  uint4 lo[Step<R>::kChunks][Fmt<F8>::kXVecs];  // with the norm and x_lo: x_lo at the same positions (bf16)
 };
 
-// The weight a lane (g, t) loads for (chunk c + p, tile r, half h), or null past m and k (k is a
-// multiple of 8, so a lane's 8 are all in or all out).
-template <int R, GemvOut OUT>
-__device__ __forceinline__ const bf16* weight_ptr(const Bf16GemvArgs& a, int b, int c, int p, int r, int h, int g,
-                                                  int t) {
-  const int col = (c + p) * kChunk + 8 * t, rr = 8 * h + g;
-  if (col >= a.k || !row_in<R, OUT>(r, rr, b, a.m)) return nullptr;
-  return a.w + size_t(tile_row<R, OUT>(r, b, a.m) + rr) * size_t(a.k) + col;
+// The weights' first byte: bf16 values or e4m3 codes.
+template <bool F8>
+__device__ __forceinline__ const void* weights(const Bf16GemvArgs& a) {
+  if constexpr (F8) return a.w8;
+  return a.w;
 }
 
-template <int R, GemvOut OUT>
+// The 16 weight bytes a lane (g, t) loads for (chunk c + p, tile r, half h), or null past m and k
+// (k is a multiple of the lane's width, so a lane's weights are all in or all out).
+template <int R, GemvOut OUT, bool F8>
+__device__ __forceinline__ const void* weight_ptr(const Bf16GemvArgs& a, int b, int c, int p, int r, int h, int g,
+                                                  int t) {
+  const int col = (c + p) * Fmt<F8>::kChunk + Fmt<F8>::kPerLane * t, rr = 8 * h + g;
+  if (col >= a.k || !row_in<R, OUT>(r, rr, b, a.m)) return nullptr;
+  const size_t at = size_t(tile_row<R, OUT>(r, b, a.m) + rr) * size_t(a.k) + col;
+  if constexpr (F8) return a.w8 + at;
+  return a.w + at;
+}
+
+template <int R, GemvOut OUT, bool F8>
 __device__ __forceinline__ void load_weights(Step<R>& s, const Bf16GemvArgs& a, int b, int c, int g, int t) {
 #pragma unroll
   for (int p = 0; p < Step<R>::kChunks; ++p)
@@ -106,7 +132,7 @@ __device__ __forceinline__ void load_weights(Step<R>& s, const Bf16GemvArgs& a, 
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const bf16* src = weight_ptr<R, OUT>(a, b, c, p, r, h, g, t);
+        const void* src = weight_ptr<R, OUT, F8>(a, b, c, p, r, h, g, t);
         s.w[p][r][h] = src != nullptr ? gemv::load_stream16(src) : make_uint4(0, 0, 0, 0);
       }
 }
@@ -114,34 +140,67 @@ __device__ __forceinline__ void load_weights(Step<R>& s, const Bf16GemvArgs& a, 
 // x row g at the lane's positions of the step's chunks; zeros for rows >= n. Plain loads (not the
 // read-only path): under PDL the previous kernel may still be writing x when this grid starts, and
 // griddepcontrol.wait orders plain loads after its writes.
-template <int R, bool NORM>
-__device__ __forceinline__ void load_x(StepX<R>& s, const Bf16GemvArgs& a, int c, int g, int t) {
+template <int R, bool NORM, bool F8>
+__device__ __forceinline__ void load_x(StepX<R, F8>& s, const Bf16GemvArgs& a, int c, int g, int t) {
 #pragma unroll
   for (int p = 0; p < Step<R>::kChunks; ++p) {
-    const int col = (c + p) * kChunk + 8 * t;
+    const int col = (c + p) * Fmt<F8>::kChunk + Fmt<F8>::kPerLane * t;
     const bool in = g < a.n && col < a.k;
     const size_t at = size_t(g) * size_t(a.k) + size_t(col);
-    s.x[p] = in ? *reinterpret_cast<const uint4*>(a.x + at) : make_uint4(0, 0, 0, 0);
-    if constexpr (NORM)
-      s.lo[p] = in && a.x_lo != nullptr ? *reinterpret_cast<const uint4*>(a.x_lo + at) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int v = 0; v < Fmt<F8>::kXVecs; ++v) {
+      s.x[p][v] = in ? reinterpret_cast<const uint4*>(a.x + at)[v] : make_uint4(0, 0, 0, 0);
+      if constexpr (NORM)
+        s.lo[p][v] = in && a.x_lo != nullptr ? reinterpret_cast<const uint4*>(a.x_lo + at)[v] : make_uint4(0, 0, 0, 0);
+    }
   }
 }
 
-template <int R, bool NORM>
-__device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, const StepX<R>& xs, bool lo_in) {
+// x at a lane's positions 4 j .. 4 j + 3 of its 16 (two uint4 of bf16) as the FP8 GEMV's B
+// operand: (0, 1), (2, 3) -> b0 = (0, 2), b1 = (1, 3), the pairs the code widening gives A.
+__device__ __forceinline__ void fp8_b(const uint4 (&x)[2], int j, uint32_t& b0, uint32_t& b1) {
+  const uint32_t x01 = gemv::word(x[j / 2], 2 * (j % 2)), x23 = gemv::word(x[j / 2], 2 * (j % 2) + 1);
+  b0 = __byte_perm(x01, x23, 0x5410);
+  b1 = __byte_perm(x01, x23, 0x7632);
+}
+
+template <int R, bool NORM, bool F8>
+__device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, const StepX<R, F8>& xs, bool lo_in) {
+  if constexpr (F8) {  // fp8_gemv.cu's order: byte 4 j + e of the lane's 16 to mma j
 #pragma unroll
-  for (int p = 0; p < Step<R>::kChunks; ++p)
+    for (int p = 0; p < Step<R>::kChunks; ++p)
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint4 &lo = s.w[p][r][0], &hi = s.w[p][r][1];  // rows g and g + 8
-      ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, xs.x[p].x, xs.x[p].y);
-      ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, xs.x[p].z, xs.x[p].w);
-      if constexpr (NORM)
-        if (lo_in) {  // the inputs' rounding residues: the same weights times x_lo
-          ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, xs.lo[p].x, xs.lo[p].y);
-          ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, xs.lo[p].z, xs.lo[p].w);
+      for (int j = 0; j < 4; ++j) {
+        uint32_t b0, b1, l0 = 0, l1 = 0;
+        fp8_b(xs.x[p], j, b0, b1);
+        if constexpr (NORM)
+          if (lo_in) fp8_b(xs.lo[p], j, l0, l1);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          uint32_t a0, a1, a2, a3;  // rows g (a0, a2) and g + 8 (a1, a3)
+          gemv::e4m3x4_to_bf16(gemv::word(s.w[p][r][0], j), a0, a2);
+          gemv::e4m3x4_to_bf16(gemv::word(s.w[p][r][1], j), a1, a3);
+          ptx::mma_bf16(acc[r], a0, a1, a2, a3, b0, b1);
+          if constexpr (NORM)
+            if (lo_in) ptx::mma_bf16(acc[r], a0, a1, a2, a3, l0, l1);
         }
-    }
+      }
+  } else {
+#pragma unroll
+    for (int p = 0; p < Step<R>::kChunks; ++p)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint4 &lo = s.w[p][r][0], &hi = s.w[p][r][1];  // rows g and g + 8
+        const uint4 &x = xs.x[p][0], &xl = xs.lo[p][0];
+        ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+        ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+        if constexpr (NORM)
+          if (lo_in) {  // the inputs' rounding residues: the same weights times x_lo
+            ptx::mma_bf16(acc[r], lo.x, hi.x, lo.y, hi.y, xl.x, xl.y);
+            ptx::mma_bf16(acc[r], lo.z, hi.z, lo.w, hi.w, xl.z, xl.w);
+          }
+      }
+  }
 }
 
 __device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + __expf(-gate)) * up; }
@@ -188,7 +247,7 @@ __device__ __forceinline__ void add_epilogue(const Bf16GemvArgs& a, int b, float
 
 // The block's 8 partial sums of each (x row, tile row) added in warp order, scaled by r_i with the
 // norm, then the epilogue.
-template <int R, bool NORM, GemvOut OUT>
+template <int R, bool NORM, GemvOut OUT, bool F8>
 __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxRows][16 * R + 4],
                                              float (&rs)[kBf16GemvMaxRows], const float (&acc)[R][4],
                                              const Bf16GemvArgs& a, int b, int lane, int warp, int g, int t) {
@@ -200,6 +259,10 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
     float s = part[0][i][rr];
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) s += part[w][i][rr];
+    if constexpr (F8) {  // the row's scale (0 past m: the residual add's lanes of absent rows)
+      const int r = rr / 16, in_tile = rr % 16;
+      s *= row_in<R, OUT>(r, in_tile, b, a.m) ? a.w_scale[tile_row<R, OUT>(r, b, a.m) + in_tile] : 0.0f;
+    }
     if constexpr (NORM) s *= rs[i];
     return s;
   };
@@ -238,7 +301,7 @@ using gemv::chunk_of;
 // S = 0: the weights one step ahead in registers. S >= 2: a shared-memory ring of S steps per warp
 // (dynamic shared memory, bf16_gemv_ring_bytes), each lane copying, waiting for and reading only its
 // own 16-byte slots, so no barrier is needed and the sums are the register kernel's, bit for bit.
-template <int R, int S, bool NORM, GemvOut OUT>
+template <int R, int S, bool NORM, GemvOut OUT, bool F8>
 __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(const Bf16GemvArgs a) {
   constexpr int kStep = Step<R>::kChunks, kSlots = kStep * R * 2;  // uint4 per lane and step
   __shared__ float part[kWarps][kBf16GemvMaxRows][16 * R + 4];      // +4: the 4 lanes t on different banks
@@ -246,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
   extern __shared__ uint4 ring[];  // S >= 2: [warp][stage][slot][lane]
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
   const int b = int(blockIdx.x);
-  const int n_chunks = (a.k + kChunk - 1) / kChunk;
+  const int n_chunks = (a.k + Fmt<F8>::kChunk - 1) / Fmt<F8>::kChunk;
   uint4* const mine = ring + size_t(warp) * S * kSlots * 32 + lane;
   const auto issue = [&](int step) {  // S >= 2: the warp's step `step` into its stage
     const uint32_t base = ptx::smem_u32(mine + (step % (S > 0 ? S : 1)) * kSlots * 32);
@@ -257,9 +320,9 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
       for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const bf16* src = weight_ptr<R, OUT>(a, b, c, p, r, h, g, t);
-          gemv::cp_async_stream16(base + uint32_t(((p * R + r) * 2 + h) * 32 * 16), src != nullptr ? src : a.w,
-                           src != nullptr ? 16 : 0);
+          const void* src = weight_ptr<R, OUT, F8>(a, b, c, p, r, h, g, t);
+          gemv::cp_async_stream16(base + uint32_t(((p * R + r) * 2 + h) * 32 * 16),
+                                  src != nullptr ? src : weights<F8>(a), src != nullptr ? 16 : 0);
         }
     ptx::cp_async_commit();
   };
@@ -267,19 +330,19 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
   float acc[R][4] = {};
   Step<R> cur;
   if constexpr (S == 0) {
-    load_weights<R, OUT>(cur, a, b, chunk_of(warp, 0), g, t);  // earlier kernels do not write w
+    load_weights<R, OUT, F8>(cur, a, b, chunk_of(warp, 0), g, t);  // earlier kernels do not write w
   } else {
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) issue(s);
   }
   ptx::grid_dependency_wait();  // but they write x (and y, for the residual add)
   for (int step = 0; chunk_of(warp, step * kStep) < n_chunks; ++step) {
-    StepX<R> xs;
-    load_x<R, NORM>(xs, a, chunk_of(warp, step * kStep), g, t);
+    StepX<R, F8> xs;
+    load_x<R, NORM, F8>(xs, a, chunk_of(warp, step * kStep), g, t);
     if constexpr (S == 0) {
       Step<R> next;
-      load_weights<R, OUT>(next, a, b, chunk_of(warp, (step + 1) * kStep), g, t);  // in flight during the mma
-      mma_step<R, NORM>(acc, cur, xs, a.x_lo != nullptr);
+      load_weights<R, OUT, F8>(next, a, b, chunk_of(warp, (step + 1) * kStep), g, t);  // in flight during the mma
+      mma_step<R, NORM, F8>(acc, cur, xs, a.x_lo != nullptr);
       cur = next;
     } else {
       issue(step + S - 1);  // past the end: zeros, no reads
@@ -291,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
         for (int r = 0; r < R; ++r)
 #pragma unroll
           for (int h = 0; h < 2; ++h) cur.w[p][r][h] = slot[((p * R + r) * 2 + h) * 32];
-      mma_step<R, NORM>(acc, cur, xs, a.x_lo != nullptr);
+      mma_step<R, NORM, F8>(acc, cur, xs, a.x_lo != nullptr);
     }
   }
   if constexpr (S > 0) ptx::cp_async_wait<0>();  // no copy may land in the next block's shared memory
@@ -299,7 +362,7 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
   // SM slots only as this grid's last blocks end, instead of waiting on the SMs from the start of
   // a multi-wave grid.
   ptx::grid_launch_dependents();
-  reduce_store<R, NORM, OUT>(part, rs, acc, a, b, lane, warp, g, t);
+  reduce_store<R, NORM, OUT, F8>(part, rs, acc, a, b, lane, warp, g, t);
 }
 
 // The largest product (weight bytes) launched with PDL by default; see launch_kernel.
@@ -316,13 +379,13 @@ int env_stages() {
   return s == "0" ? 0 : s == "2" ? 2 : -1;
 }
 
-template <int R, int S, bool NORM, GemvOut OUT>
+template <int R, int S, bool NORM, GemvOut OUT, bool F8>
 void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
   constexpr size_t kRing = S > 0 ? size_t(ring_bytes(S)) : 0;
   if constexpr (S > 0) {
     static uint64_t attribute_set = 0;  // more than 48 KiB of dynamic shared memory needs it, per device
     if (first_on_device(attribute_set))
-      LY_CUDA_CHECK(cudaFuncSetAttribute(bf16_gemv_kernel<R, S, NORM, OUT>,
+      LY_CUDA_CHECK(cudaFuncSetAttribute(bf16_gemv_kernel<R, S, NORM, OUT, F8>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)));
   }
   // PDL for small products only (weights <= kPdlMaxWeightBytes), where launch latency is most of
@@ -339,14 +402,14 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
   }();
   const bool pdl = forced_pdl >= 0 ? forced_pdl == 1
                    : a.pdl >= 0    ? a.pdl == 1
-                                   : size_t(a.m) * size_t(a.k) * 2 <= kPdlMaxWeightBytes;
+                                   : size_t(a.m) * size_t(a.k) * (F8 ? 1 : 2) <= kPdlMaxWeightBytes;
   if (pdl)
-    launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT>, grid, kThreads, kRing, stream, a);
+    launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT, F8>, grid, kThreads, kRing, stream, a);
   else
-    bf16_gemv_kernel<R, S, NORM, OUT><<<grid, kThreads, kRing, stream>>>(a);
+    bf16_gemv_kernel<R, S, NORM, OUT, F8><<<grid, kThreads, kRing, stream>>>(a);
 }
 
-template <int R, bool NORM, GemvOut OUT>
+template <int R, bool NORM, GemvOut OUT, bool F8>
 void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
   static const int forced = env_stages();
   const int rows = OUT == GemvOut::kSwiGlu ? a.m / 2 : a.m;
@@ -354,19 +417,27 @@ void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
   const int grid = (rows + per_block - 1) / per_block;
   const int stages = a.stages >= 0 ? a.stages : forced >= 0 ? forced : grid > 2 * device_info().sm_count ? 2 : 0;
   if (stages == 2)
-    launch_kernel<R, 2, NORM, OUT>(a, grid, stream);
+    launch_kernel<R, 2, NORM, OUT, F8>(a, grid, stream);
   else
-    launch_kernel<R, 0, NORM, OUT>(a, grid, stream);
+    launch_kernel<R, 0, NORM, OUT, F8>(a, grid, stream);
 }
 
-template <bool NORM>
+template <bool NORM, bool F8>
 void launch_out(const Bf16GemvArgs& a, cudaStream_t stream) {
   switch (a.out) {
-    case GemvOut::kBf16: launch_staging<1, NORM, GemvOut::kBf16>(a, stream); break;
-    case GemvOut::kF32: launch_staging<1, NORM, GemvOut::kF32>(a, stream); break;
-    case GemvOut::kAddF32: launch_staging<1, NORM, GemvOut::kAddF32>(a, stream); break;
-    case GemvOut::kSwiGlu: launch_staging<2, NORM, GemvOut::kSwiGlu>(a, stream); break;
+    case GemvOut::kBf16: launch_staging<1, NORM, GemvOut::kBf16, F8>(a, stream); break;
+    case GemvOut::kF32: launch_staging<1, NORM, GemvOut::kF32, F8>(a, stream); break;
+    case GemvOut::kAddF32: launch_staging<1, NORM, GemvOut::kAddF32, F8>(a, stream); break;
+    case GemvOut::kSwiGlu: launch_staging<2, NORM, GemvOut::kSwiGlu, F8>(a, stream); break;
   }
+}
+
+template <bool F8>
+void launch_format(const Bf16GemvArgs& a, cudaStream_t stream) {
+  if (a.ss != nullptr)
+    launch_out<true, F8>(a, stream);
+  else
+    launch_out<false, F8>(a, stream);
 }
 
 }  // namespace
@@ -374,10 +445,10 @@ void launch_out(const Bf16GemvArgs& a, cudaStream_t stream) {
 namespace detail {
 
 void launch_bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream) {
-  if (a.ss != nullptr)
-    launch_out<true>(a, stream);
+  if (a.w8 != nullptr)
+    launch_format<true>(a, stream);
   else
-    launch_out<false>(a, stream);
+    launch_format<false>(a, stream);
   LY_CUDA_CHECK_LAUNCH();
 }
 

@@ -15,7 +15,12 @@
 //            and ss
 //   kSwiGlu  y[i][j] = bf16(silu(s_j + bias[j]) · (s_{f+j} + bias[f + j])), j < f = m / 2
 //            (w's rows: f gate rows, then f up rows, as the runner's fused gate/up matrix; y bf16 [n][f])
-// bias f32, may be null. The sums are f32 (bf16 products are exact in f32) in an order that depends
+// bias f32, may be null. FP8 weights (w8 and w_scale instead of w: e4m3 codes [m][k] and a scale
+// per row, core/fp8.h's layout as GpuMatrix holds it) make every s_j of the above
+// w_scale[j] · Σ_t e4m3(w8[j][t]) · x[i][t] (the codes widened to bf16 exactly, as fp8_gemv.h does):
+// the same epilogues over half the weight bytes; without the norm, kBf16 and kF32 outputs are
+// fp8_gemv's and fp8_gemv_f32_out's bit for bit (the same lanes, chunks and order).
+// The sums are f32 (bf16 products are exact in f32) in an order that depends
 // only on k: each output's bits are the same whatever m, n or the other rows are, and two calls
 // give the same bits. What changes against the unfused kernels (cuBLASLt + add_rmsnorm + silu_mul):
 // the summation order, where the norm's rounding falls, and the product's result reaches the
@@ -49,7 +54,9 @@ struct Bf16GemvArgs {
   const float* ss = nullptr;    // [n][ss_count] partial sums of squares (see the top), or null
   int ss_count = 0;
   float eps = 0.0f;             // RMSNorm epsilon (with ss)
-  const bf16* w = nullptr;      // [m][k] row-major
+  const bf16* w = nullptr;      // [m][k] row-major (bf16 weights; null with w8)
+  const uint8_t* w8 = nullptr;  // [m][k] e4m3 codes (FP8 weights; null with w), k a multiple of 16
+  const float* w_scale = nullptr;  // [m] f32, with w8
   GemvOut out = GemvOut::kBf16;
   void* y = nullptr;            // see the top: bf16 [n][m], f32 [n][m], or bf16 [n][m / 2]
   const float* bias = nullptr;  // kAddF32: [m]; kSwiGlu: [m] (gate, then up); else ignored
@@ -72,15 +79,16 @@ struct Bf16GemvArgs {
 constexpr int bf16_gemv_ss_count(int m) { return (m + 15) / 16; }
 
 // The checks bf16_gemv runs before launching (no GPU needed, so tests can call them):
-// kInvalidArgument for n < 1, k < 1, m < 1, a null x, w or y, x or w not 16-byte aligned, ss
+// kInvalidArgument for n < 1, k < 1, m < 1, a null x or y, not exactly one of w and w8 (w8
+// without w_scale), x, w or w8 not 16-byte aligned, ss
 // without ss_count >= 1 (or eps without ss), next_norm on another output than kAddF32 or without
 // xn and ss_out, an odd m for kSwiGlu, stages not -1, 0 or 2; kUnsupported for n > 8 (split the batch, or use the
-// GEMM) and k not a multiple of 8 (w's rows must stay 16-byte aligned).
+// GEMM) and k not a multiple of 8 (16 for w8: the weight rows must stay 16-byte aligned).
 void check_bf16_gemv_args(const Bf16GemvArgs& a);
 
 // Whether a product of this shape and these pointers passes the checks (the runner's fallback to
-// cuBLASLt where it does not). Pure.
-bool bf16_gemv_fits(const void* x, const bf16* w, int n, int k);
+// cuBLASLt or the FP8 GEMV where it does not): w bf16 weights, or with fp8 e4m3 codes. Pure.
+bool bf16_gemv_fits(const void* x, const void* w, int n, int k, bool fp8 = false);
 
 // Asynchronous on stream.
 void bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream);

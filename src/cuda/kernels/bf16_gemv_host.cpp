@@ -17,12 +17,21 @@ void check_bf16_gemv_args(const Bf16GemvArgs& a) {
            "bf16_gemv: n = {} rows of x; the kernel takes 1 to {} (decode batches)", a.n, kBf16GemvMaxRows);
   LY_CHECK(a.k >= 1 && a.m >= 1, ErrorCode::kInvalidArgument, "bf16_gemv: k = {}, m = {}; expected both >= 1", a.k,
            a.m);
-  LY_CHECK(a.k % 8 == 0, ErrorCode::kUnsupported,
-           "bf16_gemv: k = {} is not a multiple of 8 (the weight rows must be 16-byte aligned)", a.k);
-  LY_CHECK(a.x != nullptr && a.w != nullptr && a.y != nullptr, ErrorCode::kInvalidArgument,
+  const bool fp8 = a.w8 != nullptr;
+  LY_CHECK(a.k % (fp8 ? 16 : 8) == 0, ErrorCode::kUnsupported,
+           "bf16_gemv: k = {} is not a multiple of {} (the {} weight rows must be 16-byte aligned)", a.k, fp8 ? 16 : 8,
+           fp8 ? "e4m3" : "bf16");
+  LY_CHECK(a.x != nullptr && (a.w != nullptr || fp8) && a.y != nullptr, ErrorCode::kInvalidArgument,
            "bf16_gemv: null pointer (x {}, w {}, y {})", static_cast<const void*>(a.x), static_cast<const void*>(a.w), a.y);
-  LY_CHECK(aligned16(a.x) && aligned16(a.w), ErrorCode::kInvalidArgument,
-           "bf16_gemv: x ({}) and w ({}) must be 16-byte aligned", static_cast<const void*>(a.x), static_cast<const void*>(a.w));
+  LY_CHECK(a.w == nullptr || !fp8, ErrorCode::kInvalidArgument,
+           "bf16_gemv: both w ({}) and w8 ({}) given; the weights are one or the other",
+           static_cast<const void*>(a.w), static_cast<const void*>(a.w8));
+  LY_CHECK(fp8 == (a.w_scale != nullptr), ErrorCode::kInvalidArgument,
+           "bf16_gemv: w_scale ({}) goes with the FP8 codes w8 ({}): both or neither",
+           static_cast<const void*>(a.w_scale), static_cast<const void*>(a.w8));
+  const void* w = fp8 ? static_cast<const void*>(a.w8) : static_cast<const void*>(a.w);
+  LY_CHECK(aligned16(a.x) && aligned16(w), ErrorCode::kInvalidArgument,
+           "bf16_gemv: x ({}) and {} ({}) must be 16-byte aligned", static_cast<const void*>(a.x), fp8 ? "w8" : "w", w);
   LY_CHECK(a.ss == nullptr || a.ss_count >= 1, ErrorCode::kInvalidArgument,
            "bf16_gemv: ss_count = {} partial sums of squares per row; expected at least 1", a.ss_count);
   LY_CHECK(a.ss != nullptr || a.eps == 0.0f, ErrorCode::kInvalidArgument,
@@ -43,9 +52,10 @@ void check_bf16_gemv_args(const Bf16GemvArgs& a) {
            "bf16_gemv: pdl = {} (-1 by size, 0 plain, 1 programmatic dependent launch)", a.pdl);
 }
 
-bool bf16_gemv_fits(const void* x, const bf16* w, int n, int k) {
-  return n >= 1 && n <= kBf16GemvMaxRows && k >= 8 && k % 8 == 0 && x != nullptr && w != nullptr && aligned16(x) &&
-         aligned16(w);
+bool bf16_gemv_fits(const void* x, const void* w, int n, int k, bool fp8) {
+  const int unit = fp8 ? 16 : 8;
+  return n >= 1 && n <= kBf16GemvMaxRows && k >= unit && k % unit == 0 && x != nullptr && w != nullptr &&
+         aligned16(x) && aligned16(w);
 }
 
 void bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream) {

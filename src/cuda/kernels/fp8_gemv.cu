@@ -66,22 +66,8 @@ struct Fp8GemvArgs {
   int n, k, m;
 };
 
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
-// Codes q = bytes (c0, c1, c2, c3) -> bf16 pairs lo = (c0, c2), hi = (c1, c3), exactly (see the top).
-__device__ __forceinline__ void e4m3x4_to_bf16(uint32_t q, uint32_t& lo, uint32_t& hi) {
-  constexpr uint32_t kSign = 0x80008000u, kTwoPow120 = 0x7B807B80u;  // 2^120 in both bf16 halves
-  hi = mul_bf16x2((q & kSign) | ((q & 0x7F007F00u) >> 4), kTwoPow120);
-  lo = mul_bf16x2(((q << 8) & kSign) | ((q & 0x007F007Fu) << 4), kTwoPow120);
-}
+using gemv::e4m3x4_to_bf16;
+using gemv::word;
 
 // A lane's operands of one step of its warp: 4 / R consecutive chunks of one slab.
 template <int R>

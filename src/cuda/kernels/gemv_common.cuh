@@ -1,5 +1,5 @@
 // The pieces the FP8 and bf16 decode GEMVs (fp8_gemv.cu, bf16_gemv.cu) share: 16-byte weight loads
-// streamed past L1, their cp.async form, the chunk-to-warp order of k, and the scatter of a warp's
+// streamed past L1, their cp.async form, the exact e4m3 -> bf16 widening, the chunk-to-warp order of k, and the scatter of a warp's
 // mma accumulators into the block's partial-sum table. Both kernels are blocks of 8 warps over m16
 // tiles of weight rows, every warp over its own slabs of k, the 8 partial sums added in warp order.
 // Device code only.
@@ -30,6 +30,27 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
 __device__ __forceinline__ void cp_async_stream16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
+}
+
+// Word i of a uint4.
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// e4m3 codes q = bytes (c0, c1, c2, c3) -> bf16 pairs lo = (c0, c2), hi = (c1, c3), exactly: the
+// sign moved to bit 15 and the 7 magnitude bits under bf16's exponent and mantissa give
+// value · 2^-120 for every code (subnormal codes become bf16 subnormals with the same factor); one
+// bf16x2 multiply by 2^120 restores the value (exact; bf16 arithmetic keeps subnormals).
+__device__ __forceinline__ void e4m3x4_to_bf16(uint32_t q, uint32_t& lo, uint32_t& hi) {
+  constexpr uint32_t kSign = 0x80008000u, kTwoPow120 = 0x7B807B80u;  // 2^120 in both bf16 halves
+  hi = mul_bf16x2((q & kSign) | ((q & 0x7F007F00u) >> 4), kTwoPow120);
+  lo = mul_bf16x2(((q << 8) & kSign) | ((q & 0x007F007Fu) << 4), kTwoPow120);
 }
 
 // The warp's i-th chunk of k: slabs warp, warp + kWarps, ... of kSlab chunks each, so a row's sum

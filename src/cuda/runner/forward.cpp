@@ -120,7 +120,10 @@ void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOu
     a.ss_count = bf16_gemv_ss_count(c.d_model);
     a.eps = c.rms_eps;
   }
-  a.w = w.values;
+  if (w.fp8())
+    a.w8 = w.codes, a.w_scale = w.scales;
+  else
+    a.w = w.values;
   a.out = out;
   a.y = y;
   a.bias = bias;
@@ -218,8 +221,8 @@ void Shard::forward_end(int n, bool decode, bool logits_wanted) {
   const int d = c.d_model;
   const int rows = decode ? n : 1;
   if (fused)  // h: the last residual add's bf16(out_norm · x) (decode: rows = n)
-    return fused_product(GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, d}, h.data(), true, GemvOut::kF32,
-                         logits.data(), nullptr, rows);
+    return fused_product(w->output8.fp8() ? w->output8 : GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, d},
+                         h.data(), true, GemvOut::kF32, logits.data(), nullptr, rows);
   const bf16* last = h.data() + size_t(n - rows) * d;
   if (w->output8.fp8() && o.fp8_gemv && fp8_gemv_launches(rows) > 0) {
     fp8_row_groups(rows, [&](int i, int k) {

@@ -134,14 +134,19 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
     act8_scales = DeviceBuffer<float>(mt);
   }
   logits = DeviceBuffer<float>(rank == 0 ? size_t(o.max_batch) * c.vocab_size : 0);
-  {  // the fused decode layers' requirements (bf16_gemv.h): bf16 matrices, 16-byte aligned weights
-     // (the activation buffers are cudaMalloc'ed: 256-byte aligned)
+  {  // the fused decode layers' requirements (bf16_gemv.h): 16-byte aligned weights, every input
+     // width a multiple of 8 for bf16 matrices and of 16 for FP8 ones (read by the same kernel when
+     // the FP8 GEMV is on), (the activation buffers are cudaMalloc'ed: 256-byte aligned)
     const auto aligned = [](const void* p) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    fusable = w->format() == GpuWeightFormat::kBf16 && !w->output8.fp8() && c.d_model % 8 == 0 &&
-              c.q_dim() % 8 == 0 && c.d_ff % 8 == 0 && aligned(w->output) && aligned(w->out_norm);
+    const auto ok = [&](const GpuMatrix& m) {
+      return m.fp8() ? o.fp8_gemv && m.cols % 16 == 0 && aligned(m.codes) && m.scales != nullptr
+                     : m.cols % 8 == 0 && aligned(m.values);
+    };
+    fusable = aligned(w->out_norm) &&
+              (w->output8.fp8() ? ok(w->output8) : ok(GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, c.d_model}));
     for (const GpuLayerWeights& L : w->layers)
-      fusable = fusable && aligned(L.wqkv.values) && aligned(L.wo.values) && aligned(L.w_gate_up.values) &&
-                aligned(L.w_down.values) && aligned(L.attn_norm) && aligned(L.ffn_norm);
+      fusable = fusable && ok(L.wqkv) && ok(L.wo) && ok(L.w_gate_up) && ok(L.w_down) && aligned(L.attn_norm) &&
+                aligned(L.ffn_norm);
     if (fusable) {
       ss_part = DeviceBuffer<float>(size_t(kBf16GemvMaxRows) * size_t(bf16_gemv_ss_count(c.d_model)));
       h_lo = DeviceBuffer<bf16>(size_t(kBf16GemvMaxRows) * size_t(c.d_model));

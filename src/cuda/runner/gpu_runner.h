@@ -65,7 +65,8 @@ struct RunnerOptions {
   // the engine's bf16 GEMV (cuda/kernels/bf16_gemv.h) instead of cuBLASLt; 0: cuBLASLt always.
   // LYCHEE_BF16_GEMV_ROWS=<0..8> in the environment replaces it (lab A/B).
   int bf16_gemv_max_rows = 8;
-  // bf16 weights, one GPU: decode steps of up to this many rows run each layer as four products
+  // One GPU (bf16 weights, or FP8 ones with fp8_gemv: the same kernel reads the codes): decode
+  // steps of up to this many rows run each layer as four products
   // with the per-token work folded in (bf16_gemv.h): the residual adds (and output/down biases) in
   // the output and down products' epilogues, which also write the next RMSNorm's weighted inputs
   // and sums of squares; the norm factors in the QKV, gate/up and LM-head products; SwiGLU in the
@@ -225,8 +226,9 @@ class GpuRunner {
 
   int tensor_parallel() const;
   // The most rows a decode step runs through the fused decode layers (RunnerOptions::
-  // fused_decode_max_rows after the environment's override), or 0 where this runner cannot: FP8
-  // weights, a product width not a multiple of 8, tensor parallelism (or NCCL at one rank).
+  // fused_decode_max_rows after the environment's override), or 0 where this runner cannot: a
+  // product's input width not a multiple of 8 (16 for FP8 matrices), FP8 weights without the FP8
+  // GEMV (RunnerOptions::fp8_gemv), tensor parallelism (or NCCL at one rank).
   int fused_decode_rows() const;
   TpStats tp_stats() const;
   // One decode step run eagerly (no graph) with each layer's attention timed on every rank (CUDA

@@ -178,7 +178,8 @@ struct Shard {
 
   bool forked = false;       // selections queued on the side stream and not yet joined
   // RunnerOptions::fused_decode_max_rows: whether this shard's weights allow the fused decode
-  // layers (bf16, every product's input width a multiple of 8), and whether the forward pass
+  // layers (every product's input width a multiple of 8, 16 for FP8 matrices; FP8 ones with the
+  // FP8 GEMV on), and whether the forward pass
   // being recorded uses them (set by GpuRunner::Impl::forward).
   bool fusable = false;
   bool fused = false;
