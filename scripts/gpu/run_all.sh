@@ -34,6 +34,8 @@
 #   scripts/gpu/run_all.sh bench-mixed      the hybrid kernel at mixed shares with and without fused page scores (A/B)
 #   scripts/gpu/run_all.sh bench-gemv       the bf16 GEMV (plain and with its fused RMSNorm) vs cuBLASLt bf16,
 #                                            8B and default-model shapes, n = 1..8; its weight staging A/B
+#   scripts/gpu/run_all.sh bench-fp8-fused  FP8 weights in the fused decode layers: the products (gemv8*) vs the FP8
+#                                            GEMV, and traced FP8 decode steps fused vs unfused (b1 128K)
 #   scripts/gpu/run_all.sh bench-fused      decode steps: cuBLASLt + separate kernels vs the bf16 GEMV vs the fused
 #                                            decode layers (A/B/C), 8B shape b1/b4 and the default model
 #   scripts/gpu/run_all.sh bench-ab         A/B of code changes in one call: the tree against variants made by
@@ -747,6 +749,21 @@ PY
       done
     done
     exit $rc ;;
+  bench-fp8-fused)
+    # FP8 weights through the fused decode layers (the bf16 GEMV kernel over e4m3 codes): the
+    # products against the FP8 GEMV (plain, with the norm, with the norm but no input residues) at
+    # the 8B shapes, then traced decode steps fused and unfused (LYCHEE_FUSED_DECODE_ROWS=0), b1 128K.
+    rc=0
+    "$build/bin/bench_fp8_gemv" --kernels fp8,gemv8,gemv8_norm,gemv8_norm_nolo --shapes qkv,o,gate_up,down \
+      --batches 1,8 --tag "commit $commit" --json "$out/gemv8.json" > "$out/gemv8.log" 2>&1 || rc=$(failed $? "bench_fp8_gemv gemv8")
+    grep -E "^\|" "$out/gemv8.log" | head -40
+    for rows in 8 0; do
+      LYCHEE_FUSED_DECODE_ROWS=$rows LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights fp8 --trace \
+        --contexts 131072 --batches 1 --policies full,lychee --steps 32 --json "$out/trace_fp8_rows$rows.json" \
+        > "$out/trace_fp8_rows$rows.log" 2>&1 || rc=$(failed $? "bench_e2e trace rows $rows")
+      echo "--- fused rows $rows"; head -40 "$out/trace_fp8_rows$rows.log"
+    done
+    exit $rc ;;
   bench-gemv)
     # Issue 17's decode products: our bf16 GEMV (plain, and with the fused decode layers' RMSNorm)
     # against the engine's cuBLASLt bf16 product, at the 8B and default-model shapes,
@@ -945,8 +962,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab|bench-fp8-fused) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab, bench-fp8-fused)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
