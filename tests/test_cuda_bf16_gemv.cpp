@@ -2,7 +2,8 @@
 // against a double-precision host reference: awkward and model shapes for n = 1, 3, 8, bf16 and FP8
 // (e4m3 codes + row scales) weights, every output
 // form with and without the norm (the residual add also writing the next norm's inputs); FP8
-// weights without the norm give fp8_gemv's bits; both
+// weights without the norm give fp8_gemv's bits; the QKV + RoPE epilogue against bias, RoPE and
+// the page append on the host; both
 // weight stagings give the same bits, two calls give the same bits, rows do not depend on m, a
 // CUDA graph replays them; a residual add followed by a normed product agrees with add_rmsnorm
 // (kernels.h) to within their roundings. The argument checks need no GPU and run everywhere.
@@ -261,6 +262,7 @@ void expect_close(const std::vector<float>& got, const Problem& p, const Sums& r
                 (std::ldexp(1.0, -8) + std::ldexp(1.0, -20)) * (std::fabs(want) + 1.1 * tg * std::fabs(up) + 1e-30);
           break;
         }
+        case GemvOut::kQkvRope: ADD_FAILURE() << "expect_close: kQkvRope has its own test"; return;
       }
       const double g = got[size_t(i) * cols + j];
       if (!(std::fabs(g - want) <= tol + 1e-30))  // NaN (an unwritten output) fails
@@ -369,6 +371,109 @@ INSTANTIATE_TEST_SUITE_P(Fp8Shapes, Bf16Gemv,
                                                               std::pair(4096, 6144), std::pair(14336, 64)),
                                             ::testing::Values(1, 3, 8), ::testing::Values(true)),
                          shape_name);
+
+// ------------------------------------------------------------------------------ QKV + RoPE
+
+// The kQkvRope epilogue against the host: each row's Q heads (bias, RoPE at its position), and its
+// K (bias, RoPE) and V (bias) heads in the pools at the row's page slot, from the double sums,
+// bf16 and FP8 weights, with and without the norm; every other pool element left as it was (NaN).
+struct RopeShape {
+  int n, k, n_heads, n_kv_heads, head_dim;
+  bool fp8;
+};
+class Bf16GemvQkvRope : public ::testing::TestWithParam<RopeShape> {};
+
+TEST_P(Bf16GemvQkvRope, MatchesBiasRopeAndAppendOnTheHost) {
+  LY_REQUIRE_GPU();
+  const RopeShape sh = GetParam();
+  const int d = sh.head_dim, half = d / 2, heads = sh.n_heads + 2 * sh.n_kv_heads, m = heads * d;
+  const int page = 16, n_pages = sh.n + 3;
+  const Problem p = make_problem(sh.n, sh.k, m, uint32_t(31 * sh.k + m + sh.n));
+  Device dv = upload(p);
+  std::mt19937 rng(uint32_t(sh.k + d));
+  std::vector<int32_t> pos(size_t(sh.n)), kv_page(size_t(sh.n)), kv_row(size_t(sh.n));
+  for (int i = 0; i < sh.n; ++i) {
+    pos[size_t(i)] = int32_t(rng() % 131072u);
+    kv_page[size_t(i)] = (i * 5 + 2) % n_pages;  // distinct pages, not in row order
+    kv_row[size_t(i)] = int32_t(rng() % uint32_t(page));
+  }
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int j = 0; j < half; ++j) inv_freq[size_t(j)] = float(std::pow(500000.0, -2.0 * j / d));
+  DeviceBuffer<int32_t> dpos = test::to_device(pos), dpage = test::to_device(kv_page), drow = test::to_device(kv_row);
+  DeviceBuffer<float> dfreq = test::to_device(inv_freq);
+  const size_t pool_elems = size_t(n_pages) * sh.n_kv_heads * page * d;
+  DeviceBuffer<bf16> kp(pool_elems), vp(pool_elems), qo(size_t(sh.n) * sh.n_heads * d);
+  for (const bool norm : {false, true}) {
+    LY_CUDA_CHECK(cudaMemset(kp.data(), 0xFF, kp.bytes()));
+    LY_CUDA_CHECK(cudaMemset(vp.data(), 0xFF, vp.bytes()));
+    LY_CUDA_CHECK(cudaMemset(qo.data(), 0xFF, qo.bytes()));
+    Bf16GemvArgs a = args(dv, p, GemvOut::kBf16, norm, m, -1, sh.fp8);
+    a.out = GemvOut::kQkvRope;
+    a.y = qo.data();
+    a.bias = dv.bias.data();
+    a.rope.positions = dpos.data(), a.rope.kv_page = dpage.data(), a.rope.kv_row = drow.data();
+    a.rope.inv_freq = dfreq.data(), a.rope.k_pool = kp.data(), a.rope.v_pool = vp.data();
+    a.rope.n_heads = sh.n_heads, a.rope.n_kv_heads = sh.n_kv_heads, a.rope.head_dim = d, a.rope.page_size = page;
+    cuda::bf16_gemv(a, nullptr);
+    LY_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> q = test::to_host_bf16(qo), k = test::to_host_bf16(kp), v = test::to_host_bf16(vp);
+    const Sums r = sums(p, norm, sh.fp8);
+    const std::string what = std::string(norm ? "with norm" : "plain") + (sh.fp8 ? ", fp8 weights" : "");
+    size_t n_bad = 0, written = 0;
+    std::string first;
+    const auto check = [&](const char* where, size_t at, double got, double want, double tol) {
+      if (!(std::fabs(got - want) <= tol + 1e-30) && n_bad++ == 0)
+        first = std::string(where) + "[" + std::to_string(at) + "] = " + std::to_string(got) + ", want " +
+                std::to_string(want) + " +- " + std::to_string(tol);
+    };
+    for (int i = 0; i < sh.n; ++i)
+      for (int h = 0; h < heads; ++h)
+        for (int j = 0; j < half; ++j) {
+          const size_t e0 = size_t(i) * m + size_t(h * d + j), e1 = e0 + size_t(half);
+          const double u0 = r.s[e0] + p.bias[e0 % size_t(m)], u1 = r.s[e1] + p.bias[e1 % size_t(m)];
+          const double t0 = sum_tolerance(p, norm, sh.fp8, r.s[e0], r.abs[e0]);
+          const double t1 = sum_tolerance(p, norm, sh.fp8, r.s[e1], r.abs[e1]);
+          const bool v_head = h >= sh.n_heads + sh.n_kv_heads;
+          double w0 = u0, w1 = u1, tol0 = t0, tol1 = t1;
+          if (!v_head) {  // the kernel's f32 angle; sincosf within 2 ulps, f32 arithmetic
+            const float ang = float(pos[size_t(i)]) * inv_freq[size_t(j)];
+            const double c = std::cos(double(ang)), sn = std::sin(double(ang));
+            w0 = u0 * c - u1 * sn, w1 = u1 * c + u0 * sn;
+            const double mix = t0 + t1 + std::ldexp(std::fabs(u0) + std::fabs(u1), -20);
+            tol0 = tol1 = mix;
+          }
+          tol0 += std::ldexp(std::fabs(w0), -8), tol1 += std::ldexp(std::fabs(w1), -8);
+          size_t at = 0;
+          const std::vector<float>* dst = &q;
+          if (h < sh.n_heads) {
+            at = (size_t(i) * sh.n_heads + h) * d;
+          } else {
+            const int kvh = h - sh.n_heads - (v_head ? sh.n_kv_heads : 0);
+            dst = v_head ? &v : &k;
+            at = ((size_t(kv_page[size_t(i)]) * sh.n_kv_heads + kvh) * page + kv_row[size_t(i)]) * d;
+          }
+          check(h < sh.n_heads ? "q" : v_head ? "v_pool" : "k_pool", at + j, (*dst)[at + j], w0, tol0);
+          check(h < sh.n_heads ? "q" : v_head ? "v_pool" : "k_pool", at + j + half, (*dst)[at + j + half], w1, tol1);
+        }
+    for (const std::vector<float>* pool : {&k, &v})
+      for (const float e : *pool) written += std::isnan(e) ? 0 : 1;
+    EXPECT_EQ(n_bad, 0u) << what << ": " << n_bad << " outputs off; first " << first;
+    EXPECT_EQ(written, size_t(sh.n) * sh.n_kv_heads * d * 2) << what << ": pool elements written outside the slots";
+  }
+}
+
+// Llama-3-8B's heads (32 / 8 x 128) at k = 4096 (the ring: 6144 rows), the default model's (9 / 3
+// x 64, k = 576) and a small one (4 / 2 x 32: one block per head), n = 1, 3, 8, bf16 and FP8.
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16GemvQkvRope,
+                         ::testing::Values(RopeShape{1, 4096, 32, 8, 128, false}, RopeShape{8, 4096, 32, 8, 128, true},
+                                           RopeShape{3, 576, 9, 3, 64, false}, RopeShape{8, 576, 9, 3, 64, true},
+                                           RopeShape{3, 48, 4, 2, 32, true}, RopeShape{1, 40, 4, 2, 32, false}),
+                         [](const auto& info) {
+                           const RopeShape& s = info.param;
+                           return "n" + std::to_string(s.n) + "_k" + std::to_string(s.k) + "_h" +
+                                  std::to_string(s.n_heads) + "x" + std::to_string(s.n_kv_heads) + "_d" +
+                                  std::to_string(s.head_dim) + (s.fp8 ? "_fp8" : "");
+                         });
 
 // ------------------------------------------------------------------------------ the chain
 
@@ -525,6 +630,21 @@ TEST(Bf16GemvArgs, RejectsWhatTheKernelCannotTake) {
   expect_error(a, EC::kInvalidArgument, "stages = 3");
   a = ok, a.pdl = 2;
   expect_error(a, EC::kInvalidArgument, "pdl = 2");
+  static int32_t ints[4] = {};
+  a = ok, a.out = GemvOut::kQkvRope, a.m = 4 * 32;  // 2 Q + 2 x 1 KV heads of 32
+  a.rope.n_heads = 2, a.rope.n_kv_heads = 1, a.rope.head_dim = 32, a.rope.page_size = 16;
+  a.rope.positions = ints, a.rope.kv_page = ints, a.rope.kv_row = ints, a.rope.inv_freq = ss;
+  a.rope.k_pool = const_cast<bf16*>(w), a.rope.v_pool = const_cast<bf16*>(w);
+  EXPECT_NO_THROW(cuda::check_bf16_gemv_args(a));
+  auto b = a;
+  b.rope.head_dim = 48, b.m = 4 * 48;
+  expect_error(b, EC::kInvalidArgument, "head_dim = 48");
+  b = a, b.m = 96;
+  expect_error(b, EC::kInvalidArgument, "m = 96");
+  b = a, b.rope.kv_row = nullptr;
+  expect_error(b, EC::kInvalidArgument, "kv_row");
+  b = a, b.rope.page_size = 0;
+  expect_error(b, EC::kInvalidArgument, "page_size = 0");
   static float scales[2] = {};
   const auto* codes = reinterpret_cast<const uint8_t*>(buf);
   a = ok, a.w = nullptr, a.w8 = codes;  // FP8 codes without their scales

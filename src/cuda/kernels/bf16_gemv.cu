@@ -80,18 +80,23 @@ struct Fmt {
 };
 
 // The first row of tile r of block b; SwiGLU: gate rows [16 b, 16 b + 16) (r = 0) and the up rows
-// of the same outputs (r = 1).
+// of the same outputs (r = 1); QKV + RoPE: rows [16 j, 16 j + 16) of head h (r = 0) and their RoPE
+// partners half a head further (r = 1), with h = b / (d / 32), j = b % (d / 32) for head_dim d.
 template <int R, GemvOut OUT>
-__device__ __forceinline__ int tile_row(int r, int b, int m) {
-  if constexpr (OUT == GemvOut::kSwiGlu) return r * (m / 2) + 16 * b;
+__device__ __forceinline__ int tile_row(int r, int b, const Bf16GemvArgs& a) {
+  if constexpr (OUT == GemvOut::kSwiGlu) return r * (a.m / 2) + 16 * b;
+  if constexpr (OUT == GemvOut::kQkvRope) {
+    const int per_head = a.rope.head_dim / 32;
+    return (b / per_head) * a.rope.head_dim + r * (a.rope.head_dim / 2) + 16 * (b % per_head);
+  }
   return (b * R + r) * 16;
 }
 
 // Whether row rr (< 16) of tile r of block b exists.
 template <int R, GemvOut OUT>
-__device__ __forceinline__ bool row_in(int r, int rr, int b, int m) {
-  if constexpr (OUT == GemvOut::kSwiGlu) return 16 * b + rr < m / 2;
-  return tile_row<R, OUT>(r, b, m) + rr < m;
+__device__ __forceinline__ bool row_in(int r, int rr, int b, const Bf16GemvArgs& a) {
+  if constexpr (OUT == GemvOut::kSwiGlu) return 16 * b + rr < a.m / 2;
+  return tile_row<R, OUT>(r, b, a) + rr < a.m;
 }
 
 template <int R>
@@ -118,8 +123,8 @@ template <int R, GemvOut OUT, bool F8>
 __device__ __forceinline__ const void* weight_ptr(const Bf16GemvArgs& a, int b, int c, int p, int r, int h, int g,
                                                   int t) {
   const int col = (c + p) * Fmt<F8>::kChunk + Fmt<F8>::kPerLane * t, rr = 8 * h + g;
-  if (col >= a.k || !row_in<R, OUT>(r, rr, b, a.m)) return nullptr;
-  const size_t at = size_t(tile_row<R, OUT>(r, b, a.m) + rr) * size_t(a.k) + col;
+  if (col >= a.k || !row_in<R, OUT>(r, rr, b, a)) return nullptr;
+  const size_t at = size_t(tile_row<R, OUT>(r, b, a) + rr) * size_t(a.k) + col;
   if constexpr (F8) return a.w8 + at;
   return a.w + at;
 }
@@ -261,7 +266,7 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
     for (int w = 1; w < kWarps; ++w) s += part[w][i][rr];
     if constexpr (F8) {  // the row's scale (0 past m: the residual add's lanes of absent rows)
       const int r = rr / 16, in_tile = rr % 16;
-      s *= row_in<R, OUT>(r, in_tile, b, a.m) ? a.w_scale[tile_row<R, OUT>(r, b, a.m) + in_tile] : 0.0f;
+      s *= row_in<R, OUT>(r, in_tile, b, a) ? a.w_scale[tile_row<R, OUT>(r, b, a) + in_tile] : 0.0f;
     }
     if constexpr (NORM) s *= rs[i];
     return s;
@@ -274,6 +279,34 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
       float gate = sum(i, o % 16), up = sum(i, 16 + o % 16);
       if (a.bias != nullptr) gate += a.bias[j], up += a.bias[f + j];
       static_cast<bf16*>(a.y)[size_t(i) * f + j] = __float2bfloat16_rn(silu_times(gate, up));
+    }
+  } else if constexpr (OUT == GemvOut::kQkvRope) {
+    // Output p of head h and its partner p + d/2: bias, then RoPE (Q and K heads) as
+    // qkv_rope_append computes it, rounded once; Q to y, K and V into the token's page slot.
+    const Bf16GemvRope& rp = a.rope;
+    const int d = rp.head_dim, half = d / 2, per_head = d / 32;
+    const int h = b / per_head, p0 = 16 * (b % per_head);
+    for (int o = int(threadIdx.x); o < a.n * 16; o += kThreads) {
+      const int i = o / 16, p = p0 + o % 16, c0 = h * d + p;
+      float x0 = sum(i, o % 16), x1 = sum(i, 16 + o % 16);
+      if (a.bias != nullptr) x0 += a.bias[c0], x1 += a.bias[c0 + half];
+      bf16* dst;
+      if (h < rp.n_heads) {
+        dst = static_cast<bf16*>(a.y) + (size_t(i) * rp.n_heads + h) * d;
+      } else {
+        const bool v = h >= rp.n_heads + rp.n_kv_heads;
+        const int kvh = h - rp.n_heads - (v ? rp.n_kv_heads : 0);
+        dst = (v ? rp.v_pool : rp.k_pool) +
+              ((size_t(rp.kv_page[i]) * rp.n_kv_heads + kvh) * rp.page_size + rp.kv_row[i]) * d;
+      }
+      if (h < rp.n_heads + rp.n_kv_heads) {
+        float sn, cs;
+        sincosf(float(rp.positions[i]) * rp.inv_freq[p], &sn, &cs);
+        const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
+        x0 = y0, x1 = y1;
+      }
+      dst[p] = __float2bfloat16_rn(x0);
+      dst[p + half] = __float2bfloat16_rn(x1);
     }
   } else if constexpr (OUT == GemvOut::kAddF32) {
     static_assert(R == 1, "the residual add takes 16 rows per block");
@@ -412,8 +445,8 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
 template <int R, bool NORM, GemvOut OUT, bool F8>
 void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
   static const int forced = env_stages();
-  const int rows = OUT == GemvOut::kSwiGlu ? a.m / 2 : a.m;
-  const int per_block = OUT == GemvOut::kSwiGlu ? 16 : 16 * R;
+  const int rows = OUT == GemvOut::kSwiGlu ? a.m / 2 : OUT == GemvOut::kQkvRope ? a.m / 2 : a.m;
+  const int per_block = OUT == GemvOut::kSwiGlu || OUT == GemvOut::kQkvRope ? 16 : 16 * R;
   const int grid = (rows + per_block - 1) / per_block;
   const int stages = a.stages >= 0 ? a.stages : forced >= 0 ? forced : grid > 2 * device_info().sm_count ? 2 : 0;
   if (stages == 2)
@@ -429,6 +462,7 @@ void launch_out(const Bf16GemvArgs& a, cudaStream_t stream) {
     case GemvOut::kF32: launch_staging<1, NORM, GemvOut::kF32, F8>(a, stream); break;
     case GemvOut::kAddF32: launch_staging<1, NORM, GemvOut::kAddF32, F8>(a, stream); break;
     case GemvOut::kSwiGlu: launch_staging<2, NORM, GemvOut::kSwiGlu, F8>(a, stream); break;
+    case GemvOut::kQkvRope: launch_staging<2, NORM, GemvOut::kQkvRope, F8>(a, stream); break;
   }
 }
 

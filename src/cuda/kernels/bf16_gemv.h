@@ -15,6 +15,13 @@
 //            and ss
 //   kSwiGlu  y[i][j] = bf16(silu(s_j + bias[j]) · (s_{f+j} + bias[f + j])), j < f = m / 2
 //            (w's rows: f gate rows, then f up rows, as the runner's fused gate/up matrix; y bf16 [n][f])
+//   kQkvRope the fused QKV projection with qkv_rope_append (kernels.h) as its epilogue: w's m rows
+//            are the Q, K and V heads of head_dim d each (rope.n_heads + 2 rope.n_kv_heads of them);
+//            u_j = s_j + bias[j], then for Q and K heads RoPE on the pairs (p, p + d/2) of each head
+//            at the row's position (x0 c - x1 s, x1 c + x0 s; angle positions[i] · inv_freq[p]),
+//            rounded to bf16 once: Q into y (bf16 [n][n_heads][d]), K and V into the pools at the
+//            token's page slot (kv_page[i], kv_row[i]). No q/k norm (its sums span the whole head:
+//            such models keep the separate kernel). d a multiple of 32.
 // bias f32, may be null. FP8 weights (w8 and w_scale instead of w: e4m3 codes [m][k] and a scale
 // per row, core/fp8.h's layout as GpuMatrix holds it) make every s_j of the above
 // w_scale[j] · Σ_t e4m3(w8[j][t]) · x[i][t] (the codes widened to bf16 exactly, as fp8_gemv.h does):
@@ -44,7 +51,18 @@ namespace lychee::cuda {
 // The largest n (rows of x) the kernel takes: the 8 columns of one mma.sync tile.
 constexpr int kBf16GemvMaxRows = 8;
 
-enum class GemvOut { kBf16, kF32, kAddF32, kSwiGlu };
+enum class GemvOut { kBf16, kF32, kAddF32, kSwiGlu, kQkvRope };
+
+// kQkvRope's epilogue (see the top; as QkvArgs in kernels.h).
+struct Bf16GemvRope {
+  const int32_t* positions = nullptr;  // [n]
+  const int32_t* kv_page = nullptr;    // [n] the page receiving row i's K/V
+  const int32_t* kv_row = nullptr;     // [n] its slot in that page
+  const float* inv_freq = nullptr;     // [head_dim / 2]
+  bf16* k_pool = nullptr;              // [n_pages][n_kv_heads][page_size][head_dim]
+  bf16* v_pool = nullptr;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0, page_size = 0;
+};
 
 struct Bf16GemvArgs {
   const bf16* x = nullptr;      // [n][k] row-major, 16-byte aligned
@@ -59,12 +77,13 @@ struct Bf16GemvArgs {
   const float* w_scale = nullptr;  // [m] f32, with w8
   GemvOut out = GemvOut::kBf16;
   void* y = nullptr;            // see the top: bf16 [n][m], f32 [n][m], or bf16 [n][m / 2]
-  const float* bias = nullptr;  // kAddF32: [m]; kSwiGlu: [m] (gate, then up); else ignored
+  const float* bias = nullptr;  // kAddF32, kQkvRope: [m]; kSwiGlu: [m] (gate, then up); else ignored
   // kAddF32 only: the next RMSNorm's weights [m] and where its inputs go (see the top), or null.
   const float* next_norm = nullptr;
   bf16* xn = nullptr;           // [n][m]
   bf16* xn_lo = nullptr;        // [n][m] bf16(next_norm · y - xn), or null
   float* ss_out = nullptr;      // [n][bf16_gemv_ss_count(m)]
+  Bf16GemvRope rope;            // kQkvRope only
   int n = 0, k = 0, m = 0;
   // Weight staging (bf16_gemv.cu): -1 the automatic choice (or LYCHEE_BF16_GEMV_STAGES), 0 one step
   // ahead in registers, 2 a shared-memory ring of two steps. Every setting gives the same bits.
@@ -82,7 +101,8 @@ constexpr int bf16_gemv_ss_count(int m) { return (m + 15) / 16; }
 // kInvalidArgument for n < 1, k < 1, m < 1, a null x or y, not exactly one of w and w8 (w8
 // without w_scale), x, w or w8 not 16-byte aligned, ss
 // without ss_count >= 1 (or eps without ss), next_norm on another output than kAddF32 or without
-// xn and ss_out, an odd m for kSwiGlu, stages not -1, 0 or 2; kUnsupported for n > 8 (split the batch, or use the
+// xn and ss_out, an odd m for kSwiGlu, for kQkvRope a head_dim not a positive multiple of 32, m not
+// (n_heads + 2 n_kv_heads) head_dim, a null rope pointer or page_size < 1, stages not -1, 0 or 2; kUnsupported for n > 8 (split the batch, or use the
 // GEMM) and k not a multiple of 8 (16 for w8: the weight rows must stay 16-byte aligned).
 void check_bf16_gemv_args(const Bf16GemvArgs& a);
 

@@ -46,6 +46,22 @@ void check_bf16_gemv_args(const Bf16GemvArgs& a) {
            "bf16_gemv: next_norm needs the residual-add output (kAddF32) and both xn and ss_out");
   LY_CHECK(a.out != GemvOut::kSwiGlu || a.m % 2 == 0, ErrorCode::kInvalidArgument,
            "bf16_gemv: SwiGLU output over m = {} rows; expected an even count (gate rows, then up rows)", a.m);
+  if (a.out == GemvOut::kQkvRope) {
+    const Bf16GemvRope& r = a.rope;
+    LY_CHECK(r.head_dim >= 32 && r.head_dim % 32 == 0, ErrorCode::kInvalidArgument,
+             "bf16_gemv: QKV + RoPE output with head_dim = {}; expected a positive multiple of 32", r.head_dim);
+    LY_CHECK(r.n_heads >= 1 && r.n_kv_heads >= 1 &&
+                 int64_t(a.m) == int64_t(r.n_heads + 2 * r.n_kv_heads) * int64_t(r.head_dim),
+             ErrorCode::kInvalidArgument,
+             "bf16_gemv: QKV + RoPE output over m = {} rows; expected (n_heads {} + 2 x n_kv_heads {}) x head_dim {}",
+             a.m, r.n_heads, r.n_kv_heads, r.head_dim);
+    LY_CHECK(r.positions != nullptr && r.kv_page != nullptr && r.kv_row != nullptr && r.inv_freq != nullptr &&
+                 r.k_pool != nullptr && r.v_pool != nullptr && r.page_size >= 1,
+             ErrorCode::kInvalidArgument,
+             "bf16_gemv: QKV + RoPE output needs positions, kv_page, kv_row, inv_freq, k_pool, v_pool and a "
+             "page_size >= 1 (page_size = {})",
+             r.page_size);
+  }
   LY_CHECK(a.stages == -1 || a.stages == 0 || a.stages == 2, ErrorCode::kInvalidArgument,
            "bf16_gemv: stages = {} (-1 for the automatic choice, 0 or 2)", a.stages);
   LY_CHECK(a.pdl >= -1 && a.pdl <= 1, ErrorCode::kInvalidArgument,

@@ -111,7 +111,7 @@ void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
 }
 
 void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias,
-                          int n, const float* next_norm, int pdl_bit) {
+                          int n, const float* next_norm, int pdl_bit, const Bf16GemvRope* rope) {
   Bf16GemvArgs a;
   a.x = x;
   if (normed) {
@@ -133,6 +133,7 @@ void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOu
     a.xn_lo = h_lo.data();
     a.ss_out = ss_part.data();
   }
+  if (rope != nullptr) a.rope = *rope;
   a.n = n;
   a.k = w.cols;
   a.m = w.rows;
@@ -164,14 +165,30 @@ void Shard::forward_begin(int n, bool decode) {
 void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int max_kv_len) {
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
-  if (fused && l > 0)  // h: the last residual add's bf16(attn_norm · x), with its sums of squares
-    fused_product(L.wqkv, h.data(), true, GemvOut::kBf16, qkv.data(), nullptr, n, nullptr, RunnerOptions::kPdlQkv);
-  else
-    linear(L.wqkv, h.data(), qkv.data(), n);
-  QkvArgs qa{qkv.data(), L.bqkv, L.q_norm, L.k_norm, c.rms_eps, meta_dev<int32_t>(meta.positions),
-             meta_dev<int32_t>(meta.kv_page), meta_dev<int32_t>(meta.kv_row), w->inv_freq, q.data(),
-             pool->k(l), pool->v(l), n, c.n_heads, c.n_kv_heads, c.head_dim, o.page_size};
-  qkv_rope_append(qa, stream);
+  // h: the embedding's norm (layer 0) or the last residual add's bf16(attn_norm · x) with its sums
+  // of squares. The fused layers without q/k norms append K/V in the QKV product's epilogue.
+  if (fused && o.fused_qkv_rope && L.q_norm == nullptr && L.k_norm == nullptr && c.head_dim % 32 == 0) {
+    Bf16GemvRope rope;
+    rope.positions = meta_dev<int32_t>(meta.positions);
+    rope.kv_page = meta_dev<int32_t>(meta.kv_page);
+    rope.kv_row = meta_dev<int32_t>(meta.kv_row);
+    rope.inv_freq = w->inv_freq;
+    rope.k_pool = pool->k(l);
+    rope.v_pool = pool->v(l);
+    rope.n_heads = c.n_heads, rope.n_kv_heads = c.n_kv_heads, rope.head_dim = c.head_dim;
+    rope.page_size = o.page_size;
+    fused_product(L.wqkv, h.data(), l > 0, GemvOut::kQkvRope, q.data(), L.bqkv, n, nullptr, RunnerOptions::kPdlQkv,
+                  &rope);
+  } else {
+    if (fused && l > 0)
+      fused_product(L.wqkv, h.data(), true, GemvOut::kBf16, qkv.data(), nullptr, n, nullptr, RunnerOptions::kPdlQkv);
+    else
+      linear(L.wqkv, h.data(), qkv.data(), n);
+    QkvArgs qa{qkv.data(), L.bqkv, L.q_norm, L.k_norm, c.rms_eps, meta_dev<int32_t>(meta.positions),
+               meta_dev<int32_t>(meta.kv_page), meta_dev<int32_t>(meta.kv_row), w->inv_freq, q.data(),
+               pool->k(l), pool->v(l), n, c.n_heads, c.n_kv_heads, c.head_dim, o.page_size};
+    qkv_rope_append(qa, stream);
+  }
   join();
   const bool timed = !attn_events.empty();
   if (timed) LY_CUDA_CHECK(cudaEventRecord(attn_events[size_t(2 * l)], stream));

@@ -199,6 +199,11 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
   rows_from_env("LYCHEE_FUSED_DECODE_ROWS", o.fused_decode_max_rows);
   if (const char* v = std::getenv("LYCHEE_FUSED_PDL"); v != nullptr && *v != 0)
     o.fused_pdl_products = RunnerOptions::parse_pdl_products(v);
+  if (const char* v = std::getenv("LYCHEE_FUSED_ROPE"); v != nullptr && *v != 0) {
+    LY_CHECK(std::string(v) == "0" || std::string(v) == "1", ErrorCode::kInvalidArgument,
+             "LYCHEE_FUSED_ROPE={}: expected 0 or 1", v);
+    o.fused_qkv_rope = std::string(v) == "1";
+  }
   row_table_id.assign(size_t(opt.max_batch), 0);
   row_synced.assign(size_t(opt.max_batch), 0);
   const int n = int(weights.size());

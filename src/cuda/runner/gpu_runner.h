@@ -85,6 +85,10 @@ struct RunnerOptions {
   // The mask of a comma-separated list of qkv, o, gate_up, down (or "none": 0), as
   // LYCHEE_FUSED_PDL gives it; kInvalidArgument naming the bad entry. Pure.
   static int parse_pdl_products(const std::string& list);
+  // Fused decode layers: the QKV product's epilogue adds the bias, applies RoPE and writes Q and
+  // the token's K/V into the pools (bf16_gemv.h's kQkvRope), where qkv_rope_append ran after it
+  // (models with q/k norms keep that kernel). LYCHEE_FUSED_ROPE=0|1 replaces it (lab A/B).
+  bool fused_qkv_rope = true;
   // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
   // nothing), so the tensor-parallel path is tested on one GPU.
   bool nccl = false;

@@ -231,8 +231,9 @@ struct Shard {
   // of squares in ss_part), and the products are RMSNorm's. A residual add (kAddF32) with next_norm writes them.
   // `pdl_bit`: the product's RunnerOptions::kPdl* bit (launched with PDL when fused_pdl_products
   // has it; by size otherwise).
+  // `rope`: kQkvRope's epilogue arguments.
   void fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias, int n,
-                     const float* next_norm = nullptr, int pdl_bit = 0);
+                     const float* next_norm = nullptr, int pdl_bit = 0, const Bf16GemvRope* rope = nullptr);
   void attention(int layer, bool decode, int batch, int q_len, int max_kv_len);
   void decode_attention_layer(int layer, int batch);
   void select_before(int layer, int batch);
