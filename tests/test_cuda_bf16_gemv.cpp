@@ -463,11 +463,13 @@ TEST_P(Bf16GemvQkvRope, MatchesBiasRopeAndAppendOnTheHost) {
 }
 
 // Llama-3-8B's heads (32 / 8 x 128) at k = 4096 (the ring: 6144 rows), the default model's (9 / 3
-// x 64, k = 576) and a small one (4 / 2 x 32: one block per head), n = 1, 3, 8, bf16 and FP8.
+// x 64, k = 576) and small ones (4 / 2 x 32; 3 / 1 x 16: one block per head), n = 1, 3, 8, bf16 and
+// FP8.
 INSTANTIATE_TEST_SUITE_P(Shapes, Bf16GemvQkvRope,
                          ::testing::Values(RopeShape{1, 4096, 32, 8, 128, false}, RopeShape{8, 4096, 32, 8, 128, true},
                                            RopeShape{3, 576, 9, 3, 64, false}, RopeShape{8, 576, 9, 3, 64, true},
-                                           RopeShape{3, 48, 4, 2, 32, true}, RopeShape{1, 40, 4, 2, 32, false}),
+                                           RopeShape{3, 48, 4, 2, 32, true}, RopeShape{1, 40, 4, 2, 32, false},
+                                           RopeShape{2, 64, 3, 1, 16, false}),
                          [](const auto& info) {
                            const RopeShape& s = info.param;
                            return "n" + std::to_string(s.n) + "_k" + std::to_string(s.k) + "_h" +
@@ -637,8 +639,8 @@ TEST(Bf16GemvArgs, RejectsWhatTheKernelCannotTake) {
   a.rope.k_pool = const_cast<bf16*>(w), a.rope.v_pool = const_cast<bf16*>(w);
   EXPECT_NO_THROW(cuda::check_bf16_gemv_args(a));
   auto b = a;
-  b.rope.head_dim = 48, b.m = 4 * 48;
-  expect_error(b, EC::kInvalidArgument, "head_dim = 48");
+  b.rope.head_dim = 40, b.m = 4 * 40;
+  expect_error(b, EC::kInvalidArgument, "head_dim = 40");
   b = a, b.m = 96;
   expect_error(b, EC::kInvalidArgument, "m = 96");
   b = a, b.rope.kv_row = nullptr;

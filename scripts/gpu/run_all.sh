@@ -36,6 +36,8 @@
 #                                            8B and default-model shapes, n = 1..8; its weight staging A/B
 #   scripts/gpu/run_all.sh bench-fp8-fused  FP8 weights in the fused decode layers: the products (gemv8*) vs the FP8
 #                                            GEMV, and traced FP8 decode steps fused vs unfused (b1 128K)
+#   scripts/gpu/run_all.sh bench-knob       A/B of a lab environment knob (KNOB, VALUES, ROUNDS): 8B shape b1 bf16/FP8
+#                                            and the default model, alternated in one call
 #   scripts/gpu/run_all.sh bench-fused      decode steps: cuBLASLt + separate kernels vs the bf16 GEMV vs the fused
 #                                            decode layers (A/B/C), 8B shape b1/b4 and the default model
 #   scripts/gpu/run_all.sh bench-ab         A/B of code changes in one call: the tree against variants made by
@@ -764,6 +766,30 @@ PY
       echo "--- fused rows $rows"; head -40 "$out/trace_fp8_rows$rows.log"
     done
     exit $rc ;;
+  bench-knob)
+    # A/B of a lab environment knob in one call: KNOB=<variable> VALUES="<a> <b> ..." (default
+    # LYCHEE_FUSED_ROPE, "1 0"), ROUNDS rounds (default 2) alternating the values: bench_e2e b1 at
+    # 32K and 128K, Full and LycheeDecode, bf16 and FP8 weights (KNOB_WEIGHTS), and the staged
+    # default model's lychee bench; a one-line summary per run.
+    link_model
+    rc=0
+    knob=${KNOB:-LYCHEE_FUSED_ROPE}
+    for round in $(seq 1 "${ROUNDS:-2}"); do
+      for v in ${VALUES:-1 0}; do
+        tag="${knob}_${v}_$round"
+        env "$knob=$v" LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights "${KNOB_WEIGHTS:-bf16,fp8}" \
+          --contexts 32768,131072 --batches 1 --policies full,lychee --json "$out/e2e_$tag.json" \
+          > "$out/e2e_$tag.log" 2>&1 || rc=$(failed $? "bench_e2e $tag")
+        line="$(grep -E '^ +1 +1 ' "$out/e2e_$tag.log" | awk '{printf "%s/%s %s  ", $3, $4, $5}')"
+        if [ -f "$model" ]; then
+          env "$knob=$v" "$build/bin/lychee" bench --model "$model" --device cuda --prompt-tokens 512 --gen-tokens 256 \
+            --json "$out/model_$tag.json" > "$out/model_$tag.log" 2>&1 || rc=$(failed $? "lychee bench $tag")
+          line="$line model $(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['decode_tok_s'], 1))" "$out/model_$tag.json") tok/s"
+        fi
+        echo "round $round $knob=$v: $line"
+      done
+    done
+    exit $rc ;;
   bench-gemv)
     # Issue 17's decode products: our bf16 GEMV (plain, and with the fused decode layers' RMSNorm)
     # against the engine's cuBLASLt bf16 product, at the 8B and default-model shapes,
@@ -962,8 +988,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab|bench-fp8-fused) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab, bench-fp8-fused)"; exit 2 ;;
+      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab|bench-fp8-fused|bench-knob) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab, bench-fp8-fused, bench-knob)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))

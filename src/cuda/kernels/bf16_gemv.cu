@@ -79,24 +79,25 @@ struct Fmt {
   static constexpr int kXVecs = kPerLane / 8;    // uint4 of bf16 x per lane and chunk
 };
 
-// The first row of tile r of block b; SwiGLU: gate rows [16 b, 16 b + 16) (r = 0) and the up rows
-// of the same outputs (r = 1); QKV + RoPE: rows [16 j, 16 j + 16) of head h (r = 0) and their RoPE
-// partners half a head further (r = 1), with h = b / (d / 32), j = b % (d / 32) for head_dim d.
+// The weight row of row rr (< 16) of tile r of block b: rows [16 (b R + r), + 16); SwiGLU: gate rows
+// [16 b, 16 b + 16) (r = 0) and the up rows of the same outputs (r = 1); QKV + RoPE (R = 1): rows
+// [8 j, 8 j + 8) of head h (rr < 8) and their RoPE partners half a head further (rr >= 8: the mma's
+// rows g and g + 8 are partners), with h = b / (d / 16), j = b % (d / 16) for head_dim d.
 template <int R, GemvOut OUT>
-__device__ __forceinline__ int tile_row(int r, int b, const Bf16GemvArgs& a) {
-  if constexpr (OUT == GemvOut::kSwiGlu) return r * (a.m / 2) + 16 * b;
+__device__ __forceinline__ int row_of(int r, int rr, int b, const Bf16GemvArgs& a) {
+  if constexpr (OUT == GemvOut::kSwiGlu) return r * (a.m / 2) + 16 * b + rr;
   if constexpr (OUT == GemvOut::kQkvRope) {
-    const int per_head = a.rope.head_dim / 32;
-    return (b / per_head) * a.rope.head_dim + r * (a.rope.head_dim / 2) + 16 * (b % per_head);
+    const int d = a.rope.head_dim, per_head = d / 16;
+    return (b / per_head) * d + (rr / 8) * (d / 2) + 8 * (b % per_head) + rr % 8;
   }
-  return (b * R + r) * 16;
+  return (b * R + r) * 16 + rr;
 }
 
 // Whether row rr (< 16) of tile r of block b exists.
 template <int R, GemvOut OUT>
 __device__ __forceinline__ bool row_in(int r, int rr, int b, const Bf16GemvArgs& a) {
   if constexpr (OUT == GemvOut::kSwiGlu) return 16 * b + rr < a.m / 2;
-  return tile_row<R, OUT>(r, b, a) + rr < a.m;
+  return row_of<R, OUT>(r, rr, b, a) < a.m;
 }
 
 template <int R>
@@ -124,7 +125,7 @@ __device__ __forceinline__ const void* weight_ptr(const Bf16GemvArgs& a, int b, 
                                                   int t) {
   const int col = (c + p) * Fmt<F8>::kChunk + Fmt<F8>::kPerLane * t, rr = 8 * h + g;
   if (col >= a.k || !row_in<R, OUT>(r, rr, b, a)) return nullptr;
-  const size_t at = size_t(tile_row<R, OUT>(r, b, a) + rr) * size_t(a.k) + col;
+  const size_t at = size_t(row_of<R, OUT>(r, rr, b, a)) * size_t(a.k) + col;
   if constexpr (F8) return a.w8 + at;
   return a.w + at;
 }
@@ -208,6 +209,16 @@ __device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, c
   }
 }
 
+// RoPE of the pair (x0, x1) by `angle`, as qkv_rope_append (kernels.cu). Not inlined: sincosf's
+// large-argument path (positions past ~10^4) would otherwise push the main loop's registers into
+// local memory in the kernels that fit three blocks per SM.
+__device__ __noinline__ void rotate(float angle, float& x0, float& x1) {
+  float sn, cs;
+  sincosf(angle, &sn, &cs);
+  const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
+  x0 = y0, x1 = y1;
+}
+
 __device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + __expf(-gate)) * up; }
 
 // The rows' norm factors r_i = rsqrt(Σ_p ss[i][p] / k + eps), warp i summing row i's slots (lane
@@ -266,7 +277,7 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
     for (int w = 1; w < kWarps; ++w) s += part[w][i][rr];
     if constexpr (F8) {  // the row's scale (0 past m: the residual add's lanes of absent rows)
       const int r = rr / 16, in_tile = rr % 16;
-      s *= row_in<R, OUT>(r, in_tile, b, a) ? a.w_scale[tile_row<R, OUT>(r, b, a) + in_tile] : 0.0f;
+      s *= row_in<R, OUT>(r, in_tile, b, a) ? a.w_scale[row_of<R, OUT>(r, in_tile, b, a)] : 0.0f;
     }
     if constexpr (NORM) s *= rs[i];
     return s;
@@ -284,11 +295,11 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
     // Output p of head h and its partner p + d/2: bias, then RoPE (Q and K heads) as
     // qkv_rope_append computes it, rounded once; Q to y, K and V into the token's page slot.
     const Bf16GemvRope& rp = a.rope;
-    const int d = rp.head_dim, half = d / 2, per_head = d / 32;
-    const int h = b / per_head, p0 = 16 * (b % per_head);
-    for (int o = int(threadIdx.x); o < a.n * 16; o += kThreads) {
-      const int i = o / 16, p = p0 + o % 16, c0 = h * d + p;
-      float x0 = sum(i, o % 16), x1 = sum(i, 16 + o % 16);
+    const int d = rp.head_dim, half = d / 2, per_head = d / 16;
+    const int h = b / per_head, p0 = 8 * (b % per_head);
+    for (int o = int(threadIdx.x); o < a.n * 8; o += kThreads) {
+      const int i = o / 8, p = p0 + o % 8, c0 = h * d + p;
+      float x0 = sum(i, o % 8), x1 = sum(i, 8 + o % 8);
       if (a.bias != nullptr) x0 += a.bias[c0], x1 += a.bias[c0 + half];
       bf16* dst;
       if (h < rp.n_heads) {
@@ -299,12 +310,7 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
         dst = (v ? rp.v_pool : rp.k_pool) +
               ((size_t(rp.kv_page[i]) * rp.n_kv_heads + kvh) * rp.page_size + rp.kv_row[i]) * d;
       }
-      if (h < rp.n_heads + rp.n_kv_heads) {
-        float sn, cs;
-        sincosf(float(rp.positions[i]) * rp.inv_freq[p], &sn, &cs);
-        const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
-        x0 = y0, x1 = y1;
-      }
+      if (h < rp.n_heads + rp.n_kv_heads) rotate(float(rp.positions[i]) * rp.inv_freq[p], x0, x1);
       dst[p] = __float2bfloat16_rn(x0);
       dst[p + half] = __float2bfloat16_rn(x1);
     }
@@ -445,8 +451,8 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
 template <int R, bool NORM, GemvOut OUT, bool F8>
 void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
   static const int forced = env_stages();
-  const int rows = OUT == GemvOut::kSwiGlu ? a.m / 2 : OUT == GemvOut::kQkvRope ? a.m / 2 : a.m;
-  const int per_block = OUT == GemvOut::kSwiGlu || OUT == GemvOut::kQkvRope ? 16 : 16 * R;
+  const int rows = OUT == GemvOut::kSwiGlu ? a.m / 2 : a.m;
+  const int per_block = OUT == GemvOut::kSwiGlu ? 16 : 16 * R;
   const int grid = (rows + per_block - 1) / per_block;
   const int stages = a.stages >= 0 ? a.stages : forced >= 0 ? forced : grid > 2 * device_info().sm_count ? 2 : 0;
   if (stages == 2)
@@ -462,7 +468,7 @@ void launch_out(const Bf16GemvArgs& a, cudaStream_t stream) {
     case GemvOut::kF32: launch_staging<1, NORM, GemvOut::kF32, F8>(a, stream); break;
     case GemvOut::kAddF32: launch_staging<1, NORM, GemvOut::kAddF32, F8>(a, stream); break;
     case GemvOut::kSwiGlu: launch_staging<2, NORM, GemvOut::kSwiGlu, F8>(a, stream); break;
-    case GemvOut::kQkvRope: launch_staging<2, NORM, GemvOut::kQkvRope, F8>(a, stream); break;
+    case GemvOut::kQkvRope: launch_staging<1, NORM, GemvOut::kQkvRope, F8>(a, stream); break;
   }
 }
 

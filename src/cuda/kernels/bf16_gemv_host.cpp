@@ -48,8 +48,8 @@ void check_bf16_gemv_args(const Bf16GemvArgs& a) {
            "bf16_gemv: SwiGLU output over m = {} rows; expected an even count (gate rows, then up rows)", a.m);
   if (a.out == GemvOut::kQkvRope) {
     const Bf16GemvRope& r = a.rope;
-    LY_CHECK(r.head_dim >= 32 && r.head_dim % 32 == 0, ErrorCode::kInvalidArgument,
-             "bf16_gemv: QKV + RoPE output with head_dim = {}; expected a positive multiple of 32", r.head_dim);
+    LY_CHECK(r.head_dim >= 16 && r.head_dim % 16 == 0, ErrorCode::kInvalidArgument,
+             "bf16_gemv: QKV + RoPE output with head_dim = {}; expected a positive multiple of 16", r.head_dim);
     LY_CHECK(r.n_heads >= 1 && r.n_kv_heads >= 1 &&
                  int64_t(a.m) == int64_t(r.n_heads + 2 * r.n_kv_heads) * int64_t(r.head_dim),
              ErrorCode::kInvalidArgument,
