@@ -463,12 +463,13 @@ TEST_P(Bf16GemvQkvRope, MatchesBiasRopeAndAppendOnTheHost) {
 }
 
 // Llama-3-8B's heads (32 / 8 x 128) at k = 4096 (the ring: 6144 rows), the default model's (9 / 3
-// x 64, k = 576) and small ones (4 / 2 x 32; 3 / 1 x 16: one block per head), n = 1, 3, 8, bf16 and
-// FP8.
+// x 64, k = 576) and small ones (4 / 2 x 32; 3 / 1 x 16: one block per head), n = 1, 3, 8 (bf16
+// weights: the output refuses FP8 codes, checked below; the test keeps the fp8 switch for the
+// day it takes them).
 INSTANTIATE_TEST_SUITE_P(Shapes, Bf16GemvQkvRope,
-                         ::testing::Values(RopeShape{1, 4096, 32, 8, 128, false}, RopeShape{8, 4096, 32, 8, 128, true},
-                                           RopeShape{3, 576, 9, 3, 64, false}, RopeShape{8, 576, 9, 3, 64, true},
-                                           RopeShape{3, 48, 4, 2, 32, true}, RopeShape{1, 40, 4, 2, 32, false},
+                         ::testing::Values(RopeShape{1, 4096, 32, 8, 128, false}, RopeShape{8, 4096, 32, 8, 128, false},
+                                           RopeShape{3, 576, 9, 3, 64, false}, RopeShape{8, 576, 9, 3, 64, false},
+                                           RopeShape{3, 48, 4, 2, 32, false}, RopeShape{1, 40, 4, 2, 32, false},
                                            RopeShape{2, 64, 3, 1, 16, false}),
                          [](const auto& info) {
                            const RopeShape& s = info.param;
@@ -647,6 +648,8 @@ TEST(Bf16GemvArgs, RejectsWhatTheKernelCannotTake) {
   expect_error(b, EC::kInvalidArgument, "kv_row");
   b = a, b.rope.page_size = 0;
   expect_error(b, EC::kInvalidArgument, "page_size = 0");
+  b = a, b.w = nullptr, b.w8 = reinterpret_cast<const uint8_t*>(buf), b.w_scale = ss;
+  expect_error(b, EC::kUnsupported, "takes bf16 weights");
   static float scales[2] = {};
   const auto* codes = reinterpret_cast<const uint8_t*>(buf);
   a = ok, a.w = nullptr, a.w8 = codes;  // FP8 codes without their scales

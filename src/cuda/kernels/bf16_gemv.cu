@@ -468,7 +468,9 @@ void launch_out(const Bf16GemvArgs& a, cudaStream_t stream) {
     case GemvOut::kF32: launch_staging<1, NORM, GemvOut::kF32, F8>(a, stream); break;
     case GemvOut::kAddF32: launch_staging<1, NORM, GemvOut::kAddF32, F8>(a, stream); break;
     case GemvOut::kSwiGlu: launch_staging<2, NORM, GemvOut::kSwiGlu, F8>(a, stream); break;
-    case GemvOut::kQkvRope: launch_staging<1, NORM, GemvOut::kQkvRope, F8>(a, stream); break;
+    case GemvOut::kQkvRope:  // bf16 weights only (check_bf16_gemv_args)
+      if constexpr (!F8) launch_staging<1, NORM, GemvOut::kQkvRope, F8>(a, stream);
+      break;
   }
 }
 

@@ -47,6 +47,9 @@ void check_bf16_gemv_args(const Bf16GemvArgs& a) {
   LY_CHECK(a.out != GemvOut::kSwiGlu || a.m % 2 == 0, ErrorCode::kInvalidArgument,
            "bf16_gemv: SwiGLU output over m = {} rows; expected an even count (gate rows, then up rows)", a.m);
   if (a.out == GemvOut::kQkvRope) {
+    LY_CHECK(!fp8, ErrorCode::kUnsupported,
+             "bf16_gemv: the QKV + RoPE output takes bf16 weights (with FP8 codes its kernel spills registers and "
+             "measured slower than kBf16 + qkv_rope_append)");
     const Bf16GemvRope& r = a.rope;
     LY_CHECK(r.head_dim >= 16 && r.head_dim % 16 == 0, ErrorCode::kInvalidArgument,
              "bf16_gemv: QKV + RoPE output with head_dim = {}; expected a positive multiple of 16", r.head_dim);

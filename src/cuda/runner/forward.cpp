@@ -166,8 +166,10 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
   // h: the embedding's norm (layer 0) or the last residual add's bf16(attn_norm · x) with its sums
-  // of squares. The fused layers without q/k norms append K/V in the QKV product's epilogue.
-  if (fused && o.fused_qkv_rope && L.q_norm == nullptr && L.k_norm == nullptr && c.head_dim % 16 == 0) {
+  // of squares. The fused layers without q/k norms append K/V in the QKV product's epilogue (bf16
+  // QKV matrices: bf16_gemv.h says why not FP8 ones).
+  if (fused && o.fused_qkv_rope && !L.wqkv.fp8() && L.q_norm == nullptr && L.k_norm == nullptr &&
+      c.head_dim % 16 == 0) {
     Bf16GemvRope rope;
     rope.positions = meta_dev<int32_t>(meta.positions);
     rope.kv_page = meta_dev<int32_t>(meta.kv_page);
