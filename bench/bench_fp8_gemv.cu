@@ -7,14 +7,14 @@
 // products that bound a batch-1 step at its bandwidth (issue 17).
 //
 //   bench_fp8_gemv [--json FILE] [--quick] [--shapes qkv,o,gate_up,down,lm_head,s_qkv,...] [--batches 1,2,4,8]
-//                  [--kernels fp8,bf16,cublas_fp8,gemv,gemv_norm,gemv8,gemv8_norm,gemv8_norm_nolo] [--reps 30]
+//                  [--kernels fp8,bf16,cublas_fp8,gemv,gemv_norm,gemv8,gemv8_norm] [--reps 30]
 //                  [--calls 20] [--tag TEXT]
 // Kernels: fp8 (lychee_fp8), bf16 (cublaslt_bf16), cublas_fp8 (cublaslt_fp8), gemv (lychee_bf16:
 // bf16_gemv, plain), gemv_norm (lychee_bf16_norm: bf16_gemv scaled by the RMSNorm factor from sums of squares,
 // the fused decode layers' QKV / gate-up form; timed, not checked here: tests/test_cuda_bf16_gemv.cpp
 // checks it); gemv8, gemv8_norm (lychee_fp8_fused, lychee_fp8_fused_norm: the same kernel over the FP8
-// codes, Bf16GemvArgs::w8, as the fused decode layers run FP8 weights; the plain one checked), and
-// gemv8_norm_nolo (the norm without the input residues x_lo: one mma per code group, not two).
+// codes, Bf16GemvArgs::w8, as the fused decode layers run FP8 weights, the norm without input
+// residues as FP8 products take it; the plain one checked).
 // LYCHEE_FP8_GEMV_TILES=1|2|4 (read by the kernel, once per process) forces its m16 tiles per block;
 // the JSON records the setting ("auto" without it). LYCHEE_COMMIT stamps the JSON. Exit status 1
 // when a checked product is wrong (FAIL lines on stderr), after the table and the JSON.
@@ -551,11 +551,12 @@ Candidate cublas_bf16(Context& c, const Shape& s, Operands& o, int n) {
 // bf16_gemv (plain: y = x · wᵀ; norm: with the input residues x_lo (x again, for the timing) and
 // scaled by the RMSNorm factor from partial sums of squares, as the fused decode layers' QKV,
 // gate/up and LM-head products are; its output is not the plain product's and is timed only).
-// fp8: the same over the e4m3 codes and scales (Bf16GemvArgs::w8); lo: with the norm, the input
-// residues x_lo too (the fused layers' form).
-Candidate ours_bf16(Context& c, const Shape& s, Operands& o, int n, bool norm, bool fp8 = false, bool lo = true) {
+// fp8: the same over the e4m3 codes and scales (Bf16GemvArgs::w8), with the norm but no x_lo (the
+// FP8 products take none).
+Candidate ours_bf16(Context& c, const Shape& s, Operands& o, int n, bool norm, bool fp8 = false) {
   Candidate k;
-  k.kernel = std::string(fp8 ? "lychee_fp8_fused" : "lychee_bf16") + (norm ? "_norm" : "") + (norm && !lo ? "_nolo" : "");
+  const bool lo = norm && !fp8;
+  k.kernel = std::string(fp8 ? "lychee_fp8_fused" : "lychee_bf16") + (norm ? "_norm" : "");
   const char* st = std::getenv("LYCHEE_BF16_GEMV_STAGES");
   k.note = std::string("stages ") + (st != nullptr ? st : "auto");
   k.bytes = (fp8 ? 1.0 * o.m * o.k + 4.0 * o.m : 2.0 * o.m * o.k) + 2.0 * n * o.k +
@@ -568,7 +569,7 @@ Candidate ours_bf16(Context& c, const Shape& s, Operands& o, int n, bool norm, b
     Bf16GemvArgs a;
     a.x = o.x.data();
     if (norm) a.ss = o.ss.data(), a.ss_count = bf16_gemv_ss_count(o.k), a.eps = 1e-5f;
-    if (norm && lo) a.x_lo = o.x.data();
+    if (lo) a.x_lo = o.x.data();
     if (fp8)
       a.w8 = o.w8_copy(copy), a.w_scale = o.scale_copy(copy);
     else
@@ -641,7 +642,6 @@ Row bench_kernel(Context& c, const Shape& s, Operands& o, int n, const std::stri
                       : which == "gemv_norm" ? ours_bf16(c, s, o, n, true)
                       : which == "gemv8"     ? ours_bf16(c, s, o, n, false, true)
                       : which == "gemv8_norm" ? ours_bf16(c, s, o, n, true, true)
-                      : which == "gemv8_norm_nolo" ? ours_bf16(c, s, o, n, true, true, false)
                                              : cublas_fp8(c, s, o, n);
   Row r;
   r.shape = s.name, r.kernel = k.kernel, r.out = s.f32_out ? "f32" : "bf16", r.note = k.note;
@@ -789,8 +789,8 @@ std::string parse(int argc, char** argv, Options& opt) {
       return "unknown shape '" + s + "' (qkv, o, gate_up, down, lm_head, s_qkv, s_o, s_gate_up, s_down, s_lm_head)";
   for (const std::string& k : opt.kernels)
     if (k != "fp8" && k != "bf16" && k != "cublas_fp8" && k != "gemv" && k != "gemv_norm" && k != "gemv8" &&
-        k != "gemv8_norm" && k != "gemv8_norm_nolo")
-      return "unknown kernel '" + k + "' (fp8, bf16, cublas_fp8, gemv, gemv_norm, gemv8, gemv8_norm, gemv8_norm_nolo)";
+        k != "gemv8_norm")
+      return "unknown kernel '" + k + "' (fp8, bf16, cublas_fp8, gemv, gemv_norm, gemv8, gemv8_norm)";
   for (int n : opt.batches)
     if (n < 1 || n > kFp8GemvMaxRows) return "batch " + std::to_string(n) + " out of 1..8";
   return "";
@@ -811,8 +811,7 @@ std::vector<Row> bench_shapes(Context& c, int& failures) {
         } catch (const std::exception& e) {  // recorded; a sticky CUDA error fails the next ones too
           const std::string label = k == "fp8" ? "lychee_fp8" : k == "bf16" ? "cublaslt_bf16" : k == "gemv" ? "lychee_bf16"
                                     : k == "gemv_norm" ? "lychee_bf16_norm" : k == "gemv8" ? "lychee_fp8_fused"
-                                    : k == "gemv8_norm" ? "lychee_fp8_fused_norm"
-                                    : k == "gemv8_norm_nolo" ? "lychee_fp8_fused_norm_nolo" : "cublaslt_fp8";
+                                    : k == "gemv8_norm" ? "lychee_fp8_fused_norm" : "cublaslt_fp8";
           std::fprintf(stderr, "FAIL %s n=%d %s: %s\n", s.name, n, label.c_str(), e.what());
           ++failures;
           Row r;

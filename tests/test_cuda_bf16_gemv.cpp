@@ -104,7 +104,8 @@ Problem make_problem(int n, int k, int m, uint32_t seed) {
 }
 
 // s[i][j] = f_i Σ_t w[j][t] x[i][t] in double (x = x16, or xt + xt_lo with f_i the exact RMSNorm
-// factor of v; w the bf16 weights, or with fp8 the codes' values times the row scales), and
+// factor of v; w the bf16 weights, or with fp8 the codes' values times the row scales, and x
+// then xt alone: the FP8 products take no residues), and
 // f_i Σ|terms| (bounds the f32 accumulation error), [n][m].
 struct Sums {
   std::vector<double> s, abs;
@@ -129,7 +130,7 @@ Sums sums(const Problem& p, bool norm, bool fp8) {
       double s = 0.0, a = 0.0;
       for (int t = 0; t < p.k; ++t) {
         const size_t e = size_t(i) * p.k + t;
-        const double xv = double(bf16_to_f32(x[e])) + (norm ? double(bf16_to_f32(p.xt_lo[e])) : 0.0);
+        const double xv = double(bf16_to_f32(x[e])) + (norm && !fp8 ? double(bf16_to_f32(p.xt_lo[e])) : 0.0);
         const double term = weight(p, size_t(j) * p.k + t, fp8) * xv;
         s += term;
         a += std::fabs(term);
@@ -179,7 +180,8 @@ Device upload(const Problem& p) {
 Bf16GemvArgs args(Device& d, const Problem& p, GemvOut out, bool norm, int m, int stages = -1, bool fp8 = false) {
   Bf16GemvArgs a;
   a.x = norm ? d.xt.data() : d.x16.data();
-  if (norm) a.x_lo = d.xt_lo.data(), a.ss = d.ss.data(), a.ss_count = ss_count(p.k), a.eps = kEps;
+  if (norm) a.ss = d.ss.data(), a.ss_count = ss_count(p.k), a.eps = kEps;
+  if (norm && !fp8) a.x_lo = d.xt_lo.data();
   if (fp8)
     a.w8 = d.w8.data(), a.w_scale = d.w_scale.data();
   else
@@ -463,13 +465,12 @@ TEST_P(Bf16GemvQkvRope, MatchesBiasRopeAndAppendOnTheHost) {
 }
 
 // Llama-3-8B's heads (32 / 8 x 128) at k = 4096 (the ring: 6144 rows), the default model's (9 / 3
-// x 64, k = 576) and small ones (4 / 2 x 32; 3 / 1 x 16: one block per head), n = 1, 3, 8 (bf16
-// weights: the output refuses FP8 codes, checked below; the test keeps the fp8 switch for the
-// day it takes them).
+// x 64, k = 576) and small ones (4 / 2 x 32; 3 / 1 x 16: one block per head), n = 1, 3, 8, bf16
+// and FP8.
 INSTANTIATE_TEST_SUITE_P(Shapes, Bf16GemvQkvRope,
-                         ::testing::Values(RopeShape{1, 4096, 32, 8, 128, false}, RopeShape{8, 4096, 32, 8, 128, false},
-                                           RopeShape{3, 576, 9, 3, 64, false}, RopeShape{8, 576, 9, 3, 64, false},
-                                           RopeShape{3, 48, 4, 2, 32, false}, RopeShape{1, 40, 4, 2, 32, false},
+                         ::testing::Values(RopeShape{1, 4096, 32, 8, 128, false}, RopeShape{8, 4096, 32, 8, 128, true},
+                                           RopeShape{3, 576, 9, 3, 64, false}, RopeShape{8, 576, 9, 3, 64, true},
+                                           RopeShape{3, 48, 4, 2, 32, true}, RopeShape{1, 40, 4, 2, 32, false},
                                            RopeShape{2, 64, 3, 1, 16, false}),
                          [](const auto& info) {
                            const RopeShape& s = info.param;
@@ -649,7 +650,9 @@ TEST(Bf16GemvArgs, RejectsWhatTheKernelCannotTake) {
   b = a, b.rope.page_size = 0;
   expect_error(b, EC::kInvalidArgument, "page_size = 0");
   b = a, b.w = nullptr, b.w8 = reinterpret_cast<const uint8_t*>(buf), b.w_scale = ss;
-  expect_error(b, EC::kUnsupported, "takes bf16 weights");
+  EXPECT_NO_THROW(cuda::check_bf16_gemv_args(b));  // FP8 codes take the RoPE epilogue too
+  b.ss = ss, b.ss_count = 1, b.x_lo = w;             // but no input residues
+  expect_error(b, EC::kInvalidArgument, "x_lo with FP8");
   static float scales[2] = {};
   const auto* codes = reinterpret_cast<const uint8_t*>(buf);
   a = ok, a.w = nullptr, a.w8 = codes;  // FP8 codes without their scales

@@ -753,10 +753,10 @@ PY
     exit $rc ;;
   bench-fp8-fused)
     # FP8 weights through the fused decode layers (the bf16 GEMV kernel over e4m3 codes): the
-    # products against the FP8 GEMV (plain, with the norm, with the norm but no input residues) at
-    # the 8B shapes, then traced decode steps fused and unfused (LYCHEE_FUSED_DECODE_ROWS=0), b1 128K.
+    # products against the FP8 GEMV (plain, with the norm) at the 8B shapes, then traced decode steps
+    # fused and unfused (LYCHEE_FUSED_DECODE_ROWS=0), b1 128K.
     rc=0
-    "$build/bin/bench_fp8_gemv" --kernels fp8,gemv8,gemv8_norm,gemv8_norm_nolo --shapes qkv,o,gate_up,down \
+    "$build/bin/bench_fp8_gemv" --kernels fp8,gemv8,gemv8_norm --shapes qkv,o,gate_up,down \
       --batches 1,8 --tag "commit $commit" --json "$out/gemv8.json" > "$out/gemv8.log" 2>&1 || rc=$(failed $? "bench_fp8_gemv gemv8")
     grep -E "^\|" "$out/gemv8.log" | head -40
     for rows in 8 0; do

@@ -16,7 +16,10 @@
 // lane's 16 goes to mma j in fp8_gemv.cu's slots, so with the same chunk order its sums are the FP8
 // GEMV's bit for bit; the row's scale multiplies the block's sum before the norm factor and the
 // epilogue. The fused decode layers run on FP8 weights through it (half the bytes, the same
-// launches as bf16).
+// launches as bf16). FP8 weights take no x_lo: the norm's input is rounded to bf16 once, as the
+// unfused FP8 path rounds it (the weights' own rounding, 2^-4, dwarfs it), and the second mma
+// and its loads cost the FP8 products 0.2-1.7 µs each and pushed the QKV + RoPE form into spills
+// (docs/results/fp8_gpu/fused_layers/).
 //
 // Layout. A block is 8 warps and R m16 tiles of rows (R = 1; 2 for SwiGLU, whose tiles are 16 gate
 // rows and the 16 up rows of the same outputs, so the epilogue has both); every warp multiplies
@@ -156,7 +159,7 @@ __device__ __forceinline__ void load_x(StepX<R, F8>& s, const Bf16GemvArgs& a, i
 #pragma unroll
     for (int v = 0; v < Fmt<F8>::kXVecs; ++v) {
       s.x[p][v] = in ? reinterpret_cast<const uint4*>(a.x + at)[v] : make_uint4(0, 0, 0, 0);
-      if constexpr (NORM)
+      if constexpr (NORM && !F8)
         s.lo[p][v] = in && a.x_lo != nullptr ? reinterpret_cast<const uint4*>(a.x_lo + at)[v] : make_uint4(0, 0, 0, 0);
     }
   }
@@ -172,23 +175,19 @@ __device__ __forceinline__ void fp8_b(const uint4 (&x)[2], int j, uint32_t& b0, 
 
 template <int R, bool NORM, bool F8>
 __device__ __forceinline__ void mma_step(float (&acc)[R][4], const Step<R>& s, const StepX<R, F8>& xs, bool lo_in) {
-  if constexpr (F8) {  // fp8_gemv.cu's order: byte 4 j + e of the lane's 16 to mma j
+  if constexpr (F8) {  // fp8_gemv.cu's order: byte 4 j + e of the lane's 16 to mma j; no x_lo (see the top)
 #pragma unroll
     for (int p = 0; p < Step<R>::kChunks; ++p)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        uint32_t b0, b1, l0 = 0, l1 = 0;
+        uint32_t b0, b1;
         fp8_b(xs.x[p], j, b0, b1);
-        if constexpr (NORM)
-          if (lo_in) fp8_b(xs.lo[p], j, l0, l1);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           uint32_t a0, a1, a2, a3;  // rows g (a0, a2) and g + 8 (a1, a3)
           gemv::e4m3x4_to_bf16(gemv::word(s.w[p][r][0], j), a0, a2);
           gemv::e4m3x4_to_bf16(gemv::word(s.w[p][r][1], j), a1, a3);
           ptx::mma_bf16(acc[r], a0, a1, a2, a3, b0, b1);
-          if constexpr (NORM)
-            if (lo_in) ptx::mma_bf16(acc[r], a0, a1, a2, a3, l0, l1);
         }
       }
   } else {
@@ -468,9 +467,7 @@ void launch_out(const Bf16GemvArgs& a, cudaStream_t stream) {
     case GemvOut::kF32: launch_staging<1, NORM, GemvOut::kF32, F8>(a, stream); break;
     case GemvOut::kAddF32: launch_staging<1, NORM, GemvOut::kAddF32, F8>(a, stream); break;
     case GemvOut::kSwiGlu: launch_staging<2, NORM, GemvOut::kSwiGlu, F8>(a, stream); break;
-    case GemvOut::kQkvRope:  // bf16 weights only (check_bf16_gemv_args)
-      if constexpr (!F8) launch_staging<1, NORM, GemvOut::kQkvRope, F8>(a, stream);
-      break;
+    case GemvOut::kQkvRope: launch_staging<1, NORM, GemvOut::kQkvRope, F8>(a, stream); break;
   }
 }
 

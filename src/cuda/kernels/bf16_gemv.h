@@ -21,15 +21,15 @@
 //            at the row's position (x0 c - x1 s, x1 c + x0 s; angle positions[i] · inv_freq[p]),
 //            rounded to bf16 once: Q into y (bf16 [n][n_heads][d]), K and V into the pools at the
 //            token's page slot (kv_page[i], kv_row[i]). No q/k norm (its sums span the whole head:
-//            such models keep the separate kernel). d a multiple of 16. bf16 weights only: over FP8
-//            codes the kernel spilled registers and the FP8 step was 0.09 ms slower (H100, 8B shape).
-//            Against the separate kernel (bf16, H100, alternated): 8B b1 128K LycheeDecode 6.93 ->
-//            6.86 ms, Full 11.48 -> 11.42; default model 1507 -> 1561 tok/s.
+//            such models keep the separate kernel). d a multiple of 16. Against the separate kernel
+//            (bf16, H100, alternated): 8B b1 128K LycheeDecode 6.93 -> 6.86 ms, Full 11.48 ->
+//            11.42; default model 1507 -> 1561 tok/s.
 // bias f32, may be null. FP8 weights (w8 and w_scale instead of w: e4m3 codes [m][k] and a scale
 // per row, core/fp8.h's layout as GpuMatrix holds it) make every s_j of the above
 // w_scale[j] · Σ_t e4m3(w8[j][t]) · x[i][t] (the codes widened to bf16 exactly, as fp8_gemv.h does):
 // the same epilogues over half the weight bytes; without the norm, kBf16 and kF32 outputs are
-// fp8_gemv's and fp8_gemv_f32_out's bit for bit (the same lanes, chunks and order).
+// fp8_gemv's and fp8_gemv_f32_out's bit for bit (the same lanes, chunks and order). With FP8
+// weights the norm's input is x alone (no x_lo: bf16_gemv.cu says why).
 // The sums are f32 (bf16 products are exact in f32) in an order that depends
 // only on k: each output's bits are the same whatever m, n or the other rows are, and two calls
 // give the same bits. What changes against the unfused kernels (cuBLASLt + add_rmsnorm + silu_mul):
@@ -103,7 +103,7 @@ constexpr int bf16_gemv_ss_count(int m) { return (m + 15) / 16; }
 // The checks bf16_gemv runs before launching (no GPU needed, so tests can call them):
 // kInvalidArgument for n < 1, k < 1, m < 1, a null x or y, not exactly one of w and w8 (w8
 // without w_scale), x, w or w8 not 16-byte aligned, ss
-// without ss_count >= 1 (or eps without ss), next_norm on another output than kAddF32 or without
+// without ss_count >= 1 (or eps without ss), x_lo with w8, next_norm on another output than kAddF32 or without
 // xn and ss_out, an odd m for kSwiGlu, for kQkvRope a head_dim not a positive multiple of 16, m not
 // (n_heads + 2 n_kv_heads) head_dim, a null rope pointer or page_size < 1, stages not -1, 0 or 2; kUnsupported for n > 8 (split the batch, or use the
 // GEMM) and k not a multiple of 8 (16 for w8: the weight rows must stay 16-byte aligned).

@@ -115,7 +115,7 @@ void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOu
   Bf16GemvArgs a;
   a.x = x;
   if (normed) {
-    a.x_lo = h_lo.data();
+    a.x_lo = w.fp8() ? nullptr : h_lo.data();  // FP8 products take the rounded input alone (bf16_gemv.h)
     a.ss = ss_part.data();
     a.ss_count = bf16_gemv_ss_count(c.d_model);
     a.eps = c.rms_eps;
@@ -166,10 +166,8 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
   // h: the embedding's norm (layer 0) or the last residual add's bf16(attn_norm · x) with its sums
-  // of squares. The fused layers without q/k norms append K/V in the QKV product's epilogue (bf16
-  // QKV matrices: bf16_gemv.h says why not FP8 ones).
-  if (fused && o.fused_qkv_rope && !L.wqkv.fp8() && L.q_norm == nullptr && L.k_norm == nullptr &&
-      c.head_dim % 16 == 0) {
+  // of squares. The fused layers without q/k norms append K/V in the QKV product's epilogue.
+  if (fused && o.fused_qkv_rope && L.q_norm == nullptr && L.k_norm == nullptr && c.head_dim % 16 == 0) {
     Bf16GemvRope rope;
     rope.positions = meta_dev<int32_t>(meta.positions);
     rope.kv_page = meta_dev<int32_t>(meta.kv_page);

@@ -87,7 +87,7 @@ struct RunnerOptions {
   static int parse_pdl_products(const std::string& list);
   // Fused decode layers: the QKV product's epilogue adds the bias, applies RoPE and writes Q and
   // the token's K/V into the pools (bf16_gemv.h's kQkvRope), where qkv_rope_append ran after it
-  // (models with q/k norms and FP8 QKV matrices keep that kernel). Measured (H100, alternated
+  // (models with q/k norms keep that kernel). Measured (H100, alternated
   // twice): 8B b1 128K LycheeDecode 6.93 -> 6.86 ms, Full 11.48 -> 11.42; the default model 1507 ->
   // 1561 tok/s. LYCHEE_FUSED_ROPE=0|1 replaces it (lab A/B).
   bool fused_qkv_rope = true;
