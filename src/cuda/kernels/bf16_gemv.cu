@@ -18,7 +18,8 @@
 // epilogue. The fused decode layers run on FP8 weights through it (half the bytes, the same
 // launches as bf16). FP8 weights take no x_lo: the norm's input is rounded to bf16 once, as the
 // unfused FP8 path rounds it (the weights' own rounding, 2^-4, dwarfs it), and the second mma
-// and its loads cost the FP8 products 0.2-1.7 µs each and pushed the QKV + RoPE form into spills
+// and its loads cost the FP8 QKV, output and gate/up products 0.2-1.6 µs each (H100, n = 1 and 8;
+// not the down product) and pushed the QKV + RoPE form into spills
 // (docs/results/fp8_gpu/fused_layers/).
 //
 // Layout. A block is 8 warps and R m16 tiles of rows (R = 1; 2 for SwiGLU, whose tiles are 16 gate
