@@ -89,8 +89,8 @@ struct RunnerOptions {
   // the token's K/V into the pools (bf16_gemv.h's kQkvRope), where qkv_rope_append ran after it
   // (models with q/k norms keep that kernel). Measured (alternated twice): 8B b1 128K
   // LycheeDecode 6.93 -> 6.86 ms on the H100 (bf16), 3.93 -> 3.88 on the H200 (FP8); the default
-  // model 1507 -> 1561 tok/s (H100); at 32K LycheeDecode 0.5-0.9% slower (its side-stream
-  // selections lose a kernel to hide behind; docs/results/gpu/decode_step/fused_rope/).
+  // model 1507 -> 1561 tok/s (H100); at 32K LycheeDecode 0.5-0.9% slower, not explained
+  // (docs/results/gpu/decode_step/fused_rope/).
   // LYCHEE_FUSED_ROPE=0|1 replaces it (lab A/B).
   bool fused_qkv_rope = true;
   // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
