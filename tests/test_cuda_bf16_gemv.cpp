@@ -676,6 +676,10 @@ TEST(Bf16GemvArgs, RejectsWhatTheKernelCannotTake) {
   EXPECT_TRUE(cuda::bf16_gemv_fits(buf, codes, 8, 576, true));
   EXPECT_FALSE(cuda::bf16_gemv_fits(buf, codes, 8, 24, true));
   EXPECT_TRUE(cuda::bf16_gemv_fits(buf, codes, 8, 24, false));
+  EXPECT_TRUE(cuda::bf16_gemv_weights_fit(codes, 32, true));
+  EXPECT_FALSE(cuda::bf16_gemv_weights_fit(codes, 24, true));
+  EXPECT_FALSE(cuda::bf16_gemv_weights_fit(codes + 1, 32, true));
+  EXPECT_FALSE(cuda::bf16_gemv_weights_fit(nullptr, 32, false));
 }
 
 }  // namespace

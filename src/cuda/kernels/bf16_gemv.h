@@ -112,6 +112,9 @@ void check_bf16_gemv_args(const Bf16GemvArgs& a);
 // Whether a product of this shape and these pointers passes the checks (the runner's fallback to
 // cuBLASLt or the FP8 GEMV where it does not): w bf16 weights, or with fp8 e4m3 codes. Pure.
 bool bf16_gemv_fits(const void* x, const void* w, int n, int k, bool fp8 = false);
+// The weights' part of it: w non-null and 16-byte aligned, k a positive multiple of 8 (16 with
+// fp8). The runner asks it of every matrix before it fuses a model's layers. Pure.
+bool bf16_gemv_weights_fit(const void* w, int k, bool fp8);
 
 // Asynchronous on stream.
 void bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream);

@@ -70,10 +70,13 @@ void check_bf16_gemv_args(const Bf16GemvArgs& a) {
            "bf16_gemv: pdl = {} (-1 by size, 0 plain, 1 programmatic dependent launch)", a.pdl);
 }
 
-bool bf16_gemv_fits(const void* x, const void* w, int n, int k, bool fp8) {
+bool bf16_gemv_weights_fit(const void* w, int k, bool fp8) {
   const int unit = fp8 ? 16 : 8;
-  return n >= 1 && n <= kBf16GemvMaxRows && k >= unit && k % unit == 0 && x != nullptr && w != nullptr &&
-         aligned16(x) && aligned16(w);
+  return k >= unit && k % unit == 0 && w != nullptr && aligned16(w);
+}
+
+bool bf16_gemv_fits(const void* x, const void* w, int n, int k, bool fp8) {
+  return n >= 1 && n <= kBf16GemvMaxRows && x != nullptr && aligned16(x) && bf16_gemv_weights_fit(w, k, fp8);
 }
 
 void bf16_gemv(const Bf16GemvArgs& a, cudaStream_t stream) {

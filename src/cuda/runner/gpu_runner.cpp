@@ -134,13 +134,13 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
     act8_scales = DeviceBuffer<float>(mt);
   }
   logits = DeviceBuffer<float>(rank == 0 ? size_t(o.max_batch) * c.vocab_size : 0);
-  {  // the fused decode layers' requirements (bf16_gemv.h): 16-byte aligned weights, every input
-     // width a multiple of 8 for bf16 matrices and of 16 for FP8 ones (read by the same kernel when
-     // the FP8 GEMV is on), (the activation buffers are cudaMalloc'ed: 256-byte aligned)
+  {  // the fused decode layers' requirements: every matrix as bf16_gemv_weights_fit asks (FP8 ones
+     // only with the FP8 GEMV on), norm weights 16-byte aligned (the activation buffers are
+     // cudaMalloc'ed: 256-byte aligned)
     const auto aligned = [](const void* p) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     const auto ok = [&](const GpuMatrix& m) {
-      return m.fp8() ? o.fp8_gemv && m.cols % 16 == 0 && aligned(m.codes) && m.scales != nullptr
-                     : m.cols % 8 == 0 && aligned(m.values);
+      return m.fp8() ? o.fp8_gemv && m.scales != nullptr && bf16_gemv_weights_fit(m.codes, m.cols, true)
+                     : bf16_gemv_weights_fit(m.values, m.cols, false);
     };
     fusable = aligned(w->out_norm) &&
               (w->output8.fp8() ? ok(w->output8) : ok(GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, c.d_model}));
