@@ -58,6 +58,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench_env.h"
@@ -635,6 +636,19 @@ double rel_error(const Operands& o, int n, bool f32_out, std::string& worst) {
   return err;
 }
 
+// The --kernels names and the labels their rows carry.
+constexpr std::pair<const char*, const char*> kKernels[] = {
+    {"fp8", "lychee_fp8"},         {"bf16", "cublaslt_bf16"},        {"cublas_fp8", "cublaslt_fp8"},
+    {"gemv", "lychee_bf16"},       {"gemv_norm", "lychee_bf16_norm"}, {"gemv8", "lychee_fp8_fused"},
+    {"gemv8_norm", "lychee_fp8_fused_norm"}};
+
+// The label of a --kernels name, or null for an unknown one.
+const char* kernel_label(const std::string& name) {
+  for (const auto& [k, label] : kKernels)
+    if (name == k) return label;
+  return nullptr;
+}
+
 Row bench_kernel(Context& c, const Shape& s, Operands& o, int n, const std::string& which, int& failures) {
   const Candidate k = which == "fp8"         ? ours(c, s, o, n)
                       : which == "bf16"      ? cublas_bf16(c, s, o, n)
@@ -788,9 +802,11 @@ std::string parse(int argc, char** argv, Options& opt) {
     if (std::none_of(std::begin(kShapes), std::end(kShapes), [&](const Shape& k) { return s == k.name; }))
       return "unknown shape '" + s + "' (qkv, o, gate_up, down, lm_head, s_qkv, s_o, s_gate_up, s_down, s_lm_head)";
   for (const std::string& k : opt.kernels)
-    if (k != "fp8" && k != "bf16" && k != "cublas_fp8" && k != "gemv" && k != "gemv_norm" && k != "gemv8" &&
-        k != "gemv8_norm")
-      return "unknown kernel '" + k + "' (fp8, bf16, cublas_fp8, gemv, gemv_norm, gemv8, gemv8_norm)";
+    if (kernel_label(k) == nullptr) {
+      std::string known;
+      for (const auto& [name, label] : kKernels) known += std::string(known.empty() ? "" : ", ") + name;
+      return "unknown kernel '" + k + "' (" + known + ")";
+    }
   for (int n : opt.batches)
     if (n < 1 || n > kFp8GemvMaxRows) return "batch " + std::to_string(n) + " out of 1..8";
   return "";
@@ -809,9 +825,7 @@ std::vector<Row> bench_shapes(Context& c, int& failures) {
         try {
           rows.push_back(bench_kernel(c, s, o, n, k, failures));
         } catch (const std::exception& e) {  // recorded; a sticky CUDA error fails the next ones too
-          const std::string label = k == "fp8" ? "lychee_fp8" : k == "bf16" ? "cublaslt_bf16" : k == "gemv" ? "lychee_bf16"
-                                    : k == "gemv_norm" ? "lychee_bf16_norm" : k == "gemv8" ? "lychee_fp8_fused"
-                                    : k == "gemv8_norm" ? "lychee_fp8_fused_norm" : "cublaslt_fp8";
+          const std::string label = kernel_label(k);
           std::fprintf(stderr, "FAIL %s n=%d %s: %s\n", s.name, n, label.c_str(), e.what());
           ++failures;
           Row r;
