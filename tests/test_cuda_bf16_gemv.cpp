@@ -338,6 +338,15 @@ TEST_P(Bf16Gemv, MatchesTheReference) {
       EXPECT_EQ(std::memcmp(y.data(), ring.data(), y.size() * sizeof(float)), 0) << what << ": the stagings differ";
       const std::vector<float> again = run(d, p, args(d, p, out, norm, m, -1, fp8));
       EXPECT_EQ(std::memcmp(y.data(), again.data(), y.size() * sizeof(float)), 0) << what << ": runs differ";
+      if (out == GemvOut::kSwiGlu)  // the other tilings: 16 and 8 outputs per block, both stagings
+        for (const int outputs : {16, 8})
+          for (const int stages : {0, 2}) {
+            Bf16GemvArgs a = args(d, p, out, norm, m, stages, fp8);
+            a.swiglu_outputs = outputs;
+            const std::vector<float> tiled = run(d, p, a);
+            EXPECT_EQ(std::memcmp(y.data(), tiled.data(), y.size() * sizeof(float)), 0)
+                << what << ": " << outputs << " outputs per block, stages " << stages << " differ";
+          }
       if (fp8 && !norm && (out == GemvOut::kBf16 || out == GemvOut::kF32)) {
         const std::vector<float> plain = fp8_gemv_result(d, p, out);
         ASSERT_EQ(plain.size(), y.size());
@@ -632,6 +641,8 @@ TEST(Bf16GemvArgs, RejectsWhatTheKernelCannotTake) {
   expect_error(a, EC::kInvalidArgument, "x_lo");
   a = ok, a.stages = 3;
   expect_error(a, EC::kInvalidArgument, "stages = 3");
+  a = ok, a.swiglu_outputs = 4;
+  expect_error(a, EC::kInvalidArgument, "swiglu_outputs = 4");
   a = ok, a.pdl = 2;
   expect_error(a, EC::kInvalidArgument, "pdl = 2");
   static int32_t ints[4] = {};

@@ -38,6 +38,17 @@ TEST(RunnerPlan, PdlProductListsParseToTheirMask) {
   test::expect_error([] { O::parse_pdl_products("o,,down"); }, ErrorCode::kInvalidArgument, {"''"});
 }
 
+// LYCHEE_GEMV_EPILOGUES's list: the epilogues the plain bf16 GEMV takes outside the fused layers.
+TEST(RunnerPlan, GemvEpilogueListsParseToTheirMask) {
+  using O = cuda::RunnerOptions;
+  EXPECT_EQ(O::parse_gemv_epilogues("rope,swiglu"), O::kEpilogueRope | O::kEpilogueSwiGlu);
+  EXPECT_EQ(O::parse_gemv_epilogues("swiglu"), O::kEpilogueSwiGlu);
+  EXPECT_EQ(O::parse_gemv_epilogues("none"), 0);
+  EXPECT_EQ(O().gemv_epilogues, O::kEpilogueRope | O::kEpilogueSwiGlu);
+  test::expect_error([] { O::parse_gemv_epilogues("rope,norm"); }, ErrorCode::kInvalidArgument,
+                     {"'norm'", "rope, swiglu, none"});
+}
+
 TEST(RunnerPlan, LycheeBecomesScoredDenseItemsUnitListsAndKvHeadSelectors) {
   const ModelConfig c = shape();
   SelectParams sel;

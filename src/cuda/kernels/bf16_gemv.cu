@@ -22,8 +22,10 @@
 // not the down product) and pushed the QKV + RoPE form into spills
 // (docs/results/fp8_gpu/fused_layers/).
 //
-// Layout. A block is 8 warps and R m16 tiles of rows (R = 1; 2 for SwiGLU, whose tiles are 16 gate
-// rows and the 16 up rows of the same outputs, so the epilogue has both); every warp multiplies
+// Layout. A block is 8 warps and R m16 tiles of rows (R = 1; SwiGLU's 16 outputs per block: R = 2,
+// tiles of 16 gate rows and the 16 up rows of the same outputs, so the epilogue has both; its 8
+// outputs per block: R = 1, the tile's rows g the gate rows and g + 8 their up rows, twice the
+// blocks for the same bytes, which fills the last wave of a small grid better); every warp multiplies
 // all the block's rows over its own part of k, and the 8 partial sums are added through shared
 // memory at the end, in warp order. k is cut into chunks of 32: lane (g, t) = (lane / 4, lane % 4)
 // loads weights [8 t, 8 t + 8) of the chunk for rows g and g + 8 of each tile (uint4, streamed past
@@ -59,6 +61,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -83,13 +86,15 @@ struct Fmt {
   static constexpr int kXVecs = kPerLane / 8;    // uint4 of bf16 x per lane and chunk
 };
 
-// The weight row of row rr (< 16) of tile r of block b: rows [16 (b R + r), + 16); SwiGLU: gate rows
-// [16 b, 16 b + 16) (r = 0) and the up rows of the same outputs (r = 1); QKV + RoPE (R = 1): rows
+// The weight row of row rr (< 16) of tile r of block b: rows [16 (b R + r), + 16); SwiGLU with two
+// tiles: gate rows [16 b, 16 b + 16) (r = 0) and the up rows of the same outputs (r = 1); SwiGLU with
+// one tile: gate rows [8 b, 8 b + 8) (rr < 8) and their up rows (rr >= 8); QKV + RoPE (R = 1): rows
 // [8 j, 8 j + 8) of head h (rr < 8) and their RoPE partners half a head further (rr >= 8: the mma's
 // rows g and g + 8 are partners), with h = b / (d / 16), j = b % (d / 16) for head_dim d.
 template <int R, GemvOut OUT>
 __device__ __forceinline__ int row_of(int r, int rr, int b, const Bf16GemvArgs& a) {
-  if constexpr (OUT == GemvOut::kSwiGlu) return r * (a.m / 2) + 16 * b + rr;
+  if constexpr (OUT == GemvOut::kSwiGlu && R == 2) return r * (a.m / 2) + 16 * b + rr;
+  if constexpr (OUT == GemvOut::kSwiGlu) return (rr / 8) * (a.m / 2) + 8 * b + rr % 8;  // rows g, g + 8: gate, up
   if constexpr (OUT == GemvOut::kQkvRope) {
     const int d = a.rope.head_dim, per_head = d / 16;
     return (b / per_head) * d + (rr / 8) * (d / 2) + 8 * (b % per_head) + rr % 8;
@@ -100,7 +105,7 @@ __device__ __forceinline__ int row_of(int r, int rr, int b, const Bf16GemvArgs& 
 // Whether row rr (< 16) of tile r of block b exists.
 template <int R, GemvOut OUT>
 __device__ __forceinline__ bool row_in(int r, int rr, int b, const Bf16GemvArgs& a) {
-  if constexpr (OUT == GemvOut::kSwiGlu) return 16 * b + rr < a.m / 2;
+  if constexpr (OUT == GemvOut::kSwiGlu) return (R == 2 ? 16 * b + rr : 8 * b + rr % 8) < a.m / 2;
   return row_of<R, OUT>(r, rr, b, a) < a.m;
 }
 
@@ -283,11 +288,12 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
     return s;
   };
   if constexpr (OUT == GemvOut::kSwiGlu) {
+    constexpr int kOut = 8 * R;  // outputs per block: the gate rows' sums first, then the up rows'
     const int f = a.m / 2;
-    for (int o = int(threadIdx.x); o < a.n * 16; o += kThreads) {
-      const int i = o / 16, j = 16 * b + o % 16;
+    for (int o = int(threadIdx.x); o < a.n * kOut; o += kThreads) {
+      const int i = o / kOut, j = kOut * b + o % kOut;
       if (j >= f) continue;
-      float gate = sum(i, o % 16), up = sum(i, 16 + o % 16);
+      float gate = sum(i, o % kOut), up = sum(i, kOut + o % kOut);
       if (a.bias != nullptr) gate += a.bias[j], up += a.bias[f + j];
       static_cast<bf16*>(a.y)[size_t(i) * f + j] = __float2bfloat16_rn(silu_times(gate, up));
     }
@@ -448,17 +454,50 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
     bf16_gemv_kernel<R, S, NORM, OUT, F8><<<grid, kThreads, kRing, stream>>>(a);
 }
 
+// The grid of a product: its blocks' outputs (16 R rows; SwiGLU 8 R outputs, each a gate and an up row).
+template <int R, GemvOut OUT>
+int grid_of(const Bf16GemvArgs& a) {
+  const int rows = OUT == GemvOut::kSwiGlu ? a.m / 2 : a.m;
+  const int per_block = OUT == GemvOut::kSwiGlu ? 8 * R : 16 * R;
+  return (rows + per_block - 1) / per_block;
+}
+
+// The automatic staging: the ring where the grid takes more than one wave of two blocks per SM.
+int auto_stages(int grid) { return grid > 2 * device_info().sm_count ? 2 : 0; }
+
 template <int R, bool NORM, GemvOut OUT, bool F8>
 void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
   static const int forced = env_stages();
-  const int rows = OUT == GemvOut::kSwiGlu ? a.m / 2 : a.m;
-  const int per_block = OUT == GemvOut::kSwiGlu ? 16 : 16 * R;
-  const int grid = (rows + per_block - 1) / per_block;
-  const int stages = a.stages >= 0 ? a.stages : forced >= 0 ? forced : grid > 2 * device_info().sm_count ? 2 : 0;
+  const int grid = grid_of<R, OUT>(a);
+  const int stages = a.stages >= 0 ? a.stages : forced >= 0 ? forced : auto_stages(grid);
   if (stages == 2)
     launch_kernel<R, 2, NORM, OUT, F8>(a, grid, stream);
   else
     launch_kernel<R, 0, NORM, OUT, F8>(a, grid, stream);
+}
+
+// How busy the last wave of a grid keeps the GPU: waves / ceil(waves), with the staging's blocks
+// per SM (3 with the ring, 2 without).
+double wave_fill(int grid, int stages) {
+  const double slots = double(device_info().sm_count) * (stages == 2 ? 3 : 2);
+  const double waves = double(grid) / slots;
+  return waves / std::ceil(waves);
+}
+
+// SwiGLU's outputs per block (bf16_gemv.h): the argument, else LYCHEE_BF16_GEMV_SWIGLU=8|16, else
+// the one whose grid fills its last wave better (16 on a tie).
+int swiglu_outputs(const Bf16GemvArgs& a) {
+  static const int forced = [] {
+    const char* v = std::getenv("LYCHEE_BF16_GEMV_SWIGLU");
+    return v == nullptr ? -1 : std::string(v) == "8" ? 8 : std::string(v) == "16" ? 16 : -1;
+  }();
+  if (a.swiglu_outputs > 0) return a.swiglu_outputs;
+  if (forced > 0) return forced;
+  static const int env_st = env_stages();
+  const auto fill = [&](int grid) {
+    return wave_fill(grid, a.stages >= 0 ? a.stages : env_st >= 0 ? env_st : auto_stages(grid));
+  };
+  return fill(grid_of<1, GemvOut::kSwiGlu>(a)) > fill(grid_of<2, GemvOut::kSwiGlu>(a)) + 1e-9 ? 8 : 16;
 }
 
 template <bool NORM, bool F8>
@@ -467,7 +506,12 @@ void launch_out(const Bf16GemvArgs& a, cudaStream_t stream) {
     case GemvOut::kBf16: launch_staging<1, NORM, GemvOut::kBf16, F8>(a, stream); break;
     case GemvOut::kF32: launch_staging<1, NORM, GemvOut::kF32, F8>(a, stream); break;
     case GemvOut::kAddF32: launch_staging<1, NORM, GemvOut::kAddF32, F8>(a, stream); break;
-    case GemvOut::kSwiGlu: launch_staging<2, NORM, GemvOut::kSwiGlu, F8>(a, stream); break;
+    case GemvOut::kSwiGlu:
+      if (swiglu_outputs(a) == 8)
+        launch_staging<1, NORM, GemvOut::kSwiGlu, F8>(a, stream);
+      else
+        launch_staging<2, NORM, GemvOut::kSwiGlu, F8>(a, stream);
+      break;
     case GemvOut::kQkvRope: launch_staging<1, NORM, GemvOut::kQkvRope, F8>(a, stream); break;
   }
 }

@@ -14,7 +14,8 @@
 //            over the 16 rows j of block b (bf16_gemv_ss_count(m) slots per row): the next product's x
 //            and ss
 //   kSwiGlu  y[i][j] = bf16(silu(s_j + bias[j]) · (s_{f+j} + bias[f + j])), j < f = m / 2
-//            (w's rows: f gate rows, then f up rows, as the runner's fused gate/up matrix; y bf16 [n][f])
+//            (w's rows: f gate rows, then f up rows, as the runner's fused gate/up matrix; y bf16 [n][f]);
+//            16 or 8 outputs per block (swiglu_outputs below): the same bits
 //   kQkvRope the fused QKV projection with qkv_rope_append (kernels.h) as its epilogue: w's m rows
 //            are the Q, K and V heads of head_dim d each (rope.n_heads + 2 rope.n_kv_heads of them);
 //            u_j = s_j + bias[j], then for Q and K heads RoPE on the pairs (p, p + d/2) of each head
@@ -95,6 +96,13 @@ struct Bf16GemvArgs {
   // says why), 0 plain, 1 PDL (the caller knows the previous kernel is small, e.g. the decode
   // merge). LYCHEE_BF16_GEMV_PDL=0|1 in the environment overrides every product (lab A/B).
   int pdl = -1;
+  // kSwiGlu's outputs per block: 16 (two m16 tiles: 16 gate rows, their 16 up rows) or 8 (one tile:
+  // 8 gate rows with their up rows as the mma's rows g + 8; twice the blocks), the same bits either
+  // way; -1 picks the grid that fills its last wave of the GPU better (LYCHEE_BF16_GEMV_SWIGLU=8|16
+  // overrides it: lab A/B). E.g. Llama-3-8B's gate/up at b1: 896 blocks of 16 = 2.26 waves of 3
+  // blocks per SM on an H100, 1792 of 8 = 4.5 waves; halved by tensor parallelism over 2 GPUs,
+  // 1.13 against 2.26.
+  int swiglu_outputs = -1;
 };
 
 // The partial sums of squares a kAddF32 product of m rows writes per x row (its blocks).

@@ -66,6 +66,9 @@ void check_bf16_gemv_args(const Bf16GemvArgs& a) {
   }
   LY_CHECK(a.stages == -1 || a.stages == 0 || a.stages == 2, ErrorCode::kInvalidArgument,
            "bf16_gemv: stages = {} (-1 for the automatic choice, 0 or 2)", a.stages);
+  LY_CHECK(a.swiglu_outputs == -1 || a.swiglu_outputs == 8 || a.swiglu_outputs == 16, ErrorCode::kInvalidArgument,
+           "bf16_gemv: swiglu_outputs = {} (-1 for the automatic choice, 8 or 16 outputs per block)",
+           a.swiglu_outputs);
   LY_CHECK(a.pdl >= -1 && a.pdl <= 1, ErrorCode::kInvalidArgument,
            "bf16_gemv: pdl = {} (-1 by size, 0 plain, 1 programmatic dependent launch)", a.pdl);
 }

@@ -110,6 +110,12 @@ void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
   gemm->bf16_out(x, dequant.data(), y, n, w.cols, w.rows);
 }
 
+bool Shard::gemv_epilogue(const GpuMatrix& w, const bf16* x, int n, int bit) const {
+  if ((o.gemv_epilogues & bit) == 0) return false;
+  if (w.fp8()) return o.fp8_gemv && bf16_gemv_fits(x, w.codes, n, w.cols, true);
+  return n <= o.bf16_gemv_max_rows && bf16_gemv_fits(x, w.values, n, w.cols);
+}
+
 void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias,
                           int n, const float* next_norm, int pdl_bit, const Bf16GemvRope* rope) {
   Bf16GemvArgs a;
@@ -166,8 +172,11 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
   use();
   const GpuLayerWeights& L = w->layers[size_t(l)];
   // h: the embedding's norm (layer 0) or the last residual add's bf16(attn_norm · x) with its sums
-  // of squares. The fused layers without q/k norms append K/V in the QKV product's epilogue.
-  if (fused && o.fused_qkv_rope && L.q_norm == nullptr && L.k_norm == nullptr && c.head_dim % 16 == 0) {
+  // of squares. The fused layers without q/k norms append K/V in the QKV product's epilogue, and so
+  // does the plain bf16 GEMV where the layers are not fused (h: add_rmsnorm's output).
+  const bool rope_epilogue = L.q_norm == nullptr && L.k_norm == nullptr && c.head_dim % 16 == 0 &&
+                             (fused ? o.fused_qkv_rope : gemv_epilogue(L.wqkv, h.data(), n, RunnerOptions::kEpilogueRope));
+  if (rope_epilogue) {
     Bf16GemvRope rope;
     rope.positions = meta_dev<int32_t>(meta.positions);
     rope.kv_page = meta_dev<int32_t>(meta.kv_page);
@@ -177,8 +186,8 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
     rope.v_pool = pool->v(l);
     rope.n_heads = c.n_heads, rope.n_kv_heads = c.n_kv_heads, rope.head_dim = c.head_dim;
     rope.page_size = o.page_size;
-    fused_product(L.wqkv, h.data(), l > 0, GemvOut::kQkvRope, q.data(), L.bqkv, n, nullptr, RunnerOptions::kPdlQkv,
-                  &rope);
+    fused_product(L.wqkv, h.data(), fused && l > 0, GemvOut::kQkvRope, q.data(), L.bqkv, n, nullptr,
+                  fused ? RunnerOptions::kPdlQkv : 0, &rope);
   } else {
     if (fused && l > 0)
       fused_product(L.wqkv, h.data(), true, GemvOut::kBf16, qkv.data(), nullptr, n, nullptr, RunnerOptions::kPdlQkv);
@@ -218,8 +227,12 @@ void Shard::mlp_block(int l, int n) {
     return;
   }
   add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, c.d_model, c.rms_eps, stream);
-  linear(L.w_gate_up, h.data(), gu.data(), n);
-  silu_mul(gu.data(), L.b_gate_up, act.data(), n, c.d_ff, stream);
+  if (gemv_epilogue(L.w_gate_up, h.data(), n, RunnerOptions::kEpilogueSwiGlu)) {
+    fused_product(L.w_gate_up, h.data(), false, GemvOut::kSwiGlu, act.data(), L.b_gate_up, n);
+  } else {
+    linear(L.w_gate_up, h.data(), gu.data(), n);
+    silu_mul(gu.data(), L.b_gate_up, act.data(), n, c.d_ff, stream);
+  }
   linear(L.w_down, act.data(), o_buf.data(), n);
 }
 

@@ -8,6 +8,9 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <string>
+#include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -204,6 +207,8 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
              "LYCHEE_FUSED_ROPE={}: expected 0 or 1", v);
     o.fused_qkv_rope = std::string(v) == "1";
   }
+  if (const char* v = std::getenv("LYCHEE_GEMV_EPILOGUES"); v != nullptr && *v != 0)
+    o.gemv_epilogues = RunnerOptions::parse_gemv_epilogues(v);
   row_table_id.assign(size_t(opt.max_batch), 0);
   row_synced.assign(size_t(opt.max_batch), 0);
   const int n = int(weights.size());
@@ -337,19 +342,39 @@ int GpuRunner::tensor_parallel() const { return impl_->size(); }
 
 int GpuRunner::fused_decode_rows() const { return impl_->fused_rows(); }
 
-int RunnerOptions::parse_pdl_products(const std::string& list) {
+namespace {
+
+// The mask of a comma-separated list of `names` (or "none": 0); kInvalidArgument naming the bad
+// entry and the choices.
+int parse_mask(const std::string& list, std::initializer_list<std::pair<std::string_view, int>> names,
+               std::string_view what) {
   int mask = 0;
   for (size_t at = 0; at <= list.size();) {
     const size_t end = std::min(list.find(',', at), list.size());
     const std::string name = list.substr(at, end - at);
-    const int bit = name == "qkv" ? kPdlQkv : name == "o" ? kPdlOutput : name == "gate_up" ? kPdlGateUp
-                  : name == "down" ? kPdlDown : 0;
-    LY_CHECK(bit != 0 || name == "none", ErrorCode::kInvalidArgument,
-             "fused products under PDL '{}': '{}' is none of qkv, o, gate_up, down, none", list, name);
+    int bit = 0;
+    std::string choices;
+    for (const auto& [n, b] : names) {
+      if (n == name) bit = b;
+      choices += std::string(n) + ", ";
+    }
+    LY_CHECK(bit != 0 || name == "none", ErrorCode::kInvalidArgument, "{} '{}': '{}' is none of {}none", what, list,
+             name, choices);
     mask |= bit;
     at = end + 1;
   }
   return mask;
+}
+
+}  // namespace
+
+int RunnerOptions::parse_pdl_products(const std::string& list) {
+  return parse_mask(list, {{"qkv", kPdlQkv}, {"o", kPdlOutput}, {"gate_up", kPdlGateUp}, {"down", kPdlDown}},
+                    "fused products under PDL");
+}
+
+int RunnerOptions::parse_gemv_epilogues(const std::string& list) {
+  return parse_mask(list, {{"rope", kEpilogueRope}, {"swiglu", kEpilogueSwiGlu}}, "GEMV epilogues");
 }
 
 int GpuRunner::Impl::fused_rows() const {

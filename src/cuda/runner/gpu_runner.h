@@ -93,6 +93,17 @@ struct RunnerOptions {
   // (docs/results/gpu/decode_step/fused_rope/).
   // LYCHEE_FUSED_ROPE=0|1 replaces it (lab A/B).
   bool fused_qkv_rope = true;
+  // Where the decode layers are not fused (tensor parallelism: the residual adds sit where the
+  // all-reduces are; batches past fused_decode_max_rows) but the bf16 GEMV takes a product (rows
+  // within bf16_gemv_max_rows; FP8 weights with fp8_gemv): the epilogues it still takes, as a mask
+  // of kEpilogueRope (the QKV product's bias + RoPE + K/V append, kQkvRope, for models without q/k
+  // norms, in place of qkv_rope_append) and kEpilogueSwiGlu (the gate/up product's SwiGLU, in place
+  // of silu_mul). LYCHEE_GEMV_EPILOGUES=rope,swiglu (either, or "none") replaces it (lab A/B).
+  static constexpr int kEpilogueRope = 1, kEpilogueSwiGlu = 2;
+  int gemv_epilogues = kEpilogueRope | kEpilogueSwiGlu;
+  // The mask of a comma-separated list of rope, swiglu (or "none": 0), as LYCHEE_GEMV_EPILOGUES
+  // gives it; kInvalidArgument naming the bad entry. Pure.
+  static int parse_gemv_epilogues(const std::string& list);
   // One GPU: run the all-reduces through NCCL anyway (a communicator of one rank: they change
   // nothing), so the tensor-parallel path is tested on one GPU.
   bool nccl = false;

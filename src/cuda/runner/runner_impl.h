@@ -226,6 +226,10 @@ struct Shard {
   void forward_end(int n, bool decode, bool logits);
   void join();
   void linear(const GpuMatrix& w, const bf16* x, bf16* y, int n);  // y[n][w.rows] = x[n][w.cols] · wᵀ
+  // Outside the fused layers: whether the bf16 GEMV takes w's product of n rows of x with the
+  // epilogue `bit` of RunnerOptions::gemv_epilogues (bf16 weights within bf16_gemv_max_rows, FP8
+  // ones with fp8_gemv on).
+  bool gemv_epilogue(const GpuMatrix& w, const bf16* x, int n, int bit) const;
   // The fused decode layers' products (bf16_gemv.h): x bf16 rows; with `normed`, x is the
   // norm-weighted residual that the last residual add wrote into h (its residues in h_lo, its sums
   // of squares in ss_part), and the products are RMSNorm's. A residual add (kAddF32) with next_norm writes them.
