@@ -192,7 +192,8 @@ case "${1:-}" in
     echo "build ok" ;;
   test)
     link_model
-    LYCHEE_REQUIRE_GPU=1 "$build/bin/lychee_tests" --gtest_brief=1 ${2:+--gtest_filter="$2"} > "$out/tests.log" 2>&1
+    filter="${2:-${TEST_FILTER:-}}"  # `test FILTER`, or TEST_FILTER (the `all` stage passes no argument)
+    LYCHEE_REQUIRE_GPU=1 "$build/bin/lychee_tests" --gtest_brief=1 ${filter:+--gtest_filter="$filter"} > "$out/tests.log" 2>&1
     rc=$?
     grep -E "Failure|FAILED|Skipped|error|Which is|Expected|actual" "$out/tests.log" | head -60
     tail -4 "$out/tests.log"
