@@ -476,16 +476,15 @@ void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
     launch_kernel<R, 0, NORM, OUT, F8>(a, grid, stream);
 }
 
-// How busy the last wave of a grid keeps the GPU: waves / ceil(waves), with the staging's blocks
-// per SM (3 with the ring, 2 without).
-double wave_fill(int grid, int stages) {
-  const double slots = double(device_info().sm_count) * (stages == 2 ? 3 : 2);
-  const double waves = double(grid) / slots;
-  return waves / std::ceil(waves);
-}
+// A grid's waves over the GPU, with the staging's blocks per SM (3 with the ring, 2 without).
+double waves_of(int grid, int stages) { return double(grid) / (double(device_info().sm_count) * (stages == 2 ? 3 : 2)); }
 
 // SwiGLU's outputs per block (bf16_gemv.h): the argument, else LYCHEE_BF16_GEMV_SWIGLU=8|16, else
-// the one whose grid fills its last wave better (16 on a tie).
+// 8 where its grid fills its last wave better (waves / ceil(waves)) and either n = 1 or the grid of
+// 16 is under 1.5 waves, else 16. Measured on two H200s, 8B shape (docs/scaling.md): 8 was 1-2%
+// faster per step at batch 1 on one GPU (2.26 against 4.5 waves) and on each of two (1.13 against
+// 2.26), and at batch 4 on two, but 0.7-2.4% slower at batch 4 on one GPU (each block reads all
+// of x: twice the blocks, twice x's reads).
 int swiglu_outputs(const Bf16GemvArgs& a) {
   static const int forced = [] {
     const char* v = std::getenv("LYCHEE_BF16_GEMV_SWIGLU");
@@ -494,10 +493,12 @@ int swiglu_outputs(const Bf16GemvArgs& a) {
   if (a.swiglu_outputs > 0) return a.swiglu_outputs;
   if (forced > 0) return forced;
   static const int env_st = env_stages();
-  const auto fill = [&](int grid) {
-    return wave_fill(grid, a.stages >= 0 ? a.stages : env_st >= 0 ? env_st : auto_stages(grid));
+  const auto waves = [&](int grid) {
+    return waves_of(grid, a.stages >= 0 ? a.stages : env_st >= 0 ? env_st : auto_stages(grid));
   };
-  return fill(grid_of<1, GemvOut::kSwiGlu>(a)) > fill(grid_of<2, GemvOut::kSwiGlu>(a)) + 1e-9 ? 8 : 16;
+  const double w8 = waves(grid_of<1, GemvOut::kSwiGlu>(a)), w16 = waves(grid_of<2, GemvOut::kSwiGlu>(a));
+  const bool fills_better = w8 / std::ceil(w8) > w16 / std::ceil(w16) + 1e-9;
+  return fills_better && (a.n == 1 || w16 < 1.5) ? 8 : 16;
 }
 
 template <bool NORM, bool F8>

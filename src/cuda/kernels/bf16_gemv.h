@@ -98,10 +98,10 @@ struct Bf16GemvArgs {
   int pdl = -1;
   // kSwiGlu's outputs per block: 16 (two m16 tiles: 16 gate rows, their 16 up rows) or 8 (one tile:
   // 8 gate rows with their up rows as the mma's rows g + 8; twice the blocks), the same bits either
-  // way; -1 picks the grid that fills its last wave of the GPU better (LYCHEE_BF16_GEMV_SWIGLU=8|16
-  // overrides it: lab A/B). E.g. Llama-3-8B's gate/up at b1: 896 blocks of 16 = 2.26 waves of 3
-  // blocks per SM on an H100, 1792 of 8 = 4.5 waves; halved by tensor parallelism over 2 GPUs,
-  // 1.13 against 2.26.
+  // way; -1 picks 8 where its grid fills the last wave of the GPU better and n = 1 or 16's grid is
+  // under 1.5 waves (bf16_gemv.cu has the measurements; LYCHEE_BF16_GEMV_SWIGLU=8|16 overrides it:
+  // lab A/B). E.g. Llama-3-8B's gate/up: 896 blocks of 16 = 2.26 waves of 3 blocks per SM on an
+  // H100/H200, 1792 of 8 = 4.5 waves; halved by tensor parallelism over 2 GPUs, 1.13 against 2.26.
   int swiglu_outputs = -1;
 };
 

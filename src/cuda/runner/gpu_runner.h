@@ -101,6 +101,12 @@ struct RunnerOptions {
   // of silu_mul). LYCHEE_GEMV_EPILOGUES=rope,swiglu (either, or "none") replaces it (lab A/B).
   static constexpr int kEpilogueRope = 1, kEpilogueSwiGlu = 2;
   int gemv_epilogues = kEpilogueRope | kEpilogueSwiGlu;
+  // Tensor parallelism, decode steps: while each all-reduce and the norm after it run (~10 µs in
+  // which HBM idles), the next product's first weights, up to this many MiB, are prefetched into
+  // L2 (l2_prefetch, on a parallel branch of the step's graph): after the attention block the
+  // gate/up matrix's first gate and up rows, after the MLP the next layer's QKV matrix. 0: off.
+  // LYCHEE_TP_PREFETCH_MB=<0..256> replaces it (lab A/B).
+  int tp_prefetch_mb = 32;
   // The mask of a comma-separated list of rope, swiglu (or "none": 0), as LYCHEE_GEMV_EPILOGUES
   // gives it; kInvalidArgument naming the bad entry. Pure.
   static int parse_gemv_epilogues(const std::string& list);
