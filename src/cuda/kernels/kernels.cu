@@ -430,7 +430,7 @@ __global__ void add_bf16_kernel(bf16* dst, const bf16* src, size_t n) {
 
 // Pieces of kL2PrefetchPiece bytes of the ranges [a, a + na) then [b, b + nb), one bulk L2
 // prefetch per piece (its size rounded down to 16 bytes; Hopper's cp.async.bulk.prefetch.L2).
-constexpr size_t kL2PrefetchPiece = 32768;
+constexpr size_t kL2PrefetchPiece = 16384;
 
 __global__ void l2_prefetch_kernel(const char* a, size_t na, const char* b, size_t nb) {
   const size_t pa = (na + kL2PrefetchPiece - 1) / kL2PrefetchPiece, pb = (nb + kL2PrefetchPiece - 1) / kL2PrefetchPiece;
@@ -533,8 +533,10 @@ void add_bf16(bf16* dst, const bf16* src, size_t n, cudaStream_t s) {
 void l2_prefetch(const void* a, size_t a_bytes, const void* b, size_t b_bytes, cudaStream_t s) {
   const size_t pieces = (a_bytes + kL2PrefetchPiece - 1) / kL2PrefetchPiece + (b_bytes + kL2PrefetchPiece - 1) / kL2PrefetchPiece;
   if (pieces == 0) return;
-  l2_prefetch_kernel<<<grid_for(pieces, 128), 128, 0, s>>>(static_cast<const char*>(a), a_bytes,
-                                                          static_cast<const char*>(b), b_bytes);
+  // One warp per block: the pieces spread over as many SMs (and their copy engines) as there are
+  // warps of them.
+  l2_prefetch_kernel<<<grid_for(pieces, 32), 32, 0, s>>>(static_cast<const char*>(a), a_bytes,
+                                                        static_cast<const char*>(b), b_bytes);
   LY_CUDA_CHECK_LAUNCH();
 }
 

@@ -54,7 +54,7 @@ void sample(const float* logits, int32_t* out, int batch, int vocab, float tempe
 void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float std, cudaStream_t s);
 void fill_const_f32(float* p, size_t n, float value, cudaStream_t s);
 // Asks the L2 to fetch the bytes [a, a + a_bytes) and [b, b + b_bytes) (b may be null with 0
-// bytes) from HBM: Hopper's bulk L2 prefetch (cp.async.bulk.prefetch.L2), in pieces of 32 KiB,
+// bytes) from HBM: Hopper's bulk L2 prefetch (cp.async.bulk.prefetch.L2), in pieces of 16 KiB,
 // each rounded down to a multiple of 16 bytes. Nothing reaches the SMs and nothing waits: the
 // kernel ends once its requests are issued, and a kernel that reads those bytes later may find
 // them in L2. A hint: the results of every other kernel are the same with or without it. a and b

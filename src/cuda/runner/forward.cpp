@@ -164,8 +164,8 @@ void Shard::prefetch(const GpuMatrix& w, bool halves) {
   prefetched = true;
 }
 
-void Shard::join_prefetch() {
-  if (!prefetched) return;
+void Shard::join_prefetch(bool at_end) {
+  if (!prefetched || (!at_end && !o.tp_prefetch_join_product)) return;
   LY_CUDA_CHECK(cudaStreamWaitEvent(stream, pf_join));
   prefetched = false;
 }
@@ -275,7 +275,7 @@ void Shard::residual(int l, int n) {
 void Shard::forward_end(int n, bool decode, bool logits_wanted) {
   use();
   join();
-  join_prefetch();
+  join_prefetch(true);
   if (!logits_wanted) return;
   const int d = c.d_model;
   const int rows = decode ? n : 1;

@@ -220,6 +220,11 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
              v);
     o.tp_prefetch_mb = int(mb);
   }
+  if (const char* v = std::getenv("LYCHEE_TP_PREFETCH_JOIN"); v != nullptr && *v != 0) {
+    LY_CHECK(std::string(v) == "product" || std::string(v) == "end", ErrorCode::kInvalidArgument,
+             "LYCHEE_TP_PREFETCH_JOIN={}: expected product or end", v);
+    o.tp_prefetch_join_product = std::string(v) == "product";
+  }
   if (const char* v = std::getenv("LYCHEE_GEMV_EPILOGUES"); v != nullptr && *v != 0)
     o.gemv_epilogues = RunnerOptions::parse_gemv_epilogues(v);
   row_table_id.assign(size_t(opt.max_batch), 0);

@@ -107,6 +107,10 @@ struct RunnerOptions {
   // gate/up matrix's first gate and up rows, after the MLP the next layer's QKV matrix. 0: off.
   // LYCHEE_TP_PREFETCH_MB=<0..256> replaces it (lab A/B).
   int tp_prefetch_mb = 32;
+  // Where the step waits for a prefetch: before the product it prefetched for (true), or only at
+  // the end of the forward pass (false: the prefetch may still run beside that product).
+  // LYCHEE_TP_PREFETCH_JOIN=product|end replaces it (lab A/B).
+  bool tp_prefetch_join_product = true;
   // The mask of a comma-separated list of rope, swiglu (or "none": 0), as LYCHEE_GEMV_EPILOGUES
   // gives it; kInvalidArgument naming the bad entry. Pure.
   static int parse_gemv_epilogues(const std::string& list);

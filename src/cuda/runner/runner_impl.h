@@ -244,9 +244,10 @@ struct Shard {
                      const float* next_norm = nullptr, int pdl_bit = 0, const Bf16GemvRope* rope = nullptr);
   // With `prefetching`: the first weights of w (up to tp_prefetch_mb; with `halves`, as much of each
   // half: SwiGLU's gate and up rows) into L2 on pf_stream once the work queued so far is done;
-  // join_prefetch: `stream` waits for that stream (before the product it prefetched for).
+  // join_prefetch: `stream` waits for that stream (before the product it prefetched for, with
+  // tp_prefetch_join_product; at the end of the forward pass, at_end, always).
   void prefetch(const GpuMatrix& w, bool halves);
-  void join_prefetch();
+  void join_prefetch(bool at_end = false);
   void attention(int layer, bool decode, int batch, int q_len, int max_kv_len);
   void decode_attention_layer(int layer, int batch);
   void select_before(int layer, int batch);
