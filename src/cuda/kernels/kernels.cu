@@ -428,23 +428,6 @@ __global__ void add_bf16_kernel(bf16* dst, const bf16* src, size_t n) {
     dst[i] = __float2bfloat16(__bfloat162float(dst[i]) + __bfloat162float(src[i]));
 }
 
-// Pieces of kL2PrefetchPiece bytes of the ranges [a, a + na) then [b, b + nb), one bulk L2
-// prefetch per piece (its size rounded down to 16 bytes; Hopper's cp.async.bulk.prefetch.L2).
-constexpr size_t kL2PrefetchPiece = 16384;
-
-__global__ void l2_prefetch_kernel(const char* a, size_t na, const char* b, size_t nb) {
-  const size_t pa = (na + kL2PrefetchPiece - 1) / kL2PrefetchPiece, pb = (nb + kL2PrefetchPiece - 1) / kL2PrefetchPiece;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < pa + pb; i += size_t(gridDim.x) * blockDim.x) {
-    const bool first = i < pa;
-    const size_t n = first ? na : nb, off = (first ? i : i - pa) * kL2PrefetchPiece;
-    const uint32_t size = uint32_t(n - off < kL2PrefetchPiece ? n - off : kL2PrefetchPiece) & ~15u;
-    if (size == 0) continue;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((first ? a : b) + off), "r"(size) : "memory");
-#endif
-  }
-}
-
 int grid_for(size_t n, int threads) {
   const size_t blocks = (n + size_t(threads) - 1) / size_t(threads);
   return int(blocks < 65535 * 16 ? (blocks > 0 ? blocks : 1) : 65535 * 16);
@@ -527,16 +510,6 @@ void fill_const_f32(float* p, size_t n, float value, cudaStream_t s) {
 
 void add_bf16(bf16* dst, const bf16* src, size_t n, cudaStream_t s) {
   add_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(dst, src, n);
-  LY_CUDA_CHECK_LAUNCH();
-}
-
-void l2_prefetch(const void* a, size_t a_bytes, const void* b, size_t b_bytes, cudaStream_t s) {
-  const size_t pieces = (a_bytes + kL2PrefetchPiece - 1) / kL2PrefetchPiece + (b_bytes + kL2PrefetchPiece - 1) / kL2PrefetchPiece;
-  if (pieces == 0) return;
-  // One warp per block: the pieces spread over as many SMs (and their copy engines) as there are
-  // warps of them.
-  l2_prefetch_kernel<<<grid_for(pieces, 32), 32, 0, s>>>(static_cast<const char*>(a), a_bytes,
-                                                        static_cast<const char*>(b), b_bytes);
   LY_CUDA_CHECK_LAUNCH();
 }
 

@@ -53,13 +53,6 @@ void sample(const float* logits, int32_t* out, int batch, int vocab, float tempe
 // Fills p[n] with N(0, std²) values (a counter-based hash, deterministic in seed).
 void fill_normal_bf16(bf16* p, size_t n, uint64_t seed, float std, cudaStream_t s);
 void fill_const_f32(float* p, size_t n, float value, cudaStream_t s);
-// Asks the L2 to fetch the bytes [a, a + a_bytes) and [b, b + b_bytes) (b may be null with 0
-// bytes) from HBM: Hopper's bulk L2 prefetch (cp.async.bulk.prefetch.L2), in pieces of 16 KiB,
-// each rounded down to a multiple of 16 bytes. Nothing reaches the SMs and nothing waits: the
-// kernel ends once its requests are issued, and a kernel that reads those bytes later may find
-// them in L2. A hint: the results of every other kernel are the same with or without it. a and b
-// 16-byte aligned. No-op below sm_90. Capturable.
-void l2_prefetch(const void* a, size_t a_bytes, const void* b, size_t b_bytes, cudaStream_t s);
 // dst[i] = bf16(float(dst[i]) + float(src[i])): one rounding of the f32 sum, what an NCCL bf16
 // all-reduce over two ranks gives (the runner's one-device stand-in for it, tests only).
 void add_bf16(bf16* dst, const bf16* src, size_t n, cudaStream_t s);

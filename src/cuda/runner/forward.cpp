@@ -147,29 +147,6 @@ void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOu
   bf16_gemv(a, stream);
 }
 
-void Shard::prefetch(const GpuMatrix& w, bool halves) {
-  if (!prefetching) return;
-  const size_t budget = size_t(o.tp_prefetch_mb) << 20;
-  const auto* base = static_cast<const uint8_t*>(w.fp8() ? static_cast<const void*>(w.codes) : w.values);
-  const size_t total = size_t(w.rows) * size_t(w.cols) * (w.fp8() ? 1 : 2);
-  LY_CUDA_CHECK(cudaEventRecord(pf_fork, stream));
-  LY_CUDA_CHECK(cudaStreamWaitEvent(pf_stream, pf_fork));
-  if (halves) {
-    const size_t each = std::min(budget / 2, total / 2);
-    l2_prefetch(base, each, base + total / 2, each, pf_stream);
-  } else {
-    l2_prefetch(base, std::min(budget, total), nullptr, 0, pf_stream);
-  }
-  LY_CUDA_CHECK(cudaEventRecord(pf_join, pf_stream));
-  prefetched = true;
-}
-
-void Shard::join_prefetch(bool at_end) {
-  if (!prefetched || (!at_end && !o.tp_prefetch_join_product)) return;
-  LY_CUDA_CHECK(cudaStreamWaitEvent(stream, pf_join));
-  prefetched = false;
-}
-
 // The phases of a forward pass on this shard. A decode step first applies the step's
 // block-table changes; with the policy, a layer's selections run on a side stream (a parallel
 // branch of the graph) beside the next layer's projections and MLP, and the next layer's
@@ -199,7 +176,6 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
   // does the plain bf16 GEMV where the layers are not fused (h: add_rmsnorm's output).
   const bool rope_epilogue = L.q_norm == nullptr && L.k_norm == nullptr && c.head_dim % 16 == 0 &&
                              (fused ? o.fused_qkv_rope : gemv_epilogue(L.wqkv, h.data(), n, RunnerOptions::kEpilogueRope));
-  join_prefetch();  // the QKV weights the last MLP's all-reduce window prefetched
   if (rope_epilogue) {
     Bf16GemvRope rope;
     rope.positions = meta_dev<int32_t>(meta.positions);
@@ -238,8 +214,6 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
     fused_product(L.wo, att.data(), false, GemvOut::kAddF32, x.data(), L.bo, n, L.ffn_norm, RunnerOptions::kPdlOutput);
   else
     linear(L.wo, att.data(), o_buf.data(), n);
-  // Beside the all-reduce of o_buf and the norm: the gate/up weights' first rows into L2.
-  prefetch(L.w_gate_up, gemv_epilogue(L.w_gate_up, h.data(), n, RunnerOptions::kEpilogueSwiGlu));
 }
 
 void Shard::mlp_block(int l, int n) {
@@ -253,7 +227,6 @@ void Shard::mlp_block(int l, int n) {
     return;
   }
   add_rmsnorm(x.data(), o_buf.data(), L.bo, L.ffn_norm, h.data(), n, c.d_model, c.rms_eps, stream);
-  join_prefetch();
   if (gemv_epilogue(L.w_gate_up, h.data(), n, RunnerOptions::kEpilogueSwiGlu)) {
     fused_product(L.w_gate_up, h.data(), false, GemvOut::kSwiGlu, act.data(), L.b_gate_up, n);
   } else {
@@ -261,7 +234,6 @@ void Shard::mlp_block(int l, int n) {
     silu_mul(gu.data(), L.b_gate_up, act.data(), n, c.d_ff, stream);
   }
   linear(L.w_down, act.data(), o_buf.data(), n);
-  if (l + 1 < c.n_layers) prefetch(w->layers[size_t(l + 1)].wqkv, false);  // beside the all-reduce: the next QKV
 }
 
 void Shard::residual(int l, int n) {
@@ -275,7 +247,6 @@ void Shard::residual(int l, int n) {
 void Shard::forward_end(int n, bool decode, bool logits_wanted) {
   use();
   join();
-  join_prefetch(true);
   if (!logits_wanted) return;
   const int d = c.d_model;
   const int rows = decode ? n : 1;
@@ -300,8 +271,7 @@ void Shard::forward_end(int n, bool decode, bool logits_wanted) {
 void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_kv_len) {
   // The fused decode layers: one GPU (the residual adds sit where the all-reduces would go).
   const bool fused = decode && n <= fused_rows();
-  const bool prefetching = decode && size() > 1 && o.tp_prefetch_mb > 0;
-  for (auto& s : shards) s->fused = fused, s->prefetching = prefetching, s->prefetched = false;
+  for (auto& s : shards) s->fused = fused;
   for (auto& s : shards) s->forward_begin(n, decode);
   for (int l = 0; l < c.n_layers; ++l) {
     for (auto& s : shards) s->attention_block(l, n, decode, batch, q_len, max_kv_len);

@@ -109,11 +109,8 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
       planner(planner_shape(c, opt, max_items, max_pages), meta) {
   LY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   LY_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-  LY_CUDA_CHECK(cudaStreamCreateWithFlags(&pf_stream, cudaStreamNonBlocking));
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming));
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming));
-  LY_CUDA_CHECK(cudaEventCreateWithFlags(&pf_fork, cudaEventDisableTiming));
-  LY_CUDA_CHECK(cudaEventCreateWithFlags(&pf_join, cudaEventDisableTiming));
   for (cudaEvent_t& e : step_consumed) LY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&plan_consumed, cudaEventDisableTiming));
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&reduce_event, cudaEventDisableTiming));
@@ -182,10 +179,7 @@ Shard::~Shard() {
   if (reduce_event != nullptr) cudaEventDestroy(reduce_event);
   if (fork_event != nullptr) cudaEventDestroy(fork_event);
   if (join_event != nullptr) cudaEventDestroy(join_event);
-  if (pf_fork != nullptr) cudaEventDestroy(pf_fork);
-  if (pf_join != nullptr) cudaEventDestroy(pf_join);
   if (side != nullptr) cudaStreamDestroy(side);
-  if (pf_stream != nullptr) cudaStreamDestroy(pf_stream);
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
@@ -212,18 +206,6 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
     LY_CHECK(std::string(v) == "0" || std::string(v) == "1", ErrorCode::kInvalidArgument,
              "LYCHEE_FUSED_ROPE={}: expected 0 or 1", v);
     o.fused_qkv_rope = std::string(v) == "1";
-  }
-  if (const char* v = std::getenv("LYCHEE_TP_PREFETCH_MB"); v != nullptr && *v != 0) {
-    char* end = nullptr;
-    const long mb = std::strtol(v, &end, 10);
-    LY_CHECK(*end == 0 && mb >= 0 && mb <= 256, ErrorCode::kInvalidArgument, "LYCHEE_TP_PREFETCH_MB={}: expected 0 to 256",
-             v);
-    o.tp_prefetch_mb = int(mb);
-  }
-  if (const char* v = std::getenv("LYCHEE_TP_PREFETCH_JOIN"); v != nullptr && *v != 0) {
-    LY_CHECK(std::string(v) == "product" || std::string(v) == "end", ErrorCode::kInvalidArgument,
-             "LYCHEE_TP_PREFETCH_JOIN={}: expected product or end", v);
-    o.tp_prefetch_join_product = std::string(v) == "product";
   }
   if (const char* v = std::getenv("LYCHEE_GEMV_EPILOGUES"); v != nullptr && *v != 0)
     o.gemv_epilogues = RunnerOptions::parse_gemv_epilogues(v);

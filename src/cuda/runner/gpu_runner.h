@@ -101,16 +101,6 @@ struct RunnerOptions {
   // of silu_mul). LYCHEE_GEMV_EPILOGUES=rope,swiglu (either, or "none") replaces it (lab A/B).
   static constexpr int kEpilogueRope = 1, kEpilogueSwiGlu = 2;
   int gemv_epilogues = kEpilogueRope | kEpilogueSwiGlu;
-  // Tensor parallelism, decode steps: while each all-reduce and the norm after it run (~10 µs in
-  // which HBM idles), the next product's first weights, up to this many MiB, are prefetched into
-  // L2 (l2_prefetch, on a parallel branch of the step's graph): after the attention block the
-  // gate/up matrix's first gate and up rows, after the MLP the next layer's QKV matrix. 0: off.
-  // LYCHEE_TP_PREFETCH_MB=<0..256> replaces it (lab A/B).
-  int tp_prefetch_mb = 32;
-  // Where the step waits for a prefetch: before the product it prefetched for (true), or only at
-  // the end of the forward pass (false: the prefetch may still run beside that product).
-  // LYCHEE_TP_PREFETCH_JOIN=product|end replaces it (lab A/B).
-  bool tp_prefetch_join_product = true;
   // The mask of a comma-separated list of rope, swiglu (or "none": 0), as LYCHEE_GEMV_EPILOGUES
   // gives it; kInvalidArgument naming the bad entry. Pure.
   static int parse_gemv_epilogues(const std::string& list);

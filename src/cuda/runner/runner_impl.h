@@ -135,8 +135,6 @@ struct Shard {
   cudaStream_t stream = nullptr;
   cudaStream_t side = nullptr;  // decode-time selections, forked from and joined to `stream`
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
-  cudaStream_t pf_stream = nullptr;  // RunnerOptions::tp_prefetch_mb: L2 prefetches, forked and joined
-  cudaEvent_t pf_fork = nullptr, pf_join = nullptr;
   std::unique_ptr<Gemm> gemm;
   std::unique_ptr<KvPool> pool;
   std::unique_ptr<PrefillAttention> prefill_attn;
@@ -185,8 +183,6 @@ struct Shard {
   // being recorded uses them (set by GpuRunner::Impl::forward).
   bool fusable = false;
   bool fused = false;
-  bool prefetching = false;  // the forward pass being recorded prefetches weights (tp_prefetch_mb)
-  bool prefetched = false;   // a prefetch queued on pf_stream and not yet joined
   DeviceBuffer<float> ss_part;  // fused: [kBf16GemvMaxRows][bf16_gemv_ss_count(d_model)] (bf16_gemv.h)
   DeviceBuffer<bf16> h_lo;      // fused: [kBf16GemvMaxRows][d_model], the residues of the normed inputs in h
   cudaEvent_t reduce_event = nullptr;  // RunnerOptions::tp_one_device: this rank's o_buf is ready
@@ -242,12 +238,6 @@ struct Shard {
   // `rope`: kQkvRope's epilogue arguments.
   void fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias, int n,
                      const float* next_norm = nullptr, int pdl_bit = 0, const Bf16GemvRope* rope = nullptr);
-  // With `prefetching`: the first weights of w (up to tp_prefetch_mb; with `halves`, as much of each
-  // half: SwiGLU's gate and up rows) into L2 on pf_stream once the work queued so far is done;
-  // join_prefetch: `stream` waits for that stream (before the product it prefetched for, with
-  // tp_prefetch_join_product; at the end of the forward pass, at_end, always).
-  void prefetch(const GpuMatrix& w, bool halves);
-  void join_prefetch(bool at_end = false);
   void attention(int layer, bool decode, int batch, int q_len, int max_kv_len);
   void decode_attention_layer(int layer, int batch);
   void select_before(int layer, int batch);
