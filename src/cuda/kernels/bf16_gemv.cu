@@ -38,9 +38,14 @@
 // step's weights are loaded before griddepcontrol.wait (PDL), while the previous kernel drains.
 //
 // Staging (S): 0 keeps one step ahead in registers; 2 keeps a shared-memory ring of 2 steps per warp
-// filled by cp.async, which at ~70 registers fits three blocks per SM: the FP8 GEMV's H200 sweep
-// found the ring faster wherever the grid takes more than one wave of two blocks per SM, and the
-// registers faster within one wave (fp8_gemv.cu); the same rule here, A/B-able with
+// filled by cp.async, which at ~70 registers fits three blocks per SM. The ring is the automatic
+// choice for every grid: this kernel first took the FP8 GEMV's rule (fp8_gemv.cu: registers within
+// one wave of two blocks per SM), but forcing the ring on the single-wave products too (the 8B
+// output and down products, every product of a tensor-parallel rank) was faster end to end on
+// every configuration measured, alternated twice (LYCHEE_BF16_GEMV_STAGES=2 against the old rule,
+// docs/results/gpu/decode_step/ring_everywhere/): H100 8B b1 LycheeDecode 128K 6.81 -> 6.66 ms,
+// 32K 6.22 -> 6.06, Full 11.39 -> 11.24, FP8 weights 4.78 -> 4.74, the default model 1585 -> 1668
+// and 1701 tok/s; two H200s, TP=2 b1 128K Full 5.48 -> 5.35 ms. A/B-able with
 // LYCHEE_BF16_GEMV_STAGES=0|2.
 //
 // The norm: RMSNorm(v)·w = r · Σ_t w[j][t]·(norm[t]·v[t]), so a product that takes the norm's
@@ -462,8 +467,8 @@ int grid_of(const Bf16GemvArgs& a) {
   return (rows + per_block - 1) / per_block;
 }
 
-// The automatic staging: the ring where the grid takes more than one wave of two blocks per SM.
-int auto_stages(int grid) { return grid > 2 * device_info().sm_count ? 2 : 0; }
+// The automatic staging: the ring, whatever the grid (see the top).
+int auto_stages(int /*grid*/) { return 2; }
 
 template <int R, bool NORM, GemvOut OUT, bool F8>
 void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
@@ -480,11 +485,13 @@ void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
 double waves_of(int grid, int stages) { return double(grid) / (double(device_info().sm_count) * (stages == 2 ? 3 : 2)); }
 
 // SwiGLU's outputs per block (bf16_gemv.h): the argument, else LYCHEE_BF16_GEMV_SWIGLU=8|16, else
-// 8 where its grid fills its last wave better (waves / ceil(waves)) and either n = 1 or the grid of
-// 16 is under 1.5 waves, else 16. Measured on two H200s, 8B shape (docs/scaling.md): 8 was 1-2%
-// faster per step at batch 1 on one GPU (2.26 against 4.5 waves) and on each of two (1.13 against
-// 2.26), and at batch 4 on two, but 0.7-2.4% slower at batch 4 on one GPU (each block reads all
-// of x: twice the blocks, twice x's reads).
+// 8 where its grid fills its last wave better (waves / ceil(waves)) and either n <= 2 or the grid
+// of 16 is under 1.5 waves, else 16. Measured on the 8B shape (docs/results/gpu/decode_step/
+// swiglu_tiles/): 8 was 0.6-2% faster per step at batch 1 and 2 on one H100 or H200 (2.26
+// against 4.5 waves), on each of two H200s (1.13 against 2.26 waves) at batch 1 and 4, and the
+// default model 1561 -> 1585 tok/s (H100); but equal at batch 4 and 2-4% slower at batch 8 on one
+// H100, 0.7-2.4% slower at batch 4 on one H200 (each block reads all of x: twice the blocks,
+// twice x's reads).
 int swiglu_outputs(const Bf16GemvArgs& a) {
   static const int forced = [] {
     const char* v = std::getenv("LYCHEE_BF16_GEMV_SWIGLU");
@@ -498,7 +505,7 @@ int swiglu_outputs(const Bf16GemvArgs& a) {
   };
   const double w8 = waves(grid_of<1, GemvOut::kSwiGlu>(a)), w16 = waves(grid_of<2, GemvOut::kSwiGlu>(a));
   const bool fills_better = w8 / std::ceil(w8) > w16 / std::ceil(w16) + 1e-9;
-  return fills_better && (a.n == 1 || w16 < 1.5) ? 8 : 16;
+  return fills_better && (a.n <= 2 || w16 < 1.5) ? 8 : 16;
 }
 
 template <bool NORM, bool F8>

@@ -89,7 +89,7 @@ struct Bf16GemvArgs {
   float* ss_out = nullptr;      // [n][bf16_gemv_ss_count(m)]
   Bf16GemvRope rope;            // kQkvRope only
   int n = 0, k = 0, m = 0;
-  // Weight staging (bf16_gemv.cu): -1 the automatic choice (or LYCHEE_BF16_GEMV_STAGES), 0 one step
+  // Weight staging (bf16_gemv.cu): -1 the automatic choice (the ring; LYCHEE_BF16_GEMV_STAGES), 0 one step
   // ahead in registers, 2 a shared-memory ring of two steps. Every setting gives the same bits.
   int stages = -1;
   // Programmatic dependent launch: -1 by size (products of at most 16 MB of weights; bf16_gemv.cu
@@ -98,7 +98,7 @@ struct Bf16GemvArgs {
   int pdl = -1;
   // kSwiGlu's outputs per block: 16 (two m16 tiles: 16 gate rows, their 16 up rows) or 8 (one tile:
   // 8 gate rows with their up rows as the mma's rows g + 8; twice the blocks), the same bits either
-  // way; -1 picks 8 where its grid fills the last wave of the GPU better and n = 1 or 16's grid is
+  // way; -1 picks 8 where its grid fills the last wave of the GPU better and n <= 2 or 16's grid is
   // under 1.5 waves (bf16_gemv.cu has the measurements; LYCHEE_BF16_GEMV_SWIGLU=8|16 overrides it:
   // lab A/B). E.g. Llama-3-8B's gate/up: 896 blocks of 16 = 2.26 waves of 3 blocks per SM on an
   // H100/H200, 1792 of 8 = 4.5 waves; halved by tensor parallelism over 2 GPUs, 1.13 against 2.26.
