@@ -184,10 +184,15 @@ def e2e_section():
         "| batch | context | lychee TPOT ms | bound ms | % of bound | HF sdpa ms | lychee speedup over HF |",
         "|---|---|---|---|---|---|---|",
     ]
+    # bench_e2e writes every policy's rows; this table is full attention's (the policies: the
+    # decode-step section below).
     for r in ours["rows"]:
+        if r.get("policy", "full") != "full":
+            continue
         h = hf_rows.get((r["batch"], r["context"]), {})
         if "skipped" in r:
-            lines.append(f"| {r['batch']} | {kctx(r['context'])} | skipped ({r['skipped']}, {r['kv_gib']:.0f} GiB) | | | "
+            kv = r.get("kv_gib", r.get("kv_gib_per_gpu", 0.0))
+            lines.append(f"| {r['batch']} | {kctx(r['context'])} | skipped ({r['skipped']}, {kv:.0f} GiB) | | | "
                          f"{h.get('tpot_ms', h.get('skipped', ''))} | |")
             continue
         hms = h.get("tpot_ms")
@@ -372,7 +377,7 @@ def prefill_split_section():
 
 def tensor_parallel_section():
     """TP=1 against TP=2 on two H200s (issue 18; docs/scaling.md)."""
-    base = os.path.join(RES, "gpu", "tp_h200x2", "call5_bc3f05a")
+    base = os.path.join(RES, "gpu", "tp_h200x2", "session10", "call6_c72de62", "bench-tp")
     rows = []
     for name in ("e2e_tp.json", "e2e_tp_b8.json"):
         path = os.path.join(base, name)
@@ -384,7 +389,7 @@ def tensor_parallel_section():
     d0 = rows[0][0]
     lines = ["## Tensor parallelism (two H200s, Llama-3-8B shape, random bf16 weights)", "",
              f"{d0['gpu']} x2 (NVLink), NCCL {d0.get('nccl', '?')}, commit `{d0['commit']}` "
-             "(`docs/results/gpu/tp_h200x2/call5_bc3f05a/`); budget 4096, 32 of 256 KV heads retrieval; bound = "
+             "(`docs/results/gpu/tp_h200x2/session10/call6_c72de62/`); budget 4096, 32 of 256 KV heads retrieval; bound = "
              "the slowest GPU's bytes over the copy bandwidth. Analysis: docs/scaling.md.", "",
              "| TP | batch | context | policy | TPOT ms | bound ms | % of bound | vs Full | slowest GPU / mean attention, worst layer |",
              "|---:|---:|---|---|---:|---:|---:|---:|---:|"]
