@@ -55,8 +55,8 @@ CLI::Validator non_negative_real();
 CLI::Validator real_between(double lo, double hi);  // inclusive
 
 // The names --cpu-weights (and perplexity's --base-cpu-weights) and --weights (--base-weights) admit.
-inline const std::vector<std::string> kCpuWeightNames{"native", "f32", "fp8", "bf16"};
-inline const std::vector<std::string> kGpuWeightNames{"bf16", "fp8"};
+inline const std::vector<std::string> kCpuWeightNames = weight_format_names();
+inline const std::vector<std::string> kGpuWeightNames = gpu_weight_format_names();
 // The formats behind those names (model/checkpoint.h's weight_format_from_name); the options'
 // checks admit only them.
 WeightFormat parse_cpu_weights(const std::string& name);

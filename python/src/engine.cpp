@@ -217,16 +217,24 @@ class PyEngine {
     return o;
   }
 
-  // The formats by the names the CLI's --weights / --cpu-weights take.
+  // The formats by the names the CLI's --weights / --cpu-weights take (model/checkpoint.h lists
+  // them; the error names them all: '"a", "b" or "c"').
+  static std::string choices(const std::vector<std::string>& names) {
+    std::string s;
+    for (size_t i = 0; i < names.size(); ++i)
+      s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + ("\"" + names[i] + "\"");
+    return s;
+  }
   static GpuWeightFormat gpu_format(const std::string& name) {
     const std::optional<GpuWeightFormat> f = gpu_weight_format_from_name(name);
-    LY_CHECK(f.has_value(), ErrorCode::kInvalidArgument, "weights must be \"bf16\" or \"fp8\", got \"{}\"", name);
+    LY_CHECK(f.has_value(), ErrorCode::kInvalidArgument, "weights must be {}, got \"{}\"",
+             choices(gpu_weight_format_names()), name);
     return *f;
   }
   static WeightFormat cpu_format(const std::string& name) {
     const std::optional<WeightFormat> f = weight_format_from_name(name);
-    LY_CHECK(f.has_value(), ErrorCode::kInvalidArgument,
-             "cpu_weights must be \"f32\", \"native\", \"fp8\" or \"bf16\", got \"{}\"", name);
+    LY_CHECK(f.has_value(), ErrorCode::kInvalidArgument, "cpu_weights must be {}, got \"{}\"",
+             choices(weight_format_names()), name);
     return *f;
   }
 

@@ -197,16 +197,34 @@ const char* weight_format_name(WeightFormat f) {
   return "?";
 }
 
+namespace {
+constexpr WeightFormat kWeightFormats[] = {WeightFormat::kF32, WeightFormat::kNative, WeightFormat::kFp8,
+                                           WeightFormat::kBf16};
+constexpr GpuWeightFormat kGpuWeightFormats[] = {GpuWeightFormat::kBf16, GpuWeightFormat::kFp8};
+}  // namespace
+
 std::optional<WeightFormat> weight_format_from_name(const std::string& name) {
-  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kNative, WeightFormat::kFp8, WeightFormat::kBf16})
+  for (WeightFormat f : kWeightFormats)
     if (name == weight_format_name(f)) return f;
   return std::nullopt;
 }
 
+std::vector<std::string> weight_format_names() {
+  std::vector<std::string> names;
+  for (WeightFormat f : kWeightFormats) names.emplace_back(weight_format_name(f));
+  return names;
+}
+
 std::optional<GpuWeightFormat> gpu_weight_format_from_name(const std::string& name) {
-  for (GpuWeightFormat f : {GpuWeightFormat::kBf16, GpuWeightFormat::kFp8})
+  for (GpuWeightFormat f : kGpuWeightFormats)
     if (name == gpu_weight_format_name(f)) return f;
   return std::nullopt;
+}
+
+std::vector<std::string> gpu_weight_format_names() {
+  std::vector<std::string> names;
+  for (GpuWeightFormat f : kGpuWeightFormats) names.emplace_back(gpu_weight_format_name(f));
+  return names;
 }
 
 const char* gpu_weight_format_name(GpuWeightFormat f) {

@@ -77,6 +77,9 @@ enum class WeightFormat { kF32, kNative, kFp8, kBf16 };
 const char* weight_format_name(WeightFormat f);  // "f32", "native", "fp8", "bf16" (the --cpu-weights values)
 // The format weight_format_name gives `name`, or nullopt for any other name.
 std::optional<WeightFormat> weight_format_from_name(const std::string& name);
+// Every name weight_format_from_name admits, in the enum's order (the CLI's and the Python
+// engine's choices).
+std::vector<std::string> weight_format_names();
 
 // How the GPU holds the seven linear matrices (Q, K, V, O, gate, up, down; fused there as QKV,
 // O, gate/up, down). kBf16: bf16 (the default). kFp8: FP8 e4m3 codes with one f32 scale per
@@ -87,6 +90,7 @@ enum class GpuWeightFormat { kBf16, kFp8 };
 const char* gpu_weight_format_name(GpuWeightFormat f);  // "bf16", "fp8" (the --weights values)
 // The format gpu_weight_format_name gives `name`, or nullopt for any other name.
 std::optional<GpuWeightFormat> gpu_weight_format_from_name(const std::string& name);
+std::vector<std::string> gpu_weight_format_names();  // as weight_format_names
 
 // One weight as HostWeights holds it. A matrix is [rows, cols] row-major (HF order, [out, in]);
 // a vector has rows = 1. dtype is kF32, or with WeightFormat::kNative a block-quantised type
