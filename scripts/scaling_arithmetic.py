@@ -144,3 +144,23 @@ for n in (2,):
           f"per GPU per step (+{extra_w / H100_RUN['hbm'] * 1e3:.2f} ms): LycheeDecode {t * 1e3:.2f} ms, "
           f"{H100_RUN['full'] / t:.2f}x over Full (measured {H100_RUN['full'] / H100_RUN['lychee']:.2f}x; "
           f"balance alone, no extra weights: {H100_RUN['full'] / (H100_RUN['lychee'] - saved):.2f}x)")
+
+# The same two fits on two H200s at commit c72de62 (docs/scaling.md "Two H200s, tenth session"):
+# Full, batch 1, 128K: TP=1 8.304 ms, TP=2 5.329 ms, the 64 all-reduces 492 µs per step (CUPTI,
+# GPU 0: 7.7 µs a call); batch 8, 128K: LycheeDecode 7.289 ms, Full 18.726 ms, attention summed
+# over layers slowest 3.817 ms against a mean of 3.017 ms; copy 4.20 TB/s.
+X10 = {"tp1": 8.304e-3, "tp2": 5.329e-3, "ar": 492e-6}
+V10 = 2 * (X10["tp1"] - X10["tp2"] + X10["ar"])
+x10 = X10["tp1"] - V10
+x10_max = (0.6 * V10 - V10 / 2 - X10["ar"]) / (1.0 - 0.6)
+print(f"\nFull, batch 1, 128K, two H200s at c72de62: V = {V10 * 1e3:.2f} ms, x = {x10 * 1e3:.2f} ms, all-reduces "
+      f"{X10['ar'] * 1e3:.2f} ms; TP=2 / TP=1 = {X10['tp2'] / X10['tp1']:.3f}; 0.6 needs x <= {x10_max * 1e3:.2f} ms, "
+      f"i.e. TP=2 at {0.6 * X10['tp1'] * 1e3:.2f} ms ({(X10['tp2'] - 0.6 * X10['tp1']) * 1e3:.2f} ms less)")
+H200_RUN = {"lychee": 7.289e-3, "full": 18.726e-3, "attn_slowest": 3.817e-3, "attn_mean": 3.017e-3, "hbm": 4.20e12}
+print("Mirrored rows, batch 8, 128K (two H200s at c72de62, calibrated):")
+extra_w = attn_w / 2
+saved = H200_RUN["attn_slowest"] - H200_RUN["attn_mean"]
+t = H200_RUN["lychee"] - saved + extra_w / H200_RUN["hbm"]
+print(f"  TP=2: {saved * 1e3:.2f} ms of straggler attention removed, +{extra_w / H200_RUN['hbm'] * 1e3:.2f} ms of "
+      f"weights: LycheeDecode {t * 1e3:.2f} ms, {H200_RUN['full'] / t:.2f}x over Full (measured "
+      f"{H200_RUN['full'] / H200_RUN['lychee']:.2f}x)")
