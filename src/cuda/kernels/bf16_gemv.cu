@@ -420,13 +420,17 @@ constexpr size_t kPdlMaxWeightBytes = size_t(16) << 20;
 
 constexpr int ring_bytes(int stages) { return stages * kWarps * 32 * 8 * 16; }
 
-// LYCHEE_BF16_GEMV_STAGES=0 or 2 in the environment overrides the automatic choice (lab A/B; both
-// give the same bits); anything else, or nothing: automatic.
-int env_stages() {
-  const char* v = std::getenv("LYCHEE_BF16_GEMV_STAGES");
-  if (v == nullptr) return -1;
-  const std::string s(v);
-  return s == "0" ? 0 : s == "2" ? 2 : -1;
+// A product's staging: the argument, else LYCHEE_BF16_GEMV_STAGES=0|2 in the environment (lab
+// A/B; both give the same bits), else the automatic choice: the ring, whatever the grid (see the
+// top).
+int stages_of(const Bf16GemvArgs& a) {
+  static const int forced = [] {
+    const char* v = std::getenv("LYCHEE_BF16_GEMV_STAGES");
+    if (v == nullptr) return -1;
+    const std::string s(v);
+    return s == "0" ? 0 : s == "2" ? 2 : -1;
+  }();
+  return a.stages >= 0 ? a.stages : forced >= 0 ? forced : 2;
 }
 
 template <int R, int S, bool NORM, GemvOut OUT, bool F8>
@@ -467,15 +471,10 @@ int grid_of(const Bf16GemvArgs& a) {
   return (rows + per_block - 1) / per_block;
 }
 
-// The automatic staging: the ring, whatever the grid (see the top).
-int auto_stages(int /*grid*/) { return 2; }
-
 template <int R, bool NORM, GemvOut OUT, bool F8>
 void launch_staging(const Bf16GemvArgs& a, cudaStream_t stream) {
-  static const int forced = env_stages();
   const int grid = grid_of<R, OUT>(a);
-  const int stages = a.stages >= 0 ? a.stages : forced >= 0 ? forced : auto_stages(grid);
-  if (stages == 2)
+  if (stages_of(a) == 2)
     launch_kernel<R, 2, NORM, OUT, F8>(a, grid, stream);
   else
     launch_kernel<R, 0, NORM, OUT, F8>(a, grid, stream);
@@ -499,11 +498,9 @@ int swiglu_outputs(const Bf16GemvArgs& a) {
   }();
   if (a.swiglu_outputs > 0) return a.swiglu_outputs;
   if (forced > 0) return forced;
-  static const int env_st = env_stages();
-  const auto waves = [&](int grid) {
-    return waves_of(grid, a.stages >= 0 ? a.stages : env_st >= 0 ? env_st : auto_stages(grid));
-  };
-  const double w8 = waves(grid_of<1, GemvOut::kSwiGlu>(a)), w16 = waves(grid_of<2, GemvOut::kSwiGlu>(a));
+  const int stages = stages_of(a);
+  const double w8 = waves_of(grid_of<1, GemvOut::kSwiGlu>(a), stages);
+  const double w16 = waves_of(grid_of<2, GemvOut::kSwiGlu>(a), stages);
   const bool fills_better = w8 / std::ceil(w8) > w16 / std::ceil(w16) + 1e-9;
   return fills_better && (a.n <= 2 || w16 < 1.5) ? 8 : 16;
 }
