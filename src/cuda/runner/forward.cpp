@@ -92,7 +92,7 @@ void fp8_row_groups(int n, F&& f) {
 }  // namespace
 
 void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
-  if (!w.fp8() && n <= o.bf16_gemv_max_rows && bf16_gemv_fits(x, w.values, n, w.cols))
+  if (!w.fp8() && gemv_fits(w, x, n))
     return fused_product(w, x, false, GemvOut::kBf16, y, nullptr, n);
   if (!w.fp8()) return gemm->bf16_out(x, w.values, y, n, w.cols, w.rows);
   if (o.fp8_gemv && fp8_gemv_launches(n) > 0) {
@@ -110,10 +110,18 @@ void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
   gemm->bf16_out(x, dequant.data(), y, n, w.cols, w.rows);
 }
 
+bool Shard::gemv_weights_fit(const GpuMatrix& m) const {
+  return m.fp8() ? o.fp8_gemv && m.scales != nullptr && bf16_gemv_weights_fit(m.codes, m.cols, true)
+                 : bf16_gemv_weights_fit(m.values, m.cols, false);
+}
+
+bool Shard::gemv_fits(const GpuMatrix& w, const bf16* x, int n) const {
+  const void* weights = w.fp8() ? static_cast<const void*>(w.codes) : w.values;
+  return (w.fp8() || n <= o.bf16_gemv_max_rows) && gemv_weights_fit(w) && bf16_gemv_fits(x, weights, n, w.cols, w.fp8());
+}
+
 bool Shard::gemv_epilogue(const GpuMatrix& w, const bf16* x, int n, int bit) const {
-  if ((o.gemv_epilogues & bit) == 0) return false;
-  if (w.fp8()) return o.fp8_gemv && bf16_gemv_fits(x, w.codes, n, w.cols, true);
-  return n <= o.bf16_gemv_max_rows && bf16_gemv_fits(x, w.values, n, w.cols);
+  return (o.gemv_epilogues & bit) != 0 && gemv_fits(w, x, n);
 }
 
 void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias,
@@ -251,8 +259,7 @@ void Shard::forward_end(int n, bool decode, bool logits_wanted) {
   const int d = c.d_model;
   const int rows = decode ? n : 1;
   if (fused)  // h: the last residual add's bf16(out_norm · x) (decode: rows = n)
-    return fused_product(w->output8.fp8() ? w->output8 : GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, d},
-                         h.data(), true, GemvOut::kF32, logits.data(), nullptr, rows);
+    return fused_product(lm_head(), h.data(), true, GemvOut::kF32, logits.data(), nullptr, rows);
   const bf16* last = h.data() + size_t(n - rows) * d;
   if (w->output8.fp8() && o.fp8_gemv && fp8_gemv_launches(rows) > 0) {
     fp8_row_groups(rows, [&](int i, int k) {

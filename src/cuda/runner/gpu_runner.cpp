@@ -141,15 +141,10 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
      // only with the FP8 GEMV on), norm weights 16-byte aligned (the activation buffers are
      // cudaMalloc'ed: 256-byte aligned)
     const auto aligned = [](const void* p) { return p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    const auto ok = [&](const GpuMatrix& m) {
-      return m.fp8() ? o.fp8_gemv && m.scales != nullptr && bf16_gemv_weights_fit(m.codes, m.cols, true)
-                     : bf16_gemv_weights_fit(m.values, m.cols, false);
-    };
-    fusable = aligned(w->out_norm) &&
-              (w->output8.fp8() ? ok(w->output8) : ok(GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, c.d_model}));
+    fusable = aligned(w->out_norm) && gemv_weights_fit(lm_head());
     for (const GpuLayerWeights& L : w->layers)
-      fusable = fusable && ok(L.wqkv) && ok(L.wo) && ok(L.w_gate_up) && ok(L.w_down) && aligned(L.attn_norm) &&
-                aligned(L.ffn_norm);
+      fusable = fusable && gemv_weights_fit(L.wqkv) && gemv_weights_fit(L.wo) && gemv_weights_fit(L.w_gate_up) &&
+                gemv_weights_fit(L.w_down) && aligned(L.attn_norm) && aligned(L.ffn_norm);
     if (fusable) {
       ss_part = DeviceBuffer<float>(size_t(kBf16GemvMaxRows) * size_t(bf16_gemv_ss_count(c.d_model)));
       h_lo = DeviceBuffer<bf16>(size_t(kBf16GemvMaxRows) * size_t(c.d_model));

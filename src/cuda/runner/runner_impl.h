@@ -226,9 +226,18 @@ struct Shard {
   void forward_end(int n, bool decode, bool logits);
   void join();
   void linear(const GpuMatrix& w, const bf16* x, bf16* y, int n);  // y[n][w.rows] = x[n][w.cols] · wᵀ
-  // Outside the fused layers: whether the bf16 GEMV takes w's product of n rows of x with the
-  // epilogue `bit` of RunnerOptions::gemv_epilogues (bf16 weights within bf16_gemv_max_rows, FP8
-  // ones with fp8_gemv on).
+  // The LM head as the fused layers' product reads it: its FP8 codes where it has them, else bf16.
+  GpuMatrix lm_head() const {
+    return w->output8.fp8() ? w->output8 : GpuMatrix{w->output, nullptr, nullptr, c.vocab_size, c.d_model};
+  }
+  // Whether the bf16 GEMV (bf16_gemv.h) takes matrix m's weights: bf16_gemv_weights_fit, FP8 codes
+  // (with their scales) only with RunnerOptions::fp8_gemv on. The fused layers need it of every
+  // matrix.
+  bool gemv_weights_fit(const GpuMatrix& m) const;
+  // Whether it takes w's product of n rows of x: those weights, bf16_gemv_fits, and for bf16
+  // weights n within bf16_gemv_max_rows.
+  bool gemv_fits(const GpuMatrix& w, const bf16* x, int n) const;
+  // Outside the fused layers: gemv_fits with the epilogue `bit` of RunnerOptions::gemv_epilogues on.
   bool gemv_epilogue(const GpuMatrix& w, const bf16* x, int n, int bit) const;
   // The fused decode layers' products (bf16_gemv.h): x bf16 rows; with `normed`, x is the
   // norm-weighted residual that the last residual add wrote into h (its residues in h_lo, its sums
