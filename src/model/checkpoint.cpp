@@ -198,34 +198,39 @@ const char* weight_format_name(WeightFormat f) {
 }
 
 namespace {
+
 constexpr WeightFormat kWeightFormats[] = {WeightFormat::kF32, WeightFormat::kNative, WeightFormat::kFp8,
                                            WeightFormat::kBf16};
 constexpr GpuWeightFormat kGpuWeightFormats[] = {GpuWeightFormat::kBf16, GpuWeightFormat::kFp8};
+
+// The format of `formats` whose name_of is `name`, or nullopt.
+template <typename F, size_t N>
+std::optional<F> format_named(const F (&formats)[N], const char* (*name_of)(F), const std::string& name) {
+  for (F f : formats)
+    if (name == name_of(f)) return f;
+  return std::nullopt;
+}
+
+template <typename F, size_t N>
+std::vector<std::string> names_of(const F (&formats)[N], const char* (*name_of)(F)) {
+  std::vector<std::string> names;
+  for (F f : formats) names.emplace_back(name_of(f));
+  return names;
+}
+
 }  // namespace
 
 std::optional<WeightFormat> weight_format_from_name(const std::string& name) {
-  for (WeightFormat f : kWeightFormats)
-    if (name == weight_format_name(f)) return f;
-  return std::nullopt;
+  return format_named(kWeightFormats, weight_format_name, name);
 }
 
-std::vector<std::string> weight_format_names() {
-  std::vector<std::string> names;
-  for (WeightFormat f : kWeightFormats) names.emplace_back(weight_format_name(f));
-  return names;
-}
+std::vector<std::string> weight_format_names() { return names_of(kWeightFormats, weight_format_name); }
 
 std::optional<GpuWeightFormat> gpu_weight_format_from_name(const std::string& name) {
-  for (GpuWeightFormat f : kGpuWeightFormats)
-    if (name == gpu_weight_format_name(f)) return f;
-  return std::nullopt;
+  return format_named(kGpuWeightFormats, gpu_weight_format_name, name);
 }
 
-std::vector<std::string> gpu_weight_format_names() {
-  std::vector<std::string> names;
-  for (GpuWeightFormat f : kGpuWeightFormats) names.emplace_back(gpu_weight_format_name(f));
-  return names;
-}
+std::vector<std::string> gpu_weight_format_names() { return names_of(kGpuWeightFormats, gpu_weight_format_name); }
 
 const char* gpu_weight_format_name(GpuWeightFormat f) {
   switch (f) {
