@@ -119,9 +119,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--batch", args->batch, "Also time batched decode of this many sequences (GPU)")->check(positive_int());
   cmd->add_option("--json", args->json_path, "Also write the results as JSON to this file");
   cmd->add_option("--random-weights", args->random_weights,
-                  "GPU only: a model of this shape (llama3-8b) with seeded random weights (speed does not depend "
-                  "on them); -m's tokenizer")
-      ->check(CLI::IsMember({"llama3-8b"}));
+                  "GPU only: a model of this shape (llama3-8b, smollm2-135m) with seeded random weights (speed "
+                  "does not depend on them); -m's tokenizer")
+      ->check(CLI::IsMember(model_shape_names()));
   cmd->callback([args] { run_bench(*args); });
 }
 

@@ -40,7 +40,7 @@ struct HeadsArgs {
   std::string out;           // import / default: -o
   double sparsity = 0.5;     // import --duo: fraction of heads that become sparse
   std::vector<int> layers;   // default --layers
-  std::string shape;         // tp: a named shape instead of -m ("llama3-8b")
+  std::string shape;         // tp: a named shape instead of -m (model_shape: "llama3-8b", "smollm2-135m")
   int random = 0;            // tp: a seeded draw of this many retrieval heads instead of a file
   uint32_t seed = 7;         // tp --random: bench_e2e's seed
   std::vector<int> gpus;     // tp --gpus
@@ -97,8 +97,7 @@ void run_default(const HeadsArgs& a) {
 
 // tp: the model's shape (-m, --shape, or the file's own), then the roles (file or seeded draw).
 ModelConfig tp_config(const HeadsArgs& a) {
-  if (a.shape == "llama3-8b") return llama3_8b_shape();
-  LY_CHECK(a.shape.empty(), ErrorCode::kInvalidArgument, "--shape: unknown shape '{}' (known: llama3-8b)", a.shape);
+  if (!a.shape.empty()) return model_shape(a.shape);
   if (!a.model.empty() || a.file.empty()) return model_config(a.model);
   const HeadRoles r = load_head_roles_unchecked(a.file);
   ModelConfig c;
@@ -339,7 +338,8 @@ void register_heads(CLI::App& app) {
   CLI::App* tp = heads->add_subcommand("tp", "Tensor parallelism: KV heads per GPU, retrieval heads balanced");
   tp->add_option("file", a->file, "Head-role JSON file (or --random)");
   tp->add_option("-m,--model", a->model, "Model the roles are for (default: the file's own shape)");
-  tp->add_option("--shape", a->shape, "A named shape instead of -m: llama3-8b")->excludes("--model");
+  tp->add_option("--shape", a->shape, "A named shape instead of -m")
+      ->check(CLI::IsMember(model_shape_names()))->excludes("--model");
   tp->add_option("--random", a->random, "A seeded draw of this many retrieval heads (layer 0's included) instead of a file")
       ->check(positive_int());
   tp->add_option("--seed", a->seed, "Seed of --random (default 7, bench_e2e's)");

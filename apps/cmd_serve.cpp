@@ -141,9 +141,9 @@ void register_serve(CLI::App& app) {
                   "KV tokens finished prompts may keep for reuse by later prompts that start the same way "
                   "(default: half the pool; 0 = off)")->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
   cmd->add_option("--random-weights", args->random_weights,
-                  "Benchmarks, GPU only: serve a model of this shape (llama3-8b) with seeded random bf16 weights "
-                  "(decode time does not depend on them); -m's tokenizer and chat template")
-      ->check(CLI::IsMember({"llama3-8b"}));
+                  "Benchmarks, GPU only: serve a model of this shape (llama3-8b, smollm2-135m) with seeded random "
+                  "bf16 weights (decode time does not depend on them); -m's tokenizer and chat template")
+      ->check(CLI::IsMember(model_shape_names()));
   cmd->add_option("--drain-seconds", args->drain_seconds, "On SIGTERM: how long running requests may finish")
       ->check(non_negative_real());
   cmd->callback([args] { run_serve(*args); });

@@ -1,9 +1,9 @@
 // End-to-end decode time per output token (TPOT) on the GPU: a Llama-3-8B-shaped model with
-// random weights (no checkpoint needed: decode time does not depend on the values), or a
-// real checkpoint with -m, at several context lengths and batch sizes, for each attention policy
+// random weights (no checkpoint needed: decode time does not depend on the values), another
+// named shape with --shape (smollm2-135m: the default model's), or a real checkpoint with -m, at several context lengths and batch sizes, for each attention policy
 // through the hybrid-head kernel, against its bandwidth bound (weight bytes + the KV and metadata
 // bytes the policy's kernels read per step) / measured copy bandwidth.
-//   bench_e2e [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
+//   bench_e2e [-m DIR | --shape llama3-8b|smollm2-135m] [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
 //             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--block-size 64] [--retrieval 32] [--trace] [--sync]
 //             [--weights bf16,fp8] [--fp8-selector-qkv bf16|fp8]
 //             [--tensor-parallel 1,2] [--tp-rule permutation|contiguous] [--tp-lm-head split|rank0]
@@ -132,10 +132,13 @@ void print_trace_device(const nlohmann::json& t, const std::string& label) {
               t["span_us_per_step"].get<double>(), t["device_busy_us_per_step"].get<double>(),
               t["device_idle_us_per_step"].get<double>(), t["idle_gaps_over_5us_per_step"].get<double>(),
               t["device_activities_per_step"].get<double>());
+  // Own time (PDL waits inside included) and exposed time (the share of the step's span).
+  std::printf("         %8s    %8s   %5s\n", "own us", "exposed", "calls");
   int shown = 0;
   for (const auto& k : t["device"]) {
-    if (++shown > 10) break;
-    std::printf("         %8.1f us x%5.1f  %.90s\n", k["us_per_step"].get<double>(), k["calls_per_step"].get<double>(),
+    if (++shown > 12) break;
+    std::printf("         %8.1f us %8.1f us x%5.1f  %.90s\n", k["us_per_step"].get<double>(),
+                k.value("exposed_us_per_step", 0.0), k["calls_per_step"].get<double>(),
                 k["name"].get<std::string>().c_str());
   }
 }
@@ -152,7 +155,7 @@ void print_trace(const nlohmann::json& t) {
 }
 
 struct Options {
-  std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model;
+  std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model, shape = "llama3-8b";
   std::string policies = "full,lychee,tidal,quest,duo", weights = "bf16", fp8_selector_qkv = "bf16";
   std::string tensor_parallel = "1", tp_rule = "permutation", tp_lm_head = "split";
   int steps = 32, budget = 4096, n_retrieval = 32, block_size = 64;
@@ -394,6 +397,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--steps") o.steps = std::stoi(next());
     else if (a == "--json") o.json_path = next();
     else if (a == "-m") o.model = next();
+    else if (a == "--shape") o.shape = next();
     else if (a == "--no-graphs") o.graphs = false;
     else if (a == "--trace") o.trace = true;
     else if (a == "--sync") o.sync_steps = true;
@@ -431,7 +435,7 @@ int main(int argc, char** argv) try {
   const Options opt = parse_args(argc, argv);
   std::optional<Checkpoint> ck;
   if (!opt.model.empty()) ck.emplace(Checkpoint::open(opt.model));
-  const ModelConfig c = ck ? ck->config() : llama3_8b_shape();
+  const ModelConfig c = ck ? ck->config() : model_shape(opt.shape);
   const double bw = cuda::device_copy_bandwidth_gbps();
   const auto& dev = cuda::device_info();
   nlohmann::json rows = nlohmann::json::array(), weight_bytes = nlohmann::json::object(),

@@ -134,34 +134,45 @@ namespace {
 struct Acc {
   double us = 0;
   int n = 0;
+  double exposed = 0;  // device ops: the part of their time no earlier-starting op covers
 };
 
-nlohmann::json table(const std::map<std::string, Acc>& m, double per) {
+nlohmann::json table(const std::map<std::string, Acc>& m, double per, bool exposed = false) {
   std::vector<std::pair<std::string, Acc>> v(m.begin(), m.end());
   std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& [name, a] : v)
-    out.push_back({{"name", name}, {"us_per_step", a.us * per}, {"calls_per_step", a.n * per}});
+  for (const auto& [name, a] : v) {
+    nlohmann::json row = {{"name", name}, {"us_per_step", a.us * per}, {"calls_per_step", a.n * per}};
+    if (exposed) row["exposed_us_per_step"] = a.exposed * per;
+    out.push_back(std::move(row));
+  }
   return out;
 }
 
 // The device figures of `records` (kernels, copies, memsets): busy time (their union), the idle
-// gaps between the first and the last, and the time per kernel name; per step.
+// gaps between the first and the last, and the time per kernel name; per step. A name's exposed
+// time is what its ops add to the union, taken in start order: under programmatic dependent
+// launch a kernel starts while its predecessor runs and waits inside, so its own duration counts
+// that wait twice, while exposed time is its share of the step's critical path on one stream
+// (end minus the previous op's end); an op on a parallel branch is exposed only where it
+// outlasts the others.
 nlohmann::json device_summary(const std::vector<const TraceRecord*>& records, double per) {
   std::map<std::string, Acc> kernels;
-  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  std::vector<const TraceRecord*> spans(records.begin(), records.end());
   for (const TraceRecord* r : records) {
     Acc& a = kernels[r->name];
     a.us += double(r->end_ns - r->start_ns) / 1e3;
     ++a.n;
-    spans.emplace_back(r->start_ns, r->end_ns);
   }
-  std::sort(spans.begin(), spans.end());
+  std::sort(spans.begin(), spans.end(), [](const TraceRecord* a, const TraceRecord* b) {
+    return a->start_ns != b->start_ns ? a->start_ns < b->start_ns : a->end_ns < b->end_ns;
+  });
   double busy = 0, idle = 0, idle_over_5us = 0;
   int gaps_over_5us = 0;
   uint64_t cur_end = 0;
-  const uint64_t first = spans.empty() ? 0 : spans.front().first;
-  for (const auto& [s, e] : spans) {
+  const uint64_t first = spans.empty() ? 0 : spans.front()->start_ns;
+  for (const TraceRecord* r : spans) {
+    const uint64_t s = r->start_ns, e = r->end_ns;
     if (cur_end != 0 && s > cur_end) {
       const double gap = double(s - cur_end) / 1e3;
       idle += gap;
@@ -170,13 +181,16 @@ nlohmann::json device_summary(const std::vector<const TraceRecord*>& records, do
         ++gaps_over_5us;
       }
     }
+    double added = 0;
     if (cur_end == 0 || s > cur_end) {
-      busy += double(e - s) / 1e3;
+      added = double(e - s) / 1e3;
       cur_end = e;
     } else if (e > cur_end) {
-      busy += double(e - cur_end) / 1e3;
+      added = double(e - cur_end) / 1e3;
       cur_end = e;
     }
+    busy += added;
+    kernels[r->name].exposed += added;
   }
   return {{"span_us_per_step", spans.empty() ? 0.0 : double(cur_end - first) / 1e3 * per},
           {"device_busy_us_per_step", busy * per},
@@ -184,7 +198,7 @@ nlohmann::json device_summary(const std::vector<const TraceRecord*>& records, do
           {"idle_gaps_over_5us_per_step", gaps_over_5us * per},
           {"idle_in_gaps_over_5us_per_step", idle_over_5us * per},
           {"device_activities_per_step", double(records.size()) * per},
-          {"device", table(kernels, per)}};
+          {"device", table(kernels, per, true)}};
 }
 
 }  // namespace

@@ -175,6 +175,33 @@ TEST_P(GgufModel, TokenizerMatchesTheHuggingFaceTokenizer) {
 INSTANTIATE_TEST_SUITE_P(Golden, GgufModel, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.gguf); });
 
+// The named shapes benchmarks run with random weights: SmolLM2-135M's is the default model's
+// (every field that sizes a step), and an unknown name lists the known ones.
+TEST(ModelShapes, Smollm2ShapeIsTheDefaultModels) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  const ModelConfig want = Checkpoint::open(path).config(), got = model_shape("smollm2-135m");
+  EXPECT_EQ(got.arch, want.arch);
+  EXPECT_EQ(got.n_layers, want.n_layers);
+  EXPECT_EQ(got.d_model, want.d_model);
+  EXPECT_EQ(got.n_heads, want.n_heads);
+  EXPECT_EQ(got.n_kv_heads, want.n_kv_heads);
+  EXPECT_EQ(got.head_dim, want.head_dim);
+  EXPECT_EQ(got.d_ff, want.d_ff);
+  EXPECT_EQ(got.vocab_size, want.vocab_size);
+  EXPECT_EQ(got.max_context, want.max_context);
+  EXPECT_EQ(got.tie_embeddings, want.tie_embeddings);
+  EXPECT_FLOAT_EQ(got.rope_theta, want.rope_theta);
+  EXPECT_FLOAT_EQ(got.rms_eps, want.rms_eps);
+  EXPECT_EQ(got.n_params(), want.n_params());
+}
+
+TEST(ModelShapes, UnknownNamesAreAnErrorListingTheKnownOnes) {
+  EXPECT_EQ(model_shape("llama3-8b").n_layers, 32);
+  EXPECT_NO_THROW(model_shape("smollm2-135m").validate("smollm2-135m"));
+  test::expect_error([] { model_shape("llama3-70b"); }, ErrorCode::kInvalidArgument,
+                     {"unknown model shape 'llama3-70b'", "llama3-8b, smollm2-135m"});
+}
+
 // The architectures' own tensors go through the weight table like every other: a missing Qwen2
 // bias or a Qwen3 q-norm of the wrong shape fails at open, naming the file, tensor and shapes.
 TEST(GgufArchitectures, NewTensorsAreValidatedThroughTheWeightTable) {

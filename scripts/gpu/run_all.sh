@@ -264,16 +264,16 @@ case "${1:-}" in
     exit $rc ;;
   trace)
     # Where a decode step's time goes: bench_e2e --trace (CUPTI activity trace, per-step summary)
-    # at batch 1 on the 8B shape and on the default model.
+    # at batch 1 on the 8B shape and on the default model (or its shape).
     link_model
     rc=0
     LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --trace --contexts 32768,131072 --batches 1 \
       --policies full,lychee,duo --steps 32 --json "$out/e2e_trace.json" 2>&1 | tee "$out/trace_8b.log" || rc=$(failed $? bench_e2e)
-    if [ -f "$model" ]; then
-      LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" -m "$model" --trace --contexts 1024 --batches 1 \
-        --policies full,lychee --retrieval 10 --budget 128 --steps 64 --json "$out/e2e_trace_model.json" 2>&1 \
-        | tee "$out/trace_model.log" || rc=$(failed $? bench_e2e -m)
-    fi
+    # The default model where staged, else its shape with random weights (the same step).
+    if [ -f "$model" ]; then small=(-m "$model"); else small=(--shape smollm2-135m); fi
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" "${small[@]}" --trace --contexts 1024 --batches 1 \
+      --policies full,lychee --retrieval 10 --budget 128 --steps 64 --json "$out/e2e_trace_model.json" 2>&1 \
+      | tee "$out/trace_model.log" || rc=$(failed $? bench_e2e "${small[@]}")
     exit $rc ;;
   python)
     # The package (pyproject.toml) installed without network (the image has torch, nanobind,
@@ -818,7 +818,8 @@ PY
     # each built by swapping its files in, rebuilding AB_TARGETS and keeping the binaries; then
     # AB_ROUNDS rounds alternating the variants over AB_PARTS: kernel (bench_decode_attention,
     # b1/b8 at 32K/128K, shares 0/4/8), e2e (bench_e2e b1 at 32K/128K, Full and LycheeDecode, the
-    # CUPTI trace), model (lychee bench on the default model, where staged), fp8 (bench_e2e with FP8
+    # CUPTI trace), small (bench_e2e on the default model's shape with random weights, b1/b4 at 1K
+    # and 4K, with the trace), model (lychee bench on the default model, where staged), fp8 (bench_e2e with FP8
     # weights, b1 32K/128K), tp (two GPUs: bench_e2e TP=2 at 128K, batch 1 and 8; tp-env's NCCL setting).
     link_model
     [ -f "$stage/tp_env" ] && { export $(cat "$stage/tp_env"); echo "NCCL setting: $(cat "$stage/tp_env")"; }
@@ -853,6 +854,12 @@ PY
           LYCHEE_COMMIT="$commit ($v)" "$bin/bench_e2e" --contexts 32768,131072 --batches 1 --policies full,lychee --trace \
             --json "$out/e2e_${v}_$round.json" > "$out/e2e_${v}_$round.log" 2>&1 || rc=$(failed $? "e2e $v")
           grep -hE "^ +1 +[0-9]|busy|merge|attention_kernel" "$out/e2e_${v}_$round.log"
+        fi
+        if in_list "$parts" small; then  # the default model's shape, random weights (no staging needed)
+          LYCHEE_COMMIT="$commit ($v)" "$bin/bench_e2e" --shape smollm2-135m --contexts 1024,4096 --batches 1,4 \
+            --policies full,lychee --retrieval 10 --budget 128 --steps 64 --trace \
+            --json "$out/small_${v}_$round.json" > "$out/small_${v}_$round.log" 2>&1 || rc=$(failed $? "small $v")
+          grep -hE "^ +1 +[14] +[0-9]" "$out/small_${v}_$round.log"
         fi
         if in_list "$parts" fp8; then  # FP8 weights (the unfused layers)
           LYCHEE_COMMIT="$commit ($v)" "$bin/bench_e2e" --weights fp8 --contexts 32768,131072 --batches 1 \

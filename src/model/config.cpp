@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numbers>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -30,6 +31,37 @@ ModelConfig llama3_8b_shape() {
   c.d_ff = 14336; c.vocab_size = 128256; c.max_context = 131072 + 1024;
   c.rms_eps = 1e-5f; c.rope_theta = 500000.0f;
   return c;
+}
+
+ModelConfig smollm2_135m_shape() {
+  ModelConfig c;
+  c.arch = Arch::kLlama;
+  c.arch_label = "LlamaForCausalLM";
+  c.name = "SmolLM2-135M shape, random bf16 weights";
+  c.n_layers = 30; c.d_model = 576; c.n_heads = 9; c.n_kv_heads = 3; c.head_dim = 64;
+  c.d_ff = 1536; c.vocab_size = 49152; c.max_context = 8192;
+  c.rms_eps = 1e-5f; c.rope_theta = 100000.0f; c.tie_embeddings = true;
+  return c;
+}
+
+namespace {
+struct NamedShape {
+  const char* name;
+  ModelConfig (*make)();
+};
+constexpr NamedShape kShapes[] = {{"llama3-8b", llama3_8b_shape}, {"smollm2-135m", smollm2_135m_shape}};
+}  // namespace
+
+std::vector<std::string> model_shape_names() {
+  std::vector<std::string> names;
+  for (const NamedShape& s : kShapes) names.emplace_back(s.name);
+  return names;
+}
+
+ModelConfig model_shape(const std::string& name) {
+  for (const NamedShape& s : kShapes)
+    if (name == s.name) return s.make();
+  fail(ErrorCode::kInvalidArgument, "unknown model shape '{}' (known: {})", name, fmt::join(model_shape_names(), ", "));
 }
 
 int64_t ModelConfig::n_params() const {

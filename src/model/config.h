@@ -55,6 +55,13 @@ struct ModelConfig {
 // Llama-3-8B's shape (32 layers, d_model 4096, 32 query / 8 KV heads of 128, d_ff 14336, vocab
 // 128256, context 128K + 1024), no checkpoint: benchmarks with random weights and planning tools.
 ModelConfig llama3_8b_shape();
+// SmolLM2-135M's shape (the default model: 30 layers, d_model 576, 9 query / 3 KV heads of 64,
+// d_ff 1536, vocab 49152, tied embeddings, context 8192), no checkpoint.
+ModelConfig smollm2_135m_shape();
+// A named shape ("llama3-8b", "smollm2-135m"); throws kInvalidArgument naming the known ones.
+ModelConfig model_shape(const std::string& name);
+// The names model_shape knows.
+std::vector<std::string> model_shape_names();
 
 // Reads config.json in a Hugging Face model directory.
 ModelConfig config_from_hf_json(const std::string& config_json_path);

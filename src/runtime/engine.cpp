@@ -118,9 +118,7 @@ Engine::Engine(const EngineOptions& options)
     : checkpoint_(open_checkpoint(options.model_path)), tokenizer_(load_tokenizer(checkpoint_)),
       config_(checkpoint_.config()) {
   if (!options.random_shape.empty()) {
-    LY_CHECK(options.random_shape == "llama3-8b", ErrorCode::kInvalidArgument,
-             "--random-weights: unknown shape '{}' (llama3-8b)", options.random_shape);
-    config_ = llama3_8b_shape();
+    config_ = model_shape(options.random_shape);
   }
   const ModelConfig& c = config_;
   LY_CHECK(tokenizer_.vocab_size() <= c.vocab_size, ErrorCode::kInvalidFile,
