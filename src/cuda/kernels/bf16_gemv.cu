@@ -35,7 +35,9 @@
 // the second — each 32-bit word of the loads is an mma register as it stands. Chunks go to warps in
 // slabs of 4 (warp w: slabs w, w + 8, ...), so a row's sum runs in the same order for every m, n
 // and R. A warp takes 4 / R chunks per step (8 weight uint4 per lane, 4 KiB per warp); the first
-// step's weights are loaded before griddepcontrol.wait (PDL), while the previous kernel drains.
+// step's weights are loaded before griddepcontrol.wait (PDL), while the previous kernel drains,
+// and what the norm and the epilogue read besides the sums is prefetched into L1 around it
+// (epilogue_prefetch), so the tail of a product is no round trip to memory.
 //
 // Staging (S): 0 keeps one step ahead in registers; 2 keeps a shared-memory ring of 2 steps per warp
 // filled by cp.async, which at ~70 registers fits three blocks per SM. The ring is the automatic
@@ -348,6 +350,57 @@ __device__ __forceinline__ void reduce_store(float (&part)[kWarps][kBf16GemvMaxR
 
 using gemv::chunk_of;
 
+// What the norm and the epilogue read besides the sums, into L1 before the main loop, so that
+// none of it is a round trip to L2 or memory after it (each was one, in turn, at the tail of every
+// decode product: the sums of squares, the residual, the RoPE angles and KV slots, the constants).
+// Before the PDL wait (after_wait false): what earlier work wrote (the constants; the step's
+// positions and KV slots, copied in before the kernel before this one started, as every kernel
+// of a step launches its dependents after its own wait); after it: what the previous kernel
+// wrote (the norm's sums of squares, the residual).
+template <int R, bool NORM, GemvOut OUT>
+__device__ __forceinline__ void epilogue_prefetch(const Bf16GemvArgs& a, int b, int lane, int warp, bool after_wait) {
+  const int tid = int(threadIdx.x);
+  if (after_wait) {
+    if constexpr (NORM) {  // warp i sums row i's slots: every 128-byte line of them, and the last
+      if (warp < a.n)
+        for (int p = 32 * lane; p < a.ss_count + 31; p += 32 * 32)
+          ptx::prefetch_l1(a.ss + size_t(warp) * size_t(a.ss_count) + size_t(min(p, a.ss_count - 1)));
+    }
+    if constexpr (OUT == GemvOut::kAddF32) {
+      const int i = tid / 16, row = b * 16 + tid % 16;
+      if (i < a.n && row < a.m) ptx::prefetch_l1(static_cast<const float*>(a.y) + size_t(i) * size_t(a.m) + row);
+    }
+    return;
+  }
+  if constexpr (OUT == GemvOut::kAddF32) {
+    const int i = tid / 16, row = b * 16 + tid % 16;
+    if (i == 0 && row < a.m) {
+      if (a.bias != nullptr) ptx::prefetch_l1(a.bias + row);
+      if (a.next_norm != nullptr) ptx::prefetch_l1(a.next_norm + row);
+    }
+  } else if constexpr (OUT == GemvOut::kQkvRope) {
+    const Bf16GemvRope& rp = a.rope;
+    const int d = rp.head_dim, per_head = d / 16, h = b / per_head, p = 8 * (b % per_head);
+    if (tid < a.n) {
+      ptx::prefetch_l1(rp.positions + tid);
+      ptx::prefetch_l1(rp.kv_page + tid);
+      ptx::prefetch_l1(rp.kv_row + tid);
+    } else if (tid == 32) {
+      ptx::prefetch_l1(rp.inv_freq + p);
+      if (a.bias != nullptr) {
+        ptx::prefetch_l1(a.bias + h * d + p);
+        ptx::prefetch_l1(a.bias + h * d + p + d / 2);
+      }
+    }
+  } else if constexpr (OUT == GemvOut::kSwiGlu) {
+    if (a.bias != nullptr && tid == 0) {
+      const int per = 8 * R, f = a.m / 2;
+      ptx::prefetch_l1(a.bias + min(per * b, f - 1));
+      ptx::prefetch_l1(a.bias + f + min(per * b, f - 1));
+    }
+  }
+}
+
 // S = 0: the weights one step ahead in registers. S >= 2: a shared-memory ring of S steps per warp
 // (dynamic shared memory, bf16_gemv_ring_bytes), each lane copying, waiting for and reading only its
 // own 16-byte slots, so no barrier is needed and the sums are the register kernel's, bit for bit.
@@ -385,7 +438,9 @@ __global__ void __launch_bounds__(kThreads, S > 0 ? 3 : 2) bf16_gemv_kernel(cons
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) issue(s);
   }
+  epilogue_prefetch<R, NORM, OUT>(a, b, lane, warp, false);
   ptx::grid_dependency_wait();  // but they write x (and y, for the residual add)
+  epilogue_prefetch<R, NORM, OUT>(a, b, lane, warp, true);
   for (int step = 0; chunk_of(warp, step * kStep) < n_chunks; ++step) {
     StepX<R, F8> xs;
     load_x<R, NORM, F8>(xs, a, chunk_of(warp, step * kStep), g, t);

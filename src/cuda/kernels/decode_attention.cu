@@ -69,6 +69,7 @@ struct ItemView {
   int begin;            // first entry
   int unit, unit_shift; // tokens per entry (a power of two) and its log2
   int n_tok;            // tokens the item reads (0: empty, past the device-side length)
+  bool has_last;        // the item reads the sequence's last token (the one this step appended)
   int len;              // sequence length
   int sink, recent;     // kWindow: effective sink and recent counts
 };
@@ -100,6 +101,7 @@ __device__ __forceinline__ ItemView make_view(const DecodeAttentionArgs& a, cons
   v.n_tok = e_end > item.begin
                 ? ((e_end - item.begin) << v.unit_shift) - (e_end == count ? ((last_unit + 1) << v.unit_shift) - v.len : 0)
                 : 0;
+  v.has_last = e_end > item.begin && e_end == count;
   return v;
 }
 
@@ -368,18 +370,42 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
     a.partial_lse[size_t(item.slot) * group + row_begin + threadIdx.x] = s_lse[threadIdx.x];
 }
 
-// The pipeline over one item's tiles with either loader, then the epilogue.
+// Waits for the kernel before this one in the stream (PDL) and lets the kernel after it launch.
+// Everything older than that kernel is complete by then: every kernel of a step launches its
+// dependents only after its own wait, so a grid starts once its predecessor's predecessor has
+// finished, and copies, memsets and the selections' branch join through full graph edges.
+__device__ __forceinline__ void wait_previous_kernel() {
+  grid_dependency_wait();
+  grid_launch_dependents();
+}
+
+// The pipeline over one item's tiles with either loader, then the epilogue. pre_wait (a CTA's
+// first item): the grid has not yet waited for the kernel before it. Only the previous kernel
+// writes what a decode step's attention reads (q, and K/V of the token it appended, which lies in
+// the item's last tile when the item reads the sequence's last token); the plan, lists, lengths,
+// block table and older K/V come from earlier work (wait_previous_kernel). So the first item's
+// tiles before that one are copied in before the wait, hiding their lookups and their latency
+// behind the previous kernel's tail.
 template <int HeadDim, typename Loader>
 __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const DecodeWorkItem& item, Loader& ld,
-                                         const ScoreSink& sc, uint8_t* smem) {
+                                         const ScoreSink& sc, uint8_t* smem, bool pre_wait) {
   using Tr = DecodeTraits<HeadDim>;
   const int group = a.n_heads / a.n_kv_heads;
   const int n_tok = ld.iv.n_tok;
   const int n_tiles = n_tok > 0 ? (n_tok + kTileTokens - 1) / kTileTokens : 0;
 
   const uint32_t smem0 = smem_u32(smem);
-#pragma unroll
-  for (int s = 0; s < Tr::kStages - 1; ++s) {
+  // Commit groups stay one per prologue tile, in tile order, whichever side of the wait a tile is
+  // issued on (the main loop's wait_group counts rely on it).
+  const int early = pre_wait ? (ld.iv.has_last ? n_tiles - 1 : n_tiles) : 0;
+  int s0 = 0;
+  for (; s0 < Tr::kStages - 1 && s0 < early; ++s0) {
+    ld.fetch(s0);
+    ld.issue(smem0 + s0 * Tr::kStageBytes, s0);
+    cp_async_commit();
+  }
+  if (pre_wait) wait_previous_kernel();
+  for (int s = s0; s < Tr::kStages - 1; ++s) {
     if (s < n_tiles) {
       ld.fetch(s);
       ld.issue(smem0 + s * Tr::kStageBytes, s);
@@ -428,26 +454,28 @@ __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const Dec
 }
 
 template <int HeadDim, int PageSize>
-__device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem);
+__device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem,
+                                              bool pre_wait);
 
 template <int HeadDim, int PageSize>
 __global__ void __launch_bounds__(kThreads, 2) decode_attention_kernel(const DecodeAttentionArgs a) {
   using Tr = DecodeTraits<HeadDim>;
   extern __shared__ __align__(128) uint8_t smem[];  // [kStages][K tile, V tile] bf16, swizzled
 
-  grid_dependency_wait();  // q, the KV pools, the lists and the plan come from earlier work in the stream
-  grid_launch_dependents();
   // A resident grid walks the plan: item i runs on CTA i % gridDim.x (items come longest first).
+  // The plan is read before the wait (run_item says why); a CTA waits inside its first item.
   const int n_items = *a.n_items;
   const DecodeWorkItem* items = a.items + (a.item_offset != nullptr ? *a.item_offset : 0);
+  if (int(blockIdx.x) >= n_items) return wait_previous_kernel();
   for (int i = int(blockIdx.x); i < n_items; i += int(gridDim.x)) {
     if (i != int(blockIdx.x)) __syncthreads();  // the last item's epilogue is done with the stages
-    run_work_item<HeadDim, PageSize>(a, items[i], smem);
+    run_work_item<HeadDim, PageSize>(a, items[i], smem, i == int(blockIdx.x));
   }
 }
 
 template <int HeadDim, int PageSize>
-__device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem) {
+__device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem,
+                                              bool pre_wait) {
   using Tr = DecodeTraits<HeadDim>;
   const int group = a.n_heads / a.n_kv_heads;
   const ItemView iv = make_view(a, item);
@@ -465,10 +493,10 @@ __device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, cons
   const int64_t page_stride = int64_t(a.n_kv_heads) * PageSize * HeadDim;
   if (item.unit == PageSize) {
     PageLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
-    run_item<HeadDim>(a, item, ld, sc, smem);
+    run_item<HeadDim>(a, item, ld, sc, smem, pre_wait);
   } else {
     GatherLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
-    run_item<HeadDim>(a, item, ld, sc, smem);
+    run_item<HeadDim>(a, item, ld, sc, smem, pre_wait);
   }
 }
 

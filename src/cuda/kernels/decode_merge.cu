@@ -6,7 +6,9 @@
 // is built to need two dependent round trips to memory for up to 2 x HeadDim slots: every thread
 // loads one LSE (the block's max), the weights go to shared memory, then every thread loads all
 // of its slots' o vectors at once (the loads depend on shared memory only, so they are issued
-// together), and the slot lanes are summed in shared memory.
+// together), and the slot lanes are summed in shared memory. The o vectors of the first pass are
+// prefetched into L1 beside the LSE loads, so the second trip goes no further than L1, and the
+// merge arrays (the plan) are read before the PDL wait.
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/kernels/decode_attention.h"
@@ -33,19 +35,27 @@ __global__ void __launch_bounds__(merge_threads<HeadDim>()) decode_merge_kernel(
   __shared__ float4 s_acc[kSlotLanes][kVec];
   __shared__ float s_wsum[kSlotLanes];
 
-  grid_dependency_wait();  // the partials of the attention kernel
-  grid_launch_dependents();  // a PDL-launched product after it may start loading its weights
+  // The merge arrays are the step's plan, written before the attention kernel started (every
+  // kernel of a step launches its dependents after its own wait): read them before the wait.
   const int group = a.n_heads / a.n_kv_heads;
   const int seq = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int mi = seq * a.n_heads + h, r = h % group;
   const int count = a.merge_count[mi];
-  if (count <= 0) return;  // written directly by its only item
   const int begin = a.merge_begin[mi];
+  grid_dependency_wait();  // the partials of the attention kernel
+  grid_launch_dependents();  // a PDL-launched product after it may start loading its weights
+  // A head written directly by its only item returns only now: a CTA that ended before its wait
+  // would let the next kernel start before the attention kernel ends.
+  if (count <= 0) return;
   const float* lse = a.partial_lse + size_t(begin) * group + r;  // slot i at lse[i * group]
 
   // The max LSE; this thread's first slot's LSE stays in a register for the first pass.
   const int tid = threadIdx.x;
   const float lse0 = tid < count ? lse[size_t(tid) * group] : -INFINITY;
+  // This thread's o vectors of the first pass into L1 while the LSEs come back: the second round
+  // trip is then an L1 hit.
+  for (int i = tid / kVec; i < count && i < kThreads; i += kSlotLanes)
+    prefetch_l1(a.partial_o + (size_t(begin + i) * group + r) * HeadDim + 4 * (tid % kVec));
   float m = lse0;
   for (int i = tid + kThreads; i < count; i += kThreads) m = fmaxf(m, lse[size_t(i) * group]);
 #pragma unroll
