@@ -773,7 +773,8 @@ PY
     # 32K and 128K, Full and LycheeDecode, bf16 and FP8 weights (KNOB_WEIGHTS), and the staged
     # default model's lychee bench (KNOB_MODEL=0: not); a one-line summary per run. KNOB_E2E
     # replaces bench_e2e's arguments (e.g. "--tensor-parallel 1,2 --contexts 131072 --batches 1
-    # --policies full,lychee": tensor-parallel runs take tp-env's NCCL setting).
+    # --policies full,lychee": tensor-parallel runs take tp-env's NCCL setting). A value holding '='
+    # is a set of assignments joined by '+' (e.g. VALUES="A=0+B=0 A=1+B=1": several knobs at once).
     link_model
     [ -f "$stage/tp_env" ] && { export $(cat "$stage/tp_env"); echo "NCCL setting: $(cat "$stage/tp_env")"; }
     rc=0
@@ -782,16 +783,17 @@ PY
     for round in $(seq 1 "${ROUNDS:-2}"); do
       for v in ${VALUES:-1 0}; do
         tag="${knob}_${v}_$round"
+        if [[ $v == *=* ]]; then IFS=+ read -r -a assign <<< "$v"; tag="${v//[=+]/_}_$round"; else assign=("$knob=$v"); fi
         # shellcheck disable=SC2086
-        env "$knob=$v" LYCHEE_COMMIT="$commit" timeout -k 5 "${KNOB_SECONDS:-240}" "$build/bin/bench_e2e" $e2e_args \
+        env "${assign[@]}" LYCHEE_COMMIT="$commit" timeout -k 5 "${KNOB_SECONDS:-240}" "$build/bin/bench_e2e" $e2e_args \
           --json "$out/e2e_$tag.json" > "$out/e2e_$tag.log" 2>&1 || rc=$(failed $? "bench_e2e $tag")
         line="$(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[a-z]' "$out/e2e_$tag.log" | awk '{printf "tp%s b%s %s/%s %s  ", $1, $2, $3, $4, $5}')"
         if [ -f "$model" ] && [ "${KNOB_MODEL:-1}" = 1 ]; then
-          env "$knob=$v" "$build/bin/lychee" bench --model "$model" --device cuda --prompt-tokens 512 --gen-tokens 256 \
+          env "${assign[@]}" "$build/bin/lychee" bench --model "$model" --device cuda --prompt-tokens 512 --gen-tokens 256 \
             --json "$out/model_$tag.json" > "$out/model_$tag.log" 2>&1 || rc=$(failed $? "lychee bench $tag")
           line="$line model $(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['decode_tok_s'], 1))" "$out/model_$tag.json") tok/s"
         fi
-        echo "round $round $knob=$v: $line"
+        echo "round $round ${assign[*]}: $line"
       done
     done
     exit $rc ;;

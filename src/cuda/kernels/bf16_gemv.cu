@@ -68,6 +68,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -488,14 +489,18 @@ int stages_of(const Bf16GemvArgs& a) {
   return a.stages >= 0 ? a.stages : forced >= 0 ? forced : 2;
 }
 
+// Dynamic shared memory that leaves room for two blocks per SM, not three (228 KiB per SM).
+constexpr size_t kTwoPerSmBytes = size_t(80) << 10;
+
 template <int R, int S, bool NORM, GemvOut OUT, bool F8>
 void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
   constexpr size_t kRing = S > 0 ? size_t(ring_bytes(S)) : 0;
-  if constexpr (S > 0) {
+  {
     static uint64_t attribute_set = 0;  // more than 48 KiB of dynamic shared memory needs it, per device
     if (first_on_device(attribute_set))
       LY_CUDA_CHECK(cudaFuncSetAttribute(bf16_gemv_kernel<R, S, NORM, OUT, F8>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(kRing)));
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(std::max(kRing, kTwoPerSmBytes))));
   }
   // PDL for small products only (weights <= kPdlMaxWeightBytes), where launch latency is most of
   // the kernel's time: the default model's decode step went from 1247 / 1229 to 1460 / 1449 tok/s
@@ -512,8 +517,17 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
   const bool pdl = forced_pdl >= 0 ? forced_pdl == 1
                    : a.pdl >= 0    ? a.pdl == 1
                                    : size_t(a.m) * size_t(a.k) * (F8 ? 1 : 2) <= kPdlMaxWeightBytes;
+  // Lab (LYCHEE_BF16_GEMV_SPREAD=1): a grid of at most two blocks per SM launched under PDL takes
+  // shared memory for two blocks per SM only, so blocks that land early on the SMs the previous
+  // kernel frees first cannot stack three deep there.
+  static const bool spread = [] {
+    const char* v = std::getenv("LYCHEE_BF16_GEMV_SPREAD");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  const bool two_per_sm = spread && grid <= 2 * device_info().sm_count;
   if (pdl)
-    launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT, F8>, grid, kThreads, kRing, stream, a);
+    launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT, F8>, grid, kThreads, two_per_sm ? std::max(kRing, kTwoPerSmBytes) : kRing,
+               stream, a);
   else
     bf16_gemv_kernel<R, S, NORM, OUT, F8><<<grid, kThreads, kRing, stream>>>(a);
 }
