@@ -502,29 +502,29 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          int(std::max(kRing, kTwoPerSmBytes))));
   }
-  // PDL for small products only (weights <= kPdlMaxWeightBytes), where launch latency is most of
-  // the kernel's time: the default model's decode step went from 1247 / 1229 to 1460 / 1449 tok/s
-  // with PDL on every product, while the 8B shape's (33-235 MB products, single-wave grids) was
-  // 4% slower (b1 128K: Full 11.97 against 11.49 ms, LycheeDecode 7.37 against 6.98; the
-  // output/down products' own time grew most), most likely because blocks launched early land on
-  // the SMs the previous kernel frees first and spread a single wave unevenly (H100,
-  // docs/results/gpu/decode_step/gemv_pdl/). LYCHEE_BF16_GEMV_PDL=1 / =0 forces
-  // PDL on / off for A/B runs.
+  // PDL for small products (weights <= kPdlMaxWeightBytes), where launch latency is most of the
+  // kernel's time (the default model's decode step went from 1247 / 1229 to 1460 / 1449 tok/s,
+  // docs/results/gpu/decode_step/gemv_pdl/), and for grids of at most two blocks per SM (the 8B's
+  // output and down products), which are then launched with shared memory for two blocks per SM
+  // only. Without that cap PDL made those products slower (b1 128K: Full 11.97 against 11.49 ms,
+  // gemv_pdl/): their blocks, launched early, landed on the SMs the previous kernel freed first,
+  // three deep, and spread a single wave unevenly. With it, on one H100 alternated twice
+  // (docs/results/gpu/decode_step/pdl_spread/): b1 128K Full 11.19 -> 11.13 ms, LycheeDecode
+  // 6.63 -> 6.57; PDL without the cap gained half of that. LYCHEE_BF16_GEMV_PDL=1 / =0 forces PDL
+  // on / off, LYCHEE_BF16_GEMV_SPREAD=0 drops the cap (A/B runs).
   static const int forced_pdl = [] {
     const char* v = std::getenv("LYCHEE_BF16_GEMV_PDL");
     return v == nullptr ? -1 : std::string(v) == "1" ? 1 : std::string(v) == "0" ? 0 : -1;
   }();
-  const bool pdl = forced_pdl >= 0 ? forced_pdl == 1
-                   : a.pdl >= 0    ? a.pdl == 1
-                                   : size_t(a.m) * size_t(a.k) * (F8 ? 1 : 2) <= kPdlMaxWeightBytes;
-  // Lab (LYCHEE_BF16_GEMV_SPREAD=1): a grid of at most two blocks per SM launched under PDL takes
-  // shared memory for two blocks per SM only, so blocks that land early on the SMs the previous
-  // kernel frees first cannot stack three deep there.
   static const bool spread = [] {
     const char* v = std::getenv("LYCHEE_BF16_GEMV_SPREAD");
-    return v != nullptr && std::string(v) == "1";
+    return v == nullptr || std::string(v) != "0";
   }();
-  const bool two_per_sm = spread && grid <= 2 * device_info().sm_count;
+  const bool one_wave_of_two = grid <= 2 * device_info().sm_count;
+  const bool pdl = forced_pdl >= 0 ? forced_pdl == 1
+                   : a.pdl >= 0    ? a.pdl == 1
+                                   : one_wave_of_two || size_t(a.m) * size_t(a.k) * (F8 ? 1 : 2) <= kPdlMaxWeightBytes;
+  const bool two_per_sm = spread && one_wave_of_two;
   if (pdl)
     launch_pdl(bf16_gemv_kernel<R, S, NORM, OUT, F8>, grid, kThreads, two_per_sm ? std::max(kRing, kTwoPerSmBytes) : kRing,
                stream, a);

@@ -92,8 +92,8 @@ struct Bf16GemvArgs {
   // Weight staging (bf16_gemv.cu): -1 the automatic choice (the ring; LYCHEE_BF16_GEMV_STAGES), 0 one step
   // ahead in registers, 2 a shared-memory ring of two steps. Every setting gives the same bits.
   int stages = -1;
-  // Programmatic dependent launch: -1 by size (products of at most 16 MB of weights; bf16_gemv.cu
-  // says why), 0 plain, 1 PDL (the caller knows the previous kernel is small, e.g. the decode
+  // Programmatic dependent launch: -1 by size and grid (products of at most 16 MB of weights, and
+  // grids of at most two blocks per SM, launched two per SM; bf16_gemv.cu says why), 0 plain, 1 PDL (the caller knows the previous kernel is small, e.g. the decode
   // merge). LYCHEE_BF16_GEMV_PDL=0|1 in the environment overrides every product (lab A/B).
   int pdl = -1;
   // kSwiGlu's outputs per block: 16 (two m16 tiles: 16 gate rows, their 16 up rows) or 8 (one tile:

@@ -74,7 +74,8 @@ struct RunnerOptions {
   // 0: the unfused path. LYCHEE_FUSED_DECODE_ROWS=<0..8> replaces it (lab A/B).
   int fused_decode_max_rows = 8;
   // Fused decode layers: the products launched with programmatic dependent launch whatever their
-  // size, as a mask of kPdlQkv, kPdlOutput, kPdlGateUp, kPdlDown (others: by size, bf16_gemv.h).
+  // size, as a mask of kPdlQkv, kPdlOutput, kPdlGateUp, kPdlDown (others: by size and grid,
+  // bf16_gemv.h: the 8B's down product, a single wave, is launched with PDL that way).
   // Default: all but the down product, whose predecessor (gate/up) is the only multi-wave grid of
   // a layer. Measured on the H100, 8B shape, alternated (docs/results/gpu/decode_step/gemv_pdl/
   // per_product/): LycheeDecode b1 128K 6.98 -> 6.93 ms, b1 32K 6.35 -> 6.22, b4 32K 7.53 ->
