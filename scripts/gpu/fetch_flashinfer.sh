@@ -43,8 +43,12 @@ done
 # The pins must satisfy flashinfer's Requires-Dist (extras aside).
 python3 - "$(wheel_of flashinfer-python==0.7.2.post1)" "${half_a[@]:1}" "${half_b[@]}" <<'EOF'
 import sys, zipfile
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+try:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+except ImportError:  # a bare Python: pip's own copy of the same library
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.utils import canonicalize_name
 whl, pins = sys.argv[1], dict(p.split("==") for p in sys.argv[2:])
 pins = {canonicalize_name(k): v for k, v in pins.items()}
 with zipfile.ZipFile(whl) as z:
