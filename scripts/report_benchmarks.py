@@ -283,8 +283,8 @@ def decode_step_section():
             if "trace" not in r or key(r) not in b_rows:
                 continue
             b, t = b_rows[key(r)], r["trace"]
-            def sum_of(tr, pred):
-                return sum(k["us_per_step"] for k in tr["device"] if pred(k["name"]))
+            def sum_of(tr, pred):  # exposed time where the trace has it (its share of the step's span)
+                return sum(k.get("exposed_us_per_step", k["us_per_step"]) for k in tr["device"] if pred(k["name"]))
             gemm = sum_of(t, lambda n: n.startswith("nvjet") or "cublas" in n.lower() or "_gemv_kernel" in n)
             attn = sum_of(t, lambda n: "decode_attention" in n or "decode_merge" in n)
             sel = sum_of(t, lambda n: "select" in n or "quest" in n or "union" in n)
@@ -296,9 +296,11 @@ def decode_step_section():
                          f"(one event wait for the token a step behind) | {gemm:.0f} | {attn:.0f} | {sel:.0f} |")
         lines += ["", "Weight products: cuBLASLt before, the engine's bf16 GEMV with the fused decode layers "
                   "after (norms, residual adds and SwiGLU inside the products; docs/results/gpu/decode_step/fused/). "
-                  "Kernel times overlap under programmatic dependent launch (a merge waits inside its "
-                  "launch for the attention kernel), so the attention + merge column counts some time twice; "
-                  "device busy is the union. Details and the peers (FlashInfer 0.7.2.post1, torch cuDNN) in "
+                  "Kernel times overlap under programmatic dependent launch (a kernel starts while the one "
+                  "before it drains and waits inside), so the columns give each kernel's exposed time where the "
+                  "trace records it (what it adds to the step's span; since 4ab9d3d), else its own time, which "
+                  "counts the overlap twice; the selection's exposed time is where its side branch outlasts the "
+                  "products beside it; device busy is the union. Details and the peers (FlashInfer 0.7.2.post1, torch cuDNN) in "
                   "`docs/results/gpu/decode_step/README.md`; latency plot "
                   "`docs/results/gpu/decode_step/e2e_latency_h100.svg`.", ""]
     return lines
