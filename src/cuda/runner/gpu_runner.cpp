@@ -80,7 +80,7 @@ PlannerShape planner_shape(const ModelConfig& c, const RunnerOptions& o, int max
   s.n_kv_heads = c.n_kv_heads;
   s.page_size = o.page_size;
   s.sm_count = device_info().sm_count;
-  s.ctas_per_sm = o.decode_items_per_sm > 0 ? o.decode_items_per_sm : decode_attention_ctas_per_sm(c.head_dim, o.page_size);
+  s.ctas_per_sm = decode_attention_ctas_per_sm(c.head_dim, o.page_size);
   s.max_items = max_items;
   s.max_pages = max_pages;
   return s;
@@ -204,13 +204,6 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
   }
   if (const char* v = std::getenv("LYCHEE_GEMV_EPILOGUES"); v != nullptr && *v != 0)
     o.gemv_epilogues = RunnerOptions::parse_gemv_epilogues(v);
-  if (const char* v = std::getenv("LYCHEE_DECODE_ITEMS_PER_SM"); v != nullptr && *v != 0) {
-    LY_CHECK(std::string(v).size() == 1 && v[0] >= '1' && v[0] <= '4', ErrorCode::kInvalidArgument,
-             "LYCHEE_DECODE_ITEMS_PER_SM={}: expected 1 to 4", v);
-    o.decode_items_per_sm = v[0] - '0';
-  }
-  LY_CHECK(o.decode_items_per_sm >= 0 && o.decode_items_per_sm <= 4, ErrorCode::kInvalidArgument,
-           "RunnerOptions::decode_items_per_sm is {}; expected 0 (the kernel's occupancy) to 4", o.decode_items_per_sm);
   row_table_id.assign(size_t(opt.max_batch), 0);
   row_synced.assign(size_t(opt.max_batch), 0);
   const int n = int(weights.size());

@@ -102,11 +102,6 @@ struct RunnerOptions {
   // of silu_mul). LYCHEE_GEMV_EPILOGUES=rope,swiglu (either, or "none") replaces it (lab A/B).
   static constexpr int kEpilogueRope = 1, kEpilogueSwiGlu = 2;
   int gemv_epilogues = kEpilogueRope | kEpilogueSwiGlu;
-  // Decode attention: the work items the split planner aims for per SM (plan_decode's ctas_per_sm;
-  // fewer items are longer, so each pays its fill, epilogue and merge slot over more tokens). 0:
-  // the attention kernel's occupancy (two CTAs per SM). LYCHEE_DECODE_ITEMS_PER_SM=1..4 replaces
-  // it (lab A/B).
-  int decode_items_per_sm = 0;
   // The mask of a comma-separated list of rope, swiglu (or "none": 0), as LYCHEE_GEMV_EPILOGUES
   // gives it; kInvalidArgument naming the bad entry. Pure.
   static int parse_gemv_epilogues(const std::string& list);
