@@ -9,6 +9,7 @@
 // together), and the slot lanes are summed in shared memory. The o vectors of the first pass are
 // prefetched into L1 beside the LSE loads, so the second trip goes no further than L1, and the
 // merge arrays (the plan) are read before the PDL wait.
+#include "cuda/common/common.h"
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/kernels/decode_attention.h"
@@ -16,19 +17,23 @@
 namespace lychee::cuda {
 namespace {
 
-// Slot lanes of HeadDim / 4 threads: 8 at d = 64 (128 threads; 16 made the default model's step
-// 0.8% slower), 32 at d = 128 (1024 threads), where a dense 128K retrieval head is cut into ~200
-// slots: with 8 lanes each thread loaded 26 of them in four dependent batches.
-template <int HeadDim>
-constexpr int merge_threads() { return (HeadDim == 64 ? 8 : 32) * HeadDim / 4; }
+// Lanes slot lanes of HeadDim / 4 threads. 8 (128 threads at d = 64, 256 at d = 128) but for a
+// d = 128 grid that fits one CTA per SM, which takes 32 (1024 threads): there a dense 128K
+// retrieval head is cut into ~200 slots, which with 8 lanes each thread loaded in four dependent
+// batches (H100, 8B b1 128K: LycheeDecode 6.571 -> 6.532 ms per step, its merges' exposed time
+// 218 -> 182 µs, alternated twice; docs/results/gpu/decode_step/merge_lanes/). A grid past one
+// CTA per SM runs the 1024-thread CTAs in two waves (b8: 8/8 kernel 48.8 -> 51.2 µs at 32K), and
+// at d = 64 16 lanes made the default model's step 0.8% slower.
+template <int HeadDim, int Lanes>
+constexpr int merge_threads() { return Lanes * HeadDim / 4; }
 
 using namespace ptx;
 
 // One CTA per (sequence, query head): out = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M) over
 // the head's slots. kSlotLanes slots are combined in parallel, each by HeadDim / 4 threads.
-template <int HeadDim>
-__global__ void __launch_bounds__(merge_threads<HeadDim>()) decode_merge_kernel(const DecodeAttentionArgs a) {
-  constexpr int kThreads = merge_threads<HeadDim>();
+template <int HeadDim, int Lanes>
+__global__ void __launch_bounds__(merge_threads<HeadDim, Lanes>()) decode_merge_kernel(const DecodeAttentionArgs a) {
+  constexpr int kThreads = merge_threads<HeadDim, Lanes>();
   constexpr int kWarps = kThreads / 32;
   constexpr int kVec = HeadDim / 4;
   constexpr int kSlotLanes = kThreads / kVec;
@@ -111,10 +116,13 @@ __global__ void __launch_bounds__(merge_threads<HeadDim>()) decode_merge_kernel(
 
 void decode_merge(const DecodeAttentionArgs& a, cudaStream_t stream) {
   if (a.batch <= 0) return;
+  const int grid = a.batch * a.n_heads;  // one CTA per (sequence, query head)
   if (a.head_dim == 64)
-    launch_pdl(decode_merge_kernel<64>, a.batch * a.n_heads, merge_threads<64>(), 0, stream, a);
+    launch_pdl(decode_merge_kernel<64, 8>, grid, merge_threads<64, 8>(), 0, stream, a);
+  else if (grid <= device_info().sm_count)
+    launch_pdl(decode_merge_kernel<128, 32>, grid, merge_threads<128, 32>(), 0, stream, a);
   else
-    launch_pdl(decode_merge_kernel<128>, a.batch * a.n_heads, merge_threads<128>(), 0, stream, a);
+    launch_pdl(decode_merge_kernel<128, 8>, grid, merge_threads<128, 8>(), 0, stream, a);
   LY_CUDA_CHECK_LAUNCH();
 }
 
