@@ -18,12 +18,13 @@ namespace lychee::cuda {
 namespace {
 
 // Lanes slot lanes of HeadDim / 4 threads. 8 (128 threads at d = 64, 256 at d = 128) but for a
-// d = 128 grid that fits one CTA per SM, which takes 32 (1024 threads): there a dense 128K
-// retrieval head is cut into ~200 slots, which with 8 lanes each thread loaded in four dependent
-// batches (H100, 8B b1 128K: LycheeDecode 6.571 -> 6.532 ms per step, its merges' exposed time
-// 218 -> 182 µs, alternated twice; docs/results/gpu/decode_step/merge_lanes/). A grid past one
-// CTA per SM runs the 1024-thread CTAs in two waves (b8: 8/8 kernel 48.8 -> 51.2 µs at 32K), and
-// at d = 64 16 lanes made the default model's step 0.8% slower.
+// d = 128 grid of at most a quarter of the SMs (the 8B shape at batch 1), which takes 32 (1024
+// threads): there a dense 128K retrieval head is cut into ~200 slots, which with 8 lanes each
+// thread loaded in four dependent batches (H100, 8B b1 128K: LycheeDecode 6.571 -> 6.532 ms per
+// step, its merges' exposed time 218 -> 182 µs, alternated twice; docs/results/gpu/decode_step/
+// merge_lanes/). At batch 8 the 1024-thread CTAs (one per SM) ran in two waves (8/8 kernel 48.8 ->
+// 51.2 µs at 32K); batches 2-4 were not measured and keep 8 lanes; at d = 64 16 lanes made the
+// default model's step 0.8% slower.
 template <int HeadDim, int Lanes>
 constexpr int merge_threads() { return Lanes * HeadDim / 4; }
 
@@ -119,7 +120,7 @@ void decode_merge(const DecodeAttentionArgs& a, cudaStream_t stream) {
   const int grid = a.batch * a.n_heads;  // one CTA per (sequence, query head)
   if (a.head_dim == 64)
     launch_pdl(decode_merge_kernel<64, 8>, grid, merge_threads<64, 8>(), 0, stream, a);
-  else if (grid <= device_info().sm_count)
+  else if (4 * grid <= device_info().sm_count)
     launch_pdl(decode_merge_kernel<128, 32>, grid, merge_threads<128, 32>(), 0, stream, a);
   else
     launch_pdl(decode_merge_kernel<128, 8>, grid, merge_threads<128, 8>(), 0, stream, a);
