@@ -11,15 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace lychee::bench {
+#include "trace_summary.h"
 
-struct TraceRecord {
-  enum Kind { kKernel, kMemcpy, kMemset, kSync, kRuntime } kind;
-  std::string name;  // kernel name (demangled), copy direction, or runtime function
-  uint64_t start_ns = 0, end_ns = 0;
-  uint64_t bytes = 0;  // copies and memsets
-  int device = -1;     // CUDA device of a kernel, copy or memset (-1: a host call)
-};
+namespace lychee::bench {
 
 class CuptiTrace {
  public:
@@ -27,8 +21,7 @@ class CuptiTrace {
   void start();
   void stop();  // flushes; the records stay until the next start()
   const std::vector<TraceRecord>& records() const;
-  // Per-step figures over `steps` steps of the traced interval: kernel time per name (µs per
-  // step, launches per step), device busy and idle µs per step, host synchronisations per step.
+  // summarize_trace of the records (trace_summary.h): per-step figures over `steps` steps.
   nlohmann::json summary(int steps) const;
 };
 
