@@ -222,8 +222,9 @@ def gpu_model_section():
         f"| batched decode, {r['batched']['batch']} sequences | {r['batched']['step_ms']:.2f} ms/step, "
         f"{r['batched']['tok_s']:.0f} tok/s |"] if r.get("batched") else []) + [
         "",
-        "A 135M-parameter model at batch 1 is bound by kernel latency, not bandwidth: a step is ~300 small "
-        "kernels (replayed from a CUDA graph).",
+        "A 135M-parameter model at batch 1 is bound by kernel latency, not bandwidth: a step is ~190 "
+        "kernels replayed from a CUDA graph, six dependent ones per layer (QKV + RoPE, attention, merge, "
+        "output, gate/up, down) at ~2.5-3 µs each whatever their bytes (docs/results/gpu/decode_step/README.md).",
         "",
     ]
 
