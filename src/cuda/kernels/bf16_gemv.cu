@@ -71,8 +71,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
@@ -480,12 +478,7 @@ constexpr int ring_bytes(int stages) { return stages * kWarps * 32 * 8 * 16; }
 // A/B; both give the same bits), else the automatic choice: the ring, whatever the grid (see the
 // top).
 int stages_of(const Bf16GemvArgs& a) {
-  static const int forced = [] {
-    const char* v = std::getenv("LYCHEE_BF16_GEMV_STAGES");
-    if (v == nullptr) return -1;
-    const std::string s(v);
-    return s == "0" ? 0 : s == "2" ? 2 : -1;
-  }();
+  static const int forced = gemv::env_setting("LYCHEE_BF16_GEMV_STAGES", {0, 2});
   return a.stages >= 0 ? a.stages : forced >= 0 ? forced : 2;
 }
 
@@ -512,14 +505,8 @@ void launch_kernel(const Bf16GemvArgs& a, int grid, cudaStream_t stream) {
   // (docs/results/gpu/decode_step/pdl_spread/): b1 128K Full 11.19 -> 11.13 ms, LycheeDecode
   // 6.63 -> 6.57; PDL without the cap gained half of that. LYCHEE_BF16_GEMV_PDL=1 / =0 forces PDL
   // on / off, LYCHEE_BF16_GEMV_SPREAD=0 drops the cap (A/B runs).
-  static const int forced_pdl = [] {
-    const char* v = std::getenv("LYCHEE_BF16_GEMV_PDL");
-    return v == nullptr ? -1 : std::string(v) == "1" ? 1 : std::string(v) == "0" ? 0 : -1;
-  }();
-  static const bool spread = [] {
-    const char* v = std::getenv("LYCHEE_BF16_GEMV_SPREAD");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const int forced_pdl = gemv::env_setting("LYCHEE_BF16_GEMV_PDL", {0, 1});
+  static const bool spread = gemv::env_setting("LYCHEE_BF16_GEMV_SPREAD", {0}) != 0;
   const bool one_wave_of_two = grid <= 2 * device_info().sm_count;
   const bool pdl = forced_pdl >= 0 ? forced_pdl == 1
                    : a.pdl >= 0    ? a.pdl == 1
@@ -561,10 +548,7 @@ double waves_of(int grid, int stages) { return double(grid) / (double(device_inf
 // H100, 0.7-2.4% slower at batch 4 on one H200 (each block reads all of x: twice the blocks,
 // twice x's reads).
 int swiglu_outputs(const Bf16GemvArgs& a) {
-  static const int forced = [] {
-    const char* v = std::getenv("LYCHEE_BF16_GEMV_SWIGLU");
-    return v == nullptr ? -1 : std::string(v) == "8" ? 8 : std::string(v) == "16" ? 16 : -1;
-  }();
+  static const int forced = gemv::env_setting("LYCHEE_BF16_GEMV_SWIGLU", {8, 16});
   if (a.swiglu_outputs > 0) return a.swiglu_outputs;
   if (forced > 0) return forced;
   const int stages = stages_of(a);

@@ -42,9 +42,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <initializer_list>
-#include <string>
 
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
@@ -169,8 +166,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_gemv_kernel(const Fp8GemvArgs
   float acc[R][4] = {};
   Step<R> cur;
   load_weights(cur, a, row0, chunk(0), g, t);  // earlier kernels in the stream do not write w
-  ptx::grid_dependency_wait();                 // but they write x
-  ptx::grid_launch_dependents();
+  ptx::wait_previous_kernel();                 // but they write x
   for (int i = 0; chunk(i) < n_chunks; i += kStep) {
     StepX<R> xs;
     load_x(xs, a, chunk(i), g, t);
@@ -219,8 +215,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_gemv_staged_kernel(const Fp8G
   float acc[R][4] = {};
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s);  // earlier kernels in the stream do not write w
-  ptx::grid_dependency_wait();               // but they write x
-  ptx::grid_launch_dependents();
+  ptx::wait_previous_kernel();               // but they write x
   for (int step = 0; chunk(step * kStep) < n_chunks; ++step) {
     issue(step + S - 1);  // past the end: zeros, no reads
     ptx::cp_async_wait<S - 1>();
@@ -262,29 +257,13 @@ int fp8_gemv_stages(int m, int tiles, int sm_count) {
   return (m + 16 * tiles - 1) / (16 * tiles) > 2 * sm_count ? 2 : 0;
 }
 
-// LYCHEE_FP8_GEMV_TILES=1, 2 or 4 and LYCHEE_FP8_GEMV_STAGES=0, 2, 3 or 4 in the environment
-// override kAutoTiles and fp8_gemv_stages (lab A/B; every setting gives the same bits).
-int env_setting(const char* name, std::initializer_list<int> allowed) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == 0) return -1;
-  char* end = nullptr;
-  const long r = std::strtol(v, &end, 10);
-  if (*end != 0) return -1;  // "auto" or anything else not a number: the automatic choice
-  for (const int a : allowed)
-    if (r == a) return a;
-  return -1;
-}
-
 // The GEMV is launched plainly (its griddepcontrol instructions are then no-ops) unless
 // LYCHEE_FP8_GEMV_PDL=1, as the bf16 GEMV (bf16_gemv.cu): with PDL the FP8 decode step was 1-2%
 // slower (8B shape, FP8 weights, batch 1, 128K, alternated twice on an H100: Full 9.81 against
 // 9.68-9.69 ms, LycheeDecode 5.45 against 5.36; docs/results/fp8_gpu/pdl/).
 template <typename Kernel, typename Args>
 void launch_gemv(Kernel kernel, int grid, size_t smem, cudaStream_t stream, const Args& a) {
-  static const bool pdl = [] {
-    const char* v = std::getenv("LYCHEE_FP8_GEMV_PDL");
-    return v != nullptr && std::string(v) == "1";
-  }();
+  static const bool pdl = gemv::env_setting("LYCHEE_FP8_GEMV_PDL", {1}) == 1;
   if (pdl)
     launch_pdl(kernel, grid, kThreads, smem, stream, a);
   else
@@ -315,8 +294,10 @@ void launch_tiles(const Fp8GemvArgs<Out>& a, int stages, cudaStream_t stream) {
 
 template <typename Out>
 void launch(const Fp8GemvArgs<Out>& a, Fp8GemvVariant v, cudaStream_t stream) {
-  static const int env_tiles = env_setting("LYCHEE_FP8_GEMV_TILES", {1, 2, 4});
-  static const int env_stages = env_setting("LYCHEE_FP8_GEMV_STAGES", {0, 2, 3, 4});
+  // LYCHEE_FP8_GEMV_TILES=1|2|4 and LYCHEE_FP8_GEMV_STAGES=0|2|3|4 override kAutoTiles and
+  // fp8_gemv_stages (gemv::env_setting).
+  static const int env_tiles = gemv::env_setting("LYCHEE_FP8_GEMV_TILES", {1, 2, 4});
+  static const int env_stages = gemv::env_setting("LYCHEE_FP8_GEMV_STAGES", {0, 2, 3, 4});
   const int sms = device_info().sm_count;
   const int tiles = v.tiles > 0 ? v.tiles : env_tiles > 0 ? env_tiles : kAutoTiles;
   const int stages = v.stages >= 0 ? v.stages : env_stages >= 0 ? env_stages : fp8_gemv_stages(a.m, tiles, sms);

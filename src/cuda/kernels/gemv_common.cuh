@@ -2,10 +2,12 @@
 // streamed past L1, their cp.async form, the exact e4m3 -> bf16 widening, the chunk-to-warp order of k, and the scatter of a warp's
 // mma accumulators into the block's partial-sum table. Both kernels are blocks of 8 warps over m16
 // tiles of weight rows, every warp over its own slabs of k, the 8 partial sums added in warp order.
-// Device code only.
+// Device code, and the host's reading of their lab knobs (env_setting).
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
 
 namespace lychee::cuda::gemv {
 
@@ -13,6 +15,20 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kSlab = 4;  // chunks per slab; slab s belongs to warp s % kWarps
 constexpr int kMaxRows = 8;  // rows of x: the 8 columns of one mma.sync tile
+
+// A lab knob of the GEMVs (A/B runs; every setting gives the same bits): the integer in the
+// environment variable `name` when it is one of `allowed`, else -1 (unset, empty, "auto" or
+// anything else: the automatic choice).
+inline int env_setting(const char* name, std::initializer_list<int> allowed) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == 0) return -1;
+  char* end = nullptr;
+  const long r = std::strtol(v, &end, 10);
+  if (*end != 0) return -1;
+  for (const int a : allowed)
+    if (r == a) return a;
+  return -1;
+}
 
 // 16 weight bytes, read once: not allocated in L1 (x lives there); L2 fetches the aligned 256
 // bytes around them, the warp's slab of the row when rows are long enough (its next steps hit L2).
