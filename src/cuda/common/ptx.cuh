@@ -64,6 +64,15 @@ __device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepco
 __device__ __forceinline__ void grid_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
+// Waits for the kernel before this one in the stream, then lets the kernel after it launch. Every
+// kernel of a decode step launches its dependents only after its own wait (this, or the bf16
+// GEMV's trigger after its main loop), so a grid starts once its predecessor's predecessor has
+// finished; copies, memsets and the selections' graph branch join through full edges. What a
+// kernel reads before its wait (decode attention, its merge, the GEMVs' prefetches) rests on it.
+__device__ __forceinline__ void wait_previous_kernel() {
+  grid_dependency_wait();
+  grid_launch_dependents();
+}
 // Brings the line holding p into this SM's L1 without waiting or taking a register: a value
 // needed after a long stretch of other work is then an L1 hit instead of a round trip to L2.
 __device__ __forceinline__ void prefetch_l1(const void* p) {

@@ -370,15 +370,6 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
     a.partial_lse[size_t(item.slot) * group + row_begin + threadIdx.x] = s_lse[threadIdx.x];
 }
 
-// Waits for the kernel before this one in the stream (PDL) and lets the kernel after it launch.
-// Everything older than that kernel is complete by then: every kernel of a step launches its
-// dependents only after its own wait, so a grid starts once its predecessor's predecessor has
-// finished, and copies, memsets and the selections' branch join through full graph edges.
-__device__ __forceinline__ void wait_previous_kernel() {
-  grid_dependency_wait();
-  grid_launch_dependents();
-}
-
 // The pipeline over one item's tiles with either loader, then the epilogue. pre_wait (a CTA's
 // first item): the grid has not yet waited for the kernel before it. Only the previous kernel
 // writes what a decode step's attention reads (q, and K/V of the token it appended, which lies in

@@ -43,15 +43,14 @@ __global__ void __launch_bounds__(merge_threads<HeadDim, Lanes>()) decode_merge_
   __shared__ float4 s_acc[kSlotLanes][kVec];
   __shared__ float s_wsum[kSlotLanes];
 
-  // The merge arrays are the step's plan, written before the attention kernel started (every
-  // kernel of a step launches its dependents after its own wait): read them before the wait.
+  // The merge arrays are the step's plan, written before the attention kernel started
+  // (ptx::wait_previous_kernel): read them before the wait.
   const int group = a.n_heads / a.n_kv_heads;
   const int seq = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int mi = seq * a.n_heads + h, r = h % group;
   const int count = a.merge_count[mi];
   const int begin = a.merge_begin[mi];
-  grid_dependency_wait();  // the partials of the attention kernel
-  grid_launch_dependents();  // a PDL-launched product after it may start loading its weights
+  wait_previous_kernel();  // the attention's partials (a PDL product after it may load its weights meanwhile)
   // A head written directly by its only item returns only now: a CTA that ended before its wait
   // would let the next kernel start before the attention kernel ends.
   if (count <= 0) return;

@@ -23,16 +23,13 @@ constexpr int kWarp = 32;
 // The per-token kernels of a decode step (embedding, residual + norm, Q/K/V RoPE and append,
 // SwiGLU, argmax) are launched with programmatic dependent launch (launch_pdl): each may be
 // scheduled while the product before it drains and waits here, before touching memory, for it to
-// finish; it then lets the kernel after it be scheduled in turn. Between ~460 kernels a step
-// (8B shape) the device idled ~0.85 µs at each boundary (CUPTI, docs/scaling.md).
-__device__ __forceinline__ void pdl_begin() {
-  ptx::grid_dependency_wait();
-  ptx::grid_launch_dependents();
-}
+// finish (ptx::wait_previous_kernel); it then lets the kernel after it be scheduled in turn.
+// Between ~460 kernels a step (8B shape) the device idled ~0.85 µs at each boundary (CUPTI,
+// docs/scaling.md).
 
 __global__ void embed_kernel(const int32_t* __restrict__ tokens, const bf16* __restrict__ table,
                              float* __restrict__ x, int d) {
-  pdl_begin();
+  ptx::wait_previous_kernel();
   const int t = blockIdx.x;
   const bf16* row = table + size_t(tokens[t]) * d;
   for (int i = threadIdx.x; i < d; i += blockDim.x) x[size_t(t) * d + i] = __bfloat162float(row[i]);
@@ -53,7 +50,7 @@ __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const bf16* __rest
     g[j] = reinterpret_cast<const float4*>(w)[i];
     if (bias != nullptr) b[j] = reinterpret_cast<const float4*>(bias)[i];
   }
-  pdl_begin();
+  ptx::wait_previous_kernel();
   const size_t row = size_t(blockIdx.x) * d;
   float4* xr = reinterpret_cast<float4*>(x + row);
   float4 v[kMaxVecs];
@@ -87,7 +84,7 @@ __global__ void add_rmsnorm_vec_kernel(float* __restrict__ x, const bf16* __rest
 __global__ void add_rmsnorm_kernel(float* __restrict__ x, const bf16* __restrict__ delta,
                                    const float* __restrict__ bias, const float* __restrict__ w,
                                    bf16* __restrict__ out, int d, float eps) {
-  pdl_begin();
+  ptx::wait_previous_kernel();
   const size_t row = size_t(blockIdx.x) * d;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
@@ -106,7 +103,7 @@ __global__ void add_rmsnorm_kernel(float* __restrict__ x, const bf16* __restrict
 // i = lane + 32 k.
 template <int kPairsPerLane>
 __global__ void qkv_rope_append_kernel(QkvArgs a) {
-  pdl_begin();
+  ptx::wait_previous_kernel();
   const int t = blockIdx.x;
   const int lane = threadIdx.x % kWarp;
   const int n_warps = blockDim.x / kWarp;
@@ -171,7 +168,7 @@ __global__ void qkv_rope_append_kernel(QkvArgs a) {
 
 __global__ void silu_mul_kernel(const bf16* __restrict__ gu, const float* __restrict__ bias,
                                 bf16* __restrict__ out, int n, int ff) {
-  pdl_begin();
+  ptx::wait_previous_kernel();
   const size_t total = size_t(n) * ff;
   for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += size_t(gridDim.x) * blockDim.x) {
@@ -203,7 +200,7 @@ constexpr int kReduceThreads = 1024;
 // latency-bound at ~10 GB/s (49 µs a step on the 8B shape's vocabulary, CUPTI).
 __global__ void __launch_bounds__(kReduceThreads) argmax_kernel(const float* __restrict__ logits,
                                                                 int32_t* __restrict__ out, int vocab) {
-  pdl_begin();
+  ptx::wait_previous_kernel();
   const float* row = logits + size_t(blockIdx.x) * vocab;
   ArgMax best{-INFINITY, vocab};
   if (vocab % 4 == 0) {
