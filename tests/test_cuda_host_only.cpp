@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "gpu_test_util.h"
+#include "test_util.h"
 
 #ifdef LYCHEE_HAS_CUDA
 #include "cuda/kernels/decode_attention.h"
@@ -181,6 +182,41 @@ TEST(DecodePlan, RandomWorkloadsAreCoveredOnceAndBalanced) {
       EXPECT_GE(int64_t(plan.items.size()), target / 2);
     }
   }
+}
+
+// Batch-invariant planning: a sequence's items (entry ranges, in order) and merge counts are the
+// same alone and beside any other sequences, and every invariant of check_plan holds; the pooled
+// planner, for contrast, cuts the same head differently once others share the machine.
+TEST(DecodePlan, BatchInvariantSplitsDependOnTheHeadAlone) {
+  auto items_of = [](const DecodePlan& plan, int seq, int kv_head) {
+    std::vector<std::pair<int, int>> r;
+    for (const DecodeWorkItem& it : plan.items)
+      if (it.seq == seq && it.kv_head == kv_head) r.emplace_back(it.begin, it.end);
+    std::sort(r.begin(), r.end());
+    return r;
+  };
+  const int n_kv = 8, group = 4, splits = 1024 / (8 * n_kv);  // the runner's: max_items / (rows x heads)
+  const std::vector<int32_t> alone_lens = {50000};
+  const auto alone_heads = cuda::dense_decode_heads(alone_lens, n_kv, group, 64, 2048);
+  const DecodePlan alone = cuda::plan_decode(alone_heads, 1, n_kv * group, n_kv, 132, 2, 128, 1024, splits);
+  check_plan(alone, alone_heads, 1, n_kv, 2, 1024);
+  const std::vector<int32_t> lens = {3000, 50000, 700, 120000, 64, 9999, 80000, 1};
+  const auto heads = cuda::dense_decode_heads(lens, n_kv, group, 64, 2048);
+  const DecodePlan mixed = cuda::plan_decode(heads, 8, n_kv * group, n_kv, 132, 2, 128, 1024, splits);
+  ASSERT_LE(int(mixed.items.size()), 1024);
+  for (int h = 0; h < n_kv; ++h) {
+    const auto a = items_of(alone, 0, h), b = items_of(mixed, 1, h);
+    EXPECT_EQ(a, b) << "kv head " << h;
+    EXPECT_EQ(int(a.size()), std::min(splits, int(50000 / 128)));
+    for (int r = 0; r < group; ++r)
+      EXPECT_EQ(alone.merge_count[size_t(h * group + r)], mixed.merge_count[size_t(n_kv * group + h * group + r)]);
+  }
+  const DecodePlan pooled_alone = cuda::plan_decode(alone_heads, 1, n_kv * group, n_kv, 132, 2, 128, 1024);
+  const DecodePlan pooled = cuda::plan_decode(heads, 8, n_kv * group, n_kv, 132, 2, 128, 1024);
+  EXPECT_NE(items_of(pooled_alone, 0, 0), items_of(pooled, 1, 0));
+  // More splits than the items hold is an error naming the numbers, not a silent cap.
+  test::expect_error([&] { cuda::plan_decode(heads, 8, n_kv * group, n_kv, 132, 2, 128, 64, 64); },
+                     ErrorCode::kInvalidArgument, "max_items is 64");
 }
 
 TEST(DecodePlan, RejectsBadHeads) {

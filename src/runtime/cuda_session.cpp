@@ -46,7 +46,7 @@ void GpuSession::decode_step(std::span<const int32_t> tokens, bool allow_policy)
   cuda::GpuSeq* seqs[] = {&seq_};
   const bool with_policy = allow_policy && policy_ != nullptr;
   if (with_policy) use_policy();
-  runner_.decode(seqs, tokens, with_policy);
+  runner_.decode(seqs, tokens, with_policy, batch_invariant_);
   if (!allow_policy) {  // like the CPU session: a step outside the policy is not counted
     forward_ = runner_.forwards();
     row_ = 0;
@@ -89,7 +89,11 @@ void GpuSession::decode_together(std::span<Session* const> sessions, std::span<c
     gs[i]->commit_pending();
   }
   const int max_batch = runner_.options().max_batch;
+  const int invariant_rows = cuda::batch_invariant_rows(runner_.options());
+  // Batch-invariant sessions share steps only with each other, in batches whose products take
+  // the path a lone sequence's take.
   auto same_policy = [&](const GpuSession* a, const GpuSession* b) {
+    if (a->batch_invariant_ != b->batch_invariant_) return false;
     if ((a->policy_ == nullptr) != (b->policy_ == nullptr)) return false;
     return a->policy_ == nullptr || a->policy_ == b->policy_ || a->policy_->spec() == b->policy_->spec();
   };
@@ -100,7 +104,8 @@ void GpuSession::decode_together(std::span<Session* const> sessions, std::span<c
   for (size_t first = 0; first < n; ++first) {
     if (done[first]) continue;
     group.clear();
-    for (size_t j = first; j < n && int(group.size()) < max_batch; ++j)
+    const int rows = gs[first]->batch_invariant_ ? invariant_rows : max_batch;
+    for (size_t j = first; j < n && int(group.size()) < rows; ++j)
       if (!done[j] && same_policy(gs[first], gs[j])) {
         group.push_back(j);
         done[j] = true;
@@ -117,7 +122,7 @@ void GpuSession::decode_together(std::span<Session* const> sessions, std::span<c
       seqs.push_back(&gs[j]->seq_);
       group_tokens.push_back(tokens[j]);
     }
-    runner_.decode(seqs, group_tokens, with_policy);
+    runner_.decode(seqs, group_tokens, with_policy, lead.batch_invariant_);
     const cuda::Ticket reads = with_policy ? runner_.take_token_reads_async() : cuda::Ticket{};
     for (size_t r = 0; r < group.size(); ++r) gs[group[r]]->stepped(int(r), reads);
     if (after)

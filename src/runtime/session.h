@@ -67,8 +67,15 @@ class Session {
   // What decode steps (and cache corrections) read from the KV cache since the last reset.
   virtual const KvReadStats& stats() const = 0;
   virtual void reset_stats() = 0;
+  // Batch-invariant decoding: this session's decode steps give the same logits (bit for bit)
+  // whatever other sessions decode_batch runs beside it (the server's seeded requests). The
+  // CPU steps sessions one at a time, so it always is; the GPU then runs the session only in
+  // batches of batch-invariant sessions, with per-head splits (GpuRunner::decode).
+  void set_batch_invariant(bool on) { batch_invariant_ = on; }
+  bool batch_invariant() const { return batch_invariant_; }
 
  protected:
+  bool batch_invariant_ = false;
   // decode_batch's work, called on sessions[0] once the arguments are checked.
   virtual void decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
                                const std::function<void(size_t)>& after);

@@ -71,6 +71,8 @@ struct DecodeAttentionArgs {
   int window_sink, window_recent;   // kWindow
   int batch, n_heads, n_kv_heads, head_dim, page_size, max_pages;
   int max_items;               // grid size of the main kernel
+  bool invariant_merge = false;  // the merge's slot lanes fixed (8), not chosen by grid size:
+                                 //   results independent of the batch (batch-invariant steps)
   float scale;                 // softmax scale, 1/sqrt(head_dim)
 };
 
@@ -111,8 +113,12 @@ struct DecodePlan {
 // <= max_items. A head with no entries gets no item and its rows are not written. Throws
 // kInvalidArgument on bad heads (rows outside the group, a query row served twice) or when more
 // heads have entries than max_items.
+// splits_per_head > 0: batch-invariant planning instead (decode_plan.cpp): every head gets
+// min(splits_per_head, n_entries, tokens / min_tokens_per_split) splits whatever else the batch
+// holds (kInvalidArgument when they pass max_items).
 DecodePlan plan_decode(std::span<const DecodeHeadWork> heads, int batch, int n_heads, int n_kv_heads,
-                       int sm_count, int ctas_per_sm, int min_tokens_per_split, int max_items);
+                       int sm_count, int ctas_per_sm, int min_tokens_per_split, int max_items,
+                       int splits_per_head = 0);
 
 // Dense attention's work: every (seq, kv head) reads all ceil(seq_lens[seq] / page_size) pages of
 // its block-table row, GQA-packed. Throws kInvalidArgument when a length is < 1 or needs more

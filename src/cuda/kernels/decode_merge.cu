@@ -24,7 +24,8 @@ namespace {
 // step, its merges' exposed time 218 -> 182 µs, alternated twice; docs/results/gpu/decode_step/
 // merge_lanes/). At batch 8 the 1024-thread CTAs (one per SM) ran in two waves (8/8 kernel 48.8 ->
 // 51.2 µs at 32K); batches 2-4 were not measured and keep 8 lanes; at d = 64 16 lanes made the
-// default model's step 0.8% slower.
+// default model's step 0.8% slower. Batch-invariant steps (invariant_merge) keep 8 lanes at every
+// grid: the lanes set the order in which a head's slots are summed.
 template <int HeadDim, int Lanes>
 constexpr int merge_threads() { return Lanes * HeadDim / 4; }
 
@@ -119,7 +120,7 @@ void decode_merge(const DecodeAttentionArgs& a, cudaStream_t stream) {
   const int grid = a.batch * a.n_heads;  // one CTA per (sequence, query head)
   if (a.head_dim == 64)
     launch_pdl(decode_merge_kernel<64, 8>, grid, merge_threads<64, 8>(), 0, stream, a);
-  else if (4 * grid <= device_info().sm_count)
+  else if (!a.invariant_merge && 4 * grid <= device_info().sm_count)
     launch_pdl(decode_merge_kernel<128, 32>, grid, merge_threads<128, 32>(), 0, stream, a);
   else
     launch_pdl(decode_merge_kernel<128, 8>, grid, merge_threads<128, 8>(), 0, stream, a);

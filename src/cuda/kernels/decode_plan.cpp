@@ -65,14 +65,16 @@ int64_t find_chunk(std::span<const DecodeHeadWork> work, int64_t target, int64_t
   return lo * max_unit;
 }
 
-// Appends the items of head h (n_entries > 0) to plan.items; when it has more than one, gives each
-// a partial-result slot and points the merge of every query row it serves at them.
-void split_head(const DecodeHeadWork& h, int64_t chunk, int64_t min_split, int n_heads, int group,
-                DecodePlan& plan) {
-  // Fewer splits when ceil(t / chunk) of them would be shorter than min_tokens_per_split.
+// Splits of head h (n_entries > 0) when no split should hold more than `chunk` tokens: fewer
+// when ceil(t / chunk) of them would be shorter than min_split tokens, never more than entries.
+int64_t splits_for_chunk(const DecodeHeadWork& h, int64_t chunk, int64_t min_split) {
   const int64_t t = tokens_of(h);
-  const int64_t n_splits =
-      std::max<int64_t>(1, std::min({ceil_div(t, chunk), t / min_split, int64_t(h.n_entries)}));
+  return std::max<int64_t>(1, std::min({ceil_div(t, chunk), t / min_split, int64_t(h.n_entries)}));
+}
+
+// Appends the n_splits items of head h (n_entries > 0) to plan.items; when it has more than one,
+// gives each a partial-result slot and points the merge of every query row it serves at them.
+void split_head(const DecodeHeadWork& h, int64_t n_splits, int n_heads, int group, DecodePlan& plan) {
   const int64_t base = h.n_entries / n_splits, extra = h.n_entries % n_splits;
   if (n_splits > 1) {
     for (int r = h.row_begin; r < h.row_begin + h.n_rows; ++r) {
@@ -114,14 +116,21 @@ void split_head(const DecodeHeadWork& h, int64_t chunk, int64_t min_split, int n
 // cut into fewer splits where they would be shorter than min_tokens_per_split). Decode attention
 // is bandwidth-bound: a wave slightly short of the target still saturates HBM, so equal lengths
 // matter more than hitting the CTA count exactly.
+// Batch-invariant planning (splits_per_head > 0) cuts each head into min(splits_per_head, n,
+// t / min_tokens_per_split) splits whatever the other heads are, so a head's splits, and with them
+// the order in which its partial results are merged, depend on that head alone: a sequence's
+// attention gives the same bits alone or in any batch (the server's seeded requests).
 DecodePlan plan_decode(std::span<const DecodeHeadWork> heads, int batch, int n_heads, int n_kv_heads,
-                       int sm_count, int ctas_per_sm, int min_tokens_per_split, int max_items) {
+                       int sm_count, int ctas_per_sm, int min_tokens_per_split, int max_items,
+                       int splits_per_head) {
   LY_CHECK(batch >= 0 && n_kv_heads >= 1 && n_heads >= n_kv_heads && n_heads % n_kv_heads == 0 &&
                n_heads / n_kv_heads <= 127 && sm_count >= 1 && ctas_per_sm >= 1 && max_items >= 1,
            ErrorCode::kInvalidArgument,
            "plan_decode: batch {}, n_heads {}, n_kv_heads {}, sm_count {}, ctas_per_sm {}, max_items {}; expected "
            "batch >= 0, n_heads a multiple of n_kv_heads and the others >= 1",
            batch, n_heads, n_kv_heads, sm_count, ctas_per_sm, max_items);
+  LY_CHECK(splits_per_head >= 0, ErrorCode::kInvalidArgument, "plan_decode: splits_per_head {}; expected >= 0",
+           splits_per_head);
   check_heads(heads, batch, n_heads, n_kv_heads);
   const int group = n_heads / n_kv_heads;
 
@@ -138,11 +147,22 @@ DecodePlan plan_decode(std::span<const DecodeHeadWork> heads, int batch, int n_h
   plan.merge_count.assign(n_merge, 0);
   if (work.empty()) return plan;
 
-  const int64_t target = std::min<int64_t>(
-      max_items, std::max<int64_t>(int64_t(ctas_per_sm) * sm_count, int64_t(work.size())));
   const int64_t min_split = std::max(1, min_tokens_per_split);
-  const int64_t chunk = find_chunk(work, target, min_split);
-  for (const DecodeHeadWork& h : work) split_head(h, chunk, min_split, n_heads, group, plan);
+  if (splits_per_head > 0) {
+    for (const DecodeHeadWork& h : work) {
+      const int64_t n = std::max<int64_t>(1, std::min({int64_t(splits_per_head), tokens_of(h) / min_split,
+                                                       int64_t(h.n_entries)}));
+      split_head(h, n, n_heads, group, plan);
+    }
+    LY_CHECK(int64_t(plan.items.size()) <= max_items, ErrorCode::kInvalidArgument,
+             "plan_decode: {} heads at up to {} splits each need {} items; max_items is {}", work.size(),
+             splits_per_head, plan.items.size(), max_items);
+  } else {
+    const int64_t target = std::min<int64_t>(
+        max_items, std::max<int64_t>(int64_t(ctas_per_sm) * sm_count, int64_t(work.size())));
+    const int64_t chunk = find_chunk(work, target, min_split);
+    for (const DecodeHeadWork& h : work) split_head(h, splits_for_chunk(h, chunk, min_split), n_heads, group, plan);
+  }
   // Longest first: when the items outnumber the resident CTAs, the short ones fill the tail.
   std::stable_sort(plan.items.begin(), plan.items.end(), [](const DecodeWorkItem& a, const DecodeWorkItem& b) {
     return int64_t(a.end - a.begin) * a.unit > int64_t(b.end - b.begin) * b.unit;

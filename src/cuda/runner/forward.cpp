@@ -45,6 +45,7 @@ void Shard::decode_attention_layer(int layer, int batch) {
   a.head_dim = c.head_dim;
   a.page_size = o.page_size;
   a.max_items = max_items;
+  a.invariant_merge = invariant;
   a.scale = 1.0f / std::sqrt(float(c.head_dim));
   decode_attention(a, stream);
 }

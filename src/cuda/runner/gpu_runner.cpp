@@ -74,6 +74,20 @@ int runner_max_context(const RunnerOptions& o, const ModelConfig& c) {
   return o.max_context > 0 ? std::min(o.max_context, c.max_context) : c.max_context;
 }
 
+}  // namespace
+
+// Rows whose decode products all take one path, each row's results independent of the others:
+// the bf16 GEMV's (a row's bits do not depend on m: Bf16GemvDeterminism), fused or not as the
+// options say for every m up to here. cuBLASLt beyond (its kernel, and so a row's sums, depends
+// on m), and a single row where the GEMV is off.
+int batch_invariant_rows(const RunnerOptions& o) {
+  int rows = o.bf16_gemv_max_rows > 0 ? o.bf16_gemv_max_rows : 1;
+  if (o.fused_decode_max_rows > 0) rows = std::min(rows, o.fused_decode_max_rows);
+  return std::max(1, std::min(rows, o.max_batch));
+}
+
+namespace {
+
 PlannerShape planner_shape(const ModelConfig& c, const RunnerOptions& o, int max_items, int max_pages) {
   PlannerShape s;
   s.n_heads = c.n_heads;
@@ -83,6 +97,7 @@ PlannerShape planner_shape(const ModelConfig& c, const RunnerOptions& o, int max
   s.ctas_per_sm = decode_attention_ctas_per_sm(c.head_dim, o.page_size);
   s.max_items = max_items;
   s.max_pages = max_pages;
+  s.invariant_rows = batch_invariant_rows(o);
   return s;
 }
 
@@ -308,7 +323,7 @@ void Shard::upload_step(size_t bytes) {
 }
 
 void Shard::plan_and_upload(const GpuPolicyPlan* plan, std::span<const int> lens) {
-  const size_t end = planner.plan(plan, lens, meta_h.data(), [&] { wait_event(plan_consumed); });
+  const size_t end = planner.plan(plan, lens, meta_h.data(), [&] { wait_event(plan_consumed); }, invariant);
   if (end == 0) return;  // the plans on the device are still right
   LY_CUDA_CHECK(cudaMemcpyAsync(meta_d.data() + meta.n_items, meta_h.data() + meta.n_items, end - meta.n_items,
                                 cudaMemcpyHostToDevice, stream));
@@ -439,16 +454,19 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
   im.lead().use();
 }
 
-void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy) {
-  impl_->decode(seqs, tokens, use_policy, impl_->o.cuda_graphs);
+void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy,
+                       bool batch_invariant) {
+  impl_->decode(seqs, tokens, use_policy, impl_->o.cuda_graphs, batch_invariant);
 }
 
 void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy,
-                             bool use_graphs) {
+                             bool use_graphs, bool invariant) {
   Shard& lead_shard = lead();
   const int batch = int(seqs.size());
   LY_CHECK(batch >= 1 && batch <= o.max_batch, ErrorCode::kInvalidArgument,
            "decode batch of {} sequences (1..{} supported)", batch, o.max_batch);
+  LY_CHECK(!invariant || batch <= batch_invariant_rows(o), ErrorCode::kInvalidArgument,
+           "a batch-invariant decode step of {} sequences (at most {})", batch, batch_invariant_rows(o));
   LY_CHECK(tokens.empty() || int(tokens.size()) == batch, ErrorCode::kInvalidArgument,
            "decode got {} tokens for {} sequences", tokens.size(), batch);
   for (int b = 0; b < batch; ++b) {  // every check and page before any state changes
@@ -503,6 +521,7 @@ void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int3
     Shard& r = *sp;
     r.use();
     r.step_policy = step_policy;
+    r.invariant = invariant;
     r.plan_and_upload(step_policy ? &*r.policy : nullptr, lens);
     if (!tokens.empty()) continue;
     if (r.rank == 0) {
@@ -517,7 +536,8 @@ void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int3
   ++n_forwards;
   if (use_graphs) {
     const std::vector<cudaStream_t> st = streams();
-    graphs.run(batch * 2 + (step_policy ? 1 : 0), devices, st, [&] { forward(batch, true, batch, 1, 0); });
+    graphs.run(batch * 4 + (invariant ? 2 : 0) + (step_policy ? 1 : 0), devices, st,
+               [&] { forward(batch, true, batch, 1, 0); });
   } else {
     forward(batch, true, batch, 1, 0);
   }

@@ -43,6 +43,11 @@ ShardedWeights shard_weights(const Checkpoint* ck, const ModelConfig& c, uint64_
 uint64_t weight_bytes_per_step(const GpuWeights& w, int batch);
 size_t weight_bytes(const GpuWeights& w);
 
+struct RunnerOptions;
+// The most sequences a batch-invariant decode step takes (GpuRunner::decode): rows whose products
+// all take the same path whatever their number.
+int batch_invariant_rows(const RunnerOptions& o);
+
 struct RunnerOptions {
   int page_size = 64;
   double kv_memory_gib = 0.0;  // 0: what max_batch sequences of max_context tokens need, capped by free memory
@@ -181,7 +186,11 @@ class GpuRunner {
   // One decode step: seqs[b] is fed tokens[b]; logits rows 0..B-1. With `tokens` empty, each
   // sequence is fed the token sampled for its row by the previous greedy()/sample() call (stays
   // on the device). With use_policy false the step attends densely whatever the policy.
-  void decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy = true);
+  // batch_invariant: each sequence's logits are the same bits whatever else the batch holds (at
+  // most batch_invariant_rows(options()) sequences; splits planned per head, fixed merge lanes):
+  // what the server's seeded requests take.
+  void decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy = true,
+              bool batch_invariant = false);
 
   // The decode-attention policy of later steps (Full by default), as the backend-neutral
   // description every policy compiles to. Throws kUnsupported naming what the GPU path cannot

@@ -170,6 +170,7 @@ struct Shard {
   std::optional<GpuPolicyPlan> policy;
   int policy_epoch = 0;      // set_policy count: page-bound metadata is rebuilt per setting
   bool step_policy = false;  // the step being recorded uses the policy
+  bool invariant = false;    // the step being recorded is batch-invariant (GpuRunner::decode)
   DeviceBuffer<float> scores, unit_scores;
   DeviceBuffer<int32_t> lists, list_counts, sel_heads;
   DeviceBuffer<bf16> quest_min, quest_max;
@@ -296,7 +297,8 @@ struct GpuRunner::Impl {
   // gather of `rows` logits rows), counted.
   void count_reduces(int n, int rows);
   // Stages and runs one decode step (GpuRunner::decode; `graphs` false: eagerly).
-  void decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy, bool graphs);
+  void decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy, bool graphs,
+              bool invariant = false);
 };
 
 }  // namespace lychee::cuda

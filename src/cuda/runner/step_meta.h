@@ -35,6 +35,10 @@ struct PlannerShape {
   int sm_count = 1, ctas_per_sm = 2;
   int max_items = 1;
   int max_pages = 1 << 30;  // block-table row width: dense plans never pass it
+  // Batch-invariant steps (GpuRunner::decode's batch_invariant) hold at most this many sequences:
+  // each head then gets at most max_items / (invariant_rows x the pattern's heads per sequence)
+  // splits, a number that does not depend on the batch.
+  int invariant_rows = 1;
 };
 
 // The page count a dense head is planned for (see step_meta.cpp).
@@ -49,8 +53,10 @@ class StepPlanner {
   // end of the plan section written (an offset into the block), or 0 when every head's work
   // equals the last call's and nothing was written. `before_write` runs before any write (the
   // runner waits there for the device to have consumed the last plan upload).
+  // `invariant`: batch-invariant plans (plan_decode's splits_per_head; lens.size() <=
+  // invariant_rows): a sequence's splits depend on that sequence alone.
   size_t plan(const GpuPolicyPlan* policy, std::span<const int> lens, uint8_t* meta,
-              const std::function<void()>& before_write = {});
+              const std::function<void()>& before_write = {}, bool invariant = false);
   // Forget the cached plans (the next plan() rebuilds them).
   void invalidate() { last_heads_.clear(); }
   int replans() const { return replans_; }
@@ -62,6 +68,7 @@ class StepPlanner {
   PlannerShape s_;
   MetaLayout m_;
   std::vector<std::vector<DecodeHeadWork>> last_heads_;  // [pattern] the heads last planned
+  bool last_invariant_ = false;
   int replans_ = 0;
 };
 
