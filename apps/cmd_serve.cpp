@@ -1,8 +1,14 @@
 // lychee serve: the OpenAI-compatible HTTP server (src/server). Binds first (so a port in use
 // fails at once), answers /health with 503 while the model loads, then serves until SIGTERM or
-// SIGINT: admission stops (503), running requests finish (up to --drain-seconds), exit 0.
+// SIGINT: admission stops (503), running requests finish (up to --drain-seconds), exit 0. A
+// signal while the model loads, or a second one while draining, exits at once (128 + signal).
 #include <pthread.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -33,6 +39,71 @@ struct ServeArgs {
   int64_t prefix_cache = -1;
   double drain_seconds = 30.0;
   std::string random_weights;
+  bool deterministic = false;
+  int invariant_chunk = 128;
+  int64_t fault_at_step = 0;
+};
+
+// SIGINT/SIGTERM are blocked in every thread and taken by sigtimedwait in the main thread: the
+// kernel gives a process-directed signal to the main thread first when it waits for it, so no
+// thread that a library started with its own mask (the CUDA driver's) receives it and dies of it.
+// The server runs in a thread of its own; the first signal after the model loaded drains it, one
+// during the load or a second one ends the process at once.
+class Signals {
+ public:
+  Signals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread starts: all inherit it
+  }
+  // Runs `serve` in a thread and takes the signals in this one until it returns (rethrowing what
+  // it threw). serve calls loaded() once it serves, then wait_stop() for the first signal.
+  void run(const std::function<void(Signals&)>& serve) {
+    std::exception_ptr error;
+    std::atomic<bool> done{false};
+    std::thread worker([&] {
+      try {
+        serve(*this);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      done.store(true);
+    });
+    const timespec tick{0, 100'000'000};
+    while (!done.load()) {
+      const int sig = sigtimedwait(&set_, nullptr, &tick);
+      if (sig <= 0) continue;
+      const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+      std::lock_guard lock(mu_);
+      if (!loaded_ || stop_ != 0) {
+        std::fprintf(stderr, "lychee serve: %s %s; exiting now\n", name,
+                     loaded_ ? "again while draining" : "while the model loads");
+        std::fflush(stderr);
+        std::_Exit(128 + sig);
+      }
+      stop_ = sig;
+      cv_.notify_all();
+    }
+    worker.join();
+    if (error) std::rethrow_exception(error);
+  }
+  void loaded() {
+    std::lock_guard lock(mu_);
+    loaded_ = true;
+  }
+  int wait_stop() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return stop_ != 0; });
+    return stop_;
+  }
+
+ private:
+  sigset_t set_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool loaded_ = false;
+  int stop_ = 0;
 };
 
 // The KV pool in tokens: --kv-memory over the bytes a token's K and V take in every layer (f32
@@ -53,17 +124,16 @@ std::string model_id(const ServeArgs& a, const Engine& engine) {
   return p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
 }
 
+void serve(const ServeArgs& a, Signals& signals);
+
 void run_serve(const ServeArgs& a) {
   if (log_level() > LogLevel::kInfo && log_level() < LogLevel::kError) set_log_level(LogLevel::kInfo);
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is a failed write, not a dead server
-  // SIGINT/SIGTERM go to sigwait below: blocked here, before any thread starts, so every thread
-  // inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  Signals signals;
+  signals.run([&a](Signals& s) { serve(a, s); });
+}
 
+void serve(const ServeArgs& a, Signals& signals) {
   server::Metrics metrics;
   server::HttpOptions ho;
   ho.host = a.host;
@@ -76,7 +146,11 @@ void run_serve(const ServeArgs& a) {
     if (const char* k = std::getenv("LYCHEE_API_KEY"); k != nullptr) ho.api_key = k;
   server::HttpServer http(ho, metrics);
   const int port = http.bind();
-  std::thread listener([&http] { http.listen(); });
+  std::atomic<bool> listening_done{false};
+  std::thread listener([&http, &listening_done] {
+    http.listen();
+    listening_done.store(true);
+  });
   std::unique_ptr<Engine> engine;
   std::unique_ptr<server::Scheduler> scheduler;
   try {
@@ -92,20 +166,31 @@ void run_serve(const ServeArgs& a) {
     so.prefill_chunk = a.prefill_chunk;
     so.max_context = a.model.max_context;
     so.prefix_cache_tokens = a.prefix_cache;
+    so.deterministic = a.deterministic;
+    so.invariant_chunk = a.invariant_chunk;
+    so.fault_at_step = a.fault_at_step;
     scheduler = std::make_unique<server::Scheduler>(*engine, so, &metrics);
   } catch (...) {
-    http.stop();
+    // The listener may not have entered its loop yet (stop() is then a no-op): stop until it ends.
+    while (!listening_done.load()) {
+      http.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     listener.join();
     throw;
   }
   server::ServerModel sm{engine.get(), model_id(a, *engine), a.policy, scheduler->context()};
+  sm.fingerprint = server::system_fingerprint(
+      *engine, fmt::format("deterministic {} invariant_chunk {} weights {} {} {} tp {}", a.deterministic,
+                           a.invariant_chunk, a.model.weights, a.model.cpu_weights, a.model.fp8_selector_qkv,
+                           a.model.tensor_parallel));
   http.attach(*scheduler, sm);
   std::fprintf(stderr, "lychee serve: listening on http://%s:%d (model %s, device %s)\n", a.host.c_str(), port,
                sm.id.c_str(), engine->device().c_str());
   std::fflush(stderr);
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  signals.loaded();
+  const int sig = signals.wait_stop();
   const server::SchedulerGauges g = scheduler->gauges();
   std::fprintf(stderr, "lychee serve: %s: no new requests; finishing %d running and %d waiting\n",
                sig == SIGTERM ? "SIGTERM" : "SIGINT", g.running, g.waiting);
@@ -146,6 +231,14 @@ void register_serve(CLI::App& app) {
       ->check(CLI::IsMember(model_shape_names()));
   cmd->add_option("--drain-seconds", args->drain_seconds, "On SIGTERM: how long running requests may finish")
       ->check(non_negative_real());
+  cmd->add_flag("--deterministic", args->deterministic,
+                "Every request batch-invariant (seeded ones always are): the same tokens whatever else runs "
+                "and whatever the prefix cache holds, at some throughput");
+  cmd->add_option("--invariant-chunk", args->invariant_chunk,
+                  "Seeded (batch-invariant) requests: prompt chunks of this many tokens, aligned; the prefix cache "
+                  "serves them whole chunks")->check(positive_int());
+  // Tests only (tests/server): the engine loop throws at this step, as a fault escaping it would.
+  cmd->add_option("--debug-fault-step", args->fault_at_step)->group("")->check(CLI::NonNegativeNumber);
   cmd->callback([args] { run_serve(*args); });
 }
 

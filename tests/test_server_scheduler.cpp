@@ -1,9 +1,14 @@
 // The scheduler on the default model through the C++ API: concurrent greedy requests produce
-// exactly what each produces alone, cancellation and finishing free their KV capacity, a full
-// queue refuses, and after every run the pool is back to its starting value.
+// exactly what each produces alone, seeded requests the same tokens alone, among others and from
+// the prefix cache, cancellation and finishing free their KV pages, a full queue refuses, cache
+// salts isolate prefixes, an engine fault fails the requests and not the process, and after every
+// run the pool is back to its starting value. On the CPU by default; LYCHEE_TEST_DEVICE=cuda (the
+// GPU script's server stage) runs the same tests on the GPU.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -16,13 +21,21 @@ namespace {
 
 using namespace std::chrono_literals;
 
+std::string test_device() {
+  const char* d = std::getenv("LYCHEE_TEST_DEVICE");
+  return d != nullptr && *d != '\0' ? d : "cpu";
+}
+
 Engine& default_engine(const std::string& path) {
   static std::unique_ptr<Engine> engine;
   if (!engine) {
     EngineOptions o;
     o.model_path = path;
-    o.device = "cpu";
+    o.device = test_device();
+    o.max_batch = 24;
+    o.max_context = 2048;
     engine = std::make_unique<Engine>(o);
+    std::printf("[server scheduler tests on %s]\n", engine->device().c_str());
   }
   return *engine;
 }
@@ -42,8 +55,8 @@ void expect_pool_empty(Scheduler& s) {
   const SchedulerGauges g = s.gauges();
   EXPECT_EQ(g.running, 0);
   EXPECT_EQ(g.waiting, 0);
-  EXPECT_EQ(g.kv_tokens_used, 0);
-  EXPECT_EQ(g.kv_tokens_capacity, s.kv_capacity());
+  EXPECT_EQ(g.kv_pages_used, 0);
+  EXPECT_EQ(g.kv_pages_capacity, s.kv_capacity());
 }
 
 const std::vector<std::string> kPrompts = {"The capital of France is", "Once upon a time", "1, 2, 3, 4,",
@@ -59,7 +72,8 @@ TEST(ServerScheduler, ConcurrentGreedyRequestsMatchAlone) {
   o.prefill_chunk = 3;  // prompts are cut across steps, interleaved with decodes
   Scheduler probe(engine, o);
   const int64_t one = kv_reservation(params(engine, probe, greedy(kPrompts[0], 10)));
-  o.kv_tokens = 2 * one + 4;
+  const int page = probe.page_tokens();
+  o.kv_tokens = (2 * ((one + page - 1) / page)) * page + page - 1;  // two requests' pages, not three
   Scheduler s(engine, o, &metrics);
   std::vector<RequestUpdate> alone;
   for (const std::string& p : kPrompts) {
@@ -123,7 +137,7 @@ TEST(ServerScheduler, CancellationFreesCapacity) {
   s.submit(r);
   RequestUpdate u;
   while (u.text.empty() && !u.done) r->next(u, 1000ms);
-  EXPECT_GT(s.gauges().kv_tokens_used, 0);
+  EXPECT_GT(s.gauges().kv_pages_used, 0);
   r->cancel();
   while (!u.done) r->next(u, 1000ms);
   EXPECT_EQ(u.finish_reason, "cancelled");
@@ -180,6 +194,195 @@ TEST(ServerScheduler, PromptLongerThanTheContextIsRefusedBeforeAnyWork) {
   // max_tokens beyond the context is cut to what fits (finish "length").
   const GenerationParams p = params(engine, s, greedy("Hello there", 1000));
   EXPECT_EQ(kv_reservation(p), 16);
+}
+
+std::string sampled(const std::string& prompt, int max_tokens, uint64_t seed, const std::string& extra = "") {
+  return fmt::format(R"({{"prompt": "{}", "max_tokens": {}, "temperature": 0.9, "seed": {}, "ignore_eos": true{}}})",
+                     prompt, max_tokens, seed, extra);
+}
+
+std::string run_one(Scheduler& s, Engine& engine, const std::string& body, int* cached = nullptr) {
+  auto r = std::make_shared<Request>(params(engine, s, body));
+  s.submit(r);
+  const RequestUpdate u = r->wait();
+  EXPECT_TRUE(u.finish_reason == "length" || u.finish_reason == "stop") << u.finish_reason << " " << u.error;
+  if (cached != nullptr) *cached = u.usage.cached_tokens;
+  return u.text;
+}
+
+// A long document so that prompts span several aligned prefill chunks (invariant_chunk 16 here).
+std::string document() {
+  std::string doc = "Inventory notes.";
+  const char* colours[] = {"red", "blue", "green", "yellow", "purple", "orange", "black", "white"};
+  for (int i = 0; i < 8; ++i) doc += fmt::format(" The {} box holds {} marbles and {} keys.", colours[i], i * 7 + 3, i + 2);
+  return doc;
+}
+
+// Seeded requests are batch-invariant: the same text alone, again from the prefix cache, and
+// among 16 concurrent requests of other lengths (greedy, seeded and not), while a different seed
+// gives different text. Prompts are prefilled in aligned chunks, and the cache is entered only
+// at a chunk boundary.
+TEST(ServerScheduler, SeededRequestsGiveTheSameTokensAloneFromTheCacheAndAmongOthers) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Engine& engine = default_engine(path);
+  Metrics metrics;
+  SchedulerOptions o;
+  o.max_running = 24;
+  o.invariant_chunk = 16;
+  o.max_context = 1024;
+  Scheduler s(engine, o, &metrics);
+  const std::string q = document() + " Question: how many keys does the green box hold? Answer:";
+  const std::string alone = run_one(s, engine, sampled(q, 24, 123));
+  int cached = -1;
+  const std::string again = run_one(s, engine, sampled(q, 24, 123), &cached);
+  EXPECT_GT(cached, 0) << "the second request did not hit the prefix cache";
+  EXPECT_EQ(cached % 16, 0) << "a batch-invariant request copies whole aligned chunks";
+  EXPECT_EQ(again, alone);
+  EXPECT_FALSE(alone.empty());
+  // A different question about the same document: cached, and equal to a cache-less server's.
+  const std::string q2 = document() + " Question: which box holds 24 marbles? Answer:";
+  const std::string with_cache = run_one(s, engine, sampled(q2, 16, 7), &cached);
+  EXPECT_GT(cached, 0);
+  SchedulerOptions no_cache = o;
+  no_cache.prefix_cache_tokens = 0;
+  {
+    Scheduler plain(engine, no_cache);
+    EXPECT_EQ(run_one(plain, engine, sampled(q2, 16, 7)), with_cache);
+  }
+  // Among 16 others: greedy and sampled, short and long, some with the same document.
+  std::vector<std::shared_ptr<Request>> others;
+  for (int i = 0; i < 16; ++i) {
+    const std::string p = i % 3 == 0 ? document() + fmt::format(" Note {}:", i) : kPrompts[size_t(i) % kPrompts.size()];
+    const std::string body = i % 2 ? greedy(p, 20 + i) : sampled(p, 20 + i, uint64_t(1000 + i));
+    others.push_back(std::make_shared<Request>(params(engine, s, body)));
+  }
+  auto probe = std::make_shared<Request>(params(engine, s, sampled(q, 24, 123)));
+  for (size_t i = 0; i < others.size(); ++i) {
+    if (i == 5) s.submit(probe);
+    s.submit(others[i]);
+  }
+  EXPECT_EQ(probe->wait().text, alone);
+  for (auto& r : others) EXPECT_NE(r->wait().finish_reason, "error");
+  EXPECT_NE(run_one(s, engine, sampled(q, 24, 124)), alone) << "another seed gave the same 24 tokens";
+  expect_pool_empty(s);
+}
+
+// Prefix-cache entries are shared only within a cache_salt: another tenant's identical prompt is
+// not a hit (cached_tokens cannot reveal it), the same tenant's is.
+TEST(ServerScheduler, CacheSaltsIsolateThePrefixCache) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Engine& engine = default_engine(path);
+  SchedulerOptions o;
+  o.max_context = 1024;
+  Scheduler s(engine, o);
+  const std::string q = document() + " Question: what is in the red box? Answer:";
+  int cached = -1;
+  const std::string a = run_one(s, engine, greedy(q, 6, R"(, "cache_salt": "tenant-a")"), &cached);
+  EXPECT_EQ(cached, 0);
+  run_one(s, engine, greedy(q, 6, R"(, "cache_salt": "tenant-b")"), &cached);
+  EXPECT_EQ(cached, 0) << "tenant b hit tenant a's prompt";
+  run_one(s, engine, greedy(q, 6), &cached);
+  EXPECT_EQ(cached, 0) << "the unsalted namespace hit a salted prompt";
+  EXPECT_EQ(run_one(s, engine, greedy(q, 6, R"(, "cache_salt": "tenant-a")"), &cached), a);
+  EXPECT_GT(cached, 0);
+  expect_pool_empty(s);
+}
+
+// A cancelled request leaves the queue at once, wherever it waits, not when it reaches the front.
+TEST(ServerScheduler, CancelledRequestsLeaveTheQueueAtOnce) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Engine& engine = default_engine(path);
+  Metrics metrics;
+  SchedulerOptions o;
+  o.max_running = 1;
+  o.max_queue = 4;
+  Scheduler s(engine, o, &metrics);
+  auto running = std::make_shared<Request>(params(engine, s, greedy("Once upon a time", 400)));
+  s.submit(running);
+  RequestUpdate u;
+  while (u.text.empty() && !u.done) running->next(u, 1000ms);
+  auto first = std::make_shared<Request>(params(engine, s, greedy("Hello", 4)));
+  auto second = std::make_shared<Request>(params(engine, s, greedy("Hi", 4)));
+  s.submit(first);
+  s.submit(second);
+  ASSERT_EQ(s.gauges().waiting, 2);
+  second->cancel();
+  RequestUpdate c;
+  ASSERT_TRUE(second->next(c, 5000ms));  // while `running` still runs and `first` still waits
+  EXPECT_TRUE(c.done);
+  EXPECT_EQ(c.finish_reason, "cancelled");
+  EXPECT_EQ(s.gauges().waiting, 1);
+  running->cancel();
+  EXPECT_EQ(first->wait().finish_reason, "length");
+  expect_pool_empty(s);
+  EXPECT_EQ(metrics.requests("cancelled"), 2u);
+}
+
+// An exception escaping the engine loop ends the running and waiting requests with an error,
+// turns healthy() false and refuses new requests (503), instead of terminating the process.
+TEST(ServerScheduler, AnEngineFaultFailsTheRequestsAndNotTheProcess) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Engine& engine = default_engine(path);
+  Metrics metrics;
+  SchedulerOptions o;
+  o.max_running = 1;
+  o.fault_at_step = 6;
+  Scheduler s(engine, o, &metrics);
+  auto running = std::make_shared<Request>(params(engine, s, greedy("Once upon a time", 100)));
+  auto waiting = std::make_shared<Request>(params(engine, s, greedy("Hello", 4)));
+  s.submit(running);
+  s.submit(waiting);
+  const RequestUpdate a = running->wait(), b = waiting->wait();
+  EXPECT_EQ(a.finish_reason, "error");
+  EXPECT_NE(a.error.find("injected fault at step 6"), std::string::npos) << a.error;
+  EXPECT_EQ(b.finish_reason, "error");
+  EXPECT_FALSE(s.healthy());
+  EXPECT_NE(s.fault().find("injected fault"), std::string::npos);
+  EXPECT_FALSE(s.gauges().healthy);
+  try {
+    s.submit(std::make_shared<Request>(params(engine, s, greedy("Hello", 4))));
+    ADD_FAILURE() << "a failed engine accepted a request";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 503);
+    EXPECT_NE(std::string(e.what()).find("engine failed"), std::string::npos) << e.what();
+  }
+}
+
+// Admission counts KV pages: the budget is capped at the pool's pages (the GPU's pool; the CPU
+// has none and counts single tokens), and requests whose pages together pass it wait instead of
+// failing, all finishing with every page back.
+TEST(ServerScheduler, AdmissionCountsPagesAndTheBudgetIsCappedAtThePool) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Engine& engine = default_engine(path);
+  Metrics metrics;
+  SchedulerOptions o;
+  o.max_running = 8;
+  o.kv_tokens = int64_t(1) << 40;  // far more than any pool
+  if (engine.kv_pool_pages() > 0) {
+    Scheduler big(engine, o);
+    EXPECT_EQ(big.kv_capacity(), engine.kv_pool_pages());
+    EXPECT_EQ(big.page_tokens(), engine.kv_page_tokens());
+  }
+  // Room for three requests' pages: eight requests queue and finish, none fails.
+  Scheduler probe(engine, SchedulerOptions{});
+  const int64_t tokens = kv_reservation(params(engine, probe, greedy(kPrompts[1], 40)));
+  const int page = probe.page_tokens();
+  o.kv_tokens = 3 * ((tokens + page - 1) / page) * page;
+  Scheduler s(engine, o, &metrics);
+  std::vector<std::shared_ptr<Request>> rs;
+  for (int i = 0; i < 8; ++i) {
+    rs.push_back(std::make_shared<Request>(params(engine, s, greedy(kPrompts[1], 40))));
+    s.submit(rs.back());
+  }
+  int max_running = 0;
+  while (s.gauges().running + s.gauges().waiting > 0) {
+    max_running = std::max(max_running, s.gauges().running);
+    std::this_thread::sleep_for(1ms);
+  }
+  for (auto& r : rs) EXPECT_EQ(r->wait().finish_reason, "length");
+  EXPECT_LE(max_running, 3);
+  EXPECT_EQ(metrics.requests("ok"), 8u);
+  expect_pool_empty(s);
 }
 
 // The prefill budget in token-equivalents: a token at position p weighs 1 + p / k, k the context

@@ -57,6 +57,11 @@ class Backend {
                                      const DecodeSpec* spec = nullptr) = 0;
   // Why this backend cannot run `spec` (naming the option), or "" when it can.
   virtual std::string unsupported(const DecodeSpec& spec) const = 0;
+  // The KV cache's allocation unit in tokens, and how many such pages the pool holds (0: no
+  // shared pool; a session's memory is its own, taken at creation). A session of c tokens holds
+  // at most ceil(c / page) pages.
+  virtual int kv_page_tokens() const { return 1; }
+  virtual int64_t kv_pool_pages() const { return 0; }
 };
 
 // "cpu", "cuda", or "auto" resolved on this machine (cuda when this build has it and a device is

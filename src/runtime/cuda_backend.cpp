@@ -58,6 +58,8 @@ class CudaBackend final : public Backend {
   std::string unsupported(const DecodeSpec& spec) const override {
     return cuda::gpu_unsupported(spec, runner_->config(), runner_->options().page_size);
   }
+  int kv_page_tokens() const override { return runner_->options().page_size; }
+  int64_t kv_pool_pages() const override { return runner_->n_pages(); }
 
  private:
   cuda::ShardedWeights shards_;  // one per GPU (one without tensor parallelism)

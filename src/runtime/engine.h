@@ -82,6 +82,9 @@ class Engine {
   Backend& backend() { return *backend_; }
   // A new sequence able to hold `capacity` tokens (0 = the model's context length).
   std::unique_ptr<Session> new_session(int capacity = 0);
+  // The KV cache's pages (Backend::kv_page_tokens, kv_pool_pages; 0 pages: no shared pool).
+  int kv_page_tokens() const { return backend_->kv_page_tokens(); }
+  int64_t kv_pool_pages() const { return backend_->kv_pool_pages(); }
   // Bytes of weights a decode step reads on this backend.
   uint64_t weight_bytes_per_token() const { return backend_->weight_bytes_per_token(); }
   // The memory bandwidth that bounds a decode step on this device, GB/s: host streaming reads

@@ -13,11 +13,24 @@
 #include <list>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "runtime/session.h"
 
 namespace lychee {
+
+// Which entries of a PrefixCache a prompt may use, and how an entry was made.
+//   salt: entries are shared only among prompts of the same salt (tenants: the server's
+//     cache_salt), so a hit cannot reveal another tenant's prompt.
+//   aligned: 0, or the chunk C the entry's prompt was prefilled in (pieces [kC, (k+1)C)). A find
+//     with aligned C > 0 takes only entries prefilled so and copies a multiple of C tokens: the
+//     copied K/V and the chunks left to prefill are then exactly those of the prompt's own
+//     aligned prefill (the same bits: batch-invariant requests).
+struct PrefixCacheKey {
+  std::string salt;
+  int aligned = 0;
+};
 
 class PrefixCache {
  public:
@@ -32,12 +45,14 @@ class PrefixCache {
     Session* session = nullptr;  // null: no entry shares min_match tokens with the prompt
     int length = 0;              // tokens to copy (<= prompt.size() - min_suffix)
   };
-  // The entry sharing the longest prefix with `prompt` (marked used).
-  Match find(std::span<const int32_t> prompt);
+  using Key = PrefixCacheKey;
+  // The entry sharing the longest prefix with `prompt` under `key` (marked used).
+  Match find(std::span<const int32_t> prompt, const Key& key = {});
   // Keeps `session` whose first tokens.size() cached positions are `tokens` (the caller truncated
-  // it there). An entry with the same tokens is replaced; older entries go while the cache holds
-  // more than max_tokens (an entry larger than that is not kept).
-  void put(std::unique_ptr<Session> session, std::vector<int32_t> tokens);
+  // it there), costing `cost` (< 0: the session's capacity in tokens) of max_tokens. An entry
+  // with the same tokens and key is replaced; older entries go while the cache holds more than
+  // max_tokens (an entry larger than that is not kept).
+  void put(std::unique_ptr<Session> session, std::vector<int32_t> tokens, const Key& key = {}, int64_t cost = -1);
   // Drops least recently used entries until at most `keep` tokens are held.
   void evict_to(int64_t keep);
   void clear() { evict_to(0); }
@@ -50,7 +65,8 @@ class PrefixCache {
   struct Entry {
     std::unique_ptr<Session> session;
     std::vector<int32_t> tokens;
-    int64_t cost = 0;  // the session's capacity in tokens
+    Key key;
+    int64_t cost = 0;  // put's cost
   };
   int64_t max_tokens_;
   int min_match_, min_suffix_;

@@ -142,7 +142,7 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
     const CompletionRequest parsed = parse_request(endpoint, req.body);
     auto request = std::make_shared<Request>(make_params(parsed, model));
     ResponseMeta meta{random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"), int64_t(std::time(nullptr)),
-                      model.id};
+                      model.id, model.fingerprint};
     sched.submit(request);
     if (parsed.stream) {
       stream(endpoint, parsed, std::move(request), std::move(meta), res);
@@ -280,6 +280,7 @@ void HttpServer::Impl::routes() {
     // 503 while the model loads and while draining (SIGTERM), so a load balancer stops sending.
     Scheduler* s = scheduler.load();
     if (s == nullptr) send_error(res, ApiError(503, "the model is loading"));
+    else if (!s->healthy()) send_error(res, ApiError(503, fmt::format("the engine failed: {}", s->fault())));
     else if (s->draining()) send_error(res, ApiError(503, "the server is shutting down"));
     else send_json(res, 200, json{{"status", "ok"}});
   });

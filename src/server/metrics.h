@@ -29,10 +29,12 @@ class Histogram {
 struct SchedulerGauges {
   int running = 0;
   int waiting = 0;
-  int64_t kv_tokens_used = 0;
-  int64_t kv_tokens_capacity = 0;
-  int64_t prefix_cache_tokens = 0;  // held by kept prompts (given back whenever a request needs it)
+  int64_t kv_pages_used = 0;       // reserved by admitted requests
+  int64_t kv_pages_capacity = 0;   // the budget
+  int page_tokens = 1;             // tokens per page
+  int64_t prefix_cache_pages = 0;  // held by kept prompts (given back whenever a request needs it)
   int prefix_cache_entries = 0;
+  bool healthy = true;             // the engine loop runs (false after a fault)
 };
 
 class Metrics {

@@ -6,6 +6,10 @@
 #include "model/chat_template.h"
 #include "runtime/generate.h"
 
+#ifndef LYCHEE_VERSION_STRING
+#define LYCHEE_VERSION_STRING "unknown"
+#endif
+
 namespace lychee::server {
 
 PolicySettings apply_overrides(PolicySettings s, const PolicyOverrides& o) {
@@ -46,6 +50,20 @@ std::vector<int32_t> tokenize_prompt(const CompletionRequest& req, const Tokeniz
 
 }  // namespace
 
+std::string system_fingerprint(const Engine& engine, const std::string& settings) {
+  const ModelConfig& c = engine.config();
+  const std::string what = fmt::format(
+      "lychee {}|{}|{}|layers {} d {} heads {}/{} vocab {}|{}|page {}|{}", LYCHEE_VERSION_STRING,
+      engine.checkpoint().path(), c.n_params(), c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.vocab_size,
+      engine.device(), engine.kv_page_tokens(), settings);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char ch : what) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("fp_{:016x}", h);
+}
+
 GenerationParams make_params(const CompletionRequest& req, const ServerModel& model) {
   const Engine& engine = *model.engine;
   if (!req.model.empty() && req.model != model.id)
@@ -71,6 +89,8 @@ GenerationParams make_params(const CompletionRequest& req, const ServerModel& mo
   p.logprobs = req.logprobs;
   p.top_logprobs = req.top_logprobs;
   p.ignore_eos = req.ignore_eos;
+  p.seeded = req.seed.has_value();
+  p.cache_salt = req.cache_salt;
   try {
     p.policy = apply_overrides(model.defaults, req.lychee).options(engine.config());
   } catch (const Error& e) {

@@ -18,7 +18,14 @@ struct ServerModel {
   std::string id;            // the name clients pass as "model"
   PolicySettings defaults;   // from the serve command's flags
   int context = 0;           // Scheduler::context()
+  std::string fingerprint;   // responses' system_fingerprint (system_fingerprint below)
 };
+
+// OpenAI's system_fingerprint: "fp_" and 16 hex digits of a hash of what sets the numerics of
+// the answers (lychee's version, the model file and its shape, the device and weight format, the
+// KV page size, whether every request is batch-invariant). Two servers that give the same
+// fingerprint give a seeded request the same tokens.
+std::string system_fingerprint(const Engine& engine, const std::string& settings);
 
 GenerationParams make_params(const CompletionRequest& request, const ServerModel& model);
 // The settings with the request's overrides applied.

@@ -103,6 +103,8 @@ struct Scheduler::Running {
   int32_t last_token = -1;
   int cached_tokens = 0;  // prompt tokens copied from the prefix cache
   bool cacheable = false; // finished normally with its whole prompt prefilled: keep its prompt
+  bool invariant = false; // batch-invariant (Scheduler::invariant)
+  bool requeued = false;  // went back to the queue (no free KV page to start it)
   Clock::time_point arrival;
   Clock::time_point last_token_time;
   bool finished = false;
@@ -114,14 +116,23 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, Metrics* m
            options_.max_running);
   LY_CHECK(options_.max_queue >= 0, ErrorCode::kInvalidArgument, "max_queue must be >= 0, got {}", options_.max_queue);
   LY_CHECK(options_.prefill_chunk >= 1, ErrorCode::kInvalidArgument, "prefill_chunk must be >= 1");
+  LY_CHECK(options_.invariant_chunk >= 1, ErrorCode::kInvalidArgument, "invariant_chunk must be >= 1");
   const int model_context = engine.config().max_context;
   context_ = options_.max_context > 0 ? std::min(options_.max_context, model_context) : model_context;
-  kv_capacity_ = options_.kv_tokens > 0 ? options_.kv_tokens : int64_t(options_.max_running) * context_;
-  context_ = int(std::min<int64_t>(context_, kv_capacity_));
-  LY_CHECK(context_ >= 2, ErrorCode::kInvalidArgument, "the KV pool of {} tokens is too small for a request",
-           kv_capacity_);
-  const int64_t cache_tokens = options_.prefix_cache_tokens < 0 ? kv_capacity_ / 2 : options_.prefix_cache_tokens;
-  if (cache_tokens > 0) prefix_cache_ = std::make_unique<PrefixCache>(std::min(cache_tokens, kv_capacity_));
+  page_tokens_ = std::max(1, engine.kv_page_tokens());
+  const int64_t budget_tokens = options_.kv_tokens > 0 ? options_.kv_tokens : int64_t(options_.max_running) * context_;
+  kv_capacity_ = budget_tokens / page_tokens_;
+  if (const int64_t pool = engine.kv_pool_pages(); pool > 0 && pool < kv_capacity_) {
+    LY_LOG_WARN("KV budget of {} tokens capped at the pool's {} pages of {} tokens", budget_tokens, pool, page_tokens_);
+    kv_capacity_ = pool;
+  }
+  context_ = int(std::min<int64_t>(context_, kv_capacity_ * page_tokens_));
+  LY_CHECK(context_ >= 2, ErrorCode::kInvalidArgument, "the KV pool of {} pages of {} tokens is too small for a request",
+           kv_capacity_, page_tokens_);
+  const int64_t cache_tokens = options_.prefix_cache_tokens < 0 ? kv_capacity_ * page_tokens_ / 2
+                                                                 : options_.prefix_cache_tokens;
+  if (cache_tokens > 0)
+    prefix_cache_ = std::make_unique<PrefixCache>(std::min(pages_for(cache_tokens), kv_capacity_));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -137,11 +148,12 @@ void Scheduler::abort() {
 }
 
 void Scheduler::submit(const std::shared_ptr<Request>& r) {
-  LY_CHECK(kv_reservation(r->params()) <= kv_capacity_ && !r->params().prompt.empty(), ErrorCode::kInternal,
+  LY_CHECK(reservation_pages(r->params()) <= kv_capacity_ && !r->params().prompt.empty(), ErrorCode::kInternal,
            "internal error: a request of {} prompt + {} new tokens was not checked against the context",
            r->params().prompt.size(), r->params().max_tokens);
   {
     std::lock_guard lock(mu_);
+    if (failed_.load()) throw ApiError(503, fmt::format("the engine failed and is not serving: {}", fault_));
     if (draining_.load() || stop_) throw ApiError(503, "the server is shutting down");
     if (int(waiting_.size()) >= options_.max_queue && !(waiting_.empty() && n_running_ < options_.max_running))
       throw ApiError(503, fmt::format("the server is busy: {} requests are waiting (--max-queue); retry later",
@@ -163,26 +175,33 @@ bool Scheduler::wait_idle(Clock::time_point deadline) {
 
 SchedulerGauges Scheduler::gauges() const {
   std::lock_guard lock(mu_);
-  SchedulerGauges g{n_running_, int(waiting_.size()), kv_used_, kv_capacity_};
+  SchedulerGauges g{n_running_, int(waiting_.size()), kv_used_, kv_capacity_, page_tokens_};
   if (prefix_cache_) {
-    g.prefix_cache_tokens = prefix_cache_->tokens_held();
+    g.prefix_cache_pages = prefix_cache_->tokens_held();
     g.prefix_cache_entries = prefix_cache_->entries();
   }
+  g.healthy = !failed_.load();
   return g;
 }
 
+std::string Scheduler::fault() const {
+  std::lock_guard lock(mu_);
+  return fault_;
+}
+
 // Takes requests from the front of the queue while the batch and the KV pool have room (first
-// come, first served: a large request at the front is not overtaken). Cancelled ones leave.
+// come, first served: a large request at the front is not overtaken). Cancelled ones leave
+// wherever they wait.
 void Scheduler::admit_locked(std::vector<std::shared_ptr<Request>>& admitted) {
+  std::erase_if(waiting_, [&](const std::shared_ptr<Request>& r) {
+    if (!r->cancelled()) return false;
+    r->finish("cancelled", Usage{int(r->params().prompt.size()), 0});
+    if (metrics_) metrics_->count_request("cancelled");
+    return true;
+  });
   while (!waiting_.empty()) {
     const std::shared_ptr<Request>& r = waiting_.front();
-    if (r->cancelled()) {
-      r->finish("cancelled", Usage{int(r->params().prompt.size()), 0});
-      if (metrics_) metrics_->count_request("cancelled");
-      waiting_.pop_front();
-      continue;
-    }
-    const int64_t need = kv_reservation(r->params());
+    const int64_t need = reservation_pages(r->params());
     if (n_running_ >= options_.max_running) break;
     if (kv_used_ + need > kv_capacity_) break;
     // Kept prompts give way to requests.
@@ -197,59 +216,100 @@ void Scheduler::admit_locked(std::vector<std::shared_ptr<Request>>& admitted) {
 void Scheduler::loop() {
   std::vector<std::unique_ptr<Running>> running;
   std::unique_lock lock(mu_);
-  while (true) {
-    cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running.empty(); });
-    if (stop_) break;
-    std::vector<std::shared_ptr<Request>> admitted;
-    admit_locked(admitted);
-    lock.unlock();
-    for (const std::shared_ptr<Request>& r : admitted) {
-      std::unique_ptr<Running> run = start(r);
-      if (run) {
-        running.push_back(std::move(run));
-      } else {
-        lock.lock();
-        --n_running_;
-        kv_used_ -= kv_reservation(r->params());
-        lock.unlock();
+  try {
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running.empty(); });
+      if (stop_) break;
+      std::vector<std::shared_ptr<Request>> admitted;
+      admit_locked(admitted);
+      lock.unlock();
+      for (const std::shared_ptr<Request>& r : admitted) {
+        std::unique_ptr<Running> run = start(r);
+        if (run) {
+          running.push_back(std::move(run));
+        } else {
+          lock.lock();
+          --n_running_;
+          kv_used_ -= reservation_pages(r->params());
+          lock.unlock();
+        }
       }
+      ++steps_;
+      if (options_.fault_at_step > 0 && steps_ == options_.fault_at_step)
+        throw std::runtime_error(fmt::format("injected fault at step {} (SchedulerOptions::fault_at_step)", steps_));
+      step(running);
+      lock.lock();
+      // Finished and cancelled requests leave in the step that finished them; requeued ones wait
+      // again at the front of the queue, in their order.
+      std::vector<std::shared_ptr<Request>> back;
+      for (std::unique_ptr<Running>& r : running)
+        if (r->finished) {
+          --n_running_;
+          kv_used_ -= r->reservation;
+          if (r->requeued) back.push_back(r->request);
+          else keep_prompt(*r);
+          r.reset();
+        }
+      waiting_.insert(waiting_.begin(), back.begin(), back.end());
+      std::erase(running, nullptr);
+      if (waiting_.empty() && n_running_ == 0) idle_cv_.notify_all();
     }
-    step(running);
+  } catch (const std::exception& e) {
+    // A fault outside any one request's handling (a broken invariant, memory, the device): the
+    // engine's state cannot be trusted, so every request ends and the server reports itself
+    // unhealthy instead of terminating the process under the HTTP threads.
+    if (!lock.owns_lock()) lock.lock();
+    fault_ = e.what();
+    failed_.store(true);
+    log(LogLevel::kError, "engine loop failed: {}; every request ends with an error and /health answers 503", e.what());
+    lock.unlock();
+    fail_all(running, fmt::format("the engine failed: {}", e.what()));
     lock.lock();
-    // Finished and cancelled requests leave in the step that finished them.
-    for (std::unique_ptr<Running>& r : running)
-      if (r->finished) {
-        --n_running_;
-        kv_used_ -= r->reservation;
-        keep_prompt(*r);
-        r.reset();
-      }
-    std::erase(running, nullptr);
-    if (waiting_.empty() && n_running_ == 0) idle_cv_.notify_all();
   }
-  // Shutting down: whatever is left ends with an error.
-  for (std::unique_ptr<Running>& r : running) r->request->finish("error", {}, "the server shut down");
-  for (const std::shared_ptr<Request>& r : waiting_) r->finish("error", {}, "the server shut down");
+  // Shutting down (or failed): whatever is left ends with an error.
+  const std::string why = failed_.load() ? fmt::format("the engine failed: {}", fault_) : "the server shut down";
+  for (std::unique_ptr<Running>& r : running)
+    if (r) r->request->finish("error", {}, why);
+  for (const std::shared_ptr<Request>& r : waiting_) r->finish("error", {}, why);
   waiting_.clear();
   n_running_ = 0;
   kv_used_ = 0;
   idle_cv_.notify_all();
 }
 
+// Ends every running request with `error` (their sessions released), engine thread, mu_ not held.
+void Scheduler::fail_all(std::vector<std::unique_ptr<Running>>& running, const std::string& error) {
+  for (std::unique_ptr<Running>& r : running) {
+    if (!r) continue;
+    if (!r->finished) {
+      r->request->finish("error", Usage{int(r->request->params().prompt.size()), r->n_generated}, error);
+      if (metrics_) metrics_->count_request("error");
+    }
+    r.reset();
+  }
+  running.clear();
+}
+
 std::unique_ptr<Scheduler::Running> Scheduler::start(const std::shared_ptr<Request>& r) {
   auto run = std::make_unique<Running>();
   run->request = r;
   run->arrival = Clock::now();
-  run->reservation = kv_reservation(r->params());
+  run->reservation = reservation_pages(r->params());
+  run->invariant = invariant(r->params());
   try {
     const GenerationParams& p = r->params();
-    run->session = engine_.new_session(int(std::max<int64_t>(run->reservation, 1)));
+    run->session = engine_.new_session(int(std::max<int64_t>(kv_reservation(p), 1)));
+    run->session->set_batch_invariant(run->invariant);
     run->policy = make_policy(p.policy, engine_.config());
     run->session->set_policy(run->policy.get());
     run->sampler = std::make_unique<Sampler>(p.sampling);
     run->text = TextStream(p.stop);
     if (prefix_cache_) {
-      const PrefixCache::Match m = prefix_cache_->find(p.prompt);
+      PrefixCache::Match m;
+      {
+        std::lock_guard lock(mu_);  // find marks the entry used; gauges() reads the cache
+        m = prefix_cache_->find(p.prompt, {p.cache_salt, run->invariant ? options_.invariant_chunk : 0});
+      }
       if (m.session != nullptr) {
         run->session->copy_prefix(*m.session, m.length);
         run->n_prefilled = size_t(m.length);
@@ -257,6 +317,19 @@ std::unique_ptr<Scheduler::Running> Scheduler::start(const std::shared_ptr<Reque
         if (metrics_) metrics_->add_prefix_hit(m.length);
       }
     }
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kCapacity && engine_.kv_pool_pages() > 0) {
+      // No free page for the prefix copy: the cache gives its pages back, the request waits.
+      LY_LOG_WARN("request could not start (KV pool): {}; emptying the prefix cache and requeueing it", e.what());
+      std::lock_guard lock(mu_);
+      if (prefix_cache_) prefix_cache_->clear();
+      waiting_.push_front(r);  // the caller gives back its slot and reservation
+      return nullptr;
+    }
+    LY_LOG_WARN("request could not start: {}", e.what());
+    r->finish("error", Usage{int(r->params().prompt.size()), 0}, e.what());
+    if (metrics_) metrics_->count_request("error");
+    return nullptr;
   } catch (const std::exception& e) {
     LY_LOG_WARN("request could not start: {}", e.what());
     r->finish("error", Usage{int(r->params().prompt.size()), 0}, e.what());
@@ -288,6 +361,8 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
   double budget = (decoding.empty() ? 4.0 : 1.0) * options_.prefill_chunk;
   const size_t max_prompts = decoding.empty() ? prefilling.size() : 1;
   const double k = attention_balance_context(engine_.config());
+  const bool pool = engine_.kv_pool_pages() > 0;
+  bool out_of_pages = false, progress = false;
   size_t prompts = 0;
   for (Running* rp : prefilling) {
     if (prompts == max_prompts) break;
@@ -295,20 +370,67 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
     const std::vector<int32_t>& prompt = r.request->params().prompt;
     try {
       const size_t left = prompt.size() - r.n_prefilled;
-      size_t n = std::min(left, size_t(prefill_tokens_within(budget, int64_t(r.n_prefilled), k)));
-      if (prompts == 0) n = std::max(n, std::min(left, size_t(16)));  // a few tokens, however deep
+      size_t n = 0;
+      if (r.invariant) {
+        // One aligned chunk, [kC, (k+1)C) or the prompt's end: what the budget lets others do
+        // does not change where this prompt's chunks begin and end.
+        const size_t chunk = size_t(options_.invariant_chunk);
+        n = std::min(left, chunk - r.n_prefilled % chunk);
+        if (prompts > 0 && prefill_weight(int64_t(n), int64_t(r.n_prefilled), k) > budget) continue;
+      } else {
+        n = std::min(left, size_t(prefill_tokens_within(budget, int64_t(r.n_prefilled), k)));
+        if (prompts == 0) n = std::max(n, std::min(left, size_t(16)));  // a few tokens, however deep
+      }
       if (n == 0) continue;  // nothing of this prompt fits what is left of the budget
-      r.session->feed(std::span<const int32_t>(prompt.data() + r.n_prefilled, n));
+      // Dense whatever its length (a 1-token chunk would otherwise be a decode step under the policy).
+      r.session->feed(std::span<const int32_t>(prompt.data() + r.n_prefilled, n), false);
       budget -= prefill_weight(int64_t(n), int64_t(r.n_prefilled), k);
       r.n_prefilled += n;
       ++prompts;
+      progress = true;
       if (r.n_prefilled == prompt.size()) sample_and_emit(r);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kCapacity && pool && r.n_generated == 0) {
+        // No free KV page: this prompt starts again later (its pages come back now).
+        LY_LOG_WARN("prefill found the KV pool full ({}); the request goes back to the queue", e.what());
+        requeue(r);
+        out_of_pages = true;
+        continue;
+      }
+      LY_LOG_WARN("request failed: {}", e.what());
+      retire(r, "error", e.what());
     } catch (const std::exception& e) {
       LY_LOG_WARN("request failed: {}", e.what());
       retire(r, "error", e.what());
     }
   }
-  if (decoding.empty()) return;
+  if (!decoding.empty()) {
+    if (decode(decoding)) progress = true;
+    else out_of_pages = true;
+  }
+  if (!out_of_pages) {
+    starved_steps_ = 0;
+    return;
+  }
+  // Admission counts pages, so this is a guard: the prefix cache gives its pages back, and the
+  // requests that could not step try again next step. Twice without any progress and nothing
+  // left to evict: the youngest decoding request ends (its pages free the others).
+  const bool evicted = prefix_cache_ && prefix_cache_->entries() > 0;
+  if (prefix_cache_) {
+    std::lock_guard lock(mu_);
+    prefix_cache_->clear();
+  }
+  starved_steps_ = progress || evicted ? 0 : starved_steps_ + 1;
+  if (starved_steps_ >= 2 && !decoding.empty()) {
+    Running& youngest = *decoding.back();
+    retire(youngest, "error", "the KV pool has no free page for this request's next token; retry it later");
+    starved_steps_ = 0;
+  }
+}
+
+// One decode step of every request in `decoding`, each sampled as soon as its step has run.
+// False when the KV pool had no page for some of them (those did not step and stay running).
+bool Scheduler::decode(const std::vector<Running*>& decoding) {
   std::vector<Session*> sessions;
   std::vector<int32_t> tokens;
   std::vector<int> before;
@@ -327,13 +449,20 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
   };
   try {
     Session::decode_batch(sessions, tokens, sample);
+  } catch (const Error& e) {
+    // Each batch checks its sessions (and takes their pages) before it runs; a request that
+    // stepped was sampled already. Without a free page the others wait for the next step.
+    const bool no_page = e.code() == ErrorCode::kCapacity && engine_.kv_pool_pages() > 0;
+    LY_LOG_WARN("decode step failed: {}{}", e.what(), no_page ? " (the requests that did not step wait)" : "");
+    if (no_page) return false;
+    for (size_t i = 0; i < decoding.size(); ++i)
+      if (decoding[i]->session->length() == before[i]) retire(*decoding[i], "error", e.what());
   } catch (const std::exception& e) {
-    // The batch checks every session before any step runs; whatever did not step ends with the
-    // error (a request that stepped was sampled already).
     LY_LOG_WARN("decode step failed: {}", e.what());
     for (size_t i = 0; i < decoding.size(); ++i)
       if (decoding[i]->session->length() == before[i]) retire(*decoding[i], "error", e.what());
   }
+  return true;
 }
 
 namespace {
@@ -406,12 +535,24 @@ void Scheduler::keep_prompt(Running& r) {
   try {
     r.session->set_policy(nullptr);
     r.session->truncate(int(prompt.size()));
-    prefix_cache_->put(std::move(r.session), prompt);
+    // What the kept session holds: its pages where the backend has a pool (truncate gave the
+    // rest back), else its whole capacity (the CPU's cache rows are the session's own).
+    const int64_t cost = engine_.kv_pool_pages() > 0 ? pages_for(int64_t(prompt.size()))
+                                                     : pages_for(r.session->capacity());
+    const GenerationParams& p = r.request->params();
+    prefix_cache_->put(std::move(r.session), prompt, {p.cache_salt, r.invariant ? options_.invariant_chunk : 0}, cost);
     // Never over the budget: the cache holds only what the running requests leave free.
     prefix_cache_->evict_to(kv_capacity_ - kv_used_);
   } catch (const std::exception& e) {
     LY_LOG_WARN("prefix cache: a finished prompt was not kept: {}", e.what());
   }
+}
+
+// Back to the front of the queue (the loop moves it there; its session and pages go now).
+void Scheduler::requeue(Running& r) {
+  r.finished = r.requeued = true;
+  r.session.reset();
+  r.n_prefilled = 0;
 }
 
 void Scheduler::retire(Running& r, const std::string& reason, const std::string& error) {

@@ -14,9 +14,24 @@
 // one token for each running request (one batched step: Session::decode_batch), and retires
 // finished and cancelled requests, releasing their capacity in the same step.
 // Prefix reuse: a finished request's session is kept, truncated to its prompt, in a PrefixCache
-// (its capacity counted in the KV budget, given back least recently used first when admission
+// (its pages counted in the KV budget, given back least recently used first when admission
 // needs room); a later prompt starting with a kept prompt copies those tokens instead of
-// prefilling them (usage.prompt_tokens_details.cached_tokens says how many).
+// prefilling them (usage.prompt_tokens_details.cached_tokens says how many). Entries are shared
+// only among requests of the same cache_salt.
+// Capacity is counted in the KV cache's pages (Engine::kv_page_tokens): a request reserves the
+// pages of prompt + max_tokens - 1 tokens, and the budget is capped at the pages the pool holds,
+// so admitted requests cannot run the pool dry. Should a step still find no free page, the
+// prefix cache is emptied and the requests that could not step try again (a prompt not yet
+// started goes back to the front of the queue) instead of failing.
+// Batch-invariant requests (seeded ones, or all with SchedulerOptions::deterministic) give the
+// same tokens whatever else runs and whatever the prefix cache holds: their prompts are prefilled
+// in chunks aligned to invariant_chunk tokens ([kC, (k+1)C), so their numerics do not depend on
+// the other requests' budget use), they copy only prefixes kept by such requests and only whole
+// chunks of them (the copied K/V and the chunks left are then those of their own prefill), and
+// they decode in batches of batch-invariant sessions (Session::set_batch_invariant). Sampling is
+// counter-based on (seed, position), so the same logits give the same draw.
+// Faults: an exception escaping the engine loop ends every running and waiting request with an
+// error (500), turns healthy() false (/health 503) and refuses new requests (503).
 #pragma once
 
 #include <atomic>
@@ -49,7 +64,13 @@ struct GenerationParams {
   int top_logprobs = 0;
   bool ignore_eos = false;  // the model's stop tokens do not end the request (stop strings still do)
   PolicyOptions policy;
+  bool seeded = false;     // the client gave the seed: batch-invariant (see above)
+  std::string cache_salt;  // the prefix-cache namespace ("" = the shared one)
 };
+
+// The reservation of a request in KV tokens: every fed token (the last sampled one is not fed);
+// the scheduler counts it in pages.
+int64_t kv_reservation(const GenerationParams& p);
 
 // What the HTTP thread collects from a running request.
 struct RequestUpdate {
@@ -105,6 +126,11 @@ struct SchedulerOptions {
   int prefill_chunk = 512; // prompt token-equivalents prefilled per step, over all requests (see above)
   int max_context = 0;     // longest sequence; 0 = the model's context
   int64_t prefix_cache_tokens = -1;  // KV tokens kept prompts may hold; -1 = half the pool; 0 = off
+  bool deterministic = false;        // every request batch-invariant, seeded or not
+  // Batch-invariant requests' prompt chunks, aligned: [kC, (k+1)C). Smaller reuses the prefix
+  // cache at a finer grain (a copy is a whole number of chunks) but prefills in more passes.
+  int invariant_chunk = 128;
+  int64_t fault_at_step = 0;         // tests: the engine loop throws at this step (0 = never)
 };
 
 class Scheduler {
@@ -117,7 +143,13 @@ class Scheduler {
   // The longest sequence a request may have (prompt + generated): the model's context, capped by
   // max_context and by the KV pool.
   int context() const { return context_; }
+  // The KV budget in pages of page_tokens() tokens: SchedulerOptions::kv_tokens (or max_running x
+  // context) capped by the engine's pool.
   int64_t kv_capacity() const { return kv_capacity_; }
+  int page_tokens() const { return page_tokens_; }
+  // False once a fault ended the engine loop (fault() says what); /health answers 503 then.
+  bool healthy() const { return !failed_.load(); }
+  std::string fault() const;
   // Queues r. ApiError(503) when the queue is full or the server is draining.
   void submit(const std::shared_ptr<Request>& r);
   // Stops admitting new submissions (503); queued and running requests go on.
@@ -136,29 +168,38 @@ class Scheduler {
   void admit_locked(std::vector<std::shared_ptr<Request>>& admitted);
   std::unique_ptr<Running> start(const std::shared_ptr<Request>& r);
   void step(std::vector<std::unique_ptr<Running>>& running);
+  bool decode(const std::vector<Running*>& decoding);
   void sample_and_emit(Running& r);
   void retire(Running& r, const std::string& reason, const std::string& error = "");
+  void requeue(Running& r);
   void keep_prompt(Running& r);
+  void fail_all(std::vector<std::unique_ptr<Running>>& running, const std::string& error);
+  int64_t pages_for(int64_t tokens) const { return (tokens + page_tokens_ - 1) / page_tokens_; }
+  int64_t reservation_pages(const GenerationParams& p) const { return pages_for(kv_reservation(p)); }
+  bool invariant(const GenerationParams& p) const { return options_.deterministic || p.seeded; }
 
   Engine& engine_;
   SchedulerOptions options_;
   Metrics* metrics_;
   int context_ = 0;
-  int64_t kv_capacity_ = 0;
+  int page_tokens_ = 1;
+  int64_t kv_capacity_ = 0;  // pages
 
   mutable std::mutex mu_;
   std::condition_variable cv_;       // the engine thread waits for work
   std::condition_variable idle_cv_;  // wait_idle
   std::deque<std::shared_ptr<Request>> waiting_;
   int n_running_ = 0;
-  int64_t kv_used_ = 0;                        // reserved by running requests (the cache holds the rest)
+  int64_t kv_used_ = 0;                        // pages reserved by running requests (the cache holds the rest)
+  int64_t steps_ = 0;                          // engine steps run
+  int starved_steps_ = 0;                      // consecutive steps that found no free page and made no progress
+  std::atomic<bool> failed_{false};
+  std::string fault_;                          // mu_
   std::unique_ptr<PrefixCache> prefix_cache_;  // engine thread (admission holds mu_ too); null: off
   bool stop_ = false;
   std::atomic<bool> draining_{false};
   std::thread thread_;
 };
 
-// The reservation of a request in KV tokens: every fed token (the last sampled one is not fed).
-int64_t kv_reservation(const GenerationParams& p);
 
 }  // namespace lychee::server

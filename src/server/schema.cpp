@@ -237,6 +237,11 @@ void parse_common(const json& obj, CompletionRequest& r) {
     if (n != 1) bad("best_of", fmt::format("only best_of = 1 is supported, got {}", n));
   }
   if (const json* v = field(obj, "stream")) r.stream = as_bool(*v, "stream");
+  if (const json* v = field(obj, "cache_salt")) {
+    r.cache_salt = as_string(*v, "cache_salt");
+    if (r.cache_salt.empty()) bad("cache_salt", "must be a non-empty string when given");
+    if (r.cache_salt.size() > 1024) bad("cache_salt", fmt::format("is {} bytes; at most 1024", r.cache_salt.size()));
+  }
   if (const json* v = field(obj, "ignore_eos")) r.ignore_eos = as_bool(*v, "ignore_eos");
   if (const json* v = field(obj, "stream_options")) {
     if (!v->is_object()) bad("stream_options", fmt::format("must be an object, got {}", kind(*v)));
@@ -357,7 +362,7 @@ json envelope(Endpoint endpoint, const ResponseMeta& meta, bool chunk) {
   const char* object = endpoint == Endpoint::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion")
                                                    : "text_completion";
   return json{{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model},
-              {"system_fingerprint", nullptr}};
+              {"system_fingerprint", meta.system_fingerprint.empty() ? json(nullptr) : json(meta.system_fingerprint)}};
 }
 
 }  // namespace

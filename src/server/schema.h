@@ -79,6 +79,7 @@ struct CompletionRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   PolicyOverrides lychee;
+  std::string cache_salt;               // vLLM's: prefix-cache entries are shared only within a salt
 };
 
 // Throw ApiError(400, ...) naming the field; ApiError(400) for JSON that does not parse.
@@ -116,6 +117,7 @@ struct ResponseMeta {
   std::string id;       // "chatcmpl-..." or "cmpl-..."
   int64_t created = 0;  // unix seconds
   std::string model;
+  std::string system_fingerprint;  // the serving configuration (server::system_fingerprint); "" = null
 };
 
 struct ChoiceResult {
