@@ -22,7 +22,7 @@ cuda="$(sed -n 's/^LYCHEE_CUDA:STRING=//p' "$build/CMakeCache.txt")"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps \
   --config-settings=build-dir="$build" --config-settings=cmake.define.LYCHEE_CUDA="${cuda:-AUTO}" "$root"
 # One run per folder: each folder's conftest.py is imported as the module `conftest`.
-LYCHEE_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q "$root/tests/server"
+LYCHEE_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q -rs "$root/tests/server"
 LYCHEE_BUILD_DIR="$build" "$venv/bin/python" -m pytest -q -rs "$root/tests/python"
 # The analysis scripts behind committed results (tables, paired comparisons, figures).
 "$venv/bin/python" -m pytest -q "$root/tests/scripts"

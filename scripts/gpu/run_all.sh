@@ -8,6 +8,10 @@
 #                                            build tree), tests/python (lychee.ops GPU tests included), the example
 #   scripts/gpu/run_all.sh python-diag       a GPU generation from Python in variants (torch first or not,
 #                                            GEMM tuning off), the failing one under cuda-gdb
+#   scripts/gpu/run_all.sh server            the server's tests on the GPU: the scheduler tests (LYCHEE_TEST_DEVICE=cuda)
+#                                            and tests/server (the openai client against `lychee serve --device cuda`;
+#                                            carry .whl: scripts/gpu/make_deps.sh puts the client in .whl/server);
+#                                            a missing binary or model fails; the status is the worst of its parts
 #   scripts/gpu/run_all.sh bench-serve       lychee serve under load (scripts/bench/serve_load.py): sweeps, soak,
 #                                            a 100K prompt during 64 streams (SERVE_PARTS picks parts)
 #   scripts/gpu/run_all.sh bench-python      lychee.ops.decode_attention from PyTorch vs the C++ benchmark
@@ -995,6 +999,28 @@ PY
     "$build/bin/bench_prefill_attention" --lengths "${SPLIT_LENGTHS:-32768,102400}" --no-chunked --tails-only \
       --tails 16,64,256 --commit "$commit" --json "$out/prefill_split.json" 2>&1 | tee "$out/prefill_split.log"
     exit "${PIPESTATUS[0]}" ;;
+  server)
+    link_model
+    [ -f "$model" ] || { echo "server: the default model is not staged (stage-a/b/c first): the server tests need it"; exit 1; }
+    if [ ! -x "$build/bin/lychee" ]; then RUN_ALL_NESTED=1 bash "$0" build || exit 1; fi
+    rc=0
+    LYCHEE_TEST_DEVICE=cuda "$build/bin/lychee_tests" --gtest_brief=1 \
+      --gtest_filter='ServerScheduler.*:PrefixCache.*:CudaRunner.PrefixCopy*:CudaRunner.BatchInvariant*:CudaRunner.SharedPrefix*' \
+      > "$out/server_scheduler.log" 2>&1 || rc=$(failed $? "scheduler tests")
+    grep -E "Failure|FAILED|Skipped|Which is|Expected|actual|relative L2|tests on" "$out/server_scheduler.log" | head -40
+    tail -3 "$out/server_scheduler.log"
+    ls .whl/server/openai-*.whl >/dev/null 2>&1 || { echo "server: no .whl/server (scripts/gpu/make_deps.sh; carry .whl)"; exit 1; }
+    rm -rf /tmp/server_site
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/server_site .whl/server/*.whl \
+      > "$out/server_pip.log" 2>&1 || { tail -5 "$out/server_pip.log"; exit 1; }
+    PYTHONPATH=/tmp/server_site LYCHEE_SERVER_DEVICE=cuda LYCHEE_SERVER_REQUIRE=1 LYCHEE_BUILD_DIR="$build" \
+      LYCHEE_MODELS_DIR="$PWD/models" PYTHONUNBUFFERED=1 timeout -k 10 "${SERVER_SECONDS:-420}" \
+      python3 -m pytest -v -rs --durations=8 tests/server > "$out/server_pytest.log" 2>&1 || rc=$(failed $? "tests/server")
+    grep -E "PASSED|FAILED|SKIPPED|ERROR|prefix reuse" "$out/server_pytest.log" | grep -v PASSED | head -30
+    grep -cE " PASSED" "$out/server_pytest.log" | sed 's/^/server pytest passed: /'
+    tail -3 "$out/server_pytest.log"
+    for f in /tmp/lychee_serve_*.log; do [ -f "$f" ] && cp "$f" "$out/" ; done
+    exit $rc ;;
   bench-model)
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
@@ -1002,8 +1028,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab|bench-fp8-fused|bench-knob) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab, bench-fp8-fused, bench-knob)"; exit 2 ;;
+      case "$s" in env|build|test|server|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab|bench-fp8-fused|bench-knob) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, server, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab, bench-fp8-fused, bench-knob)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))

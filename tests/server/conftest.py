@@ -1,7 +1,11 @@
 """A real `lychee serve` process on a free loopback port for the server tests.
 
 The binary is $LYCHEE_CLI, else $LYCHEE_BUILD_DIR/bin/lychee, else build/bin/lychee; the model is the
-default one (scripts/fetch_assets.sh). The tests skip when either is missing.
+default one (scripts/fetch_assets.sh). The tests skip when either is missing, with the reason
+(pytest -rs), unless LYCHEE_SERVER_REQUIRE=1, when they fail instead (the GPU script's server stage).
+LYCHEE_SERVER_DEVICE picks the device (cpu, the default, or cuda); on the GPU the servers get a
+longer context and the long requests more tokens, so that they still outlast what a test does
+while they run.
 """
 import json
 import os
@@ -17,6 +21,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "test-key"
+DEVICE = os.environ.get("LYCHEE_SERVER_DEVICE", "cpu")
+REQUIRE = os.environ.get("LYCHEE_SERVER_REQUIRE") == "1"
+# The fixture server's context, and max_tokens for a request that must still run while a test
+# acts on it (cancels it, fills the queue behind it): ~10 s on the CPU, ~5 s on an H100.
+CONTEXT = 512 if DEVICE == "cpu" else 8192
+LONG_TOKENS = 400 if DEVICE == "cpu" else 6000
+
+
+def missing(reason):
+    """Skip (CI without the binary or model), or fail where the run requires the server."""
+    if REQUIRE:
+        pytest.fail(f"{reason} (LYCHEE_SERVER_REQUIRE=1)")
+    pytest.skip(reason)
 
 
 def lychee_binary():
@@ -40,16 +57,16 @@ def free_port():
 class Server:
     """One `lychee serve` process; stop() sends SIGTERM and returns the exit status."""
 
-    def __init__(self, *args, api_key=API_KEY):
+    def __init__(self, *args, api_key=API_KEY, wait=True):
         binary = lychee_binary()
         if not binary.exists():
-            pytest.skip(f"{binary} not built")
+            missing(f"{binary} not built")
         if not default_model().exists():
-            pytest.skip("default model not fetched: run scripts/fetch_assets.sh")
+            missing(f"default model not fetched ({default_model()}): run scripts/fetch_assets.sh")
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
-        cmd = [str(binary), "serve", "--device", "cpu", "--port", str(self.port), *args]
+        cmd = [str(binary), "serve", "--device", DEVICE, "--port", str(self.port), *args]
         if api_key:
             cmd += ["--api-key", api_key]
         self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"lychee_serve_{self.port}.log", "w+")
@@ -59,6 +76,8 @@ class Server:
         env = dict(os.environ)
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        if not wait:
+            return
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -74,6 +93,8 @@ class Server:
         raise RuntimeError(f"lychee serve not ready in 60 s:\n{self.output()}")
 
     def output(self):
+        if self.log.closed:  # after stop(): what it read last
+            return self.final_output
         self.log.flush()
         self.log.seek(0)
         return self.log.read()
@@ -95,6 +116,18 @@ class Server:
             return status, hdrs, json.loads(text)
         except ValueError:
             return status, hdrs, text
+
+    def wait_until_serving(self, timeout=60):
+        """/health 200 (the model loaded)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if self.request("GET", "/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"not serving after {timeout} s:\n{self.output()}")
 
     def metrics(self):
         _, _, text = self.request("GET", "/metrics")
@@ -123,13 +156,15 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.log.close()
+        if not self.log.closed:
+            self.final_output = self.output()
+            self.log.close()
         return self.proc.returncode
 
 
 @pytest.fixture(scope="session")
 def server():
-    s = Server("--max-context", "512", "--max-running", "8")
+    s = Server("--max-context", str(CONTEXT), "--max-running", "8")
     yield s
     assert s.stop() == 0, s.output()
 
