@@ -35,7 +35,7 @@ def test_health_models_tokenize(server, client, model_id):
     status, _, body = server.request("GET", "/v1/models")
     assert status == 200 and body["data"][0]["context_length"] == CONTEXT
     meta = body["data"][0]["meta"]  # llama.cpp's fields: what token-id clients need
-    assert meta["n_vocab"] == 49152 and meta["n_ctx"] == 512 and meta["n_ctx_train"] == 8192 and meta["device"] == "cpu"
+    assert meta["n_vocab"] == 49152 and meta["n_ctx"] == CONTEXT and meta["n_ctx_train"] == 8192 and meta["device"] == DEVICE
     status, _, body = server.request("POST", "/tokenize", {"content": "Hello world"})
     assert status == 200 and len(body["tokens"]) == 2
     status, _, back = server.request("POST", "/detokenize", {"tokens": body["tokens"]})
