@@ -102,8 +102,7 @@ inline bool gpu_required() {
 // Why a test that needs `what` does not run: a visible skip, or with LYCHEE_REQUIRE_GPU=1 a failure.
 #define LY_SKIP_OR_FAIL_WITHOUT(what)                                                              \
   if (::lychee::test::gpu_required())                                                              \
-    FAIL() << "LYCHEE_REQUIRE_GPU=1 but " << what << ": stage it (scripts/gpu/run_all.sh) or unset " \
-              "LYCHEE_REQUIRE_GPU";                                                                \
+    FAIL() << "LYCHEE_REQUIRE_GPU=1 but " << what << " (unset LYCHEE_REQUIRE_GPU to skip instead)"; \
   else                                                                                             \
     GTEST_SKIP() << what << ": test skipped"
 
