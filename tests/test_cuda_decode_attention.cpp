@@ -2,8 +2,8 @@
 // attention_reference.h over the same bf16 inputs (random data, shuffled block tables, awkward
 // lengths, every group size and head dim, with and without splits, idle CTAs, poisoned outputs,
 // empty splits, CUDA graph capture), and under programmatic dependent launch behind a slow kernel
-// that writes q and the appended token's K/V (the loads before griddepcontrol.wait). The planner and the argument checks, which need no GPU, are
-// in test_cuda_host_only.cpp.
+// that writes q and the appended token's K/V (the loads before griddepcontrol.wait). The planner
+// and the argument checks, which need no GPU, are in test_cuda_host_only.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>

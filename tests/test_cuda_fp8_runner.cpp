@@ -396,7 +396,8 @@ TEST(CudaFp8Runner, PrefillThroughTheFp8GemmStaysNearTheWidening) {
     const double e = rel_error(b, a);
     std::printf("[ fp8 prefill GEMM vs widening ] %zu-token prompt: rel. L2 of the logits %.3e (measured %.3e)%s; "
                 "top tokens %d, %d\n",
-                ids.size(), e, kMeasured, e == 0.0 ? " (identical: cuBLASLt had no FP8 product, the runner widened)" : "",
+                ids.size(), e, kMeasured,
+                e == 0.0 ? " (identical: cuBLASLt had no FP8 product, the runner widened)" : "",
                 int(argmax(b)), int(argmax(a)));
     if (e == 0.0 && dev.cc_major != 9)
       GTEST_SKIP() << "cuBLASLt offers no FP8 product with per-row scales on sm_" << dev.cc_major << dev.cc_minor

@@ -73,7 +73,8 @@ std::vector<double> expected_distribution(std::span<const float> logits, float t
   std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[size_t(a)] > logits[size_t(b)]; });
   if (top_k > 0 && size_t(top_k) < order.size()) order.resize(size_t(top_k));
   std::vector<double> w;
-  for (const int i : order) w.push_back(std::exp((double(logits[size_t(i)]) - double(logits[size_t(order[0])])) / temperature));
+  const double top = logits[size_t(order[0])];
+  for (const int i : order) w.push_back(std::exp((double(logits[size_t(i)]) - top) / temperature));
   const double total = std::accumulate(w.begin(), w.end(), 0.0);
   size_t keep = w.size();
   double kept = total;
@@ -116,8 +117,8 @@ std::string mismatch(std::span<const int32_t> tokens, const std::vector<double>&
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i] == 0.0) {
       if (count[i] > 0)
-        return "token " + std::to_string(i) + " drawn " + std::to_string(count[i]) + " times though cut (counts/expected" +
-               table.str() + ")";
+        return "token " + std::to_string(i) + " drawn " + std::to_string(count[i]) +
+               " times though cut (counts/expected" + table.str() + ")";
       continue;
     }
     const double e = n * p[i];
@@ -146,7 +147,8 @@ struct Setting {
   int top_k;
   float top_p;
 };
-const Setting kSettings[] = {{1.0f, 0, 1.0f}, {0.7f, 4, 1.0f}, {1.3f, 0, 0.8f}, {0.8f, 6, 0.9f}, {0.6f, 0, 0.7f}, {2.0f, 0, 1.0f}};
+const Setting kSettings[] = {{1.0f, 0, 1.0f}, {0.7f, 4, 1.0f}, {1.3f, 0, 0.8f},
+                             {0.8f, 6, 0.9f}, {0.6f, 0, 0.7f}, {2.0f, 0, 1.0f}};
 
 std::string describe(const Setting& s) {
   return "T " + num(s.temperature) + ", top_k " + std::to_string(s.top_k) + ", top_p " + num(s.top_p);
