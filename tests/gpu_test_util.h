@@ -15,10 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"  // gpu_required(), LY_REQUIRE_DEFAULT_MODEL
+
 #ifdef LYCHEE_HAS_CUDA
 #include "core/dtype.h"
 #include "cuda/common/common.h"
 #include "cuda/common/device_buffer.h"
+#include "cuda/common/nccl_comm.h"
 #endif
 
 namespace lychee::test {
@@ -39,12 +42,6 @@ inline std::vector<int32_t> parity_sequence(int vocab) {
   std::vector<int32_t> ids(40);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 31 + 7) % size_t(vocab));
   return ids;
-}
-
-// Whether this run must have a GPU: LYCHEE_REQUIRE_GPU=1.
-inline bool gpu_required() {
-  const char* v = std::getenv("LYCHEE_REQUIRE_GPU");
-  return v != nullptr && std::string(v) == "1";
 }
 
 // Why GPU tests cannot run in this process; "" when they can. Asked once.
@@ -77,6 +74,14 @@ inline const std::string& gpu_unusable_reason() {
     GTEST_SKIP() << "CUDA backend not built (no nvcc): " << what << " skipped"
 
 #ifdef LYCHEE_HAS_CUDA
+// Passes through when this build links NCCL; else skips (or, with LYCHEE_REQUIRE_GPU=1, fails:
+// the GPU machine's toolkit ships NCCL) saying that `what` did not run.
+#define LY_REQUIRE_NCCL_BUILD(what)                                                               \
+  if (::lychee::cuda::nccl_built()) {                                                             \
+  } else                                                                                          \
+    LY_SKIP_OR_FAIL_WITHOUT(std::string("this build does not link NCCL (no nccl.h / libnccl at "    \
+                                        "configure time): ") + (what) + " did not run")
+
 namespace lychee::test {
 
 // CUDA devices this process sees (0 when it sees none or CUDA reports an error): the multi-GPU

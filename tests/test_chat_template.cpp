@@ -53,9 +53,8 @@ TEST(ChatTemplate, ChatMLWithDefaultSystemMatchesTransformers) {
 }
 
 TEST(ChatTemplate, SmolLM2MatchesTransformers) {
-  const auto path = test::smollm2_gguf();
-  if (!path) GTEST_SKIP() << "default model not fetched: run scripts/fetch_assets.sh";
-  const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(*path));
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(path));
   const json g = test::read_json(test::golden_path("smollm2/tokenizer_cases.json"));
   EXPECT_EQ(default_system_prompt(tok), g["default_system_prompt"].get<std::string>());
   check_chat_cases(tok, g["chat_cases"], ChatFormat::kChatML);

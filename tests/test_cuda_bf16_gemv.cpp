@@ -26,10 +26,13 @@
 #include "test_util.h"
 
 #ifdef LYCHEE_HAS_CUDA
+#include <cstdlib>
+
 #include "cuda/common/device_buffer.h"
 #include "cuda/kernels/bf16_gemv.h"
 #include "cuda/kernels/fp8_gemv.h"
 #include "cuda/kernels/kernels.h"
+#include "pdl_probe.h"
 
 namespace lychee {
 namespace {
@@ -598,6 +601,70 @@ TEST(Bf16GemvDeterminism, GraphReplayGivesTheSameBits) {
     cudaGraphDestroy(g);
   }
   LY_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+// Under programmatic dependent launch (a.pdl = 1) behind a slow kernel (pdl_probe.h) that lets the
+// GEMV launch at once and only 2 ms later writes its inputs: x, the norm's residues and sums of
+// squares, and for the residual add the residual y, all NaN until then. The GEMV loads only weights
+// and constants before its griddepcontrol.wait, so it gives the direct call's bits; a probe behind
+// it reads x before its own wait and must see the producer's x (the GEMV lets the next kernel
+// launch only past its wait). The probe test in test_cuda_decode_attention.cpp shows the window.
+TEST(Bf16GemvUnderPdl, InputsWrittenSlowlyByThePreviousKernel) {
+  LY_REQUIRE_GPU();
+  if (std::getenv("LYCHEE_NO_PDL") != nullptr || std::getenv("LYCHEE_BF16_GEMV_PDL") != nullptr)
+    GTEST_SKIP() << "LYCHEE_NO_PDL or LYCHEE_BF16_GEMV_PDL is set: the GEMV's launch mode is not the test's to choose";
+  const Problem p = make_problem(3, 1040, 1536, 21);
+  Device d = upload(p);
+  const DeviceBuffer<bf16> xt = test::to_device_bf16_bits(p.xt), xt_lo = test::to_device_bf16_bits(p.xt_lo);
+  const DeviceBuffer<float> ss = test::to_device(p.ss), y0 = test::to_device(p.y0);
+  DeviceBuffer<uint8_t> probe_before(d.xt.bytes()), probe_after(d.xt.bytes());
+  test::launch_slow_producer(nullptr, 0, 0, nullptr);  // loaded outside the race (lazy module loading)
+  test::launch_pdl_probe(d.xt.data(), probe_before.data(), probe_after.data(), 0, nullptr);
+  for (const bool fp8 : {false, true})
+    for (const GemvOut out : {GemvOut::kBf16, GemvOut::kAddF32, GemvOut::kSwiGlu}) {
+      SCOPED_TRACE(std::string(out_name(out)) + (fp8 ? ", fp8 weights" : ", bf16 weights"));
+      Bf16GemvArgs a = args(d, p, out, true, p.m, -1, fp8);
+      a.pdl = 1;
+      const std::vector<float> direct = run(d, p, a);  // outside the race: the direct call's bits
+      std::vector<test::CopyRange> ranges = {{d.xt.data(), xt.data(), uint32_t(d.xt.bytes())},
+                                             {d.ss.data(), ss.data(), uint32_t(d.ss.bytes())}};
+      if (a.x_lo != nullptr) ranges.push_back({d.xt_lo.data(), xt_lo.data(), uint32_t(d.xt_lo.bytes())});
+      if (out == GemvOut::kAddF32) ranges.push_back({d.y32.data(), y0.data(), uint32_t(size_t(p.n) * p.m * 4)});
+      const DeviceBuffer<test::CopyRange> d_ranges = test::to_device(ranges);
+      // run()'s resets, then the inputs poisoned (NaN) for the producer to write
+      LY_CUDA_CHECK(cudaMemset(d.y16.data(), 0xFF, d.y16.bytes()));
+      LY_CUDA_CHECK(cudaMemset(d.xn.data(), 0xFF, d.xn.bytes()));
+      LY_CUDA_CHECK(cudaMemset(d.xn_lo.data(), 0xFF, d.xn_lo.bytes()));
+      LY_CUDA_CHECK(cudaMemset(d.ss_out.data(), 0xFF, d.ss_out.bytes()));
+      for (const test::CopyRange& r : ranges) LY_CUDA_CHECK(cudaMemset(r.dst, 0xFF, r.bytes));
+      LY_CUDA_CHECK(cudaDeviceSynchronize());
+      test::launch_slow_producer(d_ranges.data(), int(ranges.size()), 2'000'000, nullptr);
+      cuda::bf16_gemv(a, nullptr);
+      test::launch_pdl_probe(d.xt.data(), probe_before.data(), probe_after.data(), uint32_t(d.xt.bytes()), nullptr);
+      LY_CUDA_CHECK(cudaDeviceSynchronize());
+      const size_t count = size_t(p.n) * (out == GemvOut::kSwiGlu ? p.m / 2 : p.m);
+      std::vector<float> y;
+      if (out == GemvOut::kAddF32) {  // as run() gathers it
+        y = test::to_host(d.y32, count);
+        const std::vector<float> xn = test::to_host_bf16(d.xn), lo = test::to_host_bf16(d.xn_lo);
+        const std::vector<float> sso = test::to_host(d.ss_out, size_t(p.n) * ss_count(p.m));
+        y.insert(y.end(), xn.begin(), xn.begin() + long(count));
+        y.insert(y.end(), lo.begin(), lo.begin() + long(count));
+        y.insert(y.end(), sso.begin(), sso.end());
+      } else {
+        y = test::to_host_bf16(d.y16);
+        y.resize(count);
+      }
+      ASSERT_EQ(y.size(), direct.size());
+      size_t differ = 0, first = 0;
+      for (size_t i = 0; i < y.size(); ++i)
+        if (std::memcmp(&y[i], &direct[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+      EXPECT_EQ(differ, 0u) << "behind the slow producer: " << differ << " outputs differ from the direct call's, the "
+                            << "first at " << first << " (" << y[first] << " vs " << direct[first] << ")";
+      EXPECT_TRUE(test::to_host(probe_before) == test::to_host(probe_after))
+          << "x as the kernel after the GEMV read it before its wait was not the producer's: it started before the "
+             "producer ended";
+    }
 }
 
 // ------------------------------------------------------------------------------ argument checks

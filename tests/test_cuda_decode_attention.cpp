@@ -1,8 +1,9 @@
 // Decode attention: the CUDA kernels against the double-precision reference of
 // attention_reference.h over the same bf16 inputs (random data, shuffled block tables, awkward
 // lengths, every group size and head dim, with and without splits, idle CTAs, poisoned outputs,
-// empty splits, CUDA graph capture). The planner and the argument checks, which need no GPU, are
-// in test_cuda_host_only.cpp.
+// empty splits, CUDA graph capture), and under programmatic dependent launch behind a slow kernel
+// that writes q and the appended token's K/V (the loads before griddepcontrol.wait). The planner
+// and the argument checks, which need no GPU, are in test_cuda_host_only.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,8 +21,11 @@
 #include "gpu_test_util.h"
 
 #ifdef LYCHEE_HAS_CUDA
+#include <cstdlib>
+
 #include "cuda/kernels/decode_attention.h"
 #include "cuda/common/device_buffer.h"
+#include "pdl_probe.h"
 
 namespace lychee {
 namespace {
@@ -317,6 +321,141 @@ TEST(DecodeAttentionKernelExtra, ReplaysFromACudaGraph) {
   LY_CUDA_CHECK(cudaGraphExecDestroy(exec));
   LY_CUDA_CHECK(cudaGraphDestroy(graph));
   LY_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// ------------------------------------------------------------------ under programmatic dependent launch
+
+// The attention kernel copies its first item's K/V tiles in before griddepcontrol.wait, all but
+// the tile holding the sequence's last token, because only the kernel before it writes anything it
+// reads: q and the K/V of the token the step appended (run_item in decode_attention.cu). Here that
+// kernel is slow: it lets the attention launch at once, spins kPdlDelayNs, and only then writes q
+// and the appended rows, which until then hold NaN. A load of them before the wait reads NaN on
+// every run (the probe test shows the window is there), and NaN reaches the output whatever the
+// softmax weights are: the result must still equal the reference.
+constexpr uint64_t kPdlDelayNs = 2'000'000;  // 2 ms: thousands of times a CTA's time to its wait
+
+// LYCHEE_NO_PDL=1 launches every kernel plainly (cuda/common/launch.cuh): nothing can race.
+#define LY_REQUIRE_PDL()                                                                             \
+  if (std::getenv("LYCHEE_NO_PDL") != nullptr)                                                       \
+  GTEST_SKIP() << "LYCHEE_NO_PDL is set: kernels launch without PDL, no pre-wait load to test"
+
+// How many elements of a and b differ (sizes must match).
+template <typename T>
+size_t n_differ(const std::vector<T>& a, const std::vector<T>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  size_t n = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] != b[i];
+  return n;
+}
+
+// The harness itself: a probe launched with PDL behind the slow producer reads the old contents
+// before its wait and the producer's after it (so the kernels tested below do start while the
+// producer still spins), and the kernel behind the probe starts only once the producer is done.
+TEST(DecodeAttentionUnderPdl, TheSlowProducerIsStillWritingWhenTheNextKernelStarts) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_PDL();
+  constexpr uint32_t kWords = 1024;
+  std::vector<uint32_t> pattern(kWords);
+  for (uint32_t i = 0; i < kWords; ++i) pattern[i] = 0x01000193u * (i + 1);
+  const cuda::DeviceBuffer<uint32_t> src = to_device(pattern);
+  cuda::DeviceBuffer<uint32_t> data(kWords), before(kWords), after(kWords), second_before(kWords), second_after(kWords);
+  const cuda::DeviceBuffer<test::CopyRange> range =
+      to_device(std::vector<test::CopyRange>{{data.data(), src.data(), kWords * 4}});
+  for (int rep = 0; rep < 2; ++rep) {  // the first also loads the kernels' modules
+    LY_CUDA_CHECK(cudaMemset(data.data(), 0, data.bytes()));
+    LY_CUDA_CHECK(cudaDeviceSynchronize());
+    test::launch_slow_producer(range.data(), 1, kPdlDelayNs, nullptr);
+    test::launch_pdl_probe(data.data(), before.data(), after.data(), kWords * 4, nullptr);
+    test::launch_pdl_probe(data.data(), second_before.data(), second_after.data(), kWords * 4, nullptr);
+    LY_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  EXPECT_EQ(n_differ(test::to_host(before), std::vector<uint32_t>(kWords, 0u)), 0u)
+      << "words of the producer's data the probe read before its wait: it did not start while the producer spun";
+  EXPECT_EQ(n_differ(test::to_host(after), pattern), 0u) << "the probe's wait did not wait for the producer";
+  EXPECT_EQ(n_differ(test::to_host(second_before), pattern), 0u)
+      << "the second probe started before the producer ended";
+  EXPECT_EQ(n_differ(test::to_host(second_after), pattern), 0u);
+}
+
+// The element offsets of the K/V rows of every sequence's last token, one per (sequence, KV head).
+std::vector<size_t> appended_rows(const Problem& p) {
+  std::vector<size_t> rows;
+  for (int s = 0; s < p.batch; ++s) {
+    const int pos = p.seq_lens[size_t(s)] - 1;
+    const int page = p.block_table[size_t(s) * p.max_pages + pos / p.page_size];
+    for (int h = 0; h < p.n_kv_heads; ++h)
+      rows.push_back(((size_t(page) * p.n_kv_heads + h) * p.page_size + pos % p.page_size) * p.head_dim);
+  }
+  return rows;
+}
+
+// One decode step's attention (and merge, where the plan splits) behind the slow producer of q and
+// the appended K/V rows; then a probe behind the attention (and merge) that reads q before its
+// wait: the attention lets the kernel after it launch only past its own wait, so the probe must
+// see the producer's q (what the GEMVs' and the next layer's pre-wait loads rest on).
+void expect_step_behind_a_slow_producer(const Problem& p, const DecodePlan& plan, int extra_ctas) {
+  DeviceProblem dp;
+  setup(dp, p, plan, extra_ctas);
+  // Outside the race first: the first launch of a kernel loads it (lazy module loading) and a
+  // variant configures its shared memory, neither of which should sit between producer and consumer.
+  run(dp);
+  test::launch_slow_producer(nullptr, 0, 0, nullptr);
+  test::launch_pdl_probe(dp.q.data(), dp.out.data(), dp.out.data(), 0, nullptr);
+  LY_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<double> want = reference(p);
+  const cuda::DeviceBuffer<cuda::bf16> q = to_device_bf16_bits(p.q), k = to_device_bf16_bits(p.k),
+                                       v = to_device_bf16_bits(p.v);
+  const uint32_t row_bytes = uint32_t(p.head_dim) * 2;
+  std::vector<test::CopyRange> ranges = {{dp.q.data(), q.data(), uint32_t(dp.q.bytes())}};
+  for (const size_t at : appended_rows(p)) {
+    ranges.push_back({dp.k.data() + at, k.data() + at, row_bytes});
+    ranges.push_back({dp.v.data() + at, v.data() + at, row_bytes});
+  }
+  const cuda::DeviceBuffer<test::CopyRange> d_ranges = to_device(ranges);
+  const uint32_t q_bytes = uint32_t(dp.q.bytes());
+  cuda::DeviceBuffer<uint8_t> probe_before(q_bytes), probe_after(q_bytes);
+  for (int rep = 0; rep < 2; ++rep) {
+    LY_CUDA_CHECK(cudaMemset(dp.out.data(), 0xFF, dp.out.bytes()));
+    LY_CUDA_CHECK(cudaMemset(dp.partial_o.data(), 0xFF, dp.partial_o.bytes()));
+    LY_CUDA_CHECK(cudaMemset(dp.partial_lse.data(), 0xFF, dp.partial_lse.bytes()));
+    LY_CUDA_CHECK(cudaMemset(dp.q.data(), 0xFF, dp.q.bytes()));  // bf16 0xFFFF: NaN
+    for (const test::CopyRange& r : ranges)
+      if (r.dst != dp.q.data()) LY_CUDA_CHECK(cudaMemset(r.dst, 0xFF, r.bytes));
+    LY_CUDA_CHECK(cudaDeviceSynchronize());
+    test::launch_slow_producer(d_ranges.data(), int(ranges.size()), kPdlDelayNs, nullptr);
+    cuda::decode_attention(dp.args, nullptr);
+    test::launch_pdl_probe(dp.q.data(), probe_before.data(), probe_after.data(), q_bytes, nullptr);
+    LY_CUDA_CHECK(cudaDeviceSynchronize());
+    SCOPED_TRACE("run " + std::to_string(rep) + " behind the slow producer");
+    expect_close(test::to_host_bf16(dp.out), want, p);
+    EXPECT_EQ(n_differ(test::to_host(probe_before), test::to_host(probe_after)), 0u)
+        << "bytes of q the kernel after the attention read before its wait were not the producer's: it started "
+           "before the producer ended";
+  }
+}
+
+TEST(DecodeAttentionUnderPdl, AppendedTokenWrittenSlowlyBeforeTheStep) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_PDL();
+  for (const auto& [d, ps, group] : {std::tuple{128, 64, 4}, std::tuple{64, 16, 8}, std::tuple{128, 16, 1}})
+    for (const SplitMode mode : {SplitMode::kNone, SplitMode::kAll, SplitMode::kMixed}) {
+      SCOPED_TRACE("d " + std::to_string(d) + ", page " + std::to_string(ps) + ", group " + std::to_string(group) +
+                   ", mode " + std::to_string(int(mode)));
+      const Problem p = make_problem(kAwkwardLengths, 2, group, d, ps, 31u * d + 7u * ps + group + 100u * int(mode));
+      expect_step_behind_a_slow_producer(p, plan_for(p, mode), 9);
+    }
+}
+
+// A long sequence over the whole machine (every CTA's first item is pre-loaded, the last token's
+// tile in one of them), the Llama-3-8B head layout.
+TEST(DecodeAttentionUnderPdl, LlamaShapeWithALongSequenceBehindASlowProducer) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_PDL();
+  const Problem p = make_problem({20000, 129, 7}, 8, 4, 128, 64, 5);
+  const auto heads = cuda::dense_decode_heads(p.seq_lens, p.n_kv_heads, p.group, p.page_size, p.max_pages);
+  const DecodePlan plan = cuda::plan_decode(heads, p.batch, p.n_heads(), p.n_kv_heads, cuda::device_info().sm_count,
+                                            cuda::decode_attention_ctas_per_sm(128, 64), 128, 1024);
+  expect_step_behind_a_slow_producer(p, plan, 0);
 }
 
 }  // namespace

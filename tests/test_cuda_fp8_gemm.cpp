@@ -20,6 +20,7 @@
 #include "test_util.h"
 
 #ifdef LYCHEE_HAS_CUDA
+#include "cuda/common/common.h"
 #include "cuda/common/device_buffer.h"
 #include "cuda/kernels/gemm.h"
 #include "cuda/kernels/kernels.h"
@@ -117,9 +118,18 @@ TEST(Fp8Gemm, MatchesTheReferenceOverTheSameCodes) {
     DeviceBuffer<bf16> y(size_t(s.n) * s.m);
     cuda::quantize_activations_e4m3(dx.data(), x_codes.data(), x_scales.data(), s.n, s.k, nullptr);
     cuda::Gemm gemm(nullptr);
-    if (!gemm.fp8_bf16_out(x_codes.data(), x_scales.data(), dw.data(), dws.data(), y.data(), s.n, s.k, s.m))
+    if (!gemm.fp8_bf16_out(x_codes.data(), x_scales.data(), dw.data(), dws.data(), y.data(), s.n, s.k, s.m)) {
+      // Hopper is what this product is for, and the toolkit the GPU machine builds with offers it
+      // there: a refusal on sm_90 is a regression (a descriptor, layout or scale-mode change), not a
+      // missing feature. Elsewhere the runner widens to bf16 instead (tested with the FP8 runner).
+      const cuda::DeviceInfo& dev = cuda::device_info();
+      if (dev.cc_major == 9)
+        FAIL() << "cuBLASLt refused the FP8 product with per-row (outer-vector) scales for " << s.n << "x" << s.k
+               << "x" << s.m << " on " << dev.name << " (sm_" << dev.cc_major << dev.cc_minor << ")";
       GTEST_SKIP() << "this cuBLASLt offers no FP8 product with per-row (outer-vector) scales for " << s.n << "x"
-                   << s.k << "x" << s.m << ": the runner widens to bf16 instead (tested with the FP8 runner)";
+                   << s.k << "x" << s.m << " on sm_" << dev.cc_major << dev.cc_minor
+                   << ": the runner widens to bf16 instead (tested with the FP8 runner)";
+    }
     LY_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<uint8_t> xc = test::to_host(x_codes);
     const std::vector<float> xs = test::to_host(x_scales);

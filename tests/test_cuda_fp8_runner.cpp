@@ -362,13 +362,18 @@ TEST(CudaFp8Runner, DefaultModelMatchesTheCpuFp8Reference) {
 // RunnerOptions::fp8_prefill_gemm: a prefill past the FP8 GEMV (the 37-token golden prompt)
 // through cuBLASLt's FP8 GEMM (activation rows rounded to e4m3 with a scale per row) against the
 // same prefill through the bf16 widening. The activations' rounding (3 mantissa bits) moves the
-// logits; how much it costs in accuracy is measured by `scripts/gpu/run_all.sh fp8-prefill`, not
-// here. This bound only catches a broken product (a scale on the wrong axis, a transposed operand,
-// stale codes move the logits by O(1) relative L2); the error is printed for the record. Where
-// cuBLASLt has no such product the runner widens and the two agree exactly (printed as such).
+// logits by a measured 5.189e-2 relative L2 (the same four digits on the H100 at 6cdbc1c, c2cac89,
+// 2392c20, c596d90 and on the H200 at a521bd4: docs/results/gpu/decode_step/gpu_tests_*.log);
+// what that costs in accuracy is measured by `scripts/gpu/run_all.sh fp8-prefill`, not here. The
+// error must lie within [0.5x, 1.5x] of that: 0 means the FP8 path did not run (the runner widened,
+// the two runs are the same bits), a fraction of it that only some products took it, and a broken
+// product (a scale on the wrong axis, a transposed operand, stale codes) moves the logits by O(1).
+// On sm_90 the product must be offered (Fp8Gemm.MatchesTheReferenceOverTheSameCodes); elsewhere a
+// widened run (error 0) is a visible skip.
 TEST(CudaFp8Runner, PrefillThroughTheFp8GemmStaysNearTheWidening) {
   LY_REQUIRE_GPU();
   LY_REQUIRE_DEFAULT_MODEL(path);
+  constexpr double kMeasured = 5.189e-2;
   const Checkpoint ck = Checkpoint::open(path);
   cuda::RunnerOptions gemm_options = small_runner();
   gemm_options.fp8_prefill_gemm = true;
@@ -376,6 +381,7 @@ TEST(CudaFp8Runner, PrefillThroughTheFp8GemmStaysNearTheWidening) {
   cuda::GpuRunner gemm(cuda::upload_weights(ck, GpuWeightFormat::kFp8), gemm_options);
   const nlohmann::json ref = test::read_json(test::golden_dir() + "/smollm2/reference.json");
   std::vector<float> a(size_t(ck.config().vocab_size)), b(a.size());
+  const cuda::DeviceInfo& dev = cuda::device_info();
   int checked = 0;
   for (const auto& prompt : ref["prompts"]) {
     const std::vector<int32_t> ids = prompt["ids"].get<std::vector<int32_t>>();
@@ -385,13 +391,20 @@ TEST(CudaFp8Runner, PrefillThroughTheFp8GemmStaysNearTheWidening) {
     gemm.prefill(sb, ids);
     wide.copy_logits(0, a);
     gemm.copy_logits(0, b);
-    const double e = rel_error(b, a);
-    std::printf("[ fp8 prefill GEMM vs widening ] %zu-token prompt: rel. L2 of the logits %.3e%s; top tokens %d, %d\n",
-                ids.size(), e, e == 0.0 ? " (identical: cuBLASLt had no FP8 product, the runner widened)" : "",
-                int(argmax(b)), int(argmax(a)));
-    EXPECT_LT(e, 0.25) << ids.size() << "-token prompt";
     wide.release(sa);
     gemm.release(sb);
+    const double e = rel_error(b, a);
+    std::printf("[ fp8 prefill GEMM vs widening ] %zu-token prompt: rel. L2 of the logits %.3e (measured %.3e)%s; "
+                "top tokens %d, %d\n",
+                ids.size(), e, kMeasured,
+                e == 0.0 ? " (identical: cuBLASLt had no FP8 product, the runner widened)" : "",
+                int(argmax(b)), int(argmax(a)));
+    if (e == 0.0 && dev.cc_major != 9)
+      GTEST_SKIP() << "cuBLASLt offers no FP8 product with per-row scales on sm_" << dev.cc_major << dev.cc_minor
+                   << ": the runner widened, nothing to compare";
+    EXPECT_GT(e, 0.5 * kMeasured) << ids.size() << "-token prompt on " << dev.name
+                                  << (e == 0.0 ? ": the same bits as the widening, the FP8 GEMM did not run" : "");
+    EXPECT_LT(e, 1.5 * kMeasured) << ids.size() << "-token prompt on " << dev.name;
     ++checked;
   }
   EXPECT_GT(checked, 0) << "no golden prompt is long enough to pass the FP8 GEMV";
@@ -492,9 +505,6 @@ TEST(CudaFp8Runner, BatchesPastTheGemvGetWhatEachGetsAloneAndReplay) {
   }
 }
 
-// Random FP8 weights (the speed benchmarks') decode finite logits, and a decode step reads about
-// half the bytes of bf16 weights (1 byte per weight plus a scale per row; the embedding row and
-// the bf16 LM head stay).
 // Fp8Keep on the GPU: the kept layers' fused QKV matrix is bf16 holding the f32 reference's values
 // rounded once to bf16 (as with bf16 weights); the rest of that layer and the other layers stay
 // FP8; a step reads the extra byte per kept weight.
@@ -528,6 +538,10 @@ TEST(CudaFp8Weights, KeptQkvIsBf16AndCountedInTheBytes) {
       << "two layers' QKV: a byte more per weight, no row scales";
 }
 
+// Random FP8 weights (the speed benchmarks') at the 8B shape (2 layers) decode what the same codes
+// give through the bf16 widening and the unfused layers, and a decode step reads about half the
+// bytes of bf16 weights (1 byte per weight plus a scale per row; the embedding row and the bf16
+// LM head stay).
 TEST(CudaFp8Runner, RandomWeightsDecodeAndReadHalfTheBytes) {
   LY_REQUIRE_GPU();
   ModelConfig c = llama3_8b_shape();
@@ -539,19 +553,42 @@ TEST(CudaFp8Runner, RandomWeightsDecodeAndReadHalfTheBytes) {
                                                 double(c.d_model) * c.q_dim() + 3.0 * c.d_ff * c.d_model);
   EXPECT_NEAR(double(cuda::weight_bytes_per_step(*w16, 1) - cuda::weight_bytes_per_step(*w8, 1)), matrices,
               0.01 * matrices);
+  // The engine's path (the FP8 GEMV, fused decode layers, epilogues, graphs) against the same codes
+  // through the plainest one: every product widened to bf16 for cuBLASLt, unfused, eager.
   cuda::RunnerOptions o;
   o.max_batch = 2;
   o.kv_memory_gib = 0.1;
-  cuda::GpuRunner r(w8, o);
-  cuda::GpuSeq a, b;
-  r.prefill(a, std::vector<int32_t>(40, 7));
-  r.prefill(b, std::vector<int32_t>(3, 9));
-  cuda::GpuSeq* both[] = {&a, &b};
-  r.decode(both, std::vector<int32_t>{1, 2});
-  std::vector<float> logits(size_t(c.vocab_size));
-  for (int row = 0; row < 2; ++row) {
-    r.copy_logits(row, logits);
-    for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << "row " << row;
+  cuda::RunnerOptions plain = o;
+  plain.fp8_gemv = false;
+  plain.fused_decode_max_rows = 0;
+  plain.gemv_epilogues = 0;
+  plain.cuda_graphs = false;
+  cuda::GpuRunner r(w8, o), ref(w8, plain);
+  std::vector<std::vector<float>> got(2, std::vector<float>(size_t(c.vocab_size)));
+  std::vector<std::vector<float>> want = got;
+  for (int rep = 0; rep < 2; ++rep) {  // the second step replays the graph the first captured
+    for (cuda::GpuRunner* runner : {&r, &ref}) {
+      cuda::GpuSeq a, b;
+      runner->prefill(a, std::vector<int32_t>(40, 7));  // past the GEMV: widened in both
+      runner->prefill(b, std::vector<int32_t>(3, 9));   // the GEMV in r
+      cuda::GpuSeq* both[] = {&a, &b};
+      runner->decode(both, std::vector<int32_t>{1, 2});
+      for (int row = 0; row < 2; ++row) runner->copy_logits(row, (runner == &r ? got : want)[size_t(row)]);
+      runner->release(a);
+      runner->release(b);
+    }
+    for (int row = 0; row < 2; ++row) {
+      const std::string bad = test::incomparable(got[size_t(row)], want[size_t(row)]);
+      ASSERT_EQ(bad, "") << "row " << row;
+      // Two layers of bf16 activation rounding apart (kBf16LogitsTol allows 30); a wrong scale, a
+      // lost chunk or stale input moves the logits by O(1).
+      const double e = rel_error(got[size_t(row)], want[size_t(row)]);
+      std::printf("[ fp8 random weights, engine vs widened unfused ] step %d row %d: rel. L2 %.3e\n", rep, row, e);
+      EXPECT_LT(e, test::kBf16LogitsTol) << "step " << rep << " row " << row;
+    }
+    // The rows read different tokens: their logits differ (a comparison of two constant vectors
+    // would prove nothing).
+    EXPECT_GT(rel_error(got[0], got[1]), 0.1) << "step " << rep;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <set>
@@ -32,6 +33,7 @@
 #include "cuda/common/device_buffer.h"
 #include "cuda/runner/gpu_runner.h"
 #include "cuda/kernels/select.h"
+#include "pdl_probe.h"
 #include "runtime/cuda_session.h"
 #include "runtime/generate.h"
 #include "runtime/session.h"
@@ -369,6 +371,38 @@ TEST(HybridKernel, MixedHeadsInOneLaunchMatchTheReference) {
         for (int h = 0; h < n_kv; ++h)
           if (h != 3) want += reads[size_t(s * n_heads + h * group)].size();
         EXPECT_EQ(counted[size_t(s)], want) << "seq " << s;
+      }
+      // The same launch under programmatic dependent launch behind a slow kernel that writes q and
+      // the appended token's K/V 2 ms after letting it start (NaN until then; pdl_probe.h, and
+      // DecodeAttentionUnderPdl in test_cuda_decode_attention.cpp for the dense plans): every list
+      // kind's pre-wait loads must leave them alone, and the output keeps its bits.
+      if (std::getenv("LYCHEE_NO_PDL") == nullptr) {
+        const std::vector<uint16_t> first = test::to_host_bf16_bits(out);
+        const auto q_true = to_device_bf16_bits(p.q), k_true = to_device_bf16_bits(p.k),
+                   v_true = to_device_bf16_bits(p.v);
+        std::vector<test::CopyRange> ranges = {{dq.data(), q_true.data(), uint32_t(dq.bytes())}};
+        for (int s = 0; s < p.batch; ++s) {
+          const int pos = p.lens[size_t(s)] - 1, page = p.table[size_t(s) * p.max_pages + pos / ps];
+          for (int h = 0; h < n_kv; ++h) {
+            const size_t at = ((size_t(page) * n_kv + h) * ps + pos % ps) * d;
+            ranges.push_back({dk.data() + at, k_true.data() + at, uint32_t(d) * 2});
+            ranges.push_back({dv.data() + at, v_true.data() + at, uint32_t(d) * 2});
+          }
+        }
+        const auto d_ranges = to_device(ranges);
+        test::launch_slow_producer(nullptr, 0, 0, nullptr);  // loaded outside the race (lazy loading)
+        LY_CUDA_CHECK(cudaMemset(out.data(), 0xFF, out.bytes()));
+        LY_CUDA_CHECK(cudaMemset(po.data(), 0xFF, po.bytes()));
+        LY_CUDA_CHECK(cudaMemset(pl.data(), 0xFF, pl.bytes()));
+        for (const test::CopyRange& r : ranges) LY_CUDA_CHECK(cudaMemset(r.dst, 0xFF, r.bytes));
+        LY_CUDA_CHECK(cudaDeviceSynchronize());
+        test::launch_slow_producer(d_ranges.data(), int(ranges.size()), 2'000'000, nullptr);
+        cuda::decode_attention(a, nullptr);
+        LY_CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<uint16_t> again = test::to_host_bf16_bits(out);
+        size_t differ = 0;
+        for (size_t i = 0; i < first.size(); ++i) differ += again[i] != first[i];
+        EXPECT_EQ(differ, 0u) << "d " << d << " sms " << sms << ": outputs that moved behind the slow producer";
       }
     }
   }

