@@ -113,9 +113,30 @@ TEST(TokenizerSentencePiece, PiecesJoinToTheDecodedText) {
     EXPECT_EQ(tok.decode(ids), text) << style;
   }
   const Tokenizer tok = from_dir("llama2");
+  const auto ids = tok.encode("The quick\n brown fox", false);
+  std::string streamed = tok.token_piece_at_start(ids[0]);
+  for (size_t k = 1; k < ids.size(); ++k) streamed += tok.token_piece(ids[k]);
+  EXPECT_EQ(streamed, "The quick\n brown fox");
   EXPECT_EQ(tok.token_piece(*tok.find_token("<0x0A>")), "\n");
   EXPECT_EQ(tok.find_token(" the"), tok.find_token("\u2581the"));
   EXPECT_TRUE(tok.find_token(" the").has_value());
+}
+
+// Without a decoder HF joins the tokens' text with spaces.
+TEST(TokenizerSentencePiece, NoDecoderJoinsTokensWithSpaces) {
+  const std::string dir = test::temp_dir("spm_no_decoder");
+  json j = test::read_json(tokenizer_dir("unigram") + "/tokenizer.json");
+  j["decoder"] = nullptr;
+  std::ofstream(dir + "/tokenizer.json") << j.dump();
+  const Tokenizer tok = Tokenizer::from_hf_json(dir + "/tokenizer.json", "");
+  const auto ids = tok.encode("the fox", false);
+  ASSERT_GE(ids.size(), 2u);
+  std::string expected;
+  for (int32_t id : ids) {
+    if (!expected.empty()) expected += ' ';
+    expected += j["model"]["vocab"][id][0].get<std::string>();
+  }
+  EXPECT_EQ(tok.decode(ids), expected);
 }
 
 TEST(TokenizerSentencePiece, BadFilesSayWhatAndWhere) {

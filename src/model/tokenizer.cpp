@@ -418,6 +418,13 @@ std::string Tokenizer::token_piece(int32_t id) const {
   return pieces_[id];
 }
 
+std::string Tokenizer::token_piece_at_start(int32_t id) const {
+  check_id(id, "token_piece_at_start");
+  std::string piece = first_pieces_.empty() ? pieces_[id] : first_pieces_[id];
+  decoder_.finish(piece);
+  return piece;
+}
+
 bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && id < vocab_size() && special_[id] != 0;
 }

@@ -60,6 +60,9 @@ class Tokenizer {
   // The decoded bytes of one token anywhere but at the start of a text ("" for an unused id);
   // "▁the" gives " the", "<0x0A>" gives "\n". Throws like decode.
   std::string token_piece(int32_t id) const;
+  // The piece of the first token of a text, as decode() gives it on its own: without the
+  // dummy-prefix space ("▁The" gives "The"). For streaming a reply whose first token is `id`.
+  std::string token_piece_at_start(int32_t id) const;
 
   int32_t vocab_size() const { return int32_t(pieces_.size()); }
   int32_t bos_id() const { return bos_id_; }  // -1 if none

@@ -163,6 +163,7 @@ Decoder Decoder::from_json(const json& j, std::string_view where) {
   Decoder d;
   bool fused = false;
   if (!j.is_null()) d.parse(j, std::string(where), fused);
+  else d.join_with_spaces_ = true;
   return d;
 }
 
@@ -230,7 +231,7 @@ bool Decoder::has_byte_level() const {
 }
 
 bool Decoder::first_differs() const {
-  return std::any_of(per_token_.begin(), per_token_.end(), [](const Step& s) {
+  return join_with_spaces_ || std::any_of(per_token_.begin(), per_token_.end(), [](const Step& s) {
     return s.kind == Step::Kind::kMetaspace && s.drop_first;
   });
 }
@@ -281,6 +282,7 @@ std::string Decoder::run(std::string_view token, bool first) const {
       case Step::Kind::kStrip: strip_char(t, s.text, s.start, s.stop); break;
     }
   }
+  if (join_with_spaces_ && !first) t.insert(0, 1, ' ');
   return t;
 }
 

@@ -46,7 +46,8 @@ class Normalizer {
 class Decoder {
  public:
   // From tokenizer.json's "decoder": ByteLevel, Replace (String or Regex), ByteFallback, Fuse,
-  // Strip, Metaspace, Sequence. null decodes tokens as their text. Else Error(kUnsupported).
+  // Strip, Metaspace, Sequence. null joins the tokens' text with spaces, as HF does. Else
+  // Error(kUnsupported).
   static Decoder from_json(const nlohmann::json& j, std::string_view where);
   // GPT-2's ByteLevel decoder (GGUF "gpt2").
   static Decoder byte_level();
@@ -77,6 +78,7 @@ class Decoder {
 
   std::vector<Step> per_token_;  // before any Fuse, or not affected by it
   std::vector<Step> on_text_;    // Strip steps after a Fuse
+  bool join_with_spaces_ = false;  // no decoder: HF joins the tokens with ' ' 
 };
 
 // Metaspace's prepend_scheme ("always", "first", "never"), or the legacy add_prefix_space flag.
