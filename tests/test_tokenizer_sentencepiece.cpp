@@ -89,6 +89,40 @@ TEST(TokenizerSentencePiece, GgufAndTokenizerJsonAgree) {
   }
 }
 
+// tokenizer.ggml.add_space_prefix = false (honoured as llama.cpp does) is Metaspace with
+// prepend_scheme "never" and no Strip in the decoder.
+TEST(TokenizerSentencePiece, GgufWithoutSpacePrefix) {
+  const GgufFile src = GgufFile::open(spm_gguf_path());
+  test::GgufWriter w;
+  w.add_string("tokenizer.ggml.model", "llama");
+  const auto& tokens = src.get_string_array("tokenizer.ggml.tokens");
+  w.add_strings("tokenizer.ggml.tokens", std::vector<std::string>(tokens.begin(), tokens.end()));
+  const std::vector<double>& scores = src.get_float_array("tokenizer.ggml.scores");
+  w.add_f32s("tokenizer.ggml.scores", std::vector<float>(scores.begin(), scores.end()));
+  const std::vector<int64_t>& types = src.get_int_array("tokenizer.ggml.token_type");
+  w.add_i32s("tokenizer.ggml.token_type", std::vector<int32_t>(types.begin(), types.end()));
+  w.add_u32("tokenizer.ggml.bos_token_id", 1);
+  w.add_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.add_bool("tokenizer.ggml.add_space_prefix", false);
+  const std::vector<uint8_t> bytes = w.bytes();
+  const Tokenizer gguf = Tokenizer::from_gguf(GgufFile::parse(bytes, "no_prefix.gguf"));
+  EXPECT_TRUE(gguf.add_bos_default());  // llama's default when the file does not say
+
+  const std::string dir = test::temp_dir("spm_never");
+  json j = test::read_json(tokenizer_dir("mistral") + "/tokenizer.json");
+  j["pre_tokenizer"]["prepend_scheme"] = "never";
+  j["decoder"]["decoders"].erase(3);  // Strip(" ", 1, 0)
+  ASSERT_EQ(j["decoder"]["decoders"].size(), 3u);
+  std::ofstream(dir + "/tokenizer.json") << j.dump();
+  const Tokenizer hf = Tokenizer::from_hf_json(dir + "/tokenizer.json", "");
+  for (const char* text : {"Hello world", " Hello  world\n", "[INST] x [/INST]", "日本語 😀"}) {
+    const auto ids = gguf.encode(text, false);
+    EXPECT_EQ(ids, hf.encode(text, false)) << text;
+    EXPECT_EQ(gguf.decode(ids), text);
+  }
+  EXPECT_EQ(gguf.token_piece(gguf.encode("Hello", false).front())[0], 'H');  // no dummy prefix
+}
+
 // Llama-2's shape (Prepend + Replace, one leading space stripped) round-trips any bytes that hold
 // no U+2581 (which decodes to a space); invalid UTF-8 goes through byte fallback.
 TEST(TokenizerSentencePiece, Llama2RoundTripsBytes) {
