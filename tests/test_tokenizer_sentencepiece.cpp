@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -220,6 +221,15 @@ TEST(TokenizerSentencePiece, BadFilesSayWhatAndWhere) {
   const std::vector<uint8_t> bytes = w.bytes();
   expect_error([&] { Tokenizer::from_gguf(GgufFile::parse(bytes, "short.gguf")); },
                ErrorCode::kInvalidFile, "short.gguf: tokenizer.ggml: 899 scores for 900 tokens");
+  test::GgufWriter nan;
+  nan.add_string("tokenizer.ggml.model", "llama");
+  nan.add_strings("tokenizer.ggml.tokens", tokens);
+  std::vector<float> bad_scores(scores.begin(), scores.end());
+  bad_scores[7] = std::nanf("");
+  nan.add_f32s("tokenizer.ggml.scores", bad_scores);
+  const std::vector<uint8_t> nan_bytes = nan.bytes();
+  expect_error([&] { Tokenizer::from_gguf(GgufFile::parse(nan_bytes, "nan.gguf")); },
+               ErrorCode::kInvalidFile, "nan.gguf: tokenizer.ggml: scores[7]", "is nan");
 }
 
 // A tiny Llama GGUF whose vocabulary is the SentencePiece one (900 tokens, scores, types): the

@@ -1,6 +1,7 @@
 #include "model/bpe.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -133,6 +134,10 @@ BpeModel BpeModel::from_scores(std::vector<std::string> tokens, const std::vecto
   LY_CHECK(scores.size() == tokens.size(), ErrorCode::kInvalidFile,
            "{}: {} scores for {} tokens (expected one per token)", where, scores.size(),
            tokens.size());
+  for (size_t i = 0; i < scores.size(); ++i) {
+    LY_CHECK(std::isfinite(scores[i]), ErrorCode::kInvalidFile, "{}: scores[{}] ('{}') is {}",
+             where, i, tokens[i], scores[i]);
+  }
   TokenIndex index;
   index.reserve(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) index.emplace(tokens[i], int32_t(i));  // first wins
