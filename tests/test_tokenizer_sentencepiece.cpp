@@ -122,6 +122,7 @@ TEST(TokenizerSentencePiece, GgufWithoutSpacePrefix) {
     EXPECT_EQ(gguf.decode(ids), text);
   }
   EXPECT_EQ(gguf.token_piece(gguf.encode("Hello", false).front())[0], 'H');  // no dummy prefix
+  fs::remove_all(dir);
 }
 
 // Llama-2's shape (Prepend + Replace, one leading space stripped) round-trips any bytes that hold
@@ -178,6 +179,7 @@ TEST(TokenizerSentencePiece, NoDecoderJoinsTokensWithSpaces) {
     expected += j["model"]["vocab"][id][0].get<std::string>();
   }
   EXPECT_EQ(tok.decode(ids), expected);
+  fs::remove_all(dir);
 }
 
 TEST(TokenizerSentencePiece, BadFilesSayWhatAndWhere) {
@@ -230,6 +232,7 @@ TEST(TokenizerSentencePiece, BadFilesSayWhatAndWhere) {
   const std::vector<uint8_t> nan_bytes = nan.bytes();
   expect_error([&] { Tokenizer::from_gguf(GgufFile::parse(nan_bytes, "nan.gguf")); },
                ErrorCode::kInvalidFile, "nan.gguf: tokenizer.ggml: scores[7]", "is nan");
+  fs::remove_all(dir);
 }
 
 // A tiny Llama GGUF whose vocabulary is the SentencePiece one (900 tokens, scores, types): the
@@ -268,7 +271,8 @@ TEST(TokenizerSentencePiece, GgufModelLoadsAndGenerates) {
       g.tensor_f32(weight_gguf_name(spec, layer), std::vector<uint64_t>(s.rbegin(), s.rend()));
     }
   }
-  const std::string path = test::write_bytes(test::temp_dir("spm_gguf_model") + "/spm.gguf", g.build());
+  const std::string dir = test::temp_dir("spm_gguf_model");
+  const std::string path = test::write_bytes(dir + "/spm.gguf", g.build());
 
   const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(path));
   const json golden = test::read_json(tokenizer_dir("spm_gguf") + "/cases.json");
@@ -278,6 +282,7 @@ TEST(TokenizerSentencePiece, GgufModelLoadsAndGenerates) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find(fmt::format("[prompt {} tokens", prompt.size())), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("generated "), std::string::npos) << r.output;
+  fs::remove_all(dir);
 }
 
 // Llama-2's shape has no pre-tokenizer: a whole text between added tokens is one BPE word (as in
