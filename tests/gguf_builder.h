@@ -47,6 +47,14 @@ class GgufBuilder {
     for (int32_t v : vs) put<int32_t>(kv_, v);
     ++n_kv_;
   }
+  void kv_f32_array(const std::string& key, const std::vector<float>& vs) {
+    put_str(kv_, key);
+    put<uint32_t>(kv_, 9);
+    put<uint32_t>(kv_, 6);
+    put<uint64_t>(kv_, vs.size());
+    for (float v : vs) put<float>(kv_, v);
+    ++n_kv_;
+  }
   void tensor(Tensor t) { tensors_.push_back(std::move(t)); }
   // A plain F32 tensor with the given ggml-order shape and values 0, 1, 2, ...
   void tensor_f32(const std::string& name, std::vector<uint64_t> ne) {

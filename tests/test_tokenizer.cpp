@@ -272,7 +272,9 @@ TEST(TokenizerErrors, BadTokenizerJson) {
   p = temp_file("no_model.json", minimal_tokenizer([](json& j) { j.erase("model"); }));
   expect_error(load(p), ErrorCode::kInvalidFile, {p, "'model'"});
   p = temp_file("unigram.json", minimal_tokenizer([](json& j) { j["model"]["type"] = "Unigram"; }));
-  expect_error(load(p), ErrorCode::kUnsupported, {p, "Unigram"});
+  expect_error(load(p), ErrorCode::kInvalidFile, {p, "model.vocab", "[piece, score]"});
+  p = temp_file("wordpiece.json", minimal_tokenizer([](json& j) { j["model"]["type"] = "WordPiece"; }));
+  expect_error(load(p), ErrorCode::kUnsupported, {p, "model.type", "WordPiece"});
   p = temp_file("bad_merge.json", minimal_tokenizer([](json& j) { j["model"]["merges"][3] = "Ġ zzzq"; }));
   expect_error(load(p), ErrorCode::kInvalidFile, {p, "merges[3]", "zzzq"});
   p = temp_file("bad_regex.json", minimal_tokenizer([](json& j) {
@@ -282,7 +284,13 @@ TEST(TokenizerErrors, BadTokenizerJson) {
   }));
   expect_error(load(p), ErrorCode::kInvalidFile, {p, "pretokenizers[0]", "(\\p{L}+"});
   p = temp_file("metaspace.json", minimal_tokenizer([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }));
-  expect_error(load(p), ErrorCode::kUnsupported, {p, "Metaspace"});
+  expect_error(load(p), ErrorCode::kInvalidFile, {p, "pre_tokenizer", "'replacement'"});
+  p = temp_file("bytes_first.json", minimal_tokenizer([](json& j) {
+    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {j["pre_tokenizer"], {{"type", "Digits"}}}}};
+  }));
+  expect_error(load(p), ErrorCode::kUnsupported, {p, "ByteLevel step must be the last"});
+  p = temp_file("no_byte_decoder.json", minimal_tokenizer([](json& j) { j["decoder"] = nullptr; }));
+  expect_error(load(p), ErrorCode::kUnsupported, {p, "needs a ByteLevel decoder"});
   p = temp_file("lowercase.json", minimal_tokenizer([](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }));
   expect_error(load(p), ErrorCode::kUnsupported, {p, "Lowercase"});
   const std::string ok = temp_file("ok.json", minimal_tokenizer([](json&) {}));
@@ -305,11 +313,17 @@ TEST(TokenizerGolden, StringMergesReadLikePairs) {
 
 TEST(TokenizerErrors, BadGgufTokenizer) {
   test::GgufWriter w;
-  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_string("tokenizer.ggml.model", "bert");
   w.add_strings("tokenizer.ggml.tokens", {"<unk>", "a"});
   const auto bytes = w.bytes();
-  const GgufFile g = GgufFile::parse(bytes, "spm.gguf");
-  expect_error([&] { Tokenizer::from_gguf(g); }, ErrorCode::kUnsupported, {"spm.gguf", "tokenizer.ggml.model", "llama"});
+  const GgufFile g = GgufFile::parse(bytes, "wpm.gguf");
+  expect_error([&] { Tokenizer::from_gguf(g); }, ErrorCode::kUnsupported, {"wpm.gguf", "tokenizer.ggml.model", "bert"});
+  test::GgufWriter spm;
+  spm.add_string("tokenizer.ggml.model", "llama");
+  spm.add_strings("tokenizer.ggml.tokens", {"<unk>", "a"});
+  const auto spm_bytes = spm.bytes();
+  expect_error([&] { Tokenizer::from_gguf(GgufFile::parse(spm_bytes, "spm.gguf")); },
+               ErrorCode::kNotFound, {"spm.gguf", "tokenizer.ggml.scores"});
 
   const auto pre_bytes = [] {
     auto b = gguf_from_tiny("gpt2", "falcon-9000", false);

@@ -98,6 +98,13 @@ class GgufWriter {
     for (int32_t v : values) put_raw(v);
     ++n_kv_;
   }
+  void add_f32s(std::string_view key, const std::vector<float>& values) {
+    put_key(key, 9);
+    put_raw(uint32_t(6));
+    put_raw(uint64_t(values.size()));
+    for (float v : values) put_raw(v);
+    ++n_kv_;
+  }
   std::vector<uint8_t> bytes() const {
     std::string head = "GGUF";
     append_raw(head, uint32_t(3));

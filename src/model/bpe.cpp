@@ -1,6 +1,7 @@
 #include "model/bpe.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -63,7 +64,7 @@ std::vector<std::pair<std::string, std::string>> parse_merges(const nlohmann::js
 
 }  // namespace
 
-BpeModel BpeModel::from_json(const nlohmann::json& m, std::string_view where) {
+BpeModel BpeModel::from_json(const nlohmann::json& m, bool byte_level, std::string_view where) {
   const std::string at = fmt::format("{}: model", where);
   LY_CHECK(m.is_object(), ErrorCode::kInvalidFile, "{}: expected an object, got {}", at,
            m.is_null() ? "null" : m.type_name());
@@ -71,17 +72,18 @@ BpeModel BpeModel::from_json(const nlohmann::json& m, std::string_view where) {
   const std::string type = m.contains("type") ? json_string(m, "type", at)
                            : m.contains("merges") ? "BPE" : "(untagged)";
   LY_CHECK(type == "BPE", ErrorCode::kUnsupported,
-           "{}.type: '{}' is not supported (lychee reads byte-level BPE only)", at, type);
+           "{}.type: '{}' is not supported here (lychee reads BPE and Unigram)", at, type);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const auto it = m.find(key);
     LY_CHECK(it == m.end() || it->is_null() || (it->is_string() && it->get<std::string>().empty()),
-             ErrorCode::kUnsupported, "{}.{}: {} is not supported by byte-level BPE", at, key,
+             ErrorCode::kUnsupported, "{}.{}: {} is not supported (lychee's BPE has no word affixes)", at, key,
              it->dump());
   }
   std::vector<std::string> tokens = parse_vocab(json_field(m, "vocab", at), at);
   const auto merges = parse_merges(json_field(m, "merges", at), at);
 
   BpeOptions options;
+  options.byte_level = byte_level;
   options.ignore_merges = json_bool_or(m, "ignore_merges", false, at);
   options.byte_fallback = json_bool_or(m, "byte_fallback", false, at);
   options.fuse_unk = json_bool_or(m, "fuse_unk", false, at);
@@ -127,6 +129,56 @@ BpeModel BpeModel::build(std::vector<std::string> tokens,
   return b;
 }
 
+BpeModel BpeModel::from_scores(std::vector<std::string> tokens, const std::vector<double>& scores,
+                               BpeOptions options, std::string_view where) {
+  LY_CHECK(scores.size() == tokens.size(), ErrorCode::kInvalidFile,
+           "{}: {} scores for {} tokens (expected one per token)", where, scores.size(),
+           tokens.size());
+  for (size_t i = 0; i < scores.size(); ++i) {
+    LY_CHECK(std::isfinite(scores[i]), ErrorCode::kInvalidFile, "{}: scores[{}] ('{}') is {}",
+             where, i, tokens[i], scores[i]);
+  }
+  TokenIndex index;
+  index.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) index.emplace(tokens[i], int32_t(i));  // first wins
+  struct Candidate {
+    double score;
+    int32_t left_chars, right_chars, order;
+    int32_t left, right;
+  };
+  std::vector<Candidate> found;
+  std::vector<size_t> cuts;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const std::string& text = tokens[t];
+    if (index.find(text)->second != int32_t(t)) continue;  // a repeated token: its first id only
+    cuts.clear();
+    for (size_t i = 0; i < text.size(); i += unicode::utf8_step(text, i)) cuts.push_back(i);
+    const size_t first = found.size();
+    for (size_t k = 1; k < cuts.size(); ++k) {
+      const auto l = index.find(std::string_view(text).substr(0, cuts[k]));
+      const auto r = index.find(std::string_view(text).substr(cuts[k]));
+      if (l == index.end() || r == index.end()) continue;
+      found.push_back({scores[t], int32_t(k), int32_t(cuts.size() - k), 0, l->second, r->second});
+    }
+    // Within a token, by the ids of the left and then the right part.
+    std::sort(found.begin() + first, found.end(), [](const Candidate& a, const Candidate& b) {
+      return a.left != b.left ? a.left < b.left : a.right < b.right;
+    });
+  }
+  for (size_t k = 0; k < found.size(); ++k) found[k].order = int32_t(k);
+  std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.score != b.score) return a.score > b.score;
+    if (a.left_chars != b.left_chars) return a.left_chars > b.left_chars;
+    if (a.right_chars != b.right_chars) return a.right_chars > b.right_chars;
+    return a.order < b.order;  // Python's sort is stable, also with reverse=True
+  });
+  std::vector<std::pair<std::string, std::string>> merges;
+  merges.reserve(found.size());
+  for (const Candidate& c : found) merges.emplace_back(tokens[c.left], tokens[c.right]);
+  options.byte_level = false;
+  return build(std::move(tokens), merges, options, where);
+}
+
 std::optional<int32_t> BpeModel::find(std::string_view token_text) const {
   const auto it = index_.find(token_text);
   if (it == index_.end()) return std::nullopt;
@@ -155,15 +207,50 @@ void BpeModel::initial_symbols(std::string_view bytes, BpeScratch& scratch) cons
   if (!sym.empty()) sym.back().next = -1;
 }
 
+// HF's BPE::merge_word on characters: each character is its token, or else its bytes' <0xHH>
+// tokens (byte_fallback, when all exist), or else unk. A pending unk is emitted when the next
+// known character comes (not before byte-fallback tokens: HF's order).
+void BpeModel::initial_char_symbols(std::string_view text, BpeScratch& scratch) const {
+  auto& sym = scratch.symbols;
+  sym.clear();
+  const auto push = [&](int32_t id) {
+    const auto n = int32_t(sym.size());
+    sym.push_back({id, n - 1, n + 1, true});
+  };
+  bool unk_pending = false;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = unicode::utf8_step(text, i);
+    const std::string_view ch = text.substr(i, n);
+    i += n;
+    if (const auto id = find(ch)) {
+      if (unk_pending) push(options_.unk_id);
+      unk_pending = false;
+      push(*id);
+      continue;
+    }
+    if (options_.byte_fallback &&
+        std::all_of(ch.begin(), ch.end(), [&](char b) { return fallback_ids_[uint8_t(b)] >= 0; })) {
+      for (char b : ch) push(fallback_ids_[uint8_t(b)]);
+      continue;
+    }
+    if (options_.unk_id < 0) continue;  // no symbol and no unk: the character is dropped
+    if (unk_pending && !options_.fuse_unk) push(options_.unk_id);
+    unk_pending = true;
+  }
+  if (unk_pending) push(options_.unk_id);
+  if (!sym.empty()) sym.back().next = -1;
+}
+
 void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>& out,
                            BpeScratch& scratch) const {
   if (options_.ignore_merges) {
-    if (const auto id = find(unicode::bytes_to_symbols(bytes))) {
+    if (const auto id = options_.byte_level ? find(unicode::bytes_to_symbols(bytes)) : find(bytes)) {
       out.push_back(*id);
       return;
     }
   }
-  initial_symbols(bytes, scratch);
+  if (options_.byte_level) initial_symbols(bytes, scratch);
+  else initial_char_symbols(bytes, scratch);
   auto& sym = scratch.symbols;
   auto& heap = scratch.heap;
   heap.clear();

@@ -1,5 +1,6 @@
-// The BPE model of a byte-level tokenizer: vocabulary, ranked merges, and the merge loop of HF
-// `tokenizers` (lowest rank first, leftmost first among equal ranks) over one pre-token.
+// The BPE model of HF `tokenizers`: vocabulary, ranked merges, and the merge loop (lowest rank
+// first, leftmost first among equal ranks) over one pre-token. Byte-level (GPT-2's byte symbols)
+// or on characters with byte fallback (SentencePiece-style: Llama-2, Mistral).
 #pragma once
 
 #include <array>
@@ -23,9 +24,10 @@ struct StringHash {
 using TokenIndex = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
 struct BpeOptions {
+  bool byte_level = true;      // symbols are GPT-2's byte symbols; else UTF-8 characters
   bool ignore_merges = false;  // a pre-token that is itself in the vocabulary is emitted whole
-  bool byte_fallback = false;  // a byte without a symbol becomes its <0xHH> token if present
-  bool fuse_unk = false;       // consecutive unknown bytes become one unk
+  bool byte_fallback = false;  // a byte (character) without a symbol becomes <0xHH> tokens
+  bool fuse_unk = false;       // consecutive unknown bytes (characters) become one unk
   int32_t unk_id = -1;         // else unknown bytes are dropped (as HF does without unk_token)
 };
 
@@ -51,9 +53,15 @@ class BpeModel {
   static BpeModel build(std::vector<std::string> tokens,
                         const std::vector<std::pair<std::string, std::string>>& merges,
                         BpeOptions options, std::string_view where);
-  // From the "model" object of tokenizer.json: type BPE only (else Error(kUnsupported)); merges
-  // as "a b" strings or ["a", "b"] pairs.
-  static BpeModel from_json(const nlohmann::json& model, std::string_view where);
+  // From the "model" object of tokenizer.json: type BPE (else Error(kUnsupported)); merges as
+  // "a b" strings or ["a", "b"] pairs. byte_level says whether the pre-tokenizer is ByteLevel.
+  static BpeModel from_json(const nlohmann::json& model, bool byte_level, std::string_view where);
+  // SentencePiece BPE from its vocabulary and scores (a GGUF "llama" file): the merges are every
+  // split of a token into two tokens, ranked the way transformers derives them
+  // (tokenization_utils_base.generate_merges): higher score of the merged token first, then the
+  // longer left part, the longer right part, and the order of the vocabulary.
+  static BpeModel from_scores(std::vector<std::string> tokens, const std::vector<double>& scores,
+                              BpeOptions options, std::string_view where);
 
   // Appends the ids of one pre-token, given as raw bytes (the byte-level mapping happens here).
   void encode_word(std::string_view bytes, std::vector<int32_t>& out, BpeScratch& scratch) const;
@@ -70,6 +78,7 @@ class BpeModel {
   };
   static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
   void initial_symbols(std::string_view bytes, BpeScratch& scratch) const;
+  void initial_char_symbols(std::string_view text, BpeScratch& scratch) const;
 
   std::vector<std::string> tokens_;  // [n_vocab] token text
   TokenIndex index_;                 // text -> id

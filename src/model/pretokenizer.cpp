@@ -6,6 +6,7 @@
 #include <pcre2.h>
 
 #include "core/error.h"
+#include "model/tokenizer_pipeline.h"
 
 namespace lychee {
 
@@ -263,24 +264,49 @@ void split_parts(std::string_view s, const PreTokenizeStep& step, std::vector<Sp
   }
 }
 
+// HF's Metaspace on one piece: ' ' becomes the replacement, which is then prepended as the
+// scheme says (at_start: the piece begins at offset 0 of the input text).
+void metaspace_piece(std::string_view piece, const PreTokenizeStep& step, bool at_start,
+                     std::string& out) {
+  out.clear();
+  const bool prepend = step.prepend == MetaspacePrepend::kAlways ||
+                       (step.prepend == MetaspacePrepend::kFirst && at_start);
+  const bool starts_with_replacement =
+      piece.starts_with(step.replacement) || piece.starts_with(' ');
+  if (prepend && !starts_with_replacement) out += step.replacement;
+  for (char c : piece) {
+    if (c == ' ') out += step.replacement;
+    else out += c;
+  }
+}
+
 }  // namespace
 
-void PreTokenizer::split(std::string_view text, Pieces& out) const {
+bool PreTokenizer::byte_level() const {
+  return !steps_.empty() && steps_.back().kind == PreTokenizeStep::Kind::kByteLevel;
+}
+
+void PreTokenizer::split(std::string_view text, Pieces& out, bool at_text_start) const {
   if (text.empty()) return;
   Pieces cur, next;
   cur.buf.assign(text);
   cur.spans.emplace_back(0, text.size());
+  bool first_at_start = at_text_start;  // cur's first piece begins the input text
   std::vector<Span> matches, result;
   std::vector<Part> parts;
   std::string prefixed;
   for (const PreTokenizeStep& step : steps_) {
     next.clear();
     next.buf.reserve(cur.buf.size() + cur.spans.size());
+    bool next_first_at_start = false;
     for (size_t k = 0; k < cur.spans.size(); ++k) {
       std::string_view piece = cur.at(k);
       if (step.kind == PreTokenizeStep::Kind::kByteLevel && step.add_prefix_space &&
           !piece.starts_with(' ')) {
         prefixed.assign(" ").append(piece);
+        piece = prefixed;
+      } else if (step.kind == PreTokenizeStep::Kind::kMetaspace) {
+        metaspace_piece(piece, step, k == 0 && first_at_start, prefixed);
         piece = prefixed;
       }
       if (!step.pattern) {
@@ -290,11 +316,13 @@ void PreTokenizer::split(std::string_view text, Pieces& out) const {
       }
       for (const Span& r : result) {
         if (r.second == r.first) continue;
+        if (k == 0 && next.spans.empty()) next_first_at_start = first_at_start && r.first == 0;
         next.spans.emplace_back(next.buf.size(), next.buf.size() + r.second - r.first);
         next.buf.append(piece.substr(r.first, r.second - r.first));
       }
     }
     std::swap(cur, next);
+    first_at_start = next_first_at_start;
   }
   for (size_t k = 0; k < cur.spans.size(); ++k) {
     const std::string_view piece = cur.at(k);
@@ -307,20 +335,34 @@ PreTokenizer PreTokenizer::gpt2(bool split_digits) {
   PreTokenizer p;
   if (split_digits) {
     p.steps_.push_back({PreTokenizeStep::Kind::kSplit, SplitPattern::regex(kRustNumeric, "digits"),
-                        SplitBehavior::kIsolated, false, false});
+                        SplitBehavior::kIsolated, false, false, {}, MetaspacePrepend::kAlways});
   }
   p.steps_.push_back({PreTokenizeStep::Kind::kByteLevel,
                       SplitPattern::regex(kGpt2Pattern, "GPT-2 pattern"), SplitBehavior::kIsolated,
-                      false, false});
+                      false, false, {}, MetaspacePrepend::kAlways});
+  return p;
+}
+
+PreTokenizer PreTokenizer::metaspace(MetaspacePrepend prepend, bool split) {
+  PreTokenizer p;
+  PreTokenizeStep step;
+  step.kind = PreTokenizeStep::Kind::kMetaspace;
+  step.replacement = "\u2581";
+  step.prepend = prepend;
+  if (split) {
+    step.pattern = SplitPattern::literal(step.replacement);
+    step.behavior = SplitBehavior::kMergedWithNext;
+  }
+  p.steps_.push_back(std::move(step));
   return p;
 }
 
 PreTokenizer PreTokenizer::split_then_bytes(std::string_view pattern) {
   PreTokenizer p;
   p.steps_.push_back({PreTokenizeStep::Kind::kSplit, SplitPattern::regex(pattern, "preset"),
-                      SplitBehavior::kIsolated, false, false});
+                      SplitBehavior::kIsolated, false, false, {}, MetaspacePrepend::kAlways});
   p.steps_.push_back({PreTokenizeStep::Kind::kByteLevel, std::nullopt, SplitBehavior::kIsolated,
-                      false, false});
+                      false, false, {}, MetaspacePrepend::kAlways});
   return p;
 }
 
@@ -373,17 +415,33 @@ void parse_step(const nlohmann::json& j, const std::string& where,
     steps.push_back({PreTokenizeStep::Kind::kSplit,
                      SplitPattern::regex(individual ? std::string(kRustNumeric)
                                                     : std::string(kRustNumeric) + "+", where),
-                     SplitBehavior::kIsolated, false, false});
+                     SplitBehavior::kIsolated, false, false, {}, MetaspacePrepend::kAlways});
   } else if (type == "ByteLevel") {
     PreTokenizeStep step;
     step.kind = PreTokenizeStep::Kind::kByteLevel;
     step.add_prefix_space = json_bool_or(j, "add_prefix_space", true, where);
     if (json_bool_or(j, "use_regex", true, where)) step.pattern = SplitPattern::regex(kGpt2Pattern, where);
     steps.push_back(std::move(step));
+  } else if (type == "Metaspace") {
+    PreTokenizeStep step;
+    step.kind = PreTokenizeStep::Kind::kMetaspace;
+    step.replacement = json_string(j, "replacement", where);
+    uint32_t cp;
+    LY_CHECK(!step.replacement.empty() &&
+                 unicode::utf8_decode(step.replacement, 0, &cp) == int(step.replacement.size()),
+             ErrorCode::kInvalidFile, "{}.replacement: expected one character, got '{}'", where,
+             step.replacement);
+    step.prepend = parse_prepend_scheme(j, where);
+    if (json_bool_or(j, "split", true, where)) {
+      // HF splits on the replacement and keeps it with the piece that follows.
+      step.pattern = SplitPattern::literal(step.replacement);
+      step.behavior = SplitBehavior::kMergedWithNext;
+    }
+    steps.push_back(std::move(step));
   } else {
     fail(ErrorCode::kUnsupported,
-         "{}: pre-tokenizer type '{}' is not supported (lychee reads ByteLevel, Split, Digits and "
-         "Sequence)", where, type);
+         "{}: pre-tokenizer type '{}' is not supported (lychee reads ByteLevel, Metaspace, Split, "
+         "Digits and Sequence)", where, type);
   }
 }
 
@@ -391,16 +449,14 @@ void parse_step(const nlohmann::json& j, const std::string& where,
 
 PreTokenizer PreTokenizer::from_json(const nlohmann::json& j, std::string_view where) {
   const std::string at = fmt::format("{}: pre_tokenizer", where);
-  LY_CHECK(!j.is_null(), ErrorCode::kUnsupported,
-           "{} is null; lychee reads byte-level BPE only (a ByteLevel pre-tokenizer)", at);
   PreTokenizer p;
+  if (j.is_null()) return p;
   parse_step(j, at, p.steps_);
   size_t n_byte_level = 0;
   for (const PreTokenizeStep& s : p.steps_) n_byte_level += s.kind == PreTokenizeStep::Kind::kByteLevel;
-  LY_CHECK(n_byte_level == 1 && p.steps_.back().kind == PreTokenizeStep::Kind::kByteLevel,
-           ErrorCode::kUnsupported,
-           "{}: lychee reads byte-level BPE only: the pre-tokenizer must end in one ByteLevel step "
-           "(found {} ByteLevel steps among {})", at, n_byte_level, p.steps_.size());
+  LY_CHECK(n_byte_level == 0 || (n_byte_level == 1 && p.byte_level()), ErrorCode::kUnsupported,
+           "{}: a ByteLevel step must be the last pre-tokenizer, and the only one (found {} "
+           "ByteLevel steps among {})", at, n_byte_level, p.steps_.size());
   return p;
 }
 

@@ -1,5 +1,6 @@
-// Pre-tokenizers of HF `tokenizers` for byte-level BPE: Split (regex or string, five behaviours,
-// invert), Digits, ByteLevel (optional prefix space, GPT-2 regex), and Sequence of these.
+// Pre-tokenizers of HF `tokenizers`: Split (regex or string, five behaviours, invert), Digits,
+// ByteLevel (optional prefix space, GPT-2 regex), Metaspace (SentencePiece's "▁" for spaces, a
+// dummy prefix, optional split), and Sequence of these.
 // Regexes are Oniguruma patterns in tokenizer.json; they run on PCRE2 (UTF + UCP, JIT), with \s
 // and \S rewritten to Oniguruma's set (Unicode White_Space). Matching is by code points; bytes
 // that are not valid UTF-8 never match and so end up in the gaps between matches.
@@ -66,28 +67,39 @@ struct Pieces {
   }
 };
 
+// When Metaspace puts its replacement in front of a piece that does not start with one: always,
+// only for the piece at the start of the input text (not after an added token), or never.
+enum class MetaspacePrepend { kAlways, kFirst, kNever };
+
 struct PreTokenizeStep {
-  enum class Kind { kSplit, kByteLevel };
+  enum class Kind { kSplit, kByteLevel, kMetaspace };
   Kind kind = Kind::kSplit;
-  std::optional<SplitPattern> pattern;  // kSplit, and kByteLevel with use_regex
+  std::optional<SplitPattern> pattern;  // kSplit, kByteLevel with use_regex, kMetaspace with split
   SplitBehavior behavior = SplitBehavior::kIsolated;
   bool invert = false;
   bool add_prefix_space = false;  // kByteLevel: prepend ' ' to every piece not starting with one
+  std::string replacement;        // kMetaspace: UTF-8 of the character that stands for ' '
+  MetaspacePrepend prepend = MetaspacePrepend::kAlways;  // kMetaspace
 };
 
 class PreTokenizer {
  public:
-  // From the "pre_tokenizer" object of tokenizer.json; `where` names the file for errors. The
-  // pipeline must end in exactly one ByteLevel step (byte-level BPE); else Error(kUnsupported).
+  // From the "pre_tokenizer" object of tokenizer.json (null: the whole segment is one pre-token);
+  // `where` names the file for errors. A ByteLevel step, if any, must be the last one (else
+  // Error(kUnsupported)); it makes the tokenizer byte-level.
   static PreTokenizer from_json(const nlohmann::json& j, std::string_view where);
+  // Metaspace alone (SentencePiece's dummy prefix, GGUF "llama").
+  static PreTokenizer metaspace(MetaspacePrepend prepend, bool split);
   // GPT-2's ByteLevel pre-tokenizer, optionally after splitting off every \p{N} (SmolLM's).
   static PreTokenizer gpt2(bool split_digits);
   // Split(pattern, Isolated) then ByteLevel without regex (Llama-3, Qwen2).
   static PreTokenizer split_then_bytes(std::string_view pattern);
 
   // Splits one normalised segment into pre-tokens (raw bytes; the byte-level mapping comes later).
-  // Appends to out.
-  void split(std::string_view text, Pieces& out) const;
+  // at_text_start: the segment starts the input text (Metaspace "first"). Appends to out.
+  void split(std::string_view text, Pieces& out, bool at_text_start = true) const;
+  // Ends in ByteLevel: the BPE model works on GPT-2's byte symbols, not on characters.
+  bool byte_level() const;
 
  private:
   std::vector<PreTokenizeStep> steps_;

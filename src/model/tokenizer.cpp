@@ -33,56 +33,6 @@ const json& field_or_null(const json& j, const char* key) {
   return it == j.end() ? kNull : *it;
 }
 
-// A token's decoded bytes the way HF's ByteLevel decoder does it: every character mapped back to
-// its byte, or the text unchanged when some character is not one of the 256 symbols.
-std::string decode_token_text(std::string_view text) {
-  std::string bytes;
-  bytes.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    uint32_t cp;
-    const int n = unicode::utf8_decode(text, i, &cp);
-    const int b = n > 0 ? unicode::code_point_to_byte(cp) : -1;
-    if (b < 0) return std::string(text);
-    bytes += char(b);
-    i += size_t(n);
-  }
-  return bytes;
-}
-
-void parse_normalizer(const json& n, const std::string& where,
-                      std::vector<unicode::NormalForm>& out) {
-  if (n.is_null()) return;
-  const std::string type = json_string(n, "type", where);
-  if (type == "Sequence") {
-    const json& list = json_field(n, "normalizers", where);
-    LY_CHECK(list.is_array(), ErrorCode::kInvalidFile, "{}.normalizers: expected an array", where);
-    for (size_t k = 0; k < list.size(); ++k)
-      parse_normalizer(list[k], fmt::format("{}.normalizers[{}]", where, k), out);
-    return;
-  }
-  using unicode::NormalForm;
-  for (NormalForm f : {NormalForm::kNFC, NormalForm::kNFD, NormalForm::kNFKC, NormalForm::kNFKD}) {
-    if (type == unicode::normal_form_name(f)) {
-      out.push_back(f);
-      return;
-    }
-  }
-  fail(ErrorCode::kUnsupported,
-       "{}: normalizer type '{}' is not supported (lychee reads NFC, NFD, NFKC, NFKD, Sequence)",
-       where, type);
-}
-
-bool has_byte_level_decoder(const json& d, const std::string& where) {
-  if (d.is_null()) return false;
-  const std::string type = json_string(d, "type", where);
-  if (type == "ByteLevel") return true;
-  if (type != "Sequence") return false;
-  const json& list = json_field(d, "decoders", where);
-  return list.is_array() && std::any_of(list.begin(), list.end(), [&](const json& x) {
-           return has_byte_level_decoder(x, where + ".decoders[]");
-         });
-}
-
 std::vector<AddedToken> parse_added_tokens(const json& list, const std::string& where) {
   std::vector<AddedToken> out;
   if (list.is_null()) return out;
@@ -143,7 +93,7 @@ void parse_post_processor(const json& p, const std::string& where, PostProcessor
 // The fields lychee reads from tokenizer_config.json.
 struct HfConfig {
   std::optional<std::string> bos, eos;
-  std::optional<bool> add_bos;
+  std::optional<bool> add_bos, add_eos;
   std::string chat_template;
 };
 
@@ -177,27 +127,14 @@ HfConfig read_config(const std::string& path) {
   LY_CHECK(c.is_object(), ErrorCode::kInvalidFile, "{}: expected a JSON object", path);
   cfg.bos = config_token(c, "bos_token", path);
   cfg.eos = config_token(c, "eos_token", path);
-  const json& add = field_or_null(c, "add_bos_token");
-  LY_CHECK(add.is_null() || add.is_boolean(), ErrorCode::kInvalidFile,
-           "{}: field 'add_bos_token' should be a bool, got {}", path, add.dump());
-  if (add.is_boolean()) cfg.add_bos = add.get<bool>();
+  for (auto [key, flag] : {std::pair{"add_bos_token", &cfg.add_bos}, {"add_eos_token", &cfg.add_eos}}) {
+    const json& add = field_or_null(c, key);
+    LY_CHECK(add.is_null() || add.is_boolean(), ErrorCode::kInvalidFile,
+             "{}: field '{}' should be a bool, got {}", path, key, add.dump());
+    if (add.is_boolean()) *flag = add.get<bool>();
+  }
   cfg.chat_template = config_chat_template(c, path);
   return cfg;
-}
-
-// GGUF merges are "a b"; the split is at the first space after the first byte.
-std::vector<std::pair<std::string, std::string>> split_gguf_merges(
-    const std::vector<std::string_view>& text, const std::string& path) {
-  std::vector<std::pair<std::string, std::string>> merges;
-  merges.reserve(text.size());
-  for (size_t k = 0; k < text.size(); ++k) {
-    const std::string_view m = text[k];
-    const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
-    LY_CHECK(sp != std::string_view::npos, ErrorCode::kInvalidFile,
-             "{}: tokenizer.ggml.merges[{}] = '{}' is not \"a b\"", path, k, m);
-    merges.emplace_back(std::string(m.substr(0, sp)), std::string(m.substr(sp + 1)));
-  }
-  return merges;
 }
 
 }  // namespace
@@ -220,13 +157,16 @@ Tokenizer Tokenizer::from_hf_json(const std::string& tokenizer_json_path,
   LY_CHECK(j.is_object(), ErrorCode::kInvalidFile, "{}: expected a JSON object", path);
   LY_CHECK(j.contains("model"), ErrorCode::kInvalidFile, "{}: missing field 'model'", path);
   Tokenizer t;
-  t.bpe_ = BpeModel::from_json(j["model"], path);
-  parse_normalizer(field_or_null(j, "normalizer"), path + ": normalizer", t.normalizers_);
   t.pre_ = PreTokenizer::from_json(field_or_null(j, "pre_tokenizer"), path);
-  LY_CHECK(has_byte_level_decoder(field_or_null(j, "decoder"), path + ": decoder"),
-           ErrorCode::kUnsupported,
-           "{}: decoder must be ByteLevel or a Sequence holding one (byte-level BPE only), got {}",
-           path, field_or_null(j, "decoder").dump());
+  const json& model = j["model"];
+  t.unigram_model_ = model.is_object() && model.value("type", "") == "Unigram";
+  if (t.unigram_model_) t.unigram_ = UnigramModel::from_json(model, path);
+  else t.bpe_ = BpeModel::from_json(model, t.pre_.byte_level(), path);
+  t.normalizer_ = Normalizer::from_json(field_or_null(j, "normalizer"), path + ": normalizer");
+  t.decoder_ = Decoder::from_json(field_or_null(j, "decoder"), path + ": decoder");
+  LY_CHECK(!t.pre_.byte_level() || t.decoder_.has_byte_level(), ErrorCode::kUnsupported,
+           "{}: a ByteLevel pre-tokenizer needs a ByteLevel decoder (or a Sequence holding one), "
+           "got {}", path, field_or_null(j, "decoder").dump());
   t.added_ = parse_added_tokens(field_or_null(j, "added_tokens"), path + ": added_tokens");
   PostProcessor post;
   parse_post_processor(field_or_null(j, "post_processor"), path + ": post_processor", post);
@@ -245,80 +185,39 @@ Tokenizer Tokenizer::from_hf_json(const std::string& tokenizer_json_path,
     t.bos_id_ = post.bos_id >= 0 ? post.bos_id : t.find_token(post.bos_content).value_or(-1);
   t.eos_id_ = resolve(cfg.eos, "eos_token");
   t.add_bos_ = post.has_template ? !post.bos_content.empty() : cfg.add_bos.value_or(false);
+  t.add_eos_ = cfg.add_eos.value_or(false);
   t.chat_template_ = cfg.chat_template;
   t.set_stop_ids();
   return t;
 }
 
-Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
-  const std::string& path = g.path();
-  const std::string_view model = g.get_string("tokenizer.ggml.model");
-  LY_CHECK(model == "gpt2", ErrorCode::kUnsupported,
-           "{}: tokenizer.ggml.model = '{}' is not supported (lychee reads byte-level BPE, 'gpt2')",
-           path, model);
-  const auto& tokens = g.get_string_array("tokenizer.ggml.tokens");
-  const auto& merges_text = g.get_string_array("tokenizer.ggml.merges");
-  std::vector<int64_t> types(tokens.size(), 1);
-  if (g.has("tokenizer.ggml.token_type")) {
-    types = g.get_int_array("tokenizer.ggml.token_type");
-    LY_CHECK(types.size() == tokens.size(), ErrorCode::kInvalidFile,
-             "{}: tokenizer.ggml.token_type has {} entries, expected {} (one per token)", path,
-             types.size(), tokens.size());
-  }
-  const std::string pre(g.get_string_opt("tokenizer.ggml.pre").value_or("default"));
-  PreTokenizerPreset preset = preset_for_gguf_pre(pre, path, "tokenizer.ggml.pre");
-
-  const auto merges = split_gguf_merges(merges_text, path);
-  const auto token_id = [&](const char* key) -> int32_t {
-    const auto v = g.get_uint_opt(key);
-    if (!v) return -1;
-    LY_CHECK(*v < tokens.size(), ErrorCode::kInvalidFile,
-             "{}: {} = {} is outside the vocabulary ({} tokens)", path, key, *v, tokens.size());
-    return int32_t(*v);
-  };
-  // transformers' GGUF loader builds the BPE model with byte_fallback and fuse_unk: a byte with
-  // no symbol (SmolLM2 lacks 21, e.g. 0x04 and 0xFF) becomes <0xHH> or else one fused unk.
-  BpeOptions options;
-  options.ignore_merges = preset.ignore_merges;
-  options.byte_fallback = true;
-  options.fuse_unk = true;
-  options.unk_id = token_id("tokenizer.ggml.unknown_token_id");
-
-  Tokenizer t;
-  t.bpe_ = BpeModel::build(std::vector<std::string>(tokens.begin(), tokens.end()), merges,
-                           options, path + ": tokenizer.ggml");
-  t.pre_ = std::move(preset.pre);
-  if (preset.normal_form) t.normalizers_.push_back(*preset.normal_form);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    // llama.cpp token types: 3 = control (special), 4 = user-defined (plain added token).
-    if ((types[i] != 3 && types[i] != 4) || tokens[i].empty()) continue;
-    AddedToken a;
-    a.content = std::string(tokens[i]);
-    a.id = int32_t(i);
-    a.special = types[i] == 3;
-    t.added_.push_back(std::move(a));
-  }
-  t.bos_id_ = token_id("tokenizer.ggml.bos_token_id");
-  t.eos_id_ = token_id("tokenizer.ggml.eos_token_id");
-  t.add_bos_ = g.get_bool_opt("tokenizer.ggml.add_bos_token").value_or(false);
-  t.chat_template_ = std::string(g.get_string_opt("tokenizer.chat_template").value_or(""));
-  t.finish(path);
-  return t;
+const std::vector<std::string>& Tokenizer::model_tokens() const {
+  return unigram_model_ ? unigram_.tokens() : bpe_.tokens();
 }
 
-// Builds the id tables and matchers from bpe_ and added_, then the stop ids.
+std::optional<int32_t> Tokenizer::model_find(std::string_view text) const {
+  return unigram_model_ ? unigram_.find(text) : bpe_.find(text);
+}
+
+// Builds the id tables and matchers from the model and added_, then the stop ids.
 void Tokenizer::finish(std::string_view where) {
-  int32_t n = bpe_.size();
+  const std::vector<std::string>& tokens = model_tokens();
+  auto n = int32_t(tokens.size());
   for (const AddedToken& a : added_) n = std::max(n, a.id + 1);
   pieces_.assign(size_t(n), std::string());
   special_.assign(size_t(n), 0);
-  for (int32_t i = 0; i < bpe_.size(); ++i) pieces_[i] = decode_token_text(bpe_.tokens()[i]);
+  first_pieces_.assign(decoder_.first_differs() ? size_t(n) : 0, std::string());
+  const auto set_piece = [&](int32_t id, std::string_view text) {
+    pieces_[id] = decoder_.piece(text);
+    if (!first_pieces_.empty()) first_pieces_[id] = decoder_.first_piece(text);
+  };
+  for (size_t i = 0; i < tokens.size(); ++i) set_piece(int32_t(i), tokens[i]);
   added_index_.clear();
   for (size_t k = 0; k < added_.size(); ++k) {
     const AddedToken& a = added_[k];
     LY_CHECK(!a.content.empty(), ErrorCode::kInvalidFile, "{}: added token id {} is empty", where,
              a.id);
-    pieces_[a.id] = decode_token_text(a.content);
+    set_piece(a.id, a.content);
     special_[a.id] = a.special;
     added_index_.emplace(a.content, int32_t(k));
   }
@@ -331,7 +230,7 @@ void Tokenizer::set_stop_ids() {
   if (eos_id_ >= 0) stop_ids_.push_back(eos_id_);
   for (const char* name : {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>"}) {
     const auto it = added_index_.find(std::string_view(name));
-    const auto id = it != added_index_.end() ? std::optional(added_[it->second].id) : bpe_.find(name);
+    const auto id = it != added_index_.end() ? std::optional(added_[it->second].id) : model_find(name);
     if (id && std::find(stop_ids_.begin(), stop_ids_.end(), *id) == stop_ids_.end())
       stop_ids_.push_back(*id);
   }
@@ -356,12 +255,6 @@ void Tokenizer::build_matchers() {
       });
     }
   }
-}
-
-std::string Tokenizer::normalize(std::string_view text) const {
-  std::string s(text);
-  for (unicode::NormalForm f : normalizers_) s = unicode::normalize(s, f);
-  return s;
 }
 
 namespace {
@@ -445,14 +338,20 @@ struct Tokenizer::EncodeCache {
   std::vector<Segment> segments;
 };
 
-void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out,
+void Tokenizer::encode_word(std::string_view piece, std::vector<int32_t>& out,
+                            EncodeCache& cache) const {
+  if (unigram_model_) unigram_.encode_word(piece, out);
+  else bpe_.encode_word(piece, out, cache.scratch);
+}
+
+void Tokenizer::encode_text(std::string_view text, bool at_text_start, std::vector<int32_t>& out,
                             EncodeCache& cache) const {
   cache.pieces.clear();
-  pre_.split(text, cache.pieces);
+  pre_.split(text, cache.pieces, at_text_start);
   for (size_t k = 0; k < cache.pieces.spans.size(); ++k) {
     const std::string_view piece = cache.pieces.at(k);
     if (piece.size() > kMaxCachedPiece) {
-      bpe_.encode_word(piece, out, cache.scratch);
+      encode_word(piece, out, cache);
       continue;
     }
     if (const auto it = cache.where.find(piece); it != cache.where.end()) {
@@ -461,7 +360,7 @@ void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out,
       continue;
     }
     const size_t before = out.size();
-    bpe_.encode_word(piece, out, cache.scratch);
+    encode_word(piece, out, cache);
     const uint64_t offset = cache.ids.size(), count = out.size() - before;
     cache.ids.insert(cache.ids.end(), out.begin() + before, out.end());
     cache.where.emplace(std::string(piece), (offset << 32) | count);
@@ -483,12 +382,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
     }
     std::string_view part = text.substr(seg.begin, seg.end - seg.begin);
     std::string normalized;
-    if (!normalizers_.empty()) part = normalized = normalize(part);
+    if (!normalizer_.empty()) part = normalized = normalize(part);
     // Added tokens marked `normalized` match in the normalised text.
     split_added(part, normalized_matcher_, parse_special, cache.segments);
     for (const Segment& s : cache.segments) {
       if (s.added >= 0) out.push_back(added_[s.added].id);
-      else encode_text(part.substr(s.begin, s.end - s.begin), out, cache);
+      // Metaspace's "first" scheme: only the text at offset 0 of the input gets the prefix.
+      else encode_text(part.substr(s.begin, s.end - s.begin), seg.begin == 0 && s.begin == 0, out,
+                       cache);
     }
   }
   return out;
@@ -501,17 +402,27 @@ void Tokenizer::check_id(int32_t id, std::string_view what) const {
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   std::string out;
+  bool first = true;
   for (size_t k = 0; k < ids.size(); ++k) {
     check_id(ids[k], "decode");
     if (skip_special && special_[ids[k]]) continue;
-    out += pieces_[ids[k]];
+    out += first && !first_pieces_.empty() ? first_pieces_[ids[k]] : pieces_[ids[k]];
+    first = false;
   }
+  decoder_.finish(out);
   return out;
 }
 
 std::string Tokenizer::token_piece(int32_t id) const {
   check_id(id, "token_piece");
   return pieces_[id];
+}
+
+std::string Tokenizer::token_piece_at_start(int32_t id) const {
+  check_id(id, "token_piece_at_start");
+  std::string piece = first_pieces_.empty() ? pieces_[id] : first_pieces_[id];
+  decoder_.finish(piece);
+  return piece;
 }
 
 bool Tokenizer::is_special(int32_t id) const {
@@ -521,8 +432,11 @@ bool Tokenizer::is_special(int32_t id) const {
 std::optional<int32_t> Tokenizer::find_token(std::string_view piece) const {
   if (const auto it = added_index_.find(piece); it != added_index_.end())
     return added_[it->second].id;
-  if (const auto id = bpe_.find(piece)) return id;
-  return bpe_.find(unicode::bytes_to_symbols(piece));
+  if (const auto id = model_find(piece)) return id;
+  if (pre_.byte_level()) return model_find(unicode::bytes_to_symbols(piece));
+  std::string escaped;  // SentencePiece spells ' ' as U+2581
+  for (char c : piece) escaped += c == ' ' ? std::string("\u2581") : std::string(1, c);
+  return model_find(escaped);
 }
 
 }  // namespace lychee
