@@ -19,12 +19,17 @@ nb::str utf8_str(std::string_view bytes) {
   return nb::steal<nb::str>(s);
 }
 
+nb::object json_to_python(const nlohmann::json& j) {
+  return nb::module_::import_("json").attr("loads")(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
 namespace {
 
 // One Python class per ErrorCode: lychee.Error and the built-in it is a kind of.
 struct ErrorClasses {
   PyObject* base = nullptr;
   PyObject* by_code[int(ErrorCode::kInternal) + 1] = {};
+  PyObject* busy = nullptr;  // EngineBusy
 };
 ErrorClasses g_errors;
 
@@ -54,11 +59,17 @@ void register_errors(nb::module_& m) {
   c[int(ErrorCode::kCuda)] = new_error_class(m, "CudaError", PyExc_RuntimeError, "A CUDA failure (a RuntimeError).");
   c[int(ErrorCode::kInternal)] =
       new_error_class(m, "InternalError", PyExc_RuntimeError, "A broken invariant: a bug in lychee (a RuntimeError).");
+  g_errors.busy = new_error_class(
+      m, "EngineBusyError", PyExc_RuntimeError,
+      "A request while a stream's generation holds the engine (a RuntimeError): read the stream to its end,\n"
+      "close() it or leave its with block first.");
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
       PyErr_SetString(g_errors.by_code[int(e.code())], e.what());
+    } catch (const EngineBusy& e) {
+      PyErr_SetString(g_errors.busy, e.what());
     }
   });
 }
