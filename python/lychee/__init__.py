@@ -39,6 +39,12 @@ from ._lychee import (  # noqa: E402
     load_head_roles,
     models_dir,
 )
+# The engine's exceptions are defined in lychee._lychee; they are shown (and pickled) as lychee.<name>.
+for _error in (CapacityError, CudaError, EngineBusyError, Error, InternalError, InvalidArgumentError,
+               InvalidFileError, NotFoundError, UnsupportedError):
+    _error.__module__ = __name__
+del _error
+
 from . import policy  # noqa: E402
 from .sampling import SamplingParams  # noqa: E402
 from ._engine import Engine, read_weights, select_units_reference, train_heads  # noqa: E402

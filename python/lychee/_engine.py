@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from typing import (Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Union,
+from typing import (Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Union, cast,
                     overload)
 
 from . import _lychee
@@ -238,8 +238,10 @@ class Engine:
             return [r.to_openai() for r in results]
         return results.to_openai()
 
+    # A str is also a sequence of str, so the one-prompt overloads overlap the list ones; the first
+    # that matches wins, which is the runtime's rule too.
     @overload
-    def generate(self, prompt: Prompt, sampling: Optional[SamplingParams] = None, *,
+    def generate(self, prompt: Prompt, sampling: Optional[SamplingParams] = None, *,  # type: ignore[overload-overlap]
                  max_tokens: Optional[int] = None, temperature: Optional[float] = None, top_p: Optional[float] = None,
                  top_k: Optional[int] = None, seed: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
                  policy: Optional[_policy.Policy] = None, ignore_eos: Optional[bool] = None,
@@ -247,7 +249,7 @@ class Engine:
                  on_text: Optional[Callable[[str], None]] = None, format: None = None) -> _lychee.Completion: ...
 
     @overload
-    def generate(self, prompt: Prompt, sampling: Optional[SamplingParams] = None, *,
+    def generate(self, prompt: Prompt, sampling: Optional[SamplingParams] = None, *,  # type: ignore[overload-overlap]
                  max_tokens: Optional[int] = None, temperature: Optional[float] = None, top_p: Optional[float] = None,
                  top_k: Optional[int] = None, seed: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
                  policy: Optional[_policy.Policy] = None, ignore_eos: Optional[bool] = None,
@@ -410,7 +412,8 @@ class Engine:
             params = self._sampling(sampling, len(ids), overrides)
             return self._format(self._e.generate_batch([s._request(p, chat=True) for s, p in zip(params, ids)]),
                                 format)
-        request = self._sampling(sampling, None, overrides)[0]._request(self.chat_tokens(messages), chat=True)
+        conversation = cast(Conversation, messages)
+        request = self._sampling(sampling, None, overrides)[0]._request(self.chat_tokens(conversation), chat=True)
         if stream:
             if format is not None:
                 raise TypeError("format applies to finished replies; with stream=True use the Stream's "

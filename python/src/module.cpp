@@ -34,7 +34,8 @@ struct ErrorClasses {
 ErrorClasses g_errors;
 
 PyObject* new_error_class(nb::module_& m, const char* name, PyObject* builtin, const char* doc) {
-  const std::string qualified = std::string("lychee.") + name;
+  // Defined in lychee._lychee (so that the stub declares them); the package shows them as lychee.<name>.
+  const std::string qualified = std::string("lychee._lychee.") + name;
   PyObject* bases = builtin != nullptr ? PyTuple_Pack(2, g_errors.base, builtin) : nullptr;
   PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, builtin != nullptr ? bases : PyExc_Exception, nullptr);
   Py_XDECREF(bases);

@@ -105,9 +105,14 @@ void bind_roles(nb::module_& m) {
       .def("save", [](const HeadRoles& r, const std::filesystem::path& path) { save_head_roles(r, path.string()); },
            nb::arg("path"),
            "Writes lychee's JSON head-role file")
-      .def("__eq__", [](const HeadRoles& a, const HeadRoles& b) {
-             return a.n_layers == b.n_layers && a.n_kv_heads == b.n_kv_heads && a.retrieval == b.retrieval;
-           })
+      .def("__eq__",
+           [](const HeadRoles& a, nb::handle other) -> nb::object {
+             if (!nb::isinstance<HeadRoles>(other)) return nb::borrow(Py_NotImplemented);
+             const HeadRoles& b = nb::cast<const HeadRoles&>(other);
+             return nb::bool_(a.n_layers == b.n_layers && a.n_kv_heads == b.n_kv_heads && a.retrieval == b.retrieval);
+           },
+           nb::arg("other"), nb::sig("def __eq__(self, other: object) -> bool"),
+           "Equal role matrices (the model and provenance are not compared)")
       .def("__str__", &format_head_role_map, "The role map as text (R = retrieval, . = sparse), a row per layer")
       .def("__repr__", [](const HeadRoles& r) {
         return nb::str("HeadRoles({} layers x {} KV heads, {} retrieval)").format(r.n_layers, r.n_kv_heads, r.n_retrieval());

@@ -232,6 +232,7 @@ def test_a_request_while_a_stream_runs_is_an_error_not_a_cancel(engine):
         with pytest.raises(lychee.EngineBusyError, match="a stream is still generating|another stream"):
             call()
     assert issubclass(lychee.EngineBusyError, RuntimeError) and issubclass(lychee.EngineBusyError, lychee.Error)
+    assert repr(lychee.EngineBusyError) == "<class 'lychee.EngineBusyError'>"
     # The stream was not touched: it runs to its end and gives the whole text.
     rest = "".join(stream)
     assert stream.completion.finish_reason == "length" and len(stream.completion.tokens) == 400
@@ -321,6 +322,10 @@ reply: lychee.Completion = engine.chat([{"role": "user", "content": "Hi"}], para
 replies: List[lychee.Completion] = engine.chat([[{"role": "user", "content": "Hi"}]], max_tokens=2)
 response: Dict[str, Any] = engine.chat([{"role": "user", "content": "Hi"}], format="openai")
 chunks: lychee.Stream = engine.chat([{"role": "user", "content": "Hi"}], stream=True)
+try:
+    engine.generate("Hi", top_p=2.0)
+except lychee.InvalidArgumentError as e:
+    message: str = str(e)
 '''
 
 BAD_USAGE = '''
