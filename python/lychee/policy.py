@@ -44,6 +44,8 @@ class Policy:
     """Base of the policies: settings(): (PolicySettings, HeadRoles or None) for the engine."""
 
     def settings(self) -> Tuple[_lychee.PolicySettings, Optional[_lychee.HeadRoles]]:
+        """The engine's settings for this policy (the CLI's --policy flags) and its head roles (None:
+        the settings' file or the stand-in); the options' types and ranges checked."""
         raise NotImplementedError
 
 

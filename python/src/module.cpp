@@ -19,17 +19,23 @@ nb::str utf8_str(std::string_view bytes) {
   return nb::steal<nb::str>(s);
 }
 
+nb::object json_to_python(const nlohmann::json& j) {
+  return nb::module_::import_("json").attr("loads")(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
 namespace {
 
 // One Python class per ErrorCode: lychee.Error and the built-in it is a kind of.
 struct ErrorClasses {
   PyObject* base = nullptr;
   PyObject* by_code[int(ErrorCode::kInternal) + 1] = {};
+  PyObject* busy = nullptr;  // EngineBusy
 };
 ErrorClasses g_errors;
 
 PyObject* new_error_class(nb::module_& m, const char* name, PyObject* builtin, const char* doc) {
-  const std::string qualified = std::string("lychee.") + name;
+  // Defined in lychee._lychee (so that the stub declares them); the package shows them as lychee.<name>.
+  const std::string qualified = std::string("lychee._lychee.") + name;
   PyObject* bases = builtin != nullptr ? PyTuple_Pack(2, g_errors.base, builtin) : nullptr;
   PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, builtin != nullptr ? bases : PyExc_Exception, nullptr);
   Py_XDECREF(bases);
@@ -54,11 +60,17 @@ void register_errors(nb::module_& m) {
   c[int(ErrorCode::kCuda)] = new_error_class(m, "CudaError", PyExc_RuntimeError, "A CUDA failure (a RuntimeError).");
   c[int(ErrorCode::kInternal)] =
       new_error_class(m, "InternalError", PyExc_RuntimeError, "A broken invariant: a bug in lychee (a RuntimeError).");
+  g_errors.busy = new_error_class(
+      m, "EngineBusyError", PyExc_RuntimeError,
+      "A request while a stream's generation holds the engine (a RuntimeError): read the stream to its end,\n"
+      "close() it or leave its with block first.");
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
       PyErr_SetString(g_errors.by_code[int(e.code())], e.what());
+    } catch (const EngineBusy& e) {
+      PyErr_SetString(g_errors.busy, e.what());
     }
   });
 }

@@ -23,10 +23,6 @@ namespace lychee::py {
 
 namespace {
 
-nb::object json_to_python(const nlohmann::json& j) {
-  return nb::module_::import_("json").attr("loads")(j.dump());
-}
-
 std::vector<std::vector<bool>> role_matrix(const HeadRoles& r) {
   std::vector<std::vector<bool>> m(size_t(r.n_layers), std::vector<bool>(size_t(r.n_kv_heads)));
   for (int l = 0; l < r.n_layers; ++l)
@@ -90,27 +86,34 @@ void bind_roles(nb::module_& m) {
              new (self) HeadRoles(roles_from_matrix(retrieval));
            },
            nb::arg("retrieval"), "From a [n_layers][n_kv_heads] matrix of booleans")
-      .def_ro("n_layers", &HeadRoles::n_layers)
-      .def_ro("n_kv_heads", &HeadRoles::n_kv_heads)
+      .def_ro("n_layers", &HeadRoles::n_layers, "the model's layers")
+      .def_ro("n_kv_heads", &HeadRoles::n_kv_heads, "KV heads per layer")
       .def_prop_ro("retrieval", &role_matrix, "[n_layers][n_kv_heads] booleans, True = retrieval head")
       .def_prop_ro("n_retrieval", &HeadRoles::n_retrieval, "the number of retrieval heads, layer 0 included")
       .def_ro("expected_z", &HeadRoles::expected_z, "E[z] per head from training ([] when absent)")
-      .def_prop_ro("model", [](const HeadRoles& r) { return json_to_python(r.model); })
-      .def_prop_ro("provenance", [](const HeadRoles& r) { return json_to_python(r.provenance); })
+      .def_prop_ro("model", [](const HeadRoles& r) { return json_to_python(r.model); },
+                   "the model the roles were made for (a dict: name, n_layers, n_kv_heads, ...)")
+      .def_prop_ro("provenance", [](const HeadRoles& r) { return json_to_python(r.provenance); },
+                   "how the roles were made (a dict: tool, training options, ...)")
       .def("is_retrieval", [](const HeadRoles& r, int layer, int kv_head) {
              LY_CHECK(layer >= 0 && layer < r.n_layers && kv_head >= 0 && kv_head < r.n_kv_heads,
                       ErrorCode::kInvalidArgument, "head ({}, {}) outside the {} x {} role matrix", layer, kv_head,
                       r.n_layers, r.n_kv_heads);
              return r.is_retrieval(layer, kv_head);
            },
-           nb::arg("layer"), nb::arg("kv_head"))
+           nb::arg("layer"), nb::arg("kv_head"), "Whether (layer, kv_head) is a retrieval head")
       .def("save", [](const HeadRoles& r, const std::filesystem::path& path) { save_head_roles(r, path.string()); },
            nb::arg("path"),
            "Writes lychee's JSON head-role file")
-      .def("__eq__", [](const HeadRoles& a, const HeadRoles& b) {
-             return a.n_layers == b.n_layers && a.n_kv_heads == b.n_kv_heads && a.retrieval == b.retrieval;
-           })
-      .def("__str__", &format_head_role_map)
+      .def("__eq__",
+           [](const HeadRoles& a, nb::handle other) -> nb::object {
+             if (!nb::isinstance<HeadRoles>(other)) return nb::borrow(Py_NotImplemented);
+             const HeadRoles& b = nb::cast<const HeadRoles&>(other);
+             return nb::bool_(a.n_layers == b.n_layers && a.n_kv_heads == b.n_kv_heads && a.retrieval == b.retrieval);
+           },
+           nb::arg("other"), nb::sig("def __eq__(self, other: object) -> bool"),
+           "Equal role matrices (the model and provenance are not compared)")
+      .def("__str__", &format_head_role_map, "The role map as text (R = retrieval, . = sparse), a row per layer")
       .def("__repr__", [](const HeadRoles& r) {
         return nb::str("HeadRoles({} layers x {} KV heads, {} retrieval)").format(r.n_layers, r.n_kv_heads, r.n_retrieval());
       });
@@ -175,7 +178,7 @@ void bind_roles(nb::module_& m) {
           d["summary"] = json_to_python(r.summary);
           return d;
         },
-        nb::arg("config"), nb::arg("progress").none());
+        nb::arg("config"), nb::arg("progress").none(), "Learns head roles (use lychee.train_heads)");
 
   m.def("select_units_reference",
         [](const std::vector<float>& scores, int unit_size, int n_tokens, const std::string& strategy, int budget,

@@ -465,9 +465,6 @@ bool Scheduler::decode(const std::vector<Running*>& decoding) {
   return true;
 }
 
-namespace {
-
-// log-softmax of the chosen token and the top_n most likely tokens, from the raw logits.
 TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top_n, const Tokenizer& tok) {
   float max = -INFINITY;
   for (float x : logits) max = std::max(max, x);
@@ -491,8 +488,6 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
   }
   return t;
 }
-
-}  // namespace
 
 void Scheduler::sample_and_emit(Running& r) {
   const GenerationParams& p = r.request->params();

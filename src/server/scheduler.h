@@ -41,6 +41,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -201,5 +202,9 @@ class Scheduler {
   std::thread thread_;
 };
 
+// The log-softmax of the chosen token and of the top_n most likely tokens (most likely first, ties
+// by id), from a step's raw logits; ids past the tokenizer's vocabulary have no text. The server's
+// logprobs and the Python package's.
+TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top_n, const Tokenizer& tok);
 
 }  // namespace lychee::server
