@@ -2,47 +2,47 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 
 #include <fmt/format.h>
 
 #include "app.h"
 #include "core/log.h"
+#include "core/error.h"
 #include "runtime/threads.h"
 
 namespace lychee::app {
 
-void ModelArgs::add(CLI::App& cmd) {
-  cmd.add_option("-m,--model", model, "Hugging Face model directory or GGUF file (default: SmolLM2-135M-Instruct)");
+void ModelArgs::add(CLI::App& cmd, const std::string& ctx_help) {
+  cmd.add_option("-m,--model", model, "Hugging Face model directory or GGUF file")
+      ->default_str("SmolLM2-135M-Instruct, from the models cache")->group(kGroupModel);
   cmd.add_option("--device", device, "cpu, cuda, or auto (the GPU when there is one)")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd.add_option("--kv-memory", kv_memory_gib, "GPU KV-cache pool in GiB (default: sized from the context)")
-      ->check(non_negative_real());
-  cmd.add_option("--max-context", max_context, "GPU: longest sequence the KV pool serves (default: the model's)")
-      ->check(non_negative_int());
-  cmd.add_option("--tensor-parallel", tensor_parallel,
-                 "GPUs to split the model over (devices 0..N-1; attention by KV heads, with each GPU holding the same "
-                 "number of LycheeDecode retrieval heads per layer as far as the counts allow; the MLP by columns; "
-                 "NCCL all-reduces; --kv-memory is then per GPU). N must divide the model's KV heads (docs/scaling.md)")
-      ->check(positive_int());
-  cmd.add_option("--threads", threads, "CPU compute threads for OpenMP and BLAS (default: the cores this process may use)")
-      ->check(positive_int());
-  cmd.add_option("--cpu-weights", cpu_weights,
-                 "CPU weights: f32 expands every weight to f32 (the reference, default); native keeps a GGUF "
-                 "file's quantised matrices in their blocks (faster, int8 activations: the default model's answers "
-                 "change, see ARCHITECTURE.md); fp8 is f32 with the linear matrices rounded through FP8 e4m3 "
-                 "per output channel (what FP8 weights give, for measuring their quality); bf16 is f32 with every matrix "
-                 "rounded to bf16 (what the GPU's bf16 weights give)")
-      ->check(CLI::IsMember(kCpuWeightNames));
-  cmd.add_option("--weights", weights,
-                 "GPU linear weights: bf16 (default) or fp8 = e4m3 with one scale per output channel, 1 byte per "
-                 "weight (see ARCHITECTURE.md, FP8 weights); GPU only: on the CPU use --cpu-weights fp8")
-      ->check(CLI::IsMember(kGpuWeightNames));
-  cmd.add_option("--fp8-selector-qkv", fp8_selector_qkv,
-                 "With FP8 weights (--weights fp8, --cpu-weights fp8): bf16 (default) keeps the Q/K/V projections of "
-                 "the layers whose heads choose the tokens other heads read (LycheeDecode's retrieval heads, "
-                 "TidalDecode's selection layers) unrounded, which keeps LycheeDecode's accuracy for ~3% more weight "
-                 "bytes on the 8B shape; fp8 rounds them too")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->group(kGroupModel);
+  cmd.add_option("-c,--ctx-size", max_context, ctx_help)->check(non_negative_int())->group(kGroupModel);
+  add_deprecated_alias(cmd, "--max-context", max_context, "-c/--ctx-size")->check(non_negative_int());
+  cmd.add_option("--cpu-weights", cpu_weights, "CPU weights: f32 (reference), native (GGUF blocks), fp8, bf16")
+      ->check(CLI::IsMember(kCpuWeightNames))->group(kGroupModel);
+  cmd.add_option("--kv-memory", kv_memory_gib, "KV-cache pool in GiB (0 = sized from the context)")
+      ->check(non_negative_real())->group(kGroupGpu);
+  cmd.add_option("--weights", weights, "GPU linear weights: bf16 or fp8 (e4m3, a scale per row)")
+      ->check(CLI::IsMember(kGpuWeightNames))->group(kGroupGpu);
+  cmd.add_option("--fp8-selector-qkv", fp8_selector_qkv, "With FP8 weights: Q/K/V of the selecting layers bf16 or fp8")
+      ->check(CLI::IsMember({"bf16", "fp8"}))->group(kGroupGpu);
+  cmd.add_option("--tensor-parallel", tensor_parallel, "GPUs to split the model over (must divide the KV heads)")
+      ->check(positive_int())->group(kGroupGpu);
+  cmd.add_option("--n-gpu-layers", n_gpu_layers,
+                 "Also -ngl (llama.cpp's): the whole model is on the GPU; 0 = --device cpu")
+      ->default_str("not given")->check(non_negative_int())->group(kGroupGpu);
+}
+
+std::vector<DeprecatedAlias>& deprecated_aliases() {
+  static std::vector<DeprecatedAlias> aliases;
+  return aliases;
+}
+
+void warn_deprecated_options() {
+  for (const DeprecatedAlias& a : deprecated_aliases())
+    if (a.option->count() > 0) LY_LOG_WARN("{} is deprecated and will be removed: use {}", a.old_name, a.new_name);
 }
 
 WeightFormat parse_cpu_weights(const std::string& name) {
@@ -61,10 +61,20 @@ std::string command_line(const std::string& name, const CLI::App& cmd) {
 }
 
 EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<std::string> kinds) const {
-  set_compute_threads(threads);
   EngineOptions o;
   o.model_path = model;
   o.device = device;
+  if (n_gpu_layers >= 0) {  // llama.cpp's layer offload count: lychee runs every layer on one device
+    if (n_gpu_layers == 0) {
+      LY_CHECK(device != "cuda", ErrorCode::kInvalidArgument,
+               "-ngl 0 (no layers on the GPU) contradicts --device cuda");
+      o.device = "cpu";
+      LY_LOG_WARN("-ngl 0: lychee keeps the whole model on one device; running on the CPU (as --device cpu)");
+    } else {
+      LY_LOG_WARN("-ngl {}: lychee keeps the whole model on the GPU (when --device picks one); the layer count "
+                  "has no other effect", n_gpu_layers);
+    }
+  }
   o.cpu_weights = parse_cpu_weights(cpu_weights);
   o.gpu_weights = parse_gpu_weights(weights);
   o.fp8_keep_selectors = fp8_selector_qkv == "bf16";
@@ -85,7 +95,9 @@ EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<st
 namespace {
 
 // CLI11 hands validators the option's text; "" accepts it.
-CLI::Validator number_check(const std::string& what, bool integer, double lo, bool lo_open, double hi) {
+// `name` is what --help shows after the type (INT:NONNEGATIVE); `what` goes into the error.
+CLI::Validator number_check(const std::string& what, const std::string& name, bool integer, double lo, bool lo_open,
+                            double hi) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         char* end = nullptr;
@@ -95,31 +107,35 @@ CLI::Validator number_check(const std::string& what, bool integer, double lo, bo
         const bool ok = parsed && (!integer || v == std::floor(v)) && (lo_open ? v > lo : v >= lo) && v <= hi;
         return ok ? std::string() : fmt::format("must be {}, got {}", what, text);
       },
-      what);
+      name);
 }
 
 }  // namespace
 
-CLI::Validator positive_int() { return number_check("a positive integer", true, 0, true, 2147483647.0); }
-CLI::Validator non_negative_int() { return number_check("a non-negative integer", true, 0, false, 2147483647.0); }
-CLI::Validator positive_real() { return number_check("a positive number", false, 0, true, HUGE_VAL); }
-CLI::Validator non_negative_real() { return number_check("a number >= 0", false, 0, false, HUGE_VAL); }
+CLI::Validator positive_int() { return number_check("a positive integer", "POSITIVE", true, 0, true, 2147483647.0); }
+CLI::Validator non_negative_int() { return number_check("a non-negative integer", "NONNEGATIVE", true, 0, false, 2147483647.0); }
+CLI::Validator positive_real() { return number_check("a positive number", "POSITIVE", false, 0, true, HUGE_VAL); }
+CLI::Validator non_negative_real() { return number_check("a number >= 0", "NONNEGATIVE", false, 0, false, HUGE_VAL); }
 CLI::Validator real_between(double lo, double hi) {
-  return number_check(fmt::format("a number from {} to {}", lo, hi), false, lo, false, hi);
+  return number_check(fmt::format("a number from {} to {}", lo, hi), fmt::format("[{} - {}]", lo, hi), false, lo, false, hi);
 }
 
 void SamplingArgs::add(CLI::App& cmd) {
-  cmd.add_option("-n,--max-tokens", max_tokens, "Most tokens to generate")->check(non_negative_int());
-  cmd.add_option("--temp", temperature, "Sampling temperature (0 = greedy)")->check(non_negative_real());
-  cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)")->check(non_negative_int());
-  cmd.add_option("--top-p", top_p, "Keep the smallest set with this probability (1 = off)")->check(real_between(0.0, 1.0));
-  cmd.add_option("--seed", seed, "Random seed for sampling");
+  cmd.add_option("-n,--max-tokens", max_tokens, "Most tokens to generate")->check(non_negative_int())->group(kGroupSampling);
+  cmd.add_option("--temp", temperature, "Sampling temperature (0 = greedy)")->check(non_negative_real())->group(kGroupSampling);
+  cmd.add_option("--top-k", top_k, "Keep the k most likely tokens (0 = off)")->check(non_negative_int())->group(kGroupSampling);
+  cmd.add_option("--top-p", top_p, "Keep the smallest set with this probability (1 = off)")
+      ->check(real_between(0.0, 1.0))->group(kGroupSampling);
+  seed_option = cmd.add_option("-s,--seed", seed, "Sampling seed; --stats prints the one used")
+                    ->default_str("random")->group(kGroupSampling);
 }
 
 GenerateOptions SamplingArgs::generate_options(const Engine& engine) const {
   GenerateOptions o;
   o.max_new_tokens = max_tokens;
-  o.sampling = SamplingParams{temperature, top_k, top_p, seed};
+  // Unseeded runs differ, as llama.cpp's and the server's do; 32 random bits, a seed one can retype.
+  const uint64_t run_seed = seed_option != nullptr && seed_option->count() > 0 ? seed : uint64_t(std::random_device{}());
+  o.sampling = SamplingParams{temperature, top_k, top_p, run_seed};
   o.sampling.validate();
   o.stop_ids = engine.tokenizer().stop_ids();
   return o;
@@ -128,23 +144,25 @@ GenerateOptions SamplingArgs::generate_options(const Engine& engine) const {
 void PolicyArgs::add(CLI::App& cmd, bool policy_option) {
   if (policy_option)
     cmd.add_option("--policy", policy, "Decode attention: full, lychee, tidal, quest, duo")
-        ->check(CLI::IsMember({"full", "lychee", "tidal", "quest", "duo"}));
-  cmd.add_option("--budget", budget, "Tokens a sparse head reads (lychee top-k, tidal, quest)")->check(positive_int());
-  cmd.add_option("--block-size", block_size, "LycheeDecode selection unit in tokens (1 = token mode)")->check(positive_int());
+        ->check(CLI::IsMember({"full", "lychee", "tidal", "quest", "duo"}))->group(kGroupPolicy);
+  cmd.add_option("--budget", budget, "Tokens a sparse head reads (lychee top-k, tidal, quest)")->check(positive_int())->group(kGroupPolicy);
+  cmd.add_option("--block-size", block_size, "LycheeDecode selection unit in tokens (1 = token mode)")->check(positive_int())->group(kGroupPolicy);
   cmd.add_option("--select", select, "LycheeDecode selection: topk, topp, threshold, ratio")
-      ->check(CLI::IsMember({"topk", "topp", "threshold", "ratio"}));
-  cmd.add_option("--select-value", select_value, "p for topp, probability for threshold, fraction for ratio");
-  cmd.add_option("--sink", sink, "First tokens every selection keeps (default: LycheeDecode 64, TidalDecode/Quest 0)")
-      ->check(non_negative_int());
-  cmd.add_option("--recent", recent, "Last tokens every selection keeps (default: LycheeDecode 256, TidalDecode/Quest 0)")
-      ->check(non_negative_int());
-  cmd.add_option("--heads", heads, "Head-role file (lychee, duo); default: the TidalDecode-matched stand-in")->check(CLI::ExistingFile);
-  cmd.add_option("--tidal-layers", tidal_layers, "TidalDecode selection layers (default 2 and round(13/32 L))")->delimiter(',');
-  cmd.add_option("--quest-page", quest_page, "Quest page size in tokens")->check(positive_int());
-  cmd.add_option("--duo-sink", duo_sink, "DuoAttention streaming heads: sink tokens")->check(non_negative_int());
-  cmd.add_option("--duo-recent", duo_recent, "DuoAttention streaming heads: recent tokens")->check(positive_int());
+      ->check(CLI::IsMember({"topk", "topp", "threshold", "ratio"}))->group(kGroupPolicy);
+  cmd.add_option("--select-value", select_value, "p for topp, probability for threshold, fraction for ratio")->group(kGroupPolicy);
+  cmd.add_option("--sink", sink, "First tokens every selection keeps")
+      ->default_str("lychee 64, tidal/quest 0")->check(non_negative_int())->group(kGroupPolicy);
+  cmd.add_option("--recent", recent, "Last tokens every selection keeps")
+      ->default_str("lychee 256, tidal/quest 0")->check(non_negative_int())->group(kGroupPolicy);
+  cmd.add_option("--heads", heads, "Head-role file (lychee, duo)")
+      ->default_str("the layer stand-in")->check(CLI::ExistingFile)->group(kGroupPolicy);
+  cmd.add_option("--tidal-layers", tidal_layers, "TidalDecode selection layers")
+      ->default_str("2 and round(13/32 L)")->delimiter(',')->group(kGroupPolicy);
+  cmd.add_option("--quest-page", quest_page, "Quest page size in tokens")->check(positive_int())->group(kGroupPolicy);
+  cmd.add_option("--duo-sink", duo_sink, "DuoAttention streaming heads: sink tokens")->check(non_negative_int())->group(kGroupPolicy);
+  cmd.add_option("--duo-recent", duo_recent, "DuoAttention streaming heads: recent tokens")->check(positive_int())->group(kGroupPolicy);
   cmd.add_option("--correct-every", correct_every, "Cache correction: dense re-prefill every N decoded tokens (0 = off)")
-      ->check(non_negative_int());
+      ->check(non_negative_int())->group(kGroupPolicy);
 }
 
 void print_kv_stats(const KvReadStats& s, const ModelConfig& c) {

@@ -111,17 +111,17 @@ void run_bench(const BenchArgs& a) {
 void register_bench(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the bandwidth bound");
+  const char* g = "Benchmark";
+  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length")->check(positive_int())->group(g);
+  cmd->add_option("--gen-tokens", args->gen_tokens, "Tokens to decode")->check(positive_int())->group(g);
+  cmd->add_option("--repeats", args->repeats, "Runs (the best is reported)")->check(positive_int())->group(g);
+  cmd->add_option("--batch", args->batch, "Also time batched decode of this many sequences (GPU)")
+      ->check(positive_int())->group(g);
+  cmd->add_option("--json", args->json_path, "Also write the results as JSON to this file")->group(g);
+  cmd->add_option("--random-weights", args->random_weights, "GPU only: a model of this shape with random weights")
+      ->check(CLI::IsMember(model_shape_names()))->group(kGroupGpu);
   args->model.add(*cmd);
   args->policy.add(*cmd);
-  cmd->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length")->check(positive_int());
-  cmd->add_option("--gen-tokens", args->gen_tokens, "Tokens to decode")->check(positive_int());
-  cmd->add_option("--repeats", args->repeats, "Runs (the best is reported)")->check(positive_int());
-  cmd->add_option("--batch", args->batch, "Also time batched decode of this many sequences (GPU)")->check(positive_int());
-  cmd->add_option("--json", args->json_path, "Also write the results as JSON to this file");
-  cmd->add_option("--random-weights", args->random_weights,
-                  "GPU only: a model of this shape (llama3-8b, smollm2-135m) with seeded random weights (speed "
-                  "does not depend on them); -m's tokenizer")
-      ->check(CLI::IsMember(model_shape_names()));
   cmd->callback([args] { run_bench(*args); });
 }
 

@@ -17,7 +17,7 @@ struct ChatArgs {
   PolicyArgs policy;
   std::string prompt;
   std::string system;
-  int ctx = 0;
+  bool stats = false;
 };
 
 // Runs one assistant turn: renders the whole conversation, feeds what the session has not seen
@@ -48,7 +48,10 @@ void run_chat(const ChatArgs& a) {
   Engine engine(a.model.engine_options(&a.policy));
   GenerateOptions options = a.sampling.generate_options(engine);
   options.correct_every = a.policy.correct_every;
-  std::unique_ptr<Session> session = engine.new_session(a.ctx > 0 ? a.ctx : std::min(engine.config().max_context, 8192));
+  const int ctx = a.model.max_context;
+  std::unique_ptr<Session> session = engine.new_session(ctx > 0 ? ctx : std::min(engine.config().max_context, 8192));
+  // The seed is printed so that a sampled conversation can be repeated with -s.
+  if (a.stats) std::fprintf(stderr, "[seed %llu]\n", static_cast<unsigned long long>(options.sampling.seed));
   std::unique_ptr<AttentionPolicy> policy =
       make_policy(a.policy.options(engine.config(), parse_policy_kind(a.policy.policy)), engine.config());
   session->set_policy(policy.get());
@@ -75,12 +78,13 @@ void run_chat(const ChatArgs& a) {
 void register_chat(CLI::App& app) {
   auto args = std::make_shared<ChatArgs>();
   CLI::App* cmd = app.add_subcommand("chat", "Chat with the model (one turn with -p, else interactive)");
-  args->model.add(*cmd);
+  cmd->add_option("-p,--prompt", args->prompt, "One user message; answer it and exit")->group(kGroupInput);
+  cmd->add_option("--system", args->system, "System message")->group(kGroupInput);
+  cmd->add_flag("--stats", args->stats, "Print the seed to stderr")->group(kGroupInput);
+  args->model.add(*cmd, "KV cache capacity in tokens (0 = min(model's context, 8192))");
+  add_deprecated_alias(*cmd, "--ctx", args->model.max_context, "-c/--ctx-size")->check(positive_int());
   args->sampling.add(*cmd);
   args->policy.add(*cmd);
-  cmd->add_option("-p,--prompt", args->prompt, "One user message; answer it and exit");
-  cmd->add_option("--system", args->system, "System message");
-  cmd->add_option("--ctx", args->ctx, "KV cache capacity in tokens (default: min(context, 8192))")->check(positive_int());
   cmd->callback([args] { run_chat(*args); });
 }
 

@@ -90,23 +90,21 @@ void run(const EvalArgs& a) {
 void register_eval(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand("eval", "Retrieval accuracy of attention policies at equal KV bytes read");
+  const char* g = "Evaluation";
+  cmd->add_option("--tasks", args->tasks, "Tasks (RULER-style; docs/cli.md lists them)")->delimiter(',')->group(g);
+  cmd->add_option("--lengths", args->lengths, "Context lengths in tokens")->delimiter(',')->group(g);
+  cmd->add_option("--depths", args->depths, "Needle depths in [0, 1]")->delimiter(',')->group(g);
+  cmd->add_option("--policies", args->policies, "Policies to compare")->delimiter(',')->group(g);
+  cmd->add_option("--budgets", args->budgets, "Token budgets for the sparse policies")->delimiter(',')->group(g);
+  cmd->add_option("--samples", args->samples, "Samples per (task, length, depth)")->check(positive_int())->group(g);
+  cmd->add_option("-s,--seed", args->seed, "Seed of the task generators")->group(g);
+  cmd->add_option("--haystack", args->haystack, "essays (Paul Graham) or synthetic")
+      ->check(CLI::IsMember({"essays", "synthetic"}))->group(g);
+  cmd->add_flag("--coverage", args->coverage, "Also measure the attention mass each policy's tokens hold (CPU)")->group(g);
+  cmd->add_option("--json", args->json_path, "Write every record and the aggregates as JSON")->group(g);
+  cmd->add_option("--markdown", args->markdown_path, "Write the tables as Markdown")->group(g);
   args->model.add(*cmd);
   args->policy.add(*cmd, /*policy_option=*/false);
-  cmd->add_option("--tasks", args->tasks, "passkey, niah_single, niah_multikey, niah_multivalue, niah_multiquery, vt, cwe, fwe")
-      ->delimiter(',');
-  cmd->add_option("--lengths", args->lengths, "Context lengths in tokens")->delimiter(',');
-  cmd->add_option("--depths", args->depths, "Needle depths in [0, 1]")->delimiter(',');
-  cmd->add_option("--policies", args->policies, "full, lychee, tidal, quest, duo")->delimiter(',');
-  cmd->add_option("--budgets", args->budgets, "Token budgets for the sparse policies")->delimiter(',');
-  cmd->add_option("--samples", args->samples, "Samples per (task, length, depth)")->check(positive_int());
-  cmd->add_option("--seed", args->seed, "Seed of the task generators");
-  cmd->add_option("--haystack", args->haystack, "essays (Paul Graham) or synthetic")
-      ->check(CLI::IsMember({"essays", "synthetic"}));
-  cmd->add_flag("--coverage", args->coverage,
-               "Also measure full attention's probability mass on the tokens each policy reads, against the "
-               "most any as many tokens hold (CPU backend; every head's full softmax per step)");
-  cmd->add_option("--json", args->json_path, "Write every record and the aggregates as JSON");
-  cmd->add_option("--markdown", args->markdown_path, "Write the tables as Markdown");
   cmd->callback([args, cmd] {
     args->command = command_line("eval", *cmd);
     run(*args);

@@ -20,21 +20,21 @@ struct GenerateArgs {
   std::string system;
   bool chat = false;
   bool stats = false;
-  int ctx = 0;
 };
 
-void print_stats(const GenerateResult& r) {
-  std::fprintf(stderr, "\n[prompt %d tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s); %s]\n",
+// The seed is printed so that a sampled run can be repeated with -s (llama.cpp prints its seed too).
+void print_stats(const GenerateResult& r, uint64_t seed) {
+  std::fprintf(stderr, "\n[prompt %d tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s); %s; seed %llu]\n",
                r.n_prompt, r.prefill_seconds, r.n_prompt / std::max(r.prefill_seconds, 1e-9),
                r.tokens.size(), r.decode_seconds,
                r.tokens.size() > 1 ? (r.tokens.size() - 1) / std::max(r.decode_seconds, 1e-9) : 0.0,
-               r.finish_reason.c_str());
+               r.finish_reason.c_str(), static_cast<unsigned long long>(seed));
 }
 
 void run_generate(const GenerateArgs& a) {
   std::string text = a.prompt;
   if (!a.prompt_file.empty()) text = read_text_file(a.prompt_file);
-  LY_CHECK(!text.empty(), ErrorCode::kInvalidArgument, "no prompt: pass -p TEXT or --prompt-file FILE");
+  LY_CHECK(!text.empty(), ErrorCode::kInvalidArgument, "no prompt: pass -p TEXT or -f FILE");
   Engine engine(a.model.engine_options(&a.policy));
   const Tokenizer& tok = engine.tokenizer();
   std::vector<int32_t> ids;
@@ -50,8 +50,9 @@ void run_generate(const GenerateArgs& a) {
   GenerateOptions options = a.sampling.generate_options(engine);
   options.correct_every = a.policy.correct_every;
   // Before any prefill: a prompt the context cannot hold fails at once, naming both lengths.
-  check_prompt_fits(int64_t(ids.size()), a.ctx > 0 ? a.ctx : engine.config().max_context);
-  const int capacity = a.ctx > 0 ? a.ctx : int(ids.size()) + options.max_new_tokens;
+  const int ctx = a.model.max_context;
+  check_prompt_fits(int64_t(ids.size()), ctx > 0 ? ctx : engine.config().max_context);
+  const int capacity = ctx > 0 ? ctx : int(ids.size()) + options.max_new_tokens;
   std::unique_ptr<Session> session = engine.new_session(capacity);
   const PolicyKind kind = parse_policy_kind(a.policy.policy);
   std::unique_ptr<AttentionPolicy> policy = make_policy(a.policy.options(engine.config(), kind), engine.config());
@@ -59,7 +60,7 @@ void run_generate(const GenerateArgs& a) {
   GenerateResult r = generate(*session, ids, options, print_tokens(tok));
   std::printf("\n");
   if (a.stats) {
-    print_stats(r);
+    print_stats(r, options.sampling.seed);
     print_kv_stats(session->stats(), engine.config());
   }
 }
@@ -69,15 +70,16 @@ void run_generate(const GenerateArgs& a) {
 void register_generate(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt");
-  args->model.add(*cmd);
+  cmd->add_option("-p,--prompt", args->prompt, "Prompt text")->group(kGroupInput);
+  cmd->add_option("-f,--file", args->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile)->group(kGroupInput);
+  add_deprecated_alias(*cmd, "--prompt-file", args->prompt_file, "-f/--file")->check(CLI::ExistingFile);
+  cmd->add_flag("--chat", args->chat, "Wrap the prompt as a user message in the model's chat template")->group(kGroupInput);
+  cmd->add_option("--system", args->system, "System message (with --chat)")->group(kGroupInput);
+  cmd->add_flag("--stats", args->stats, "Print timing and the seed to stderr")->group(kGroupInput);
+  args->model.add(*cmd, "KV cache capacity in tokens (0 = prompt + max tokens)");
+  add_deprecated_alias(*cmd, "--ctx", args->model.max_context, "-c/--ctx-size")->check(positive_int());
   args->sampling.add(*cmd);
   args->policy.add(*cmd);
-  cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
-  cmd->add_option("--prompt-file", args->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile);
-  cmd->add_flag("--chat", args->chat, "Wrap the prompt as a user message in the model's chat template");
-  cmd->add_option("--system", args->system, "System message (with --chat)");
-  cmd->add_option("--ctx", args->ctx, "KV cache capacity in tokens (default: prompt + max tokens)")->check(positive_int());
-  cmd->add_flag("--stats", args->stats, "Print timing to stderr");
   cmd->callback([args] { run_generate(*args); });
 }
 

@@ -59,7 +59,8 @@ void run_inspect(const InspectArgs& a) {
 void register_inspect(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
   CLI::App* cmd = app.add_subcommand("inspect", "Show what a checkpoint holds");
-  cmd->add_option("-m,--model", args->model, "Hugging Face model directory or GGUF file (default: SmolLM2-135M-Instruct)");
+  cmd->add_option("-m,--model", args->model, "Hugging Face model directory or GGUF file")
+      ->default_str("SmolLM2-135M-Instruct, from the models cache");
   cmd->add_flag("--weights", args->weights, "List every weight with its dtype and shape");
   cmd->add_option("--heads", args->heads, "Check a head-role file against the model and print its map");
   cmd->callback([args] { run_inspect(*args); });

@@ -25,7 +25,6 @@ struct PerplexityArgs {
   std::string file;
   std::string base_cpu_weights;  // "" = the same as --cpu-weights
   std::string base_weights;      // GPU: "" = the same as --weights
-  int ctx = 1024;
   int windows = 4;
   std::string json_path;
   std::string command;
@@ -42,6 +41,8 @@ std::string default_text(size_t n) {
 }
 
 void run(const PerplexityArgs& a) {
+  const int ctx = a.model.max_context;  // -c: the window length (the engine's context too)
+  LY_CHECK(ctx > 0, ErrorCode::kInvalidArgument, "-c/--ctx-size: the window length must be positive, got {}", ctx);
   EngineOptions test_options = a.model.engine_options(&a.policy);
   Engine test_engine(test_options);
   const bool cpu = test_engine.device() == "cpu";
@@ -60,12 +61,12 @@ void run(const PerplexityArgs& a) {
   Engine& base = base_engine ? *base_engine : test_engine;
   const Tokenizer& tok = test_engine.tokenizer();
   // ~4 bytes per token in English: read enough text for the windows asked for.
-  const std::string text = a.file.empty() ? default_text(size_t(a.ctx) * size_t(a.windows) * 6) : read_text_file(a.file);
+  const std::string text = a.file.empty() ? default_text(size_t(ctx) * size_t(a.windows) * 6) : read_text_file(a.file);
   const std::vector<int32_t> ids = tok.encode(text, tok.add_bos_default(), false);
   const PolicyKind kind = parse_policy_kind(a.policy.policy);
   std::unique_ptr<AttentionPolicy> policy =
       make_policy(a.policy.options(test_engine.config(), kind), test_engine.config());
-  std::unique_ptr<Session> base_session = base.new_session(a.ctx), test_session = test_engine.new_session(a.ctx);
+  std::unique_ptr<Session> base_session = base.new_session(ctx), test_session = test_engine.new_session(ctx);
   test_session->set_policy(policy.get());
   // The GPU runs --weights (bf16 or fp8), the CPU --cpu-weights.
   const std::string suffix = cpu ? "" : " GPU";
@@ -73,17 +74,17 @@ void run(const PerplexityArgs& a) {
       fmt::format("{}{} weights, full attention", base_weights.empty() ? test_weights : base_weights, suffix);
   const std::string test_label = fmt::format("{}{} weights, {}", test_weights, suffix, policy->name());
   std::fprintf(stderr, "perplexity: %zu tokens of text, windows of %d (the second half of each scored); base: %s; test: %s\n",
-               ids.size(), a.ctx, base_label.c_str(), test_label.c_str());
-  const PerplexityResult r = compare_perplexity(*base_session, *test_session, ids, a.ctx, a.windows,
+               ids.size(), ctx, base_label.c_str(), test_label.c_str());
+  const PerplexityResult r = compare_perplexity(*base_session, *test_session, ids, ctx, a.windows,
                                                 [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-  std::printf("tokens scored      %lld in %d windows of %d\n", static_cast<long long>(r.scored), r.windows, a.ctx);
+  std::printf("tokens scored      %lld in %d windows of %d\n", static_cast<long long>(r.scored), r.windows, ctx);
   std::printf("perplexity base    %.4f (%s)\n", r.base_ppl, base_label.c_str());
   std::printf("perplexity test    %.4f (%s)\n", r.test_ppl, test_label.c_str());
   std::printf("KL(base || test)   mean %.6f, p99 %.6f, max %.6f nats\n", r.mean_kl, r.p99_kl, r.max_kl);
   std::printf("same top token     %.2f%%\n", 100.0 * r.top1_agree);
   if (!a.json_path.empty()) {
     const nlohmann::json j = {{"command", a.command}, {"model", test_engine.config().name}, {"device", test_engine.device()},
-                              {"base", base_label}, {"test", test_label}, {"ctx", a.ctx}, {"windows", r.windows},
+                              {"base", base_label}, {"test", test_label}, {"ctx", ctx}, {"windows", r.windows},
                               {"scored", r.scored}, {"base_ppl", r.base_ppl}, {"test_ppl", r.test_ppl},
                               {"mean_kl", r.mean_kl}, {"p99_kl", r.p99_kl}, {"max_kl", r.max_kl},
                               {"top1_agree", r.top1_agree}};
@@ -97,19 +98,18 @@ void register_perplexity(CLI::App& app) {
   auto args = std::make_shared<PerplexityArgs>();
   CLI::App* cmd = app.add_subcommand(
       "perplexity", "Perplexity of a text, and the KL divergence of one configuration (weights, policy) from a reference");
-  args->model.add(*cmd);
+  cmd->add_option("-f,--file", args->file, "Text to score")
+      ->default_str("the Paul Graham essays in the models cache")->check(CLI::ExistingFile)->group(kGroupInput);
+  cmd->add_option("--windows", args->windows, "Most windows to score")->check(positive_int())->group(kGroupInput);
+  cmd->add_option("--json", args->json_path, "Also write the figures as JSON")->group(kGroupInput);
+  cmd->add_option("--base-cpu-weights", args->base_cpu_weights, "CPU weights of the full-attention reference")
+      ->default_str("--cpu-weights")->check(CLI::IsMember(kCpuWeightNames))->group(kGroupModel);
+  cmd->add_option("--base-weights", args->base_weights, "GPU weights of the full-attention reference")
+      ->default_str("--weights")->check(CLI::IsMember(kGpuWeightNames))->group(kGroupGpu);
+  args->model.max_context = 1024;
+  args->model.add(*cmd, "Window length in tokens (its second half is scored)");
+  add_deprecated_alias(*cmd, "--ctx", args->model.max_context, "-c/--ctx-size")->check(positive_int());
   args->policy.add(*cmd);
-  cmd->add_option("-f,--file", args->file, "Text to score (default: the Paul Graham essays fetched with the models)")
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--base-cpu-weights", args->base_cpu_weights,
-                  "CPU weights of the reference (default: those of --cpu-weights); the reference runs full attention")
-      ->check(CLI::IsMember(kCpuWeightNames));
-  cmd->add_option("--base-weights", args->base_weights,
-                  "GPU weights of the reference (default: those of --weights); the reference runs full attention")
-      ->check(CLI::IsMember(kGpuWeightNames));
-  cmd->add_option("--ctx", args->ctx, "Window length in tokens (its second half is scored)")->check(positive_int());
-  cmd->add_option("--windows", args->windows, "Most windows to score")->check(positive_int());
-  cmd->add_option("--json", args->json_path, "Also write the figures as JSON");
   cmd->callback([args, cmd] {
     args->command = command_line("perplexity", *cmd);
     run(*args);

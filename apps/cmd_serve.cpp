@@ -213,30 +213,29 @@ void serve(const ServeArgs& a, Signals& signals) {
 void register_serve(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat, completions, streaming)");
+  const char* g = kGroupServer;
+  cmd->add_option("--host", args->host, "Address to listen on (127.0.0.1: this machine only)")->group(g);
+  cmd->add_option("--port", args->port, "Port to listen on (0 = any free port)")->check(CLI::Range(0, 65535))->group(g);
+  cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY'")
+      ->default_str("$LYCHEE_API_KEY")->group(g);
+  cmd->add_option("--model-name", args->model_name, "The model id clients pass")->default_str("the file name")->group(g);
+  cmd->add_option("--max-running", args->max_running, "Sequences decoded together")->check(positive_int())->group(g);
+  cmd->add_option("--max-queue", args->max_queue, "Requests waiting for admission; more get 503")
+      ->check(non_negative_int())->group(g);
+  cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt token-equivalents prefilled per scheduler step")
+      ->check(positive_int())->group(g);
+  cmd->add_option("--prefix-cache", args->prefix_cache, "KV tokens kept for reuse by prompts with the same start (0 = off)")
+      ->default_str("half the pool")->check(CLI::Range(int64_t(-1), int64_t(1) << 40))->group(g);
+  cmd->add_option("--drain-seconds", args->drain_seconds, "On SIGTERM: how long running requests may finish")
+      ->check(non_negative_real())->group(g);
+  cmd->add_option("--random-weights", args->random_weights, "Benchmarks, GPU only: a model of this shape, random weights")
+      ->check(CLI::IsMember(model_shape_names()))->group(kGroupGpu);
   args->model.add(*cmd);
   args->policy.add(*cmd);
-  cmd->add_option("--host", args->host, "Address to listen on (default 127.0.0.1: this machine only)");
-  cmd->add_option("--port", args->port, "Port to listen on (0 = any free port)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY' (default: $LYCHEE_API_KEY)");
-  cmd->add_option("--model-name", args->model_name, "The model id clients pass (default: the file name)");
-  cmd->add_option("--max-running", args->max_running, "Sequences decoded together")->check(positive_int());
-  cmd->add_option("--max-queue", args->max_queue, "Requests waiting for admission; more get 503")->check(non_negative_int());
-  cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt token-equivalents prefilled per scheduler step (a token deep in a long prompt weighs more: its attention work)")->check(positive_int());
-  cmd->add_option("--prefix-cache", args->prefix_cache,
-                  "KV tokens finished prompts may keep for reuse by later prompts that start the same way "
-                  "(default: half the pool; 0 = off)")->check(CLI::Range(int64_t(-1), int64_t(1) << 40));
-  cmd->add_option("--random-weights", args->random_weights,
-                  "Benchmarks, GPU only: serve a model of this shape (llama3-8b, smollm2-135m) with seeded random "
-                  "bf16 weights (decode time does not depend on them); -m's tokenizer and chat template")
-      ->check(CLI::IsMember(model_shape_names()));
-  cmd->add_option("--drain-seconds", args->drain_seconds, "On SIGTERM: how long running requests may finish")
-      ->check(non_negative_real());
   cmd->add_flag("--deterministic", args->deterministic,
-                "Every request batch-invariant (seeded ones always are): the same tokens whatever else runs "
-                "and whatever the prefix cache holds, at some throughput");
-  cmd->add_option("--invariant-chunk", args->invariant_chunk,
-                  "Seeded (batch-invariant) requests: prompt chunks of this many tokens, aligned; the prefix cache "
-                  "serves them whole chunks")->check(positive_int());
+                "Every request batch-invariant (seeded ones always are; docs/serving.md)")->group(g);
+  cmd->add_option("--invariant-chunk", args->invariant_chunk, "Seeded requests: aligned prompt chunks of N tokens")
+      ->check(positive_int())->group(g);
   // Tests only (tests/server): the engine loop throws at this step, as a fault escaping it would.
   cmd->add_option("--debug-fault-step", args->fault_at_step)->group("")->check(CLI::NonNegativeNumber);
   cmd->callback([args] { run_serve(*args); });

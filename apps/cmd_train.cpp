@@ -36,7 +36,8 @@ void run(const TrainArgs& a) {
 void register_train(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand("train-heads", "Learn LycheeDecode head roles (HardKuma gates, distilled from full attention)");
-  cmd->add_option("-m,--model", args->model, "Hugging Face model directory or GGUF file (default: SmolLM2-135M-Instruct)");
+  cmd->add_option("-m,--model", args->model, "Hugging Face model directory or GGUF file")
+      ->default_str("SmolLM2-135M-Instruct, from the models cache");
   cmd->add_option("--device", args->device, "cpu, cuda, or auto (the GPU when there is one)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->add_option("--retrieval-heads", args->retrieval_heads,

@@ -25,7 +25,7 @@ for w in f32 fp8; do
 done
 python3 "$root/scripts/compare_eval.py" "$out/eval_f32.json" "$out/eval_fp8.json" --names f32 fp8 \
   --markdown "$out/compare.md"
-ppl=(perplexity --device cpu --ctx 1024 --windows 4 --base-cpu-weights f32 "${keep[@]}")
+ppl=(perplexity --device cpu -c 1024 --windows 4 --base-cpu-weights f32 "${keep[@]}")
 lychee_policy=(--policy lychee --budget 256 --block-size 16 --heads "$roles")
 "$lychee" "${ppl[@]}" --cpu-weights fp8 --json "$out/ppl_fp8_full.json" | tee "$out/ppl_fp8_full.txt"
 "$lychee" "${ppl[@]}" --cpu-weights f32 "${lychee_policy[@]}" --json "$out/ppl_f32_lychee.json" | tee "$out/ppl_f32_lychee.txt"

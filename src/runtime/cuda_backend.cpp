@@ -13,9 +13,12 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "cuda/common/common.h"
+#include "cuda/common/nccl_comm.h"
+#include "cuda/kernels/prefill_attention.h"
 #include "cuda/runner/gpu_runner.h"
 #include "cuda/runner/policy_plan.h"
 #include "cuda/train/student.h"
+#include "runtime/build_info.h"
 #include "runtime/cuda_session.h"
 
 namespace lychee {
@@ -107,6 +110,30 @@ std::string cuda_backend_unsupported(const DecodeSpec& spec, const ModelConfig& 
 }
 
 std::string cuda_backend_device_status() { return cuda::cuda_device_status(); }
+
+std::string cuda_backend_arch_status() {
+  const cuda::DeviceInfo& d = cuda::device_info();
+  const std::string why = cuda_arch_mismatch(cuda_architectures(), d.cc_major, d.cc_minor);
+  return why.empty() ? why : fmt::format("GPU {} ({}): {}", d.device, d.name, why);
+}
+
+std::vector<std::pair<std::string, std::string>> cuda_backend_library_versions() {
+  // Versions are encoded as major * 1000 + minor * 10 (CUDA), major * 10000 + minor * 100 + patch
+  // (cuDNN 9); 0 where the library is absent (no driver).
+  auto cuda_version = [](int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); };
+  int runtime = 0, driver = 0;
+  const bool have_runtime = cudaRuntimeGetVersion(&runtime) == cudaSuccess;
+  const bool have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
+  const int cudnn = cuda::PrefillAttention::cudnn_version();
+  const std::string nccl = cuda::nccl_version();
+  return {
+      {"CUDA runtime", fmt::format("{} (built with {})", have_runtime ? cuda_version(runtime) : "unavailable",
+                                   cuda_version(CUDART_VERSION))},
+      {"CUDA driver", have_driver ? cuda_version(driver) : "none (no NVIDIA driver loaded)"},
+      {"cuDNN", fmt::format("{}.{}.{}", cudnn / 10000, cudnn % 10000 / 100, cudnn % 100)},
+      {"NCCL", nccl.empty() ? "not linked (no tensor parallelism)" : nccl},
+  };
+}
 
 std::unique_ptr<train::Student> make_cuda_student(const ModelConfig& c, const HostWeights& w,
                                                   const train::StudentOptions& options, int max_context,

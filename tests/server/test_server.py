@@ -280,7 +280,7 @@ def test_soak(server, client, model_id):
 
 
 def test_full_queue_is_503_and_sigterm_drains():
-    s = Server("--max-running", "1", "--max-queue", "1", "--max-context", str(CONTEXT), api_key=None)
+    s = Server("--max-running", "1", "--max-queue", "1", "-c", str(CONTEXT), api_key=None)
     try:
         conn, resp = open_stream(s, {"prompt": "Once upon a time", "max_tokens": 60 if DEVICE == "cpu" else 3000,
                                      "temperature": 0, "ignore_eos": True, "stream": True})
@@ -359,7 +359,7 @@ def test_prefix_reuse(server, client, model_id):
     ttft2_again, text2_again, _ = ttft_and_text(server, q2)
     assert text2_again == text2
     warm = min(ttft2, ttft2_again)
-    plain = Server("--max-context", str(CONTEXT), "--prefix-cache", "0", api_key=None)
+    plain = Server("-c", str(CONTEXT), "--prefix-cache", "0", api_key=None)
     try:
         ttft_and_text(plain, q1)  # warm-up: the first request of a fresh process
         cold, ref, ru = ttft_and_text(plain, q2)
@@ -421,7 +421,7 @@ def test_engine_fault_fails_requests_and_health():
     """An exception escaping the engine loop (injected at a step by a test-only flag) ends the
     running request with a 500, turns /health to 503 and refuses new requests with 503, and the
     process keeps answering (no std::terminate); SIGTERM still exits 0."""
-    s = Server("--max-context", str(CONTEXT), "--debug-fault-step", "5", api_key=None)
+    s = Server("-c", str(CONTEXT), "--debug-fault-step", "5", api_key=None)
     try:
         status, _, b = s.request("POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 50,
                                                              "temperature": 0, "ignore_eos": True})
@@ -441,7 +441,7 @@ def test_full_kv_pool_under_load_queues_instead_of_failing():
     with a 500; afterwards every page is back."""
     # About three requests' pages: f32 K/V on the CPU (46 KB a token), bf16 on the GPU (64-token pages).
     kv = "0.03" if DEVICE == "cpu" else "0.02"
-    s = Server("--max-context", str(CONTEXT), "--max-running", "16", "--kv-memory", kv, api_key=None)
+    s = Server("-c", str(CONTEXT), "--max-running", "16", "--kv-memory", kv, api_key=None)
     try:
         m = s.metrics()
         assert m["lychee_kv_pages_total"] > 0
@@ -466,7 +466,7 @@ def test_full_kv_pool_under_load_queues_instead_of_failing():
 def test_signal_while_loading_or_draining_exits():
     """SIGTERM while the model loads exits at once (128 + 15), and a second SIGINT while draining
     does too, instead of waiting for the load or the drain."""
-    s = Server("--max-context", str(CONTEXT), api_key=None, wait=False)
+    s = Server("-c", str(CONTEXT), api_key=None, wait=False)
     try:
         deadline = time.time() + 30
         while time.time() < deadline:  # listening (503 while loading), the model not yet up
@@ -481,7 +481,7 @@ def test_signal_while_loading_or_draining_exits():
         assert code == 143 and "while the model loads" in out or code == 0 and "SIGTERM: no new requests" in out, out
     finally:
         s.stop()
-    s = Server("--max-context", str(CONTEXT), "--drain-seconds", "60", api_key=None)
+    s = Server("-c", str(CONTEXT), "--drain-seconds", "60", api_key=None)
     try:
         conn, resp = open_stream(s, {"prompt": "Once upon a time", "max_tokens": LONG_TOKENS, "temperature": 0,
                                      "ignore_eos": True, "stream": True})
