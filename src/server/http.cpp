@@ -190,6 +190,7 @@ struct HttpServer::Impl {
     if (!ok || closed || last) return reception->close(std::move(c));
     // The reception framed the request: bytes a handler left unread (a refused request's body) go too.
     c->bytes.erase(0, c->request_end);
+    if (c->bytes.capacity() > (size_t(64) << 10)) c->bytes.shrink_to_fit();  // an idle connection keeps no 8 MiB body
     c->request_end = 0;
     ++c->n_served;
     reception->resume(std::move(c));
