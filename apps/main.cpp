@@ -58,8 +58,8 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "Log only errors (--log-level error)")->group(kGlobal);
   app.add_option("--log-level", level_name, "debug, info, warn, error or off")
       ->default_str("warn")->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}))->group(kGlobal);
-  app.add_option("--threads", threads, "CPU compute threads for OpenMP and BLAS (0 = the cores this process may use)")
-      ->check(lychee::app::non_negative_int())->group(kGlobal);
+  app.add_option("--threads", threads, "CPU compute threads for OpenMP and BLAS")
+      ->default_str("the cores this process may use")->check(lychee::app::positive_int())->group(kGlobal);
   app.parse_complete_callback([&] {
     // Before any subcommand runs (CLI11 runs this callback first).
     lychee::LogLevel level = verbose ? lychee::LogLevel::kInfo : quiet ? lychee::LogLevel::kError : lychee::LogLevel::kWarn;

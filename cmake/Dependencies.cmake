@@ -38,14 +38,25 @@ if(UTF8PROC_LIBRARY MATCHES "\\.a$")
   target_compile_definitions(lychee_utf8proc INTERFACE UTF8PROC_STATIC)
 endif()
 
-# cpp-httplib for the server. Debian's libcpp-httplib-dev ships a "split" httplib.h whose
-# implementation is in libcpp-httplib.so (linked when found); the GPU machine's prefix has the
-# full header-only httplib.h (scripts/gpu/make_deps.sh) and no library.
-find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
-find_library(HTTPLIB_LIBRARY NAMES cpp-httplib)
-add_library(lychee_httplib INTERFACE)
-target_include_directories(lychee_httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR})
-if(HTTPLIB_LIBRARY)
-  target_link_libraries(lychee_httplib INTERFACE ${HTTPLIB_LIBRARY})
+# cpp-httplib for the server, header-only, from Debian 13's source package (0.18.7 with Debian's
+# security fixes; Debian 12's 0.11 reads chunked bodies without a limit and has no header-count
+# limit): scripts/fetch_httplib.sh stages it in .deps/httplib (scripts/install_deps.sh runs it;
+# the GPU machine gets it in the carried .deps). Debian 12's split /usr/include/httplib.h, if
+# installed, is never used: its implementation lives in a library this build does not link.
+set(LYCHEE_HTTPLIB_MIN_VERSION 0.18.7)
+find_path(LYCHEE_HTTPLIB_INCLUDE_DIR httplib.h PATHS ${PROJECT_SOURCE_DIR}/.deps/httplib/include NO_DEFAULT_PATH)
+if(NOT LYCHEE_HTTPLIB_INCLUDE_DIR)
+  message(FATAL_ERROR "cpp-httplib >= ${LYCHEE_HTTPLIB_MIN_VERSION} is not staged in "
+                      "${PROJECT_SOURCE_DIR}/.deps/httplib: run scripts/fetch_httplib.sh")
 endif()
+file(STRINGS ${LYCHEE_HTTPLIB_INCLUDE_DIR}/httplib.h HTTPLIB_VERSION_LINE REGEX "^#define CPPHTTPLIB_VERSION \"")
+string(REGEX REPLACE ".*\"([0-9.]+)\".*" "\\1" HTTPLIB_VERSION "${HTTPLIB_VERSION_LINE}")
+if(NOT HTTPLIB_VERSION OR HTTPLIB_VERSION VERSION_LESS LYCHEE_HTTPLIB_MIN_VERSION)
+  message(FATAL_ERROR "${LYCHEE_HTTPLIB_INCLUDE_DIR}/httplib.h is cpp-httplib '${HTTPLIB_VERSION}'; the server needs "
+                      ">= ${LYCHEE_HTTPLIB_MIN_VERSION} (delete .deps/httplib and run scripts/fetch_httplib.sh)")
+endif()
+add_library(lychee_httplib INTERFACE)
+target_include_directories(lychee_httplib SYSTEM BEFORE INTERFACE ${LYCHEE_HTTPLIB_INCLUDE_DIR})
+# poll() instead of select(): select cannot watch a descriptor >= FD_SETSIZE (1024).
+target_compile_definitions(lychee_httplib INTERFACE CPPHTTPLIB_USE_POLL)
 target_link_libraries(lychee_httplib INTERFACE Threads::Threads)

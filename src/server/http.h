@@ -1,5 +1,6 @@
 // The HTTP face of the server (cpp-httplib): OpenAI's /v1/chat/completions, /v1/completions and
-// /v1/models, /health, /metrics, and llama.cpp's /tokenize and /detokenize. HTTP threads parse,
+// /v1/models, /health, /metrics, and llama.cpp's /tokenize and /detokenize. The reception
+// (http_reception.h) reads each request whole before a worker thread gets it; workers parse,
 // validate, submit to the Scheduler and stream; they never touch the engine's sessions.
 #pragma once
 
@@ -7,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "server/http_reception.h"
 #include "server/metrics.h"
 #include "server/params.h"
 #include "server/scheduler.h"
@@ -17,9 +19,9 @@ struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                       // 0 = any free port
   std::string api_key;                   // "" = no authentication
-  size_t max_body_bytes = size_t(8) << 20;
   int threads = 64;                      // HTTP worker threads (each streaming or waiting request holds one;
                                          // lychee serve: max_running + max_queue + 16, at least 64)
+  ReceptionLimits limits;                // request size, deadlines, open connections (capped by RLIMIT_NOFILE)
 };
 
 class HttpServer {
