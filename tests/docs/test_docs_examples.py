@@ -51,7 +51,7 @@ class Block:
 
     @property
     def id(self):
-        return f"{self.page}:{self.line}:{self.kind}"
+        return f"{self.page}:{self.line}:{self.lang}:{self.kind}"
 
 
 def parse(page):
@@ -151,19 +151,24 @@ def run_block(block, tmp_path):
     outer = tmp_path / "run.sh"
     outer.write_text(wrapper(block, script))
     env = dict(os.environ, LYCHEE_BUILD_DIR=BUILD)
-    p = subprocess.Popen([*ISOLATION, "bash", str(outer)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-        pytest.fail(f"{block.id}: still running after {TIMEOUT_S} s; output so far:\n{out[-4000:]}")
-    finally:
-        try:  # what the block left running (a server started with &)
-            os.killpg(p.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    log = tmp_path / "output.log"
+    # Output to a file, not a pipe: a server the block left running in the background keeps a pipe
+    # open, and the block is over when its shell exits.
+    with open(log, "w") as f:
+        p = subprocess.Popen([*ISOLATION, "bash", str(outer)], cwd=ROOT, env=env, stdout=f,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            p.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            pytest.fail(f"{block.id}: still running after {TIMEOUT_S} s; output so far:\n{log.read_text()[-4000:]}")
+        finally:
+            try:  # what the block left running (a server started with &): same process group
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    out = log.read_text()
     return p.returncode, out
 
 
