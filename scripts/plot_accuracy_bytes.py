@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Accuracy against KV bytes read, per policy (issue 14's "accuracy vs bytes read" figure), from a
-`lychee eval --json` results file, as an SVG without third-party packages: one panel per context
-length; x = bytes read per decode step over what full attention reads (log scale), y = mean
-accuracy over tasks (each task weighs the same, as eval's "Average" table); one colour per policy,
-its budgets joined by a line; full attention at x = 1. A dashed grey line marks 1/8 of the bytes.
+`lychee eval --json` results file, drawn with matplotlib: one panel per context length; x = bytes
+read per decode step over what full attention reads (log scale), y = mean accuracy over tasks
+(each task weighs the same, as eval's "Average" table); one colour per policy, its budgets joined
+by a line; full attention at x = 1. A dashed grey line marks 1/8 of the bytes.
 It also reads the table of a sweep (scripts/sweep_table.py --json): one series per (policy, run),
 e.g. "lychee N10" and "lychee N10_b64" (block 64: dashed), with the 95% intervals as bars.
 
@@ -14,13 +14,16 @@ e.g. "lychee N10" and "lychee N10_b64" (block 64: dashed), with the 95% interval
 """
 import argparse
 import json
-import math
-from xml.sax.saxutils import escape
+import os
+import sys
 
-COLORS = {"full": "#555555", "lychee": "#d62728", "tidal": "#1f77b4", "quest": "#2ca02c", "duo": "#9467bd"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_common import POLICY_COLORS, plt, save  # noqa: E402
+
 # Series of a sweep table beyond the policy kinds: by the run's head count (block 64 runs dashed).
 RUN_COLORS = ["#d62728", "#ff7f0e", "#8c564b", "#e377c2"]
 DUO_COLORS = ["#9467bd", "#17becf", "#1f77b4", "#bcbd22"]
+X_LO = 1 / 64
 
 
 def series_styles(names):
@@ -29,17 +32,13 @@ def series_styles(names):
     runs = sorted({n.partition(" ")[2].split("_b")[0] for n in names if " " in n})
     styles = {}
     for n in names:
-        if n in COLORS:
-            styles[n] = (COLORS[n], False)
+        if n in POLICY_COLORS:
+            styles[n] = (POLICY_COLORS[n], False)
             continue
         policy, _, run = n.partition(" ")
         i = runs.index(run.split("_b")[0]) % len(RUN_COLORS) if " " in n else 0
         styles[n] = ((DUO_COLORS if policy == "duo" else RUN_COLORS)[i], "_b" in run)
     return styles
-
-
-W, H, PAD = 360, 260, 56
-X_LO, X_HI = math.log10(1 / 64), 0.0
 
 
 def points(results):
@@ -67,67 +66,59 @@ def points_table(table):
     return out
 
 
-def panel(length, series, styles, x0, y0):
-    sx = lambda r: x0 + W * (math.log10(max(r, 10 ** X_LO)) - X_LO) / (X_HI - X_LO)
-    sy = lambda a: y0 + H * (1 - a)
-    out = [f'<rect x="{x0}" y="{y0}" width="{W}" height="{H}" fill="none" stroke="#000"/>',
-           f'<text x="{x0 + W / 2}" y="{y0 - 10}" text-anchor="middle" font-size="13">{length} tokens</text>',
-           f'<text x="{x0 + W / 2}" y="{y0 + H + 34}" text-anchor="middle" font-size="11">KV bytes read / full attention\'s (log)</text>',
-           f'<text x="{x0 - 40}" y="{y0 + H / 2}" text-anchor="middle" font-size="11" '
-           f'transform="rotate(-90 {x0 - 40} {y0 + H / 2})">mean accuracy (%)</text>']
-    for frac, label in ((1 / 64, "1/64"), (1 / 16, "1/16"), (1 / 4, "1/4"), (1, "1")):
-        out.append(f'<text x="{sx(frac)}" y="{y0 + H + 16}" text-anchor="middle" font-size="10">{label}</text>')
-    out.append(f'<line x1="{sx(1 / 8)}" y1="{y0}" x2="{sx(1 / 8)}" y2="{y0 + H}" stroke="#999" stroke-dasharray="4,3"/>')
-    out.append(f'<text x="{sx(1 / 8) + 3}" y="{y0 + 12}" font-size="9" fill="#777">1/8</text>')
-    for a in range(0, 101, 20):
-        out.append(f'<text x="{x0 - 6}" y="{sy(a / 100) + 3}" text-anchor="end" font-size="10">{a}</text>')
-    for kind, pts in sorted(series.items()):
-        color, dashed = styles[kind]
-        pts = sorted(pts)
-        if len(pts) > 1:
-            path = " ".join(f"{sx(p[0]):.1f},{sy(p[1]):.1f}" for p in pts)
-            dash = ' stroke-dasharray="6,4"' if dashed else ""
-            out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5"{dash} points="{path}"/>')
-        for p in pts:
-            r, a, label = p[:3]
-            if len(p) > 3:  # 95% interval
-                out.append(f'<line x1="{sx(r):.1f}" y1="{sy(max(0.0, a - p[3])):.1f}" x2="{sx(r):.1f}" '
-                           f'y2="{sy(min(1.0, a + p[3])):.1f}" stroke="{color}" stroke-width="1"/>')
-            out.append(f'<circle cx="{sx(r):.1f}" cy="{sy(a):.1f}" r="3.5" fill="{color}"><title>{escape(label)}: '
-                       f'{100 * a:.1f}% at {r:.3f}</title></circle>')
-    return out
+def figure(data, caption=""):
+    """One panel per length; each series a line with its points (clipped at x = 1/64), with 95%
+    interval bars where the data has them."""
+    lengths = sorted(data)
+    if not lengths:
+        raise SystemExit("plot_accuracy_bytes: no (policy, length) has both an accuracy and a KV ratio")
+    styles = series_styles({k for sr in data.values() for k in sr})
+    fig, axes = plt.subplots(1, len(lengths), figsize=(4.6 * len(lengths), 3.9), squeeze=False, sharey=True)
+    for ax, length in zip(axes[0], lengths):
+        ax.set_title(f"{length} tokens")
+        ax.set_xscale("log")
+        ax.set_xlim(X_LO / 1.25, 1.25)
+        ax.set_ylim(-2, 102)
+        ax.set_xticks([1 / 64, 1 / 16, 1 / 4, 1], ["1/64", "1/16", "1/4", "1"])
+        ax.minorticks_off()
+        ax.set_xlabel("KV bytes read / full attention's (log)")
+        ax.axvline(1 / 8, color="#999999", linestyle="--", linewidth=1)
+        ax.text(1 / 8 * 1.05, 97, "1/8", fontsize=8, color="#777777", va="top")
+        for name, pts in sorted(data[length].items()):
+            color, dashed = styles[name]
+            pts = sorted(pts)
+            xs = [max(p[0], X_LO) for p in pts]
+            ys = [100 * p[1] for p in pts]
+            ax.plot(xs, ys, marker="o", markersize=4, color=color, linestyle="--" if dashed else "-",
+                    linewidth=1.5, label=name + (" (dashed)" if dashed else ""))
+            if any(len(p) > 3 for p in pts):  # 95% intervals, clipped to [0, 100]
+                lo = [y - max(0.0, 100 * (p[1] - p[3])) for y, p in zip(ys, pts)]
+                hi = [min(100.0, 100 * (p[1] + p[3])) - y for y, p in zip(ys, pts)]
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor=color, elinewidth=1, capsize=0)
+    axes[0][0].set_ylabel("mean accuracy (%)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    for ax in axes[0][1:]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen.keys()), loc="lower center", ncol=min(len(seen), 6), fontsize=9,
+               frameon=False, bbox_to_anchor=(0.5, -0.02 - 0.045 * ((len(seen) - 1) // 6)))
+    if caption:
+        fig.text(0.01, -0.08 - 0.045 * ((len(seen) - 1) // 6), caption[:160], fontsize=8, color="#555555")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", help="lychee eval --json output")
-    ap.add_argument("-o", "--out", required=True)
+    ap.add_argument("results", help="lychee eval --json output, or a sweep table (scripts/sweep_table.py --json)")
+    ap.add_argument("-o", "--out", required=True, help="the figure, .svg or .png")
     args = ap.parse_args()
     r = json.load(open(args.results))
     data = points_table(r) if "rows" in r else points(r)
-    styles = series_styles({k for sr in data.values() for k in sr})
-    lengths = sorted(data)
-    body = []
-    for i, length in enumerate(lengths):
-        body += panel(length, data[length], styles, PAD + i * (W + PAD), PAD)
-    kinds = sorted({k for s in data.values() for k in s})
-    width = PAD + len(lengths) * (W + PAD)
-    lx, ly = PAD, PAD + H + 52
-    for k in kinds:
-        step = 80 if " " not in k else 170
-        if lx + step > width:  # the legend wraps
-            lx, ly = PAD, ly + 18
-        color, dashed = styles[k]
-        body.append(f'<circle cx="{lx}" cy="{ly}" r="4" fill="{color}"/>'
-                    f'<text x="{lx + 8}" y="{ly + 4}" font-size="11">{escape(k + (" (dashed)" if dashed else ""))}</text>')
-        lx += step
-    run = r.get("run", {})
-    caption = run.get("command", "") if "rows" not in r else f"sweep table of {r.get('folder', '')} (scripts/sweep_table.py)"
-    body.append(f'<text x="{PAD}" y="{ly + 24}" font-size="10" fill="#555">{escape(caption)[:160]}</text>')
-    height = ly + 38
-    open(args.out, "w").write(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-                              f'font-family="sans-serif"><rect width="100%" height="100%" fill="#fff"/>'
-                              + "".join(body) + "</svg>\n")
+    caption = (r.get("run", {}).get("command", "") if "rows" not in r
+               else f"sweep table of {r.get('folder', '')} (scripts/sweep_table.py)")
+    save(figure(data, caption), args.out)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ item 3; the paper's ablation on Llama-3-8B), from two committed results:
 
 Points are matched by shares: a budget of length / d on the default model with the speed at a
 budget of context / d, and a retrieval share with the bench run whose --retrieval over 256 KV heads
-is nearest. Writes an SVG (x: speedup over Full, y: % of full attention's accuracy; one colour per
+is nearest. Draws a figure with matplotlib (x: speedup over Full, y: % of full attention's accuracy; one colour per
 retrieval share, budgets joined by a line) and a Markdown table.
 
     python3 scripts/plot_tradeoff.py docs/results/sweep_gpu/grid_table.json OUT/bench-tradeoff/*.json \\
@@ -21,12 +21,15 @@ retrieval share, budgets joined by a line) and a Markdown table.
 import argparse
 import collections
 import json
+import os
 import re
 import sys
-from xml.sax.saxutils import escape
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+from plot_common import plt, save  # noqa: E402
 
 COLORS = ["#d62728", "#ff7f0e", "#2ca02c", "#1f77b4"]
-W, H, PAD = 520, 340, 64
 KV_HEADS_8B = 256
 
 
@@ -62,13 +65,38 @@ def speed_by_share(paths, context):
     return out
 
 
+def figure(points, runs, context):
+    """x: speedup over Full, y: % of full attention's accuracy; one line per run (its retrieval
+    share), each point labelled with its budget share 1/d."""
+    fig, ax = plt.subplots(figsize=(7.2, 5.0))
+    for i, (run, pts) in enumerate(sorted(points.items())):
+        color = COLORS[i % len(COLORS)]
+        pts = sorted(pts)
+        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], color=color, linewidth=1.5, marker="o",
+                markersize=5, label=f"{run} ({100 * runs[run]:.0f}% retrieval)")
+        for sp, ac, d, *_ in pts:
+            ax.annotate(f"1/{d}", (sp, 100 * ac), textcoords="offset points", xytext=(5, 5), fontsize=8, color=color)
+    xs = [p[0] for pts in points.values() for p in pts]
+    ys = [p[1] for pts in points.values() for p in pts]
+    ax.set_xlim(min(1.0, min(xs)) * 0.95, max(xs) * 1.05)
+    ax.set_ylim(100 * min(0.5, min(ys) - 0.05), 105)
+    ax.axhline(100, color="#999999", linestyle="--", linewidth=1)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.set_xlabel("TPOT speedup over Full")
+    ax.set_ylabel("% of full attention's accuracy (mean over 2K-8K)")
+    ax.set_title(f"LycheeDecode: accuracy (default model) against speed\n(Llama-3-8B shape, {context // 1024}K, batch 1)")
+    ax.legend(loc="lower left", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("table", help="sweep table JSON (scripts/sweep_table.py --json)")
     ap.add_argument("bench", nargs="+", help="bench_e2e JSON files, one per (retrieval, budget)")
     ap.add_argument("--run", action="append", required=True, help="NAME=SHARE: a run of the table and its retrieval share")
     ap.add_argument("--context", type=int, default=131072, help="the bench context the speed is read at")
-    ap.add_argument("-o", "--out", required=True)
+    ap.add_argument("-o", "--out", required=True, help="the figure, .svg or .png")
     ap.add_argument("--markdown")
     a = ap.parse_args()
     runs = {}
@@ -91,45 +119,13 @@ def main():
     if not points:
         sys.exit("plot_tradeoff: no (run, budget share) of the table has a bench file at the same shares")
 
-    xs = [p[0] for pts in points.values() for p in pts]
-    x_lo, x_hi = min(1.0, min(xs)) * 0.95, max(xs) * 1.05
-    ys = [p[1] for pts in points.values() for p in pts]
-    y_lo, y_hi = min(0.5, min(ys) - 0.05), 1.05
-    sx = lambda v: PAD + W * (v - x_lo) / (x_hi - x_lo)
-    sy = lambda v: PAD + H * (1 - (v - y_lo) / (y_hi - y_lo))
-    body = [f'<rect x="{PAD}" y="{PAD}" width="{W}" height="{H}" fill="none" stroke="#000"/>',
-            f'<text x="{PAD + W / 2}" y="{PAD - 24}" text-anchor="middle" font-size="13">LycheeDecode: accuracy '
-            f'(default model) against speed (Llama-3-8B shape, {a.context // 1024}K, batch 1)</text>',
-            f'<text x="{PAD + W / 2}" y="{PAD + H + 40}" text-anchor="middle" font-size="11">TPOT speedup over Full</text>',
-            f'<text x="{PAD - 44}" y="{PAD + H / 2}" text-anchor="middle" font-size="11" '
-            f'transform="rotate(-90 {PAD - 44} {PAD + H / 2})">% of full attention\'s accuracy (mean over 2K-8K)</text>',
-            f'<line x1="{PAD}" y1="{sy(1.0):.1f}" x2="{PAD + W}" y2="{sy(1.0):.1f}" stroke="#999" stroke-dasharray="4,3"/>']
-    step = 0.5 if x_hi - x_lo > 2 else 0.25
-    t = step * int(x_lo / step + 1)
-    while t < x_hi:
-        body.append(f'<text x="{sx(t):.1f}" y="{PAD + H + 16}" text-anchor="middle" font-size="10">{t:g}x</text>')
-        t += step
-    for v in range(int(y_lo * 10) + 1, 11):
-        body.append(f'<text x="{PAD - 6}" y="{sy(v / 10) + 3:.1f}" text-anchor="end" font-size="10">{v * 10}</text>')
     lines = ["| run (retrieval share) | budget share | bench retrieval KV heads | % of full accuracy | "
              "LycheeDecode TPOT ms | Full TPOT ms | speedup |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for i, (run, pts) in enumerate(sorted(points.items())):
-        color = COLORS[i % len(COLORS)]
-        pts = sorted(pts)
-        body.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="'
-                    + " ".join(f"{sx(p[0]):.1f},{sy(p[1]):.1f}" for p in pts) + '"/>')
-        for sp, ac, d, retrieval, tpot, full in pts:
-            body.append(f'<circle cx="{sx(sp):.1f}" cy="{sy(ac):.1f}" r="4" fill="{color}"><title>{escape(run)}, '
-                        f'budget 1/{d}: {100 * ac:.1f}% at {sp:.2f}x</title></circle>'
-                        f'<text x="{sx(sp) + 6:.1f}" y="{sy(ac) - 6:.1f}" font-size="9" fill="{color}">1/{d}</text>')
+    for run, pts in sorted(points.items()):
+        for sp, ac, d, retrieval, tpot, full in sorted(pts):
             lines.append(f"| {run} ({100 * runs[run]:.1f}%) | 1/{d} | {retrieval} | {100 * ac:.1f} | {tpot:.3f} | "
                          f"{full:.3f} | {sp:.2f}x |")
-        body.append(f'<circle cx="{PAD + 10 + 170 * i}" cy="{PAD + H + 62}" r="4" fill="{color}"/>'
-                    f'<text x="{PAD + 18 + 170 * i}" y="{PAD + H + 66}" font-size="11">{escape(run)} '
-                    f'({100 * runs[run]:.0f}% retrieval)</text>')
-    open(a.out, "w").write(f'<svg xmlns="http://www.w3.org/2000/svg" width="{W + 2 * PAD}" height="{H + PAD + 90}" '
-                           f'font-family="sans-serif"><rect width="100%" height="100%" fill="#fff"/>'
-                           + "".join(body) + "</svg>\n")
+    save(figure(points, runs, a.context), a.out)
     text = "\n".join(lines)
     print(text)
     if a.markdown:

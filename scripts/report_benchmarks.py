@@ -302,8 +302,9 @@ def decode_step_section():
                   "trace records it (what it adds to the step's span; since 4ab9d3d), else its own time, which "
                   "counts the overlap twice; the selection's exposed time is where its side branch outlasts the "
                   "products beside it; device busy is the union. Details and the peers (FlashInfer 0.7.2.post1, torch cuDNN) in "
-                  "`docs/results/gpu/decode_step/README.md`; latency plot "
-                  "`docs/results/gpu/decode_step/e2e_latency_h100.svg`.", ""]
+                  "`docs/results/gpu/decode_step/README.md`; the latency plot (`scripts/plot_e2e.py`):", "",
+                  "![Time per output token against context, every policy and transformers, H100]"
+                  "(results/gpu/decode_step/e2e_latency_h100.svg)", ""]
     return lines
 
 
@@ -329,7 +330,7 @@ def serving_section():
                 lines.append(f"| {r['policy']} | {lv['concurrency']} | {lv['requests']} | {lv['output_tok_s']:.0f} | "
                              f"{lv['ttft_ms_p50']:.0f} | {lv['ttft_ms_p99']:.0f} | {lv['tpot_ms_p50']:.2f} | "
                              f"{lv['tpot_ms_p99']:.2f} | {lv['failures']} |")
-        lines.append("")
+        lines += ["", f"![lychee serve under load, {title}](results/gpu/serving/{name.replace('.json', '.svg')})", ""]
     long_runs = sorted(f for f in os.listdir(base) if f.startswith("serve_long_prompt") and f.endswith(".json")) \
         if os.path.isdir(base) else []
     if long_runs:

@@ -1,7 +1,9 @@
-"""The analysis scripts behind committed results (scripts/sweep_table.py, paired_strategies.py,
-plot_accuracy_bytes.py, plot_tradeoff.py), run as their users run them, on small eval and bench
+"""The analysis scripts behind committed results (scripts/sweep_table.py, paired_strategies.py and
+the matplotlib figures of scripts/plot_*.py), run as their users run them, on small eval and bench
 files written here with known answers: pooled means and intervals, paired differences, refusals of
-inputs that would give a wrong table, and figures that name what they plot."""
+inputs that would give a wrong table, and figures whose series carry exactly the data given, with
+the axes and legends that name it."""
+import importlib.util
 import json
 import math
 import os
@@ -88,13 +90,45 @@ def grid_table(tmp_path):
     return tmp_path / "grid.json"
 
 
+def plot_module(name):
+    """scripts/<name>.py imported, to look inside the figure it builds."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(SCRIPTS, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, SCRIPTS)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(SCRIPTS)
+    return module
+
+
+def svg_text(path):
+    svg = open(path).read()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    return svg
+
+
+def lines_by_label(ax):
+    return {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ln in ax.get_lines()
+            if not ln.get_label().startswith("_")}
+
+
 def test_plot_accuracy_bytes_draws_a_sweep_table(tmp_path):
     grid = grid_table(tmp_path)
     run("plot_accuracy_bytes.py", grid, "-o", tmp_path / "a.svg")
-    svg = open(tmp_path / "a.svg").read()
-    assert svg.startswith("<svg") and "2048 tokens" in svg
-    assert "N10: lychee topk 256 block 16: 50.0% at 0.250" in svg  # the point's tooltip
+    svg = svg_text(tmp_path / "a.svg")
+    assert "2048 tokens" in svg and "mean accuracy (%)" in svg  # the panel and its axis, as text
     assert "lychee N10" in svg and "full" in svg  # legend
+    m = plot_module("plot_accuracy_bytes")
+    fig = m.figure(m.points_table(json.load(open(grid))))
+    (ax,) = fig.axes
+    series = lines_by_label(ax)
+    assert set(series) == {"lychee N10", "full"}
+    # budget 256: passkey 1/2, vt 1/2 -> 50% at 0.25 of the bytes; budget 512: 100% at 0.35
+    assert series["lychee N10"][0] == pytest.approx([0.25, 0.35]) and series["lychee N10"][1] == pytest.approx([50, 100])
+    assert series["full"] == ([1.0], [100.0])
+    assert ax.get_xscale() == "log" and ax.get_title() == "2048 tokens"
+    assert "KV bytes read" in ax.get_xlabel()
 
 
 def bench_file(path, retrieval, budget, context, full_ms, lychee_ms):
@@ -114,7 +148,137 @@ def test_plot_tradeoff_pairs_accuracy_and_speed_by_shares(tmp_path):
     lines = {ln.split("|")[2].strip(): ln for ln in p.stdout.splitlines() if ln.startswith("| N10")}
     assert "| 100.0 |" in lines["1/4"] and "1.25x" in lines["1/4"]
     assert "| 50.0 |" in lines["1/8"] and "2.00x" in lines["1/8"] and "| 32 |" in lines["1/8"]
-    assert "1/8: 50.0% at 2.00x" in open(tmp_path / "t.svg").read()
+    svg = svg_text(tmp_path / "t.svg")
+    assert "TPOT speedup over Full" in svg and "N10 (14% retrieval)" in svg and "1/8" in svg
+    m = plot_module("plot_tradeoff")
+    fig = m.figure({"N10": [(1.25, 1.0, 4, 32, 8.0, 10.0), (2.0, 0.5, 8, 32, 5.0, 10.0)]}, {"N10": 0.144}, ctx)
+    (ax,) = fig.axes
+    assert lines_by_label(ax) == {"N10 (14% retrieval)": ([1.25, 2.0], [100.0, 50.0])}
+    assert sorted(t.get_text() for t in ax.texts) == ["1/4", "1/8"]
     p = run("plot_tradeoff.py", grid, tmp_path / "b4.json", "--run", "N10=0.144", "--context", 131072,
             "-o", tmp_path / "u.svg", ok=False)
     assert p.returncode != 0 and "no bench file has Full and LycheeDecode at context 131072" in p.stderr
+
+
+def test_plot_e2e_one_panel_per_batch_one_line_per_policy(tmp_path):
+    e2e = {"gpu": "test GPU", "commit": "abc", "rows": [
+        {"batch": 1, "context": 16384, "policy": "full", "tpot_ms": 6.0},
+        {"batch": 1, "context": 32768, "policy": "full", "tpot_ms": 7.0},
+        {"batch": 1, "context": 16384, "policy": "lychee", "tpot_ms": 5.5},
+        {"batch": 4, "context": 16384, "policy": "full", "tpot_ms": 8.5},
+        {"batch": 4, "context": 131072, "policy": "full"}]}  # skipped: no TPOT (did not fit)
+    hf = {"rows": [{"batch": 1, "context": 16384, "tpot_ms": 21.6}, {"batch": 4, "context": 131072, "tpot_ms": None}]}
+    json.dump(e2e, open(tmp_path / "e.json", "w"))
+    json.dump(hf, open(tmp_path / "h.json", "w"))
+    run("plot_e2e.py", tmp_path / "e.json", tmp_path / "h.json", "-o", tmp_path / "e.svg")
+    assert "test GPU (commit abc)" in svg_text(tmp_path / "e.svg")
+    m = plot_module("plot_e2e")
+    fig = m.figure(m.series(e2e, hf), "t")
+    b1, b4 = fig.axes
+    assert b1.get_title() == "batch 1" and b4.get_title() == "batch 4"
+    assert lines_by_label(b1) == {"full": ([16384, 32768], [6.0, 7.0]), "lychee": ([16384], [5.5]),
+                                  "hf sdpa": ([16384], [21.6])}
+    assert lines_by_label(b4) == {"full": ([16384], [8.5])}
+    assert b1.get_yscale() == "log" and "time per output token" in b1.get_ylabel()
+
+
+def test_plot_fp8_gemv_bars_per_kernel_and_target(tmp_path):
+    rows = [{"n": 1, "shape": "qkv", "kernel": "lychee_fp8", "pct_copy": 66.0},
+            {"n": 1, "shape": "qkv", "kernel": "cublaslt_bf16", "pct_copy": 75.0},
+            {"n": 8, "shape": "down", "kernel": "lychee_fp8", "pct_copy": 81.0},
+            {"n": 8, "shape": "down", "kernel": "cublaslt_fp8"}]  # no pct_copy: skipped
+    r = {"gpu": "test GPU", "commit": "abc", "target_pct_copy": 85, "copy_bandwidth_gbs": 4200.0, "rows": rows}
+    json.dump(r, open(tmp_path / "g.json", "w"))
+    run("plot_fp8_gemv.py", tmp_path / "g.json", "-o", tmp_path / "g.svg")
+    svg = svg_text(tmp_path / "g.svg")
+    assert "target 85%" in svg and "% of copy bandwidth" in svg and "copy bandwidth 4200 GB/s" in svg
+    m = plot_module("plot_fp8_gemv")
+    fig = m.figure(m.table(rows), 85, "t")
+    n1, n8 = fig.axes[:2]
+    heights = lambda ax: sorted(round(p.get_height(), 3) for p in ax.patches)
+    assert heights(n1) == [66.0, 75.0] and heights(n8) == [81.0]
+    assert [t.get_text() for t in n1.texts if t.get_text().isdigit()] == ["66"]  # lychee bars carry their value
+    assert any(ln.get_ydata()[0] == 85 for ln in n1.get_lines())  # the target line
+
+
+def gate_history(gate):
+    """Two layers of two KV heads (gated heads 2 and 3) over steps 0, 100, 200."""
+    return {"gate": gate, "model": "test", "n_layers": 2, "n_kv_heads": 2, "steps": [0, 100, 200],
+            "expected_z": [[1, 1, 0.5, 0.5], [1, 1, 0.7, 0.3], [1, 1, 0.95, 0.05]],
+            "params": [[0.0, 0.0, 0.0, 0.0], [0.5, -0.5, -0.5, 0.5], [1.0, -1.0, -1.0, 1.0]],
+            "roles": [1, 1, 1, 0]}
+
+
+def test_plot_gate_dynamics_ez_per_head_and_densities(tmp_path):
+    for gate in ("hardkuma", "direct"):
+        json.dump(gate_history(gate), open(tmp_path / f"{gate}.json", "w"))
+    run("plot_gate_dynamics.py", tmp_path / "hardkuma.json", tmp_path / "direct.json", "-o", tmp_path / "d.svg")
+    svg = svg_text(tmp_path / "d.svg")
+    assert "hardkuma: E[z] per head (test)" in svg and "retrieval at the end: 1 heads" in svg
+    m = plot_module("plot_gate_dynamics")
+    fig = m.figure([gate_history("hardkuma"), gate_history("direct")])
+    ez, high, low = fig.axes[:3]
+    traces = sorted((list(ln.get_ydata()), ln.get_color()) for ln in ez.get_lines())
+    assert traces == [([0.5, 0.3, 0.05], "#7f7f7f"), ([0.5, 0.7, 0.95], "#d62728")]  # sparse grey, retrieval red
+    assert "layer 1 KV head 0" in high.get_title() and "layer 1 KV head 1" in low.get_title()
+    # head 2's gate at step 200: a = exp(1), b = exp(-1); a density per snapshot
+    labels = [ln.get_label() for ln in high.get_lines()]
+    assert labels == ["step 0: a 1.00, b 1.00", "step 100: a 1.65, b 0.61", "step 200: a 2.72, b 0.37"]
+    assert not fig.axes[4].axison and not fig.axes[5].axison  # the direct run has no density panels
+
+
+def test_plot_overlap_one_heatmap_per_case(tmp_path):
+    cases = [{"answer": " Paris", "n_layers": 3, "n_heads": 2, "overlap": [0.0, 1.0, 0.5, 0.5]},
+             {"answer": "Two", "n_layers": 3, "n_heads": 2, "overlap": [1.0, 1.0, 1.0, 0.0]}]
+    json.dump({"k": 5, "model": "test", "cases": cases}, open(tmp_path / "o.json", "w"))
+    run("plot_overlap.py", tmp_path / "o.json", "-o", tmp_path / "o.svg")
+    svg = svg_text(tmp_path / "o.svg")
+    assert "Top-5 overlap of same-index heads in adjacent layers, test" in svg and 'case 1: "Paris"' in svg
+    m = plot_module("plot_overlap")
+    fig = m.figure({"k": 5, "model": "test", "cases": cases})
+    a, b = fig.axes[:2]
+    assert a.get_images()[0].get_array().tolist() == [[0.0, 1.0], [0.5, 0.5]]
+    assert b.get_images()[0].get_array().tolist() == [[1.0, 1.0], [1.0, 0.0]]
+    assert "mean 0.50" in a.get_title() and "mean 0.75" in b.get_title()
+    json.dump({"k": 5, "model": "test", "cases": [dict(cases[0], overlap=[0.1])]}, open(tmp_path / "bad.json", "w"))
+    p = run("plot_overlap.py", tmp_path / "bad.json", "-o", tmp_path / "bad.svg", ok=False)
+    assert p.returncode != 0 and "1 overlaps, expected (n_layers - 1) x n_heads = 4" in p.stderr
+
+
+def test_plot_serve_three_panels_p50_and_p99(tmp_path):
+    def level(c, tok, ttft, tpot):
+        return {"concurrency": c, "output_tok_s": tok, "ttft_ms_p50": ttft, "ttft_ms_p99": 2 * ttft,
+                "tpot_ms_p50": tpot, "tpot_ms_p99": float("nan") if c == 4 else 1.5 * tpot}
+    runs = [{"policy": "full", "label": "t", "gpu": "test GPU", "commit": "abc", "prompt_tokens": 2048,
+             "output_tokens": 64, "levels": [level(1, 100.0, 50.0, 5.0), level(4, 300.0, 80.0, 6.0)]},
+            {"policy": "lychee", "label": "t", "gpu": "test GPU", "commit": "abc", "prompt_tokens": 2048,
+             "output_tokens": 64, "levels": [level(1, 120.0, 40.0, 4.0)]}]
+    json.dump(runs, open(tmp_path / "s.json", "w"))
+    run("plot_serve.py", tmp_path / "s.json", "-o", tmp_path / "s.svg")
+    svg = svg_text(tmp_path / "s.svg")
+    assert "2048-token prompts, 64 output tokens, test GPU (commit abc)" in svg and "concurrency" in svg
+    m = plot_module("plot_serve")
+    fig = m.figure(*m.load(runs))
+    tok, ttft, tpot = fig.axes
+    assert lines_by_label(tok) == {"full output_tok_s": ([1, 4], [100.0, 300.0]), "lychee output_tok_s": ([1], [120.0])}
+    assert lines_by_label(ttft)["full ttft_ms_p99"] == ([1, 4], [100.0, 160.0])
+    assert lines_by_label(tpot)["full tpot_ms_p99"] == ([1], [7.5])  # the NaN at concurrency 4 left out
+    assert ttft.get_yscale() == "log" and tok.get_yscale() == "linear"
+    p = run("plot_serve.py", tmp_path / "e.json", "-o", tmp_path / "e.svg", ok=False) if json.dump(
+        [{"policy": "full"}], open(tmp_path / "e.json", "w")) is None else None
+    assert p.returncode != 0 and "no run with concurrency levels" in p.stderr
+
+
+def test_plot_tp_balance_bars_per_gpu_and_odd_layers_marked():
+    m = plot_module("plot_tp_balance")
+    t = [[1.0, 2.0, 0.5], [1.0, 1.0, 0.5]]  # [gpu][layer] ms
+    assert m.balance(t) == pytest.approx([1.0, 2.0 / 1.5, 1.0])
+    fig = m.figure(t, {0: 8, 1: 3}, "t")
+    (ax,) = fig.axes
+    by_gpu = {}
+    for bar in ax.containers:
+        by_gpu[bar.get_label()] = [round(p.get_height(), 3) for p in bar.patches]
+    assert by_gpu == {"GPU 0": [1.0, 2.0, 0.5], "GPU 1": [1.0, 1.0, 0.5]}
+    ticks = ax.get_xticklabels()
+    assert [t.get_text() for t in ticks] == ["8", "3", "0"]
+    assert [t.get_color() for t in ticks] == ["black", "#d62728", "black"]  # layer 1's 3 heads do not split in 2
