@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-vendors llama.cpp's Jinja engine (common/jinja, with the common/json and common/unicode files
-# it links against) into third_party/llama.cpp-jinja/, verbatim, from the llama_cpp_python source
-# package on PyPI (which ships llama.cpp under vendor/llama.cpp). Run it to move to a newer
+# it links against) into third_party/llama.cpp-jinja/, from the llama_cpp_python source package on
+# PyPI (which ships llama.cpp under vendor/llama.cpp), then applies patches/. Run it to move to a newer
 # version, then rebuild and run the chat-template tests (ctest -R ChatTemplate).
 set -euo pipefail
 version="${1:-0.3.36}"
@@ -20,5 +20,7 @@ mkdir -p "$dest/common"
 cp "$tmp/$src/LICENSE" "$dest/LICENSE"
 cp -r "$tmp/$src/common/jinja" "$dest/common/jinja"
 for f in "${files[@]:1}"; do cp "$tmp/$src/$f" "$dest/$f"; done
+# lychee's patches (patches/*.patch, each saying why), applied in order.
+for p in "$dest"/patches/*.patch; do patch -s -d "$dest" -p1 < "$p"; done
 echo "llama_cpp_python $version (PyPI sdist), vendor/llama.cpp" > "$dest/VERSION"
 echo "vendored llama.cpp's Jinja engine from llama_cpp_python $version into $dest"

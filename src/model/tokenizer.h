@@ -47,6 +47,10 @@ class Tokenizer {
   // become their ids, as HF does by default; with false they are tokenized as plain text.
   // add_bos prepends bos_id() when the tokenizer has one.
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = true) const;
+  // As encode(text, add_bos, true), except that a special token overlapping one of the byte
+  // ranges in plain ([begin, end), sorted) stays text: a chat's message content (chat_template.h).
+  std::vector<int32_t> encode(std::string_view text, bool add_bos,
+                              std::span<const std::pair<size_t, size_t>> plain) const;
   // Exact bytes: the concatenation of token_piece over the ids (skipping special tokens when
   // asked). The result may be invalid UTF-8 when the ids end inside a character. Throws
   // Error(kInvalidArgument) for an id outside [0, vocab_size()).
@@ -83,7 +87,10 @@ class Tokenizer {
   void build_matchers();
   void set_stop_ids();
   void split_added(std::string_view text, const AddedMatcher& m, bool parse_special,
-                   std::vector<Segment>& out) const;
+                   std::vector<Segment>& out,
+                   std::span<const std::pair<size_t, size_t>> plain = {}) const;
+  std::vector<int32_t> encode_impl(std::string_view text, bool add_bos, bool parse_special,
+                                   std::span<const std::pair<size_t, size_t>> plain) const;
   std::string normalize(std::string_view text) const;
   struct EncodeCache;
   void encode_text(std::string_view text, std::vector<int32_t>& out, EncodeCache& cache) const;

@@ -160,6 +160,28 @@ string string::titlecase() {
         return res;
     });
 }
+// lychee patch: the bytes of the Python whitespace character (str.isspace) that starts at i or
+// ends at end within [begin, end), 0 if none.
+static size_t py_space_len_at(const std::string & s, size_t i, size_t end) {
+    const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+    const unsigned char c = b(i);
+    if ((c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20)) return 1;
+    if (c == 0xc2 && i + 1 < end && (b(i + 1) == 0x85 || b(i + 1) == 0xa0)) return 2;
+    if (i + 2 >= end) return 0;
+    const unsigned char c1 = b(i + 1), c2 = b(i + 2);
+    if (c == 0xe1 && c1 == 0x9a && c2 == 0x80) return 3;  // U+1680
+    if (c == 0xe2 && c1 == 0x80 && (c2 <= 0x8a || c2 == 0xa8 || c2 == 0xa9 || c2 == 0xaf)) return 3;
+    if (c == 0xe2 && c1 == 0x81 && c2 == 0x9f) return 3;  // U+205F
+    if (c == 0xe3 && c1 == 0x80 && c2 == 0x80) return 3;  // U+3000
+    return 0;
+}
+static size_t py_space_len_before(const std::string & s, size_t begin, size_t end) {
+    for (size_t n = 1; n <= 3 && n <= end - begin; ++n) {
+        if (py_space_len_at(s, end - n, end) == n) return n;
+    }
+    return 0;
+}
+
 string string::strip(bool left, bool right, std::optional<const std::string_view> chars) {
     static auto strip_part = [](const std::string & s, bool left, bool right, std::optional<const std::string_view> chars) -> std::string {
         size_t start = 0;
@@ -167,6 +189,21 @@ string string::strip(bool left, bool right, std::optional<const std::string_view
         auto match_char = [&chars](unsigned char c) -> bool {
             return chars ? (*chars).find(c) != std::string::npos : isspace(c);
         };
+        if (!chars) {
+            // lychee patch: Python's str.strip() (what Jinja's trim runs) also strips the Unicode
+            // spaces, e.g. U+00A0 and U+3000 (third_party/llama.cpp-jinja/patches)
+            if (left) {
+                for (size_t n; start < end && (n = py_space_len_at(s, start, end)) > 0;) {
+                    start += n;
+                }
+            }
+            if (right) {
+                for (size_t n; end > start && (n = py_space_len_before(s, start, end)) > 0;) {
+                    end -= n;
+                }
+            }
+            return s.substr(start, end - start);
+        }
         if (left) {
             while (start < end && match_char(static_cast<unsigned char>(s[start]))) {
                 ++start;
