@@ -12,7 +12,7 @@
 namespace lychee::app {
 
 void ModelArgs::add(CLI::App& cmd) {
-  cmd.add_option("-m,--model", model, "Hugging Face model directory or GGUF file (default: SmolLM2-135M-Instruct)");
+  cmd.add_option("-m,--model", model, "Hugging Face model directory, GGUF file, or Hub id org/name[:QUANT] in the local HF cache (default: SmolLM2-135M-Instruct)");
   cmd.add_option("--device", device, "cpu, cuda, or auto (the GPU when there is one)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd.add_option("--kv-memory", kv_memory_gib, "GPU KV-cache pool in GiB (default: sized from the context)")

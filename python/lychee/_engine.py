@@ -33,7 +33,8 @@ def _stops(stop) -> List[str]:
 class Engine:
     """A loaded model on a device.
 
-    model: a Hugging Face model directory or a .gguf file (None = the default model,
+    model: a Hugging Face model directory, a .gguf file, or a Hub id "org/name[:QUANT]" found in
+    the local Hugging Face cache (docs/chat-templates.md) (None = the default model,
     SmolLM2-135M-Instruct, fetched by scripts/fetch_assets.sh); device: "auto" (the GPU when
     this build has CUDA and one is present), "cpu" or "cuda"; kv_memory: the GPU KV-cache pool
     in GiB (None = sized from the context); max_context: the longest sequence (None = the

@@ -12,6 +12,7 @@
 #include "core/timer.h"
 #include "attention/policies.h"
 #include "attention/tp_assign.h"
+#include "model/hf_cache.h"
 
 namespace lychee {
 
@@ -37,7 +38,7 @@ Checkpoint open_checkpoint(const std::string& path) {
              "default model not found at {}: run scripts/fetch_assets.sh (or pass -m)", def);
     return Checkpoint::open(def);
   }
-  return Checkpoint::open(path);
+  return Checkpoint::open(resolve_model_path(path));  // a path, or an HF id in the local cache
 }
 
 namespace {
