@@ -431,7 +431,11 @@ void Tokenizer::split_added(std::string_view text, const AddedMatcher& m, bool p
     const AddedToken& a = added_[hit];
     size_t begin = i, end = i + m.patterns[hit].size();
     i = end;
-    if (a.special && (!parse_special || overlaps(plain, begin, end))) continue;
+    if (a.special && !parse_special) continue;
+    if (a.special && overlaps(plain, begin, end)) {  // user text: look on from the next byte
+      i = begin + 1;
+      continue;
+    }
     if (a.single_word && (word_char_before(text, begin) || word_char_at(text, end))) continue;
     if (a.lstrip) begin = std::max(whitespace_start_before(text, begin), done);
     if (a.rstrip) end = whitespace_end_after(text, end);
