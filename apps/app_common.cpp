@@ -14,7 +14,7 @@
 namespace lychee::app {
 
 void ModelArgs::add(CLI::App& cmd, const std::string& ctx_help) {
-  cmd.add_option("-m,--model", model, "Hugging Face model directory or GGUF file")
+  cmd.add_option("-m,--model", model, "Hugging Face model directory, GGUF file, or Hub id org/name[:QUANT] (local HF cache)")
       ->default_str("SmolLM2-135M-Instruct, from the models cache")->group(kGroupModel);
   cmd.add_option("--device", device, "cpu, cuda, or auto (the GPU when there is one)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->group(kGroupModel);

@@ -25,9 +25,7 @@ struct ChatArgs {
 void assistant_turn(Engine& engine, Session& session, std::vector<ChatMessage>& history,
                     std::vector<int32_t>& fed, const GenerateOptions& options) {
   const Tokenizer& tok = engine.tokenizer();
-  const ChatFormat format = detect_chat_format(tok);
-  const std::vector<int32_t> ids =
-      tok.encode(render_chat(format, history, true, default_system_prompt(tok)), false, true);
+  const std::vector<int32_t> ids = encode_chat(tok, history);
   // Reuse the cached prefix the new rendering shares with what was fed before.
   size_t common = 0;
   while (common < fed.size() && common < ids.size() && fed[common] == ids[common]) ++common;

@@ -42,8 +42,7 @@ void run_generate(const GenerateArgs& a) {
     std::vector<ChatMessage> messages;
     if (!a.system.empty()) messages.push_back({"system", a.system});
     messages.push_back({"user", text});
-    const ChatFormat format = detect_chat_format(tok);
-    ids = tok.encode(render_chat(format, messages, true, default_system_prompt(tok)), false, true);
+    ids = encode_chat(tok, messages);
   } else {
     ids = tok.encode(text, tok.add_bos_default(), true);
   }

@@ -55,7 +55,7 @@ struct HeadsArgs {
 };
 
 ModelConfig model_config(const std::string& model) {
-  return Checkpoint::open(model.empty() ? default_model_path() : model).config();
+  return open_checkpoint(model).config();
 }
 
 void print_written(const HeadRoles& roles, const std::string& path) {
@@ -242,8 +242,7 @@ void run_quest_check(const HeadsArgs& a) {
   for (int i = 0; i < a.samples; ++i) {
     const double depth = a.samples == 1 ? 0.5 : 0.1 + 0.8 * i / double(a.samples - 1);
     const EvalSample sample = gen.make({TaskKind::kPasskey, a.length, depth, uint64_t(i)});
-    const std::string prompt = render_chat(detect_chat_format(tok), {{"user", sample.user_message}}, true,
-                                           default_system_prompt(tok)) + sample.answer_prefix;
+    const std::string prompt = render_chat(tok, {{"user", sample.user_message}}) + sample.answer_prefix;
     // Up to the space the model writes after "The pass key is": the step measured is the one
     // that must find the needle (its first digit).
     std::vector<int32_t> ids = tok.encode(prompt, false, true);

@@ -9,6 +9,7 @@
 #include "app.h"
 #include "cmd_heads.h"
 #include "model/checkpoint.h"
+#include "model/hf_cache.h"
 #include "model/tokenizer.h"
 
 namespace lychee::app {
@@ -22,7 +23,7 @@ struct InspectArgs {
 };
 
 void run_inspect(const InspectArgs& a) {
-  const std::string path = a.model.empty() ? default_model_path() : a.model;
+  const std::string path = a.model.empty() ? default_model_path() : resolve_model_path(a.model);
   const Checkpoint ck = Checkpoint::open(path);
   const ModelConfig& c = ck.config();
   std::printf("path           %s (%s)\n", path.c_str(), ck.format() == CheckpointFormat::kGguf ? "GGUF" : "Hugging Face");

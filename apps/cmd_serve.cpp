@@ -119,6 +119,7 @@ int64_t kv_tokens(const ServeArgs& a, const Engine& engine) {
 std::string model_id(const ServeArgs& a, const Engine& engine) {
   if (!a.model_name.empty()) return a.model_name;
   if (!a.random_weights.empty()) return a.random_weights + "-random";
+  if (!a.model.model.empty() && !std::filesystem::exists(a.model.model)) return a.model.model;  // an HF id
   std::filesystem::path p(engine.checkpoint().path());
   if (p.filename().empty()) p = p.parent_path();  // a directory given with a trailing slash
   return p.extension() == ".gguf" ? p.stem().string() : p.filename().string();

@@ -17,7 +17,8 @@ ctest --test-dir "${LYCHEE_BUILD_DIR:-$root/build}" --output-on-failure --no-tes
 build="${LYCHEE_BUILD_DIR:-$root/build}"
 venv="$build/venv-server-tests"
 if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check openai pytest numpy matplotlib nanobind scikit-build-core mypy
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check openai pytest numpy matplotlib nanobind scikit-build-core \
+  mypy huggingface_hub
 # The package (pyproject.toml) is built in the CLI's build tree, with the tree's own CUDA setting:
 # every layer's objects are reused and only the bindings compile (seconds when up to date).
 cuda="$(sed -n 's/^LYCHEE_CUDA:STRING=//p' "$build/CMakeCache.txt")"

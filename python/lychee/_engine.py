@@ -45,7 +45,8 @@ class Engine:
             print(piece, end="")
         reply = engine.chat([{"role": "user", "content": "Hi!"}], format="openai")   # an OpenAI dict
 
-    model: a Hugging Face model directory or a .gguf file (None = the default model,
+    model: a Hugging Face model directory, a .gguf file, or a Hub id "org/name[:QUANT]" found in
+    the local Hugging Face cache (docs/chat-templates.md) (None = the default model,
     SmolLM2-135M-Instruct, fetched by scripts/fetch_assets.sh); device: "auto" (the GPU when
     this build has CUDA and one is present), "cpu" or "cuda"; kv_memory: the GPU KV-cache pool
     in GiB (None = sized from max_batch and the context; it also bounds a batch's sequences);

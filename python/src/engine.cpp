@@ -321,9 +321,7 @@ class PyEngine {
     LY_CHECK(!messages.empty(), ErrorCode::kInvalidArgument, "messages: the conversation is empty");
     std::vector<ChatMessage> chat;
     for (const auto& [role, content] : messages) chat.push_back({role, content});
-    const Tokenizer& tok = engine_.tokenizer();
-    return tok.encode(render_chat(detect_chat_format(tok), chat, add_generation_prompt, default_system_prompt(tok)),
-                      false, true);
+    return lychee::encode_chat(engine_.tokenizer(), chat, add_generation_prompt);
   }
 
  private:

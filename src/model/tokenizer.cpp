@@ -293,12 +293,20 @@ bool word_char_at(std::string_view s, size_t i) {
   return i < s.size() && unicode::utf8_decode(s, i, &cp) > 0 && unicode::is_word_char(cp);
 }
 
+// Whether [begin, end) meets one of the sorted ranges.
+bool overlaps(std::span<const std::pair<size_t, size_t>> ranges, size_t begin, size_t end) {
+  const auto it = std::upper_bound(ranges.begin(), ranges.end(), begin,
+                                   [](size_t b, const std::pair<size_t, size_t>& r) { return b < r.second; });
+  return it != ranges.end() && it->first < end;
+}
+
 }  // namespace
 
 // HF's added-vocabulary split: leftmost-longest matches; a special token is skipped (left as
 // text) without parse_special; lstrip/rstrip widen the match over whitespace.
 void Tokenizer::split_added(std::string_view text, const AddedMatcher& m, bool parse_special,
-                            std::vector<Segment>& out) const {
+                            std::vector<Segment>& out,
+                            std::span<const std::pair<size_t, size_t>> plain) const {
   out.clear();
   size_t done = 0;  // end of the last segment emitted
   for (size_t i = 0; i < text.size();) {
@@ -317,6 +325,10 @@ void Tokenizer::split_added(std::string_view text, const AddedMatcher& m, bool p
     size_t begin = i, end = i + m.patterns[hit].size();
     i = end;
     if (a.special && !parse_special) continue;
+    if (a.special && overlaps(plain, begin, end)) {  // user text: look on from the next byte
+      i = begin + 1;
+      continue;
+    }
     if (a.single_word && (word_char_before(text, begin) || word_char_at(text, end))) continue;
     if (a.lstrip) begin = std::max(whitespace_start_before(text, begin), done);
     if (a.rstrip) end = whitespace_end_after(text, end);
@@ -369,12 +381,22 @@ void Tokenizer::encode_text(std::string_view text, bool at_text_start, std::vect
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
                                        bool parse_special) const {
+  return encode_impl(text, add_bos, parse_special, {});
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       std::span<const std::pair<size_t, size_t>> plain) const {
+  return encode_impl(text, add_bos, true, plain);
+}
+
+std::vector<int32_t> Tokenizer::encode_impl(std::string_view text, bool add_bos, bool parse_special,
+                                            std::span<const std::pair<size_t, size_t>> plain) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
   EncodeCache cache;
   std::vector<Segment> raw;
-  split_added(text, raw_matcher_, parse_special, raw);
+  split_added(text, raw_matcher_, parse_special, raw, plain);
   for (const Segment& seg : raw) {
     if (seg.added >= 0) {
       out.push_back(added_[seg.added].id);
@@ -384,7 +406,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
     std::string normalized;
     if (!normalizer_.empty()) part = normalized = normalize(part);
     // Added tokens marked `normalized` match in the normalised text.
-    split_added(part, normalized_matcher_, parse_special, cache.segments);
+    // Offsets move under normalisation: a segment touching a plain range parses no special token.
+    split_added(part, normalized_matcher_, parse_special && !overlaps(plain, seg.begin, seg.end),
+                cache.segments);
     for (const Segment& s : cache.segments) {
       if (s.added >= 0) out.push_back(added_[s.added].id);
       // Metaspace's "first" scheme: only the text at offset 0 of the input gets the prefix.

@@ -51,6 +51,10 @@ class Tokenizer {
   // become their ids, as HF does by default; with false they are tokenized as plain text.
   // add_bos prepends bos_id() when the tokenizer has one.
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = true) const;
+  // As encode(text, add_bos, true), except that a special token overlapping one of the byte
+  // ranges in plain ([begin, end), sorted) stays text: a chat's message content (chat_template.h).
+  std::vector<int32_t> encode(std::string_view text, bool add_bos,
+                              std::span<const std::pair<size_t, size_t>> plain) const;
   // Exact bytes: the concatenation of token_piece over the ids (skipping special tokens when
   // asked), except at the start, where a SentencePiece decoder drops the dummy-prefix space of
   // the first token (HF's Metaspace decoder, or Strip after Fuse). The result may be invalid
@@ -96,7 +100,10 @@ class Tokenizer {
   void build_matchers();
   void set_stop_ids();
   void split_added(std::string_view text, const AddedMatcher& m, bool parse_special,
-                   std::vector<Segment>& out) const;
+                   std::vector<Segment>& out,
+                   std::span<const std::pair<size_t, size_t>> plain = {}) const;
+  std::vector<int32_t> encode_impl(std::string_view text, bool add_bos, bool parse_special,
+                                   std::span<const std::pair<size_t, size_t>> plain) const;
   std::string normalize(std::string_view text) const { return normalizer_.apply(text); }
   struct EncodeCache;
   void encode_text(std::string_view text, bool at_text_start, std::vector<int32_t>& out,

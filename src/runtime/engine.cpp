@@ -15,6 +15,7 @@
 #include "core/timer.h"
 #include "attention/policies.h"
 #include "attention/tp_assign.h"
+#include "model/hf_cache.h"
 
 namespace lychee {
 
@@ -52,7 +53,7 @@ Checkpoint open_checkpoint(const std::string& path) {
              "download it there, or pass -m MODEL", def);
     return Checkpoint::open(def);
   }
-  return Checkpoint::open(path);
+  return Checkpoint::open(resolve_model_path(path));  // a path, or an HF id in the local cache
 }
 
 namespace {

@@ -33,8 +33,11 @@ std::vector<int32_t> tokenize_prompt(const CompletionRequest& req, const Tokeniz
   if (req.endpoint == Endpoint::kChat) {
     std::vector<ChatMessage> messages;
     for (const ChatMessageIn& m : req.messages) messages.push_back({m.role, m.content});
-    const ChatFormat format = detect_chat_format(tok);
-    return tok.encode(render_chat(format, messages, true, default_system_prompt(tok)), false, true);
+    try {
+      return encode_chat(tok, messages);
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "messages");
+    }
   }
   if (req.prompt_is_ids) {
     for (size_t i = 0; i < req.prompt_ids.size(); ++i)
