@@ -1040,6 +1040,10 @@ PY
     grep -cE " PASSED" "$out/server_pytest.log" | sed 's/^/server pytest passed: /'
     tail -3 "$out/server_pytest.log"
     for f in /tmp/lychee_serve_*.log; do [ -f "$f" ] && cp "$f" "$out/" ; done
+    # The README's and docs' GPU examples (<!-- example: gpu -->), run as written.
+    LYCHEE_DOCS_GPU=1 LYCHEE_BUILD_DIR="$build" LYCHEE_MODELS_DIR="$PWD/models" PYTHONPATH=/tmp/server_site \
+      timeout -k 10 120 python3 -m pytest -q -rs -k gpu tests/docs > "$out/docs_gpu.log" 2>&1 || rc=$(failed $? "tests/docs (gpu)")
+    tail -3 "$out/docs_gpu.log"
     exit $rc ;;
   bench-model)
     link_model
