@@ -6,7 +6,7 @@ import json
 import socket
 import time
 
-from conftest import API_KEY
+from conftest import API_KEY, CONTEXT
 
 
 def connect(server, timeout=5):
@@ -174,9 +174,9 @@ def test_a_100_mb_prompt_is_refused_at_once(server):
 
 
 def test_prompts_far_longer_than_the_context_are_refused_without_tokenizing(server, model_id):
-    """Under the body cap but more bytes than the context (512 tokens here) can hold: refused from
-    the byte count, not after tokenizing megabytes (seconds of a worker's and the CPU's time)."""
-    text = "lorem ipsum dolor sit amet " * 50_000  # 1.35 MB, 10x what 512 tokens can hold
+    """Under the body cap but more bytes than the context can hold: refused from the byte count,
+    not after tokenizing megabytes (seconds of a worker's and the CPU's time)."""
+    text = "lorem ipsum dolor sit amet " * (20 * CONTEXT)  # 540 bytes a context token: under 8 MiB at 8192
     cases = [("/v1/completions", {"model": model_id, "prompt": text, "max_tokens": 1}, "prompt"),
              ("/v1/chat/completions", {"model": model_id, "messages": [{"role": "user", "content": text}],
                                        "max_tokens": 1}, "messages"),
@@ -194,7 +194,7 @@ def test_prompts_far_longer_than_the_context_are_refused_without_tokenizing(serv
         error = json.loads(text_body)["error"]
         # Refused by its byte count (tokenizing would have counted tokens), and soon.
         assert error["param"] == field and f"the text is {len(text)} bytes" in error["message"], error
-        assert "context of 512 tokens" in error["message"], error
+        assert f"context of {CONTEXT} tokens" in error["message"], error
         assert elapsed < 3.0, (path, elapsed)
     # A prompt that fits is still served.
     status, _, out = server.request("POST", "/tokenize", {"content": "lorem ipsum " * 100})
