@@ -235,9 +235,10 @@ TEST(TokenizerSentencePiece, BadFilesSayWhatAndWhere) {
   fs::remove_all(dir);
 }
 
-// A tiny Llama GGUF whose vocabulary is the SentencePiece one (900 tokens, scores, types): the
-// CLI loads it, tokenizes the prompt and generates.
-TEST(TokenizerSentencePiece, GgufModelLoadsAndGenerates) {
+// A tiny Llama GGUF whose vocabulary is the SentencePiece one (900 tokens, scores, types) and
+// Mistral's [INST] chat template: the CLI loads it, tokenizes the prompt and generates, and chats
+// through the model's own template.
+TEST(TokenizerSentencePiece, GgufModelLoadsGeneratesAndChats) {
   const GgufFile src = GgufFile::open(spm_gguf_path());
   const auto& tokens_sv = src.get_string_array("tokenizer.ggml.tokens");
   const std::vector<std::string> tokens(tokens_sv.begin(), tokens_sv.end());
@@ -264,6 +265,11 @@ TEST(TokenizerSentencePiece, GgufModelLoadsAndGenerates) {
   g.kv_u32("tokenizer.ggml.eos_token_id", 2);
   g.kv_u32("tokenizer.ggml.unknown_token_id", 0);
   g.kv_bool("tokenizer.ggml.add_bos_token", true);
+  // Mistral v0.1's chat template (its [INST] format), as its GGUFs carry it.
+  g.kv_str("tokenizer.chat_template",
+           "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+           "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% else %}{{ message['content'] + eos_token }}"
+           "{% endif %}{% endfor %}");
   for (const WeightSpec& spec : weight_table()) {
     if ((spec.present != nullptr && !spec.present(c)) || spec.optional) continue;
     for (int layer = 0; layer < (spec.per_layer ? c.n_layers : 1); ++layer) {
@@ -282,6 +288,12 @@ TEST(TokenizerSentencePiece, GgufModelLoadsAndGenerates) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find(fmt::format("[prompt {} tokens", prompt.size())), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("generated "), std::string::npos) << r.output;
+  // Chat: the model's own template renders the turn, <s> parsed as the BOS it names.
+  const std::vector<int32_t> chat_ids = tok.encode("<s>[INST] Hello world [/INST]", false);
+  ASSERT_EQ(chat_ids.front(), 1);
+  const test::RunResult chat = test::run_cli("generate -m " + path + " --chat -p 'Hello world' -n 4 --temp 0 --stats");
+  EXPECT_EQ(chat.status, 0) << chat.output;
+  EXPECT_NE(chat.output.find(fmt::format("[prompt {} tokens", chat_ids.size())), std::string::npos) << chat.output;
   fs::remove_all(dir);
 }
 
