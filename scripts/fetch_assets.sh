@@ -7,8 +7,8 @@
 set -euo pipefail
 if [ -n "${LYCHEE_MODELS_DIR:-}" ]; then
   dest="$LYCHEE_MODELS_DIR"
-elif [ "${XDG_CACHE_HOME:-}" != "${XDG_CACHE_HOME#/}" ]; then  # XDG: an absolute path only
-  dest="$XDG_CACHE_HOME/lychee"
+elif xdg="${XDG_CACHE_HOME:-}"; [ -n "$xdg" ] && [ "${xdg#/}" != "$xdg" ]; then  # XDG: an absolute path only
+  dest="$xdg/lychee"
 else
   dest="${HOME:?neither LYCHEE_MODELS_DIR nor HOME is set}/.cache/lychee"
 fi
