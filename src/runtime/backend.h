@@ -12,6 +12,7 @@
 #include "attention/decode_spec.h"
 #include "model/checkpoint.h"
 #include "model/student.h"
+#include "core/kv_dtype.h"
 #include "runtime/session.h"
 
 namespace lychee {
@@ -28,6 +29,9 @@ struct BackendOptions {
   // FP8's exceptions (cpu_weights = kFp8 or gpu_weights = kFp8): Q/K/V matrices kept unrounded.
   Fp8Keep fp8_keep;
   double kv_memory_gib = 0.0;  // 0 = sized from max_batch x max_context, capped by free memory
+  // How K/V are held (core/kv_dtype.h): the CPU backend rounds its f32 cache through FP8 codes,
+  // the CUDA backend stores the codes and scales in its pages.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kBf16;
   int max_context = 0;         // 0 = the model's context length
   int max_batch = 8;
   int page_size = 64;

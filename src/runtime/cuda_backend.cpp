@@ -41,6 +41,7 @@ class CudaBackend final : public Backend {
     }
     cuda::RunnerOptions ro;
     ro.kv_memory_gib = o.kv_memory_gib;
+    ro.kv_cache_dtype = o.kv_cache_dtype;
     ro.max_context = o.max_context;
     ro.max_batch = o.max_batch;
     ro.page_size = o.page_size;

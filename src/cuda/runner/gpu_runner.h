@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attention/decode_spec.h"
+#include "core/kv_dtype.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 
@@ -51,6 +52,7 @@ int batch_invariant_rows(const RunnerOptions& o);
 struct RunnerOptions {
   int page_size = 64;
   double kv_memory_gib = 0.0;  // 0: what max_batch sequences of max_context tokens need, capped by free memory
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kBf16;  // the pages' element type (core/kv_dtype.h)
   int max_batch = 8;
   int max_prefill_tokens = 2048;  // tokens per prefill forward (longer prompts are chunked)
   int max_context = 0;            // 0: the model's
