@@ -27,9 +27,9 @@ void ModelArgs::add(CLI::App& cmd) {
   cmd.add_option("--threads", threads, "CPU compute threads for OpenMP and BLAS (default: the cores this process may use)")
       ->check(positive_int());
   cmd.add_option("--cpu-weights", cpu_weights,
-                 "CPU weights: f32 expands every weight to f32 (the reference, default); native keeps a GGUF "
-                 "file's quantised matrices in their blocks (faster, int8 activations: the default model's answers "
-                 "change, see ARCHITECTURE.md); fp8 is f32 with the linear matrices rounded through FP8 e4m3 "
+                 "CPU weights: native (default) keeps a GGUF file's quantised matrices in their blocks (int8 "
+                 "activations at decode, dequantised sgemm for long prompt chunks; costs in docs/results/cpu_default.md; "
+                 "a safetensors file is f32 either way); f32 expands every weight to f32 (the reference); fp8 is f32 with the linear matrices rounded through FP8 e4m3 "
                  "per output channel (what FP8 weights give, for measuring their quality); bf16 is f32 with every matrix "
                  "rounded to bf16 (what the GPU's bf16 weights give)")
       ->check(CLI::IsMember(kCpuWeightNames));

@@ -277,6 +277,59 @@ TEST(WeightLinear, QuantisedMatchesF32OnTheDequantisedWeights) {
   }
 }
 
+// The product per row count: the integer products below min_gemm_rows, dequantised sgemm from
+// it on, never sgemm with kNoGemm; the shipped crossover lets decode steps and short chunks keep
+// the integer products.
+TEST(WeightLinear, ChoosesTheProductByTheRowCount) {
+  EXPECT_EQ(choose_product(1, 32), LinearProduct::kQuantDot);
+  EXPECT_EQ(choose_product(31, 32), LinearProduct::kQuantDot);
+  EXPECT_EQ(choose_product(32, 32), LinearProduct::kDequantGemm);
+  EXPECT_EQ(choose_product(512, 32), LinearProduct::kDequantGemm);
+  EXPECT_EQ(choose_product(2, 2), LinearProduct::kDequantGemm);
+  EXPECT_EQ(choose_product(1, 1), LinearProduct::kDequantGemm);
+  for (int64_t n : {1, 2, 33, 4096}) EXPECT_EQ(choose_product(n, kNoGemm), LinearProduct::kQuantDot) << n;
+  EXPECT_EQ(choose_product(1, kDefaultGemmRows), LinearProduct::kQuantDot) << "a decode step";
+  EXPECT_EQ(choose_product(8, kDefaultGemmRows), LinearProduct::kQuantDot) << "a short chunk";
+  EXPECT_EQ(choose_product(512, kDefaultGemmRows), LinearProduct::kDequantGemm) << "a long prompt chunk";
+}
+
+// kDequantGemm is sgemm on the dequantised matrix: for several rows the same sgemm call on the
+// same f32 values as ops.h's linear, so the same result bit for bit, bias included; a matrix past
+// kDequantTileBytes (k = 4096, 640 rows: 10 MiB in f32, two tiles) gives what one sgemm on the
+// whole dequantised matrix gives.
+TEST(WeightLinear, DequantGemmIsSgemmOnTheDequantisedWeights) {
+  std::mt19937 rng(17);
+  struct Shape {
+    DType t;
+    int64_t m, k;
+  };
+  for (const Shape sh : {Shape{DType::kQ4_1, 99, 96}, Shape{DType::kQ8_0, 19, 96}, Shape{DType::kQ6_K, 3, 512},
+                         Shape{DType::kQ4_K, 640, 4096}}) {
+    const int64_t m = sh.m, k = sh.k;
+    ASSERT_EQ(m * k * 4 > kDequantTileBytes, m == 640);
+    const std::vector<uint8_t> blocks = random_blocks(sh.t, m * k / dtype_block_elems(sh.t), rng);
+    const WeightView v{sh.t, blocks.data(), m, k, dtype_bytes(sh.t, k)};
+    std::vector<float> wf(size_t(m * k)), bias(static_cast<size_t>(m));
+    convert_to_f32(sh.t, blocks.data(), m * k, wf.data());
+    for (float& b : bias) b = std::uniform_real_distribution<float>(-1, 1)(rng);
+    for (int n : {2, 7, 33}) {
+      const std::vector<float> x = random_activations(n * k, rng);
+      std::vector<float> want(size_t(n * m)), got(size_t(n * m), -1.0f);
+      linear(x.data(), wf.data(), bias.data(), want.data(), n, int(k), int(m));
+      LinearScratch s;
+      linear(x.data(), v, bias.data(), got.data(), n, QuantIsa::kScalar, s, LinearProduct::kDequantGemm);
+      ASSERT_EQ(got, want) << dtype_name(sh.t) << " m=" << m << " k=" << k << " n=" << n;
+      EXPECT_LE(s.wf.size() * sizeof(float), size_t(kDequantTileBytes)) << "the scratch holds one tile";
+      // A product group takes the same path per product.
+      std::vector<float> g1(size_t(n * m)), g2(size_t(n * m));
+      const LinearOut outs[] = {{v, bias.data(), g1.data()}, {v, nullptr, g2.data()}};
+      linear_group(x.data(), outs, n, QuantIsa::kScalar, s, LinearProduct::kDequantGemm);
+      EXPECT_EQ(g1, want);
+      for (size_t i = 0; i < g2.size(); ++i) ASSERT_EQ(g2[i] + bias[i % size_t(m)], want[i]) << i;
+    }
+  }
+}
+
 TEST(WeightLinear, EmbeddingRowsAreTheDequantisedRows) {
   std::mt19937 rng(5);
   const DType t = DType::kQ8_0;

@@ -494,7 +494,7 @@ void bind_engine(nb::module_& m) {
            },
            nb::arg("model") = "", nb::arg("device") = "auto", nb::arg("kv_memory") = 0.0, nb::arg("max_context") = 0,
            nb::arg("threads") = 0, nb::arg("tensor_parallel") = 1, nb::arg("weights") = "bf16",
-           nb::arg("cpu_weights") = "f32", nb::arg("policies") = PolicyList{})
+           nb::arg("cpu_weights") = "native", nb::arg("policies") = PolicyList{})
       .def_prop_ro("device", [](const PyEngine& e) { return e.engine().device(); })
       .def_prop_ro("model_path", [](const PyEngine& e) { return e.engine().checkpoint().path(); })
       .def_prop_ro("fp8_kept_layers", [](const PyEngine& e) { return e.engine().fp8_kept_qkv_layers(); },
