@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -223,6 +224,28 @@ TEST(QuantDotVnni, EqualsTheAvx2KernelsBitForBit) {
       }
     }
   EXPECT_TRUE(quant_vnni() || std::getenv("LYCHEE_QUANT_VNNI") != nullptr) << "the CPU has AVX-VNNI, so kAvx2 uses it";
+}
+
+// The AVX2 dequantisers (the dequantised sgemm's tiles) give convert_to_f32's values bit for bit,
+// on random and extreme codes; other types and kScalar go through convert_to_f32 itself.
+TEST(DequantizeRow, Avx2EqualsConvertToF32BitForBit) {
+  std::mt19937 rng(23);
+  constexpr int64_t n = 1536;
+  for (const DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K})
+    for (const int fill : {-1, 0x00, 0xff, 0x80, 0x7f}) {
+      const std::vector<uint8_t> w = random_blocks(t, n / dtype_block_elems(t), rng, fill);
+      std::vector<float> want(size_t(n)), scalar(size_t(n), -1.0f);
+      convert_to_f32(t, w.data(), n, want.data());
+      dequantize_row(t, w.data(), n, scalar.data(), QuantIsa::kScalar);
+      ASSERT_EQ(scalar, want) << dtype_name(t);
+      if (detected_quant_isa() != QuantIsa::kAvx2) continue;
+      std::vector<float> got(size_t(n), -1.0f);
+      dequantize_row(t, w.data(), n, got.data(), QuantIsa::kAvx2);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[size_t(i)]), std::bit_cast<uint32_t>(want[size_t(i)]))
+            << dtype_name(t) << " fill " << fill << " element " << i;
+    }
+  if (detected_quant_isa() != QuantIsa::kAvx2) GTEST_SKIP() << "no AVX2 here: only the scalar path was checked";
 }
 
 TEST(QuantDot, RefusesPlainTypes) {

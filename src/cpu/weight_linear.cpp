@@ -45,7 +45,7 @@ void add_bias(const float* b, float* y, int n, int64_t m) {
 // y[n, m] = x · wᵀ through sgemm on w dequantised a tile of rows at a time into s.wf: each tile's
 // rows dequantised in parallel (guided, as the integer products: a preempted thread holds no large
 // share), then one sgemm writes the tile's columns of y (row stride m).
-void dequant_gemm(const float* x, const WeightView& w, float* y, int n, LinearScratch& s) {
+void dequant_gemm(const float* x, const WeightView& w, float* y, int n, QuantIsa isa, LinearScratch& s) {
   const int64_t k = w.cols, m = w.rows;
   const int64_t tile_rows = std::clamp<int64_t>(kDequantTileBytes / (k * int64_t(sizeof(float))), 1, m);
   s.wf.resize(size_t(tile_rows * k));
@@ -53,7 +53,7 @@ void dequant_gemm(const float* x, const WeightView& w, float* y, int n, LinearSc
   for (int64_t j0 = 0; j0 < m; j0 += tile_rows) {
     const int64_t rows = std::min(tile_rows, m - j0);
 #pragma omp parallel for schedule(guided)
-    for (int64_t j = 0; j < rows; ++j) convert_to_f32(w.dtype, w.data + (j0 + j) * w.row_bytes, k, wf + j * k);
+    for (int64_t j = 0; j < rows; ++j) dequantize_row(w.dtype, w.data + (j0 + j) * w.row_bytes, k, wf + j * k, isa);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, int(rows), int(k), 1.0f, x, int(k), wf, int(k), 0.0f,
                 y + j0, int(m));
   }
@@ -73,7 +73,7 @@ void linear(const float* x, const WeightView& w, const float* b, float* y, int n
     return;
   }
   if (product == LinearProduct::kDequantGemm) {
-    dequant_gemm(x, w, y, n, scratch);
+    dequant_gemm(x, w, y, n, isa, scratch);
     add_bias(b, y, n, w.rows);
     return;
   }
