@@ -27,7 +27,7 @@ struct ModelArgs {
   double kv_memory_gib = 0.0;
   int max_context = 0;        // -c/--ctx-size: the context in tokens; 0 = each command's default
   int n_gpu_layers = -1;      // -ngl: llama.cpp's option; -1 = not given (see engine_options)
-  std::string cpu_weights = "f32";  // CPU: f32 (the reference, default), native (quantised blocks), fp8 or bf16
+  std::string cpu_weights = "native";  // CPU: native (quantised blocks, default), f32 (the reference), fp8 or bf16
   std::string weights = "bf16";     // GPU linear matrices: bf16 (default) or fp8 (e4m3, a scale per output channel)
   std::string fp8_selector_qkv = "bf16";  // FP8 weights: Q/K/V of the selecting layers bf16 (f32 on the CPU) or fp8
   int tensor_parallel = 1;    // GPUs the model is split over (KV heads and MLP; docs/scaling.md)

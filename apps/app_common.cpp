@@ -20,7 +20,7 @@ void ModelArgs::add(CLI::App& cmd, const std::string& ctx_help) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->group(kGroupModel);
   cmd.add_option("-c,--ctx-size", max_context, ctx_help)->check(non_negative_int())->group(kGroupModel);
   add_deprecated_alias(cmd, "--max-context", max_context, "-c/--ctx-size")->check(non_negative_int());
-  cmd.add_option("--cpu-weights", cpu_weights, "CPU weights: f32 (reference), native (GGUF blocks), fp8, bf16")
+  cmd.add_option("--cpu-weights", cpu_weights, "CPU weights: native (GGUF blocks), f32 (reference), fp8, bf16")
       ->check(CLI::IsMember(kCpuWeightNames))->group(kGroupModel);
   cmd.add_option("--kv-memory", kv_memory_gib, "KV-cache pool in GiB (0 = sized from the context)")
       ->check(non_negative_real())->group(kGroupGpu);

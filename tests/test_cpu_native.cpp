@@ -61,6 +61,7 @@ TEST_P(NativeGolden, LogitsMatchTheF32ModelOnTheSameFile) {
   const Checkpoint ck = Checkpoint::open(path);
   cpu::Model ref(ck.config(), HostWeights::load(ck, WeightFormat::kF32));
   cpu::Model native(ck.config(), HostWeights::load(ck, WeightFormat::kNative));
+  native.set_min_gemm_rows(cpu::kNoGemm);  // every prompt row through the integer products
   EXPECT_TRUE(native.weights().view(WeightId::kWo, 0).quantized());
   EXPECT_LT(native.weights().n_bytes(), ref.weights().n_bytes());
   const nlohmann::json prompts = test::read_json(
@@ -133,14 +134,15 @@ TEST(NativeDefaultModel, MatchesTheF32ModelAndItsGreedyTokens) {
   EXPECT_GE(checked, 16) << "too few greedy steps had a clear margin";
 }
 
-// The native path is chunk-invariant: a prompt prefilled at once, in chunks of 3 and 7, or token
-// by token gives every position the same logits bit for bit (every row through the same integer
-// products and the same per-row attention), so a server's answer does not depend on how its
-// prefill was cut or on prefix reuse.
+// The native path without dequantised sgemm (kNoGemm) is chunk-invariant: a prompt prefilled at
+// once, in chunks of 3 and 7, or token by token gives every position the same logits bit for bit
+// (every row through the same integer products and the same per-row attention), so a server's
+// answer does not depend on how its prefill was cut or on prefix reuse.
 TEST(NativeDefaultModel, LogitsDoNotDependOnHowThePromptIsChunked) {
   LY_REQUIRE_DEFAULT_MODEL(path);
   const Checkpoint ck = Checkpoint::open(path);
   cpu::Model native(ck.config(), HostWeights::load(ck, WeightFormat::kNative));
+  native.set_min_gemm_rows(cpu::kNoGemm);
   const nlohmann::json prompts = test::read_json(test::golden_dir() + "/smollm2/reference.json")["prompts"];
   const auto ids = prompts[0]["ids"].get<std::vector<int32_t>>();
   ASSERT_GE(ids.size(), 8u);
@@ -156,6 +158,40 @@ TEST(NativeDefaultModel, LogitsDoNotDependOnHowThePromptIsChunked) {
     }
     EXPECT_EQ(all, whole) << "chunks of " << chunk;
   }
+}
+
+// The default: chunks of at least min_gemm_rows rows go through sgemm on the dequantised matrices
+// and the reference's BLAS attention, so such a chunk computes what the f32 model computes on the
+// same file, up to f32 rounding (the f32 model's LM head on one row is a matrix-vector loop, not
+// sgemm); shorter chunks and decode steps keep the integer products (measured rel. error 0.025-
+// 0.039 against f32, MatchesTheF32ModelAndItsGreedyTokens), which the bound tells apart by 1000x.
+// The prompt at once and in chunks of at least the threshold agree to the same bound.
+TEST(NativeDefaultModel, LongChunksComputeWhatTheF32ModelComputes) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  const Checkpoint ck = Checkpoint::open(path);
+  cpu::Model ref(ck.config(), HostWeights::load(ck, WeightFormat::kF32));
+  cpu::Model native(ck.config(), HostWeights::load(ck, WeightFormat::kNative));
+  EXPECT_EQ(native.min_gemm_rows(), cpu::kDefaultGemmRows);
+  constexpr int64_t kRows = 5;
+  native.set_min_gemm_rows(kRows);
+  const nlohmann::json prompts = test::read_json(test::golden_dir() + "/smollm2/reference.json")["prompts"];
+  const auto ids = prompts[0]["ids"].get<std::vector<int32_t>>();
+  ASSERT_GE(ids.size(), size_t(3 * kRows));
+  const std::vector<float> want = logits_of(ref, ids, false);
+  EXPECT_LE(test::rel_error(logits_of(native, ids, false), want), 2e-5);
+  // Chunks of kRows, the remainder joined to the last one so that every chunk takes sgemm.
+  cpu::KvCache kv(native.config(), int(ids.size()));
+  std::vector<float> all, part;
+  for (size_t i = 0; i < ids.size();) {
+    const size_t n = ids.size() - i < size_t(2 * kRows) ? ids.size() - i : size_t(kRows);
+    native.forward(std::span<const int32_t>(ids).subspan(i, n), kv, part, /*all_logits=*/true);
+    all.insert(all.end(), part.begin(), part.end());
+    i += n;
+  }
+  EXPECT_LE(test::rel_error(all, want), 2e-5);
+  // Below the threshold the integer products run: a clearly different result.
+  native.set_min_gemm_rows(cpu::kNoGemm);
+  EXPECT_GT(test::rel_error(logits_of(native, ids, false), want), 2e-3);
 }
 
 // A decode step's attention through a policy's read lists (every head dense: Full) runs the same

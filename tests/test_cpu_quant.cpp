@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -225,6 +226,28 @@ TEST(QuantDotVnni, EqualsTheAvx2KernelsBitForBit) {
   EXPECT_TRUE(quant_vnni() || std::getenv("LYCHEE_QUANT_VNNI") != nullptr) << "the CPU has AVX-VNNI, so kAvx2 uses it";
 }
 
+// The AVX2 dequantisers (the dequantised sgemm's tiles) give convert_to_f32's values bit for bit,
+// on random and extreme codes; other types and kScalar go through convert_to_f32 itself.
+TEST(DequantizeRow, Avx2EqualsConvertToF32BitForBit) {
+  std::mt19937 rng(23);
+  constexpr int64_t n = 1536;
+  for (const DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K})
+    for (const int fill : {-1, 0x00, 0xff, 0x80, 0x7f}) {
+      const std::vector<uint8_t> w = random_blocks(t, n / dtype_block_elems(t), rng, fill);
+      std::vector<float> want(static_cast<size_t>(n)), scalar(static_cast<size_t>(n), -1.0f);
+      convert_to_f32(t, w.data(), n, want.data());
+      dequantize_row(t, w.data(), n, scalar.data(), QuantIsa::kScalar);
+      ASSERT_EQ(scalar, want) << dtype_name(t);
+      if (detected_quant_isa() != QuantIsa::kAvx2) continue;
+      std::vector<float> got(static_cast<size_t>(n), -1.0f);
+      dequantize_row(t, w.data(), n, got.data(), QuantIsa::kAvx2);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[size_t(i)]), std::bit_cast<uint32_t>(want[size_t(i)]))
+            << dtype_name(t) << " fill " << fill << " element " << i;
+    }
+  if (detected_quant_isa() != QuantIsa::kAvx2) GTEST_SKIP() << "no AVX2 here: only the scalar path was checked";
+}
+
 TEST(QuantDot, RefusesPlainTypes) {
   EXPECT_THROW(quant_dot_fn(DType::kF32, QuantIsa::kScalar), Error);
   EXPECT_THROW(quant_dot_fn(DType::kBF16, QuantIsa::kScalar), Error);
@@ -273,6 +296,72 @@ TEST(WeightLinear, QuantisedMatchesF32OnTheDequantisedWeights) {
           }
         }
       }
+    }
+  }
+}
+
+// The product per row count: the integer products below min_gemm_rows, dequantised sgemm from
+// it on, never sgemm with kNoGemm; the shipped crossover lets decode steps and short chunks keep
+// the integer products.
+TEST(WeightLinear, ChoosesTheProductByTheRowCount) {
+  EXPECT_EQ(choose_product(1, 32), LinearProduct::kQuantDot);
+  EXPECT_EQ(choose_product(31, 32), LinearProduct::kQuantDot);
+  EXPECT_EQ(choose_product(32, 32), LinearProduct::kDequantGemm);
+  EXPECT_EQ(choose_product(512, 32), LinearProduct::kDequantGemm);
+  EXPECT_EQ(choose_product(2, 2), LinearProduct::kDequantGemm);
+  EXPECT_EQ(choose_product(1, 1), LinearProduct::kDequantGemm);
+  for (int64_t n : {1, 2, 33, 4096}) EXPECT_EQ(choose_product(n, kNoGemm), LinearProduct::kQuantDot) << n;
+  EXPECT_EQ(choose_product(1, kDefaultGemmRows), LinearProduct::kQuantDot) << "a decode step";
+  EXPECT_EQ(choose_product(8, kDefaultGemmRows), LinearProduct::kQuantDot) << "a short chunk";
+  EXPECT_EQ(choose_product(512, kDefaultGemmRows), LinearProduct::kDequantGemm) << "a long prompt chunk";
+}
+
+// kDequantGemm is sgemm on the dequantised matrix: for several rows the same sgemm call on the
+// same f32 values as ops.h's linear, so the same result bit for bit, bias included; a matrix past
+// kDequantTileBytes (k = 4096, 640 rows: 10 MiB in f32, two tiles) gives what one sgemm on the
+// whole dequantised matrix gives up to the order of each element's sum.
+TEST(WeightLinear, DequantGemmIsSgemmOnTheDequantisedWeights) {
+  std::mt19937 rng(17);
+  struct Shape {
+    DType t;
+    int64_t m, k;
+  };
+  for (const Shape sh : {Shape{DType::kQ4_1, 99, 96}, Shape{DType::kQ8_0, 19, 96}, Shape{DType::kQ6_K, 3, 512},
+                         Shape{DType::kQ4_K, 640, 4096}}) {
+    const int64_t m = sh.m, k = sh.k;
+    ASSERT_EQ(m * k * 4 > kDequantTileBytes, m == 640);
+    const std::vector<uint8_t> blocks = random_blocks(sh.t, m * k / dtype_block_elems(sh.t), rng);
+    const WeightView v{sh.t, blocks.data(), m, k, dtype_bytes(sh.t, k)};
+    std::vector<float> wf(size_t(m * k)), bias(static_cast<size_t>(m));
+    convert_to_f32(sh.t, blocks.data(), m * k, wf.data());
+    for (float& b : bias) b = std::uniform_real_distribution<float>(-1, 1)(rng);
+    for (int n : {2, 7, 33}) {
+      const std::vector<float> x = random_activations(n * k, rng);
+      std::vector<float> want(size_t(n * m)), got(size_t(n * m), -1.0f);
+      linear(x.data(), wf.data(), bias.data(), want.data(), n, int(k), int(m));
+      LinearScratch s;
+      linear(x.data(), v, bias.data(), got.data(), n, QuantIsa::kScalar, s, LinearProduct::kDequantGemm);
+      if (m * k * 4 <= kDequantTileBytes) {
+        ASSERT_EQ(got, want) << dtype_name(sh.t) << " m=" << m << " k=" << k << " n=" << n;
+      } else {
+        // Two sgemm calls over column ranges of y: OpenBLAS may then sum an element in another
+        // order (measured: equal at n = 2 and 7, not at 33), so each element within the bound
+        // of any order of its k products, 2 (k - 1) u Σ|w x| (u = 2^-24).
+        for (int i = 0; i < n; ++i)
+          for (int64_t j = 0; j < m; ++j) {
+            double mag = 0;
+            for (int64_t c = 0; c < k; ++c) mag += std::fabs(double(wf[size_t(j * k + c)]) * x[size_t(i * k + c)]);
+            ASSERT_NEAR(got[size_t(i * m + j)], want[size_t(i * m + j)], 2.0 * double(k - 1) * 0x1p-24 * mag)
+                << dtype_name(sh.t) << " n=" << n << " row " << i << " col " << j;
+          }
+      }
+      EXPECT_LE(s.wf.size() * sizeof(float), size_t(kDequantTileBytes)) << "the scratch holds one tile";
+      // A product group takes the same path per product.
+      std::vector<float> g1(size_t(n * m)), g2(size_t(n * m));
+      const LinearOut outs[] = {{v, bias.data(), g1.data()}, {v, nullptr, g2.data()}};
+      linear_group(x.data(), outs, n, QuantIsa::kScalar, s, LinearProduct::kDequantGemm);
+      EXPECT_EQ(g1, got);
+      for (size_t i = 0; i < g2.size(); ++i) ASSERT_EQ(g2[i] + bias[i % size_t(m)], got[i]) << i;
     }
   }
 }

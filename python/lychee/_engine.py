@@ -55,8 +55,9 @@ class Engine:
     0..N-1, N dividing the KV heads; see docs/scaling.md), kv_memory then per GPU;
     weights: how the GPU holds the linear matrices, "bf16" (default) or "fp8" (e4m3 with a scale per
     output channel: half the bytes per step; see policies for what stays bf16);
-    cpu_weights: how the CPU holds them, "f32" (the reference, default), "native" (a GGUF file's
-    quantised blocks kept, int8 dot products: ~3x faster decode on quantised files), "fp8" or "bf16"
+    cpu_weights: how the CPU holds them, "native" (default: a GGUF file's quantised blocks kept,
+    int8 dot products at decode: ~3x faster decode than f32 on quantised files), "f32" (the
+    reference), "fp8" or "bf16"
     (f32 holding the values FP8 / bf16 weights stand for, to measure what those formats cost).
     The CLI's --weights and --cpu-weights; ARCHITECTURE.md describes each. policies: the policies
     the engine will run (lychee.policy objects), as the CLI's --policy at load: with them FP8
@@ -72,7 +73,7 @@ class Engine:
     def __init__(self, model: Union[str, os.PathLike, None] = None, device: str = "auto",
                  kv_memory: Optional[float] = None, max_context: Optional[int] = None,
                  threads: Optional[int] = None, tensor_parallel: int = 1, weights: str = "bf16",
-                 cpu_weights: str = "f32", policies: Union[_policy.Policy, Sequence[_policy.Policy]] = (),
+                 cpu_weights: str = "native", policies: Union[_policy.Policy, Sequence[_policy.Policy]] = (),
                  max_batch: int = 8):
         for name, value in (("device", device), ("weights", weights), ("cpu_weights", cpu_weights)):
             if not isinstance(value, str):

@@ -812,7 +812,7 @@ void bind_engine(nb::module_& m) {
            },
            nb::arg("model") = "", nb::arg("device") = "auto", nb::arg("kv_memory") = 0.0, nb::arg("max_context") = 0,
            nb::arg("threads") = 0, nb::arg("tensor_parallel") = 1, nb::arg("weights") = "bf16",
-           nb::arg("cpu_weights") = "f32", nb::arg("policies") = PolicyList{}, nb::arg("max_batch") = 8)
+           nb::arg("cpu_weights") = "native", nb::arg("policies") = PolicyList{}, nb::arg("max_batch") = 8)
       .def_prop_ro("device", [](const PyEngine& e) { return e.engine().device(); }, "\"cpu\" or \"cuda\"")
       .def_prop_ro("model_path", [](const PyEngine& e) { return e.engine().checkpoint().path(); },
                    "the model's file or directory")

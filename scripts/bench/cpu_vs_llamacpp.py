@@ -3,8 +3,10 @@
 
 Each round runs, back to back:
   lychee bench --device cpu --cpu-weights native|f32 --prompt-tokens P --gen-tokens G --threads T
+  (native is the default: quantised blocks at decode, dequantised sgemm for the prompt; f32 the
+  reference)
   llama-bench -m FILE -t T -p P -n G -d 0,P -r 1 -o json
-and records /proc/loadavg around each run. lychee's decode runs after its P-token prompt, so it is
+and records /proc/loadavg around each run (and `uptime` before and after the set). lychee's decode runs after its P-token prompt, so it is
 compared with llama.cpp's tg G at depth P; prefill with pp P at depth 0. Writes the rounds and the
 medians as JSON (stamped with the commands, commit, machine and date) and prints a Markdown table.
 
@@ -65,6 +67,7 @@ def main():
     model = args.model or default_model()
     bindir = subprocess.run([os.path.join(ROOT, "scripts/bench/build_llamacpp.sh")], check=True,
                             capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     runs = []
     for i in range(args.rounds):
         for w in args.weights:
@@ -72,6 +75,7 @@ def main():
             print(f"round {i}: {runs[-1]['engine']}: prefill {runs[-1]['prefill_tok_s']:.1f}, decode {runs[-1]['decode_tok_s']:.1f} tok/s", file=sys.stderr)
         runs.append(dict(run_llamacpp(args, bindir, model), round=i))
         print(f"round {i}: llama.cpp: prefill {runs[-1]['prefill_tok_s']:.1f}, decode {runs[-1]['decode_tok_s']:.1f} tok/s", file=sys.stderr)
+    uptime_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     engines = list(dict.fromkeys(r["engine"] for r in runs))
     med = {e: {k: statistics.median(r[k] for r in runs if r["engine"] == e) for k in ("prefill_tok_s", "decode_tok_s")}
            for e in engines}
@@ -80,14 +84,17 @@ def main():
     result = {"model": os.path.relpath(model, ROOT) if model.startswith(ROOT) else model, "prompt_tokens": args.prompt,
               "gen_tokens": args.gen, "threads": args.threads, "rounds": runs, "median": med, "commit": commit,
               "machine": f"{cpu}, {os.cpu_count()} cores", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
+              "uptime_before": uptime_before, "uptime_after": uptime_after,
               "command": "scripts/bench/cpu_vs_llamacpp.py " + " ".join(sys.argv[1:])}
     if args.out:
         json.dump(result, open(args.out, "w"), indent=2)
-    ref = med["llama.cpp"]["decode_tok_s"]
-    print(f"| engine ({args.threads} threads) | prefill {args.prompt} tok/s | decode {args.gen} after {args.prompt} tok/s | decode / llama.cpp |")
-    print("|---|---:|---:|---:|")
+    ref = med["llama.cpp"]
+    print(f"| engine ({args.threads} threads) | prefill {args.prompt} tok/s | decode {args.gen} after {args.prompt} tok/s "
+          "| prefill / llama.cpp | decode / llama.cpp |")
+    print("|---|---:|---:|---:|---:|")
     for e in engines:
-        print(f"| {e} | {med[e]['prefill_tok_s']:.1f} | {med[e]['decode_tok_s']:.1f} | {med[e]['decode_tok_s'] / ref:.2f} |")
+        print(f"| {e} | {med[e]['prefill_tok_s']:.1f} | {med[e]['decode_tok_s']:.1f} "
+              f"| {med[e]['prefill_tok_s'] / ref['prefill_tok_s']:.2f} | {med[e]['decode_tok_s'] / ref['decode_tok_s']:.2f} |")
 
 
 if __name__ == "__main__":

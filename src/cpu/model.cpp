@@ -1,7 +1,9 @@
 #include "cpu/model.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -10,8 +12,27 @@
 
 namespace lychee::cpu {
 
+namespace {
+
+// LYCHEE_CPU_GEMM_ROWS (a lab knob for measuring the products, docs/results/cpu_default.md): the
+// row count from which quantised matrices go through dequantised sgemm, 0 for never; unset:
+// kDefaultGemmRows.
+int64_t gemm_rows_setting() {
+  const char* v = std::getenv("LYCHEE_CPU_GEMM_ROWS");
+  if (v == nullptr) return kDefaultGemmRows;
+  char* end = nullptr;
+  errno = 0;
+  const long long rows = std::strtoll(v, &end, 10);
+  LY_CHECK(end != v && *end == '\0' && errno == 0 && rows >= 0, ErrorCode::kInvalidArgument,
+           "LYCHEE_CPU_GEMM_ROWS must be a row count >= 0 (0: never dequantise for sgemm), got \"{}\"", v);
+  return rows;
+}
+
+}  // namespace
+
 Model::Model(const ModelConfig& config, HostWeights weights)
-    : config_(config), weights_(std::move(weights)), inv_freq_(rope_inv_freq(config)) {
+    : config_(config), weights_(std::move(weights)), inv_freq_(rope_inv_freq(config)),
+      min_gemm_rows_(gemm_rows_setting()) {
   if (const float* ff = weights_.get(WeightId::kRopeFreqs)) {  // GGUF llama3 frequency factors
     for (size_t i = 0; i < inv_freq_.size(); ++i) inv_freq_[i] /= ff[i];
   }
@@ -60,14 +81,16 @@ void Model::forward(std::span<const int32_t> tokens, KvCache& kv, std::vector<fl
 void Model::linear(const float* x, WeightId id, WeightId bias, int layer, float* y, int n) {
   const float* b = bias == WeightId::kCount ? nullptr : weights_.get(bias, layer);
   const WeightView w = weights_.view(id, layer);
-  if (weights_.format() == WeightFormat::kNative && !w.quantized() && n > 1) {
-    // A plain matrix in a native model: row by row through the decode step's product, so that a
-    // prompt row gets what it gets as a decode step (sgemm sums in another order).
+  if (weights_.format() == WeightFormat::kNative && !w.quantized() && n > 1 &&
+      product(n) == LinearProduct::kQuantDot) {
+    // A plain matrix in a native model, a chunk short enough for the integer products: row by
+    // row through the decode step's product, so that a prompt row gets what it gets as a decode
+    // step (sgemm sums in another order).
     for (int i = 0; i < n; ++i)
       cpu::linear(x + int64_t(i) * w.cols, w, b, y + int64_t(i) * w.rows, 1, isa_, s_.lin);
     return;
   }
-  cpu::linear(x, w, b, y, n, isa_, s_.lin);
+  cpu::linear(x, w, b, y, n, isa_, s_.lin, product(n));
 }
 
 void Model::linear_group(const float* x, std::initializer_list<Product> products, int layer, int n) {
@@ -81,7 +104,7 @@ void Model::linear_group(const float* x, std::initializer_list<Product> products
       outs.push_back({w, p.bias == WeightId::kCount ? nullptr : weights_.get(p.bias, layer), p.y});
     }
     if (quantised) {
-      cpu::linear_group(x, outs, n, isa_, s_.lin);
+      cpu::linear_group(x, outs, n, isa_, s_.lin, product(n));
       return;
     }
   }
@@ -126,7 +149,9 @@ void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* poli
     }
     const int group = c.group_size();
     const float scale = 1.0f / std::sqrt(float(hd));
-    if (weights_.format() == WeightFormat::kNative) {  // decode_attention.h says why
+    if (weights_.format() == WeightFormat::kNative && product(n) == LinearProduct::kQuantDot) {
+      // decode_attention.h says why; a chunk long enough for the dequantised sgemm takes the
+      // reference's BLAS attention below, as the f32 model's prefill does
       attend_rows(s_.q.data(), n, c.n_heads, group, hd, kv.k(layer, 0), kv.v(layer, 0),
                   int64_t(kv.capacity()) * hd, pos0, scale, s_.att.data());
     } else {

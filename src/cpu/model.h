@@ -16,9 +16,11 @@ namespace lychee::cpu {
 class Model {
  public:
   // Weights held in f32 (the reference) or with WeightFormat::kNative: quantised matrices in
-  // their blocks, multiplied through the integer dot products of the ISA this CPU has for every
-  // row count, and dense attention through attend_rows (decode_attention.h) instead of BLAS:
-  // chunk-invariant (a prompt row computes what it computes as a decode step, bit for bit).
+  // their blocks. A native model multiplies them through the integer dot products of the ISA this
+  // CPU has for decode steps and chunks of fewer than min_gemm_rows() rows, and through sgemm on
+  // tiles dequantised on the fly for longer chunks (cpu::choose_product). Dense attention goes
+  // through attend_rows (decode_attention.h) instead of BLAS. With set_min_gemm_rows(kNoGemm)
+  // it is chunk-invariant: a prompt row computes what it computes as a decode step, bit for bit.
   Model(const ModelConfig& config, HostWeights weights);
 
   const ModelConfig& config() const { return config_; }
@@ -26,6 +28,10 @@ class Model {
   // The kernels used for quantised weights (detected_quant_isa() by default; tests pick kScalar).
   QuantIsa quant_isa() const { return isa_; }
   void set_quant_isa(QuantIsa isa) { isa_ = isa; }
+  // Chunks of at least this many rows multiply quantised matrices through dequantised sgemm
+  // (cpu::choose_product): kDefaultGemmRows, or LYCHEE_CPU_GEMM_ROWS when set (0 = kNoGemm).
+  int64_t min_gemm_rows() const { return min_gemm_rows_; }
+  void set_min_gemm_rows(int64_t rows) { min_gemm_rows_ = rows; }
 
   // Runs `tokens` at positions kv.length() .. kv.length() + n - 1 and appends their K/V.
   // logits: [n_out, vocab] f32 for the last token (n_out = 1) or every token (all_logits).
@@ -53,6 +59,7 @@ class Model {
     float* y;
   };
   void linear_group(const float* x, std::initializer_list<Product> products, int layer, int n);
+  LinearProduct product(int n) const { return choose_product(n, min_gemm_rows_); }
   void attention_block(int layer, int n, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats);
   void mlp_block(int layer, int n);
   void decode_attention(int layer, KvCache& kv, AttentionPolicy* policy, KvReadStats* stats);
@@ -61,6 +68,7 @@ class Model {
   HostWeights weights_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
   QuantIsa isa_ = detected_quant_isa();
+  int64_t min_gemm_rows_;
   Scratch s_;
 };
 

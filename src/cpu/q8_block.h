@@ -33,6 +33,9 @@ static_assert(sizeof(Q8Block) == 44);
   float dot_q6_k(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
   float dot_q8_k(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
   void dot4_q4_1(const uint8_t* w, const Q8Block* a, int64_t a_stride, int64_t n, float* out);     \
+  void dequant_q8_0(const uint8_t* w, int64_t n, float* out);                                      \
+  void dequant_q4_0(const uint8_t* w, int64_t n, float* out);                                      \
+  void dequant_q4_1(const uint8_t* w, int64_t n, float* out);                                      \
   }
 LY_QUANT_KERNELS(avx2)
 LY_QUANT_KERNELS(avx2vnni)

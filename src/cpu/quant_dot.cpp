@@ -217,6 +217,20 @@ QuantDot4Fn quant_dot4_fn(DType t, QuantIsa isa) {
   return t == DType::kQ4_1 ? kernels(isa).q4_1_rows4 : nullptr;
 }
 
+void dequantize_row(DType t, const uint8_t* w, int64_t n, float* out, QuantIsa isa) {
+#if defined(__x86_64__)
+  if (isa == QuantIsa::kAvx2 && detected_quant_isa() == QuantIsa::kAvx2) {
+    switch (t) {
+      case DType::kQ8_0: avx2::dequant_q8_0(w, n, out); return;
+      case DType::kQ4_0: avx2::dequant_q4_0(w, n, out); return;
+      case DType::kQ4_1: avx2::dequant_q4_1(w, n, out); return;
+      default: break;
+    }
+  }
+#endif
+  convert_to_f32(t, w, n, out);
+}
+
 QuantDotFn quant_dot_fn(DType t, QuantIsa isa) {
   LY_CHECK(isa == QuantIsa::kScalar || detected_quant_isa() == QuantIsa::kAvx2, ErrorCode::kUnsupported,
            "the AVX2 quantised dot products need a CPU with AVX2, FMA and F16C");

@@ -43,4 +43,9 @@ using QuantDot4Fn = void (*)(const uint8_t* w, const Q8Block* a, int64_t a_strid
 // The four-row kernel for t on isa, or nullptr where there is none (callers loop QuantDotFn).
 QuantDot4Fn quant_dot4_fn(DType t, QuantIsa isa);
 
+// One row of n elements of block type t dequantised to f32: out[i] equals what core/dtype.h's
+// convert_to_f32 gives, bit for bit. kAvx2 has its own kernels for Q8_0, Q4_0 and Q4_1 (the
+// dequantised sgemm's tiles, weight_linear.h); other types and kScalar go through convert_to_f32.
+void dequantize_row(DType t, const uint8_t* w, int64_t n, float* out, QuantIsa isa);
+
 }  // namespace lychee::cpu

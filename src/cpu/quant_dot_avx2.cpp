@@ -252,6 +252,53 @@ float dot_q8_k(const uint8_t* w, const Q8Block* a, int64_t n) {
   return hsum(acc);
 }
 
+// Dequantisation (the dequantised sgemm's tiles, weight_linear.cpp): each element d * q (+ m) as
+// one multiply and one add, unfused, so every value equals core/dtype.cpp's convert_to_f32 (compiled
+// with -ffp-contract=off) bit for bit.
+namespace {
+
+// Bytes 0..7 of v as 8 floats (unsigned).
+inline __m256 u8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+
+}  // namespace
+
+void dequant_q8_0(const uint8_t* w, int64_t n, float* out) {
+  for (int64_t b = 0; b < n / 32; ++b, w += 34, out += 32) {
+    const __m256 d = _mm256_set1_ps(f16(w));
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int i = 0; i < 4; ++i)
+      _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[i]))));
+  }
+}
+
+void dequant_q4_0(const uint8_t* w, int64_t n, float* out) {
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const __m256i eight = _mm256_set1_epi32(8);
+  for (int64_t b = 0; b < n / 32; ++b, w += 18, out += 32) {
+    const __m256 d = _mm256_set1_ps(f16(w));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    const __m128i lo = _mm_and_si128(q, low4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int i = 0; i < 4; ++i) {
+      const __m256i c = _mm256_sub_epi32(_mm256_cvtepu8_epi32(parts[i]), eight);
+      _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(c)));
+    }
+  }
+}
+
+void dequant_q4_1(const uint8_t* w, int64_t n, float* out) {
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  for (int64_t b = 0; b < n / 32; ++b, w += 20, out += 32) {
+    const __m256 d = _mm256_set1_ps(f16(w)), m = _mm256_set1_ps(f16(w + 2));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 4));
+    const __m128i lo = _mm_and_si128(q, low4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int i = 0; i < 4; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_add_ps(_mm256_mul_ps(d, u8x8_to_ps(parts[i])), m));
+  }
+}
+
 }  // namespace lychee::cpu::LY_QUANT_NS
 
 #endif  // __x86_64__

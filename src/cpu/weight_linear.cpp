@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <cblas.h>
+
 #include "core/error.h"
 #include "cpu/ops.h"
 
@@ -40,13 +42,39 @@ void add_bias(const float* b, float* y, int n, int64_t m) {
       for (int64_t j = 0; j < m; ++j) y[i * m + j] += b[j];
 }
 
+// y[n, m] = x · wᵀ through sgemm on w dequantised a tile of rows at a time into s.wf: each tile's
+// rows dequantised in parallel (guided, as the integer products: a preempted thread holds no large
+// share), then one sgemm writes the tile's columns of y (row stride m).
+void dequant_gemm(const float* x, const WeightView& w, float* y, int n, QuantIsa isa, LinearScratch& s) {
+  const int64_t k = w.cols, m = w.rows;
+  const int64_t tile_rows = std::clamp<int64_t>(kDequantTileBytes / (k * int64_t(sizeof(float))), 1, m);
+  s.wf.resize(size_t(tile_rows * k));
+  float* wf = s.wf.data();
+  for (int64_t j0 = 0; j0 < m; j0 += tile_rows) {
+    const int64_t rows = std::min(tile_rows, m - j0);
+#pragma omp parallel for schedule(guided)
+    for (int64_t j = 0; j < rows; ++j) dequantize_row(w.dtype, w.data + (j0 + j) * w.row_bytes, k, wf + j * k, isa);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, int(rows), int(k), 1.0f, x, int(k), wf, int(k), 0.0f,
+                y + j0, int(m));
+  }
+}
+
 }  // namespace
 
+LinearProduct choose_product(int64_t n_rows, int64_t min_gemm_rows) {
+  return min_gemm_rows > 0 && n_rows >= min_gemm_rows ? LinearProduct::kDequantGemm : LinearProduct::kQuantDot;
+}
+
 void linear(const float* x, const WeightView& w, const float* b, float* y, int n, QuantIsa isa,
-            LinearScratch& scratch) {
+            LinearScratch& scratch, LinearProduct product) {
   LY_ASSERT(w.data != nullptr);
   if (!w.quantized()) {
     linear(x, w.f32(), b, y, n, int(w.cols), int(w.rows));
+    return;
+  }
+  if (product == LinearProduct::kDequantGemm) {
+    dequant_gemm(x, w, y, n, isa, scratch);
+    add_bias(b, y, n, w.rows);
     return;
   }
   const LinearOut one{w, b, y};
@@ -58,13 +86,14 @@ void linear(const float* x, const WeightView& w, const float* b, float* y, int n
 // dealt one at a time in turn read memory ~1.5x slower on 2 cores: the prefetchers lose the
 // stream every 23 KB) and a thread preempted by another process still does not hold the others
 // at the barrier (as ops.h's f32 matrix-vector product).
-void linear_group(const float* x, std::span<const LinearOut> outs, int n, QuantIsa isa, LinearScratch& s) {
+void linear_group(const float* x, std::span<const LinearOut> outs, int n, QuantIsa isa, LinearScratch& s,
+                  LinearProduct product) {
   if (outs.empty()) return;
   const int64_t k = outs[0].w.cols, nb = k / 32;
-  bool together = true;
+  bool together = product == LinearProduct::kQuantDot;
   for (const LinearOut& o : outs) together &= o.w.quantized() && o.w.cols == k && o.w.data != nullptr;
   if (!together) {
-    for (const LinearOut& o : outs) linear(x, o.w, o.b, o.y, n, isa, s);
+    for (const LinearOut& o : outs) linear(x, o.w, o.b, o.y, n, isa, s, product);
     return;
   }
   s.qx.resize(size_t(n * nb));

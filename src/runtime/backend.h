@@ -18,10 +18,12 @@
 namespace lychee {
 
 struct BackendOptions {
-  // CPU backend only: kNative keeps GGUF block-quantised matrices in their blocks (integer dot
-  // products at decode); kF32 expands every weight to f32 (the reference path); kFp8 is kF32 with
-  // the linear matrices rounded through FP8 e4m3 (model/checkpoint.h).
-  WeightFormat cpu_weights = WeightFormat::kF32;
+  // CPU backend only: kNative (the default) keeps GGUF block-quantised matrices in their blocks
+  // (integer dot products at decode, dequantised sgemm for long prompt chunks; a file without
+  // quantised matrices is all f32 under it); kF32 expands every weight to f32 (the reference path,
+  // which the parity tests name); kFp8 is kF32 with the linear matrices rounded through FP8 e4m3
+  // (model/checkpoint.h).
+  WeightFormat cpu_weights = WeightFormat::kNative;
   // CUDA backend only: how the GPU holds the linear matrices (model/checkpoint.h): bf16 (the
   // default) or FP8 e4m3 with one scale per output channel. The CPU backend has no FP8 form of
   // its own beyond cpu_weights = kFp8 and refuses kFp8 here (make_backend).

@@ -19,7 +19,7 @@ namespace lychee {
 struct EngineOptions {
   std::string model_path;       // "" = the default model
   std::string device = "auto";  // "cpu", "cuda", or "auto" (cuda when this build has it and a GPU is present)
-  WeightFormat cpu_weights = WeightFormat::kF32;  // CPU backend: see BackendOptions
+  WeightFormat cpu_weights = WeightFormat::kNative;  // CPU backend: see BackendOptions
   // CUDA backend only.
   // How the GPU holds the linear matrices (BackendOptions). kFp8 on an engine that runs on the
   // CPU (--device cpu, or auto without a usable GPU) is an error pointing at cpu_weights = kFp8,

@@ -73,7 +73,7 @@ def test_token_id_prompts_and_a_single_string(engine):
 
 
 def test_chat_batch_equals_one_by_one(engine):
-    conversations = [[{"role": "user", "content": "What is the capital of France?"}],
+    conversations = [[{"role": "user", "content": "What is the capital of France? Answer in one sentence."}],
                      [("system", "Be brief."), ("user", "Name a colour.")]]
     one_by_one = [engine.chat(c, max_tokens=12) for c in conversations]
     batch = engine.chat(conversations, max_tokens=12)

@@ -24,7 +24,10 @@ PROMPT = "The Roman Empire was"
 
 @pytest.fixture(scope="module")
 def engine():
-    return lychee.Engine(device="cpu")
+    # The f32 reference, named: these tests compare exact texts (with the CLI, streamed with whole,
+    # batched with one by one) and the f32 answers; the default (native) is covered by
+    # test_cpu_weight_formats_equal_the_cli.
+    return lychee.Engine(device="cpu", cpu_weights="f32")
 
 
 def long_prompt(engine, n_tokens):
@@ -43,7 +46,7 @@ def test_generate_equals_the_cli(engine):
     cli = cli_binary()
     if not cli.exists():
         pytest.fail(f"the CLI {cli} is missing: build it first (scripts/build.sh)")
-    out = subprocess.run([str(cli), "generate", "--device", "cpu", "-p", PROMPT, "-n", "24"],
+    out = subprocess.run([str(cli), "generate", "--device", "cpu", "--cpu-weights", "f32", "-p", PROMPT, "-n", "24"],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     got = engine.generate(PROMPT, max_tokens=24)
     assert out == got.text + "\n"
@@ -71,7 +74,7 @@ def test_policies_at_load_keep_the_selectors_fp8_qkv_as_the_cli():
     e = lychee.Engine(device="cpu", cpu_weights="fp8", policies=[Lychee(budget=64)])
     assert e.fp8_kept_layers == [0, 1, 2, 12]  # the stand-in roles' retrieval layers
     assert lychee.Engine(device="cpu", cpu_weights="fp8").fp8_kept_layers == []
-    assert lychee.Engine(device="cpu", policies=[Lychee(budget=64)]).fp8_kept_layers == []  # f32: nothing rounded
+    assert lychee.Engine(device="cpu", policies=[Lychee(budget=64)]).fp8_kept_layers == []  # native: nothing rounded
     assert lychee.Engine(device="cpu", cpu_weights="fp8", policies=Lychee(budget=64)).fp8_kept_layers == [0, 1, 2, 12]
     got = e.generate(PROMPT, max_tokens=16, policy=Lychee(budget=64)).text
     out = subprocess.run([str(cli), "generate", "--device", "cpu", "--cpu-weights", "fp8", "--policy", "lychee",
@@ -155,7 +158,8 @@ def test_max_tokens_zero_and_length(engine):
 def test_chat_equals_the_cli(engine):
     question = "What is the capital of France?"
     got = engine.chat([{"role": "user", "content": question}], max_tokens=24)
-    out = subprocess.run([str(cli_binary()), "generate", "--chat", "--device", "cpu", "-p", question, "-n", "24"],
+    out = subprocess.run([str(cli_binary()), "generate", "--chat", "--device", "cpu", "--cpu-weights", "f32", "-p", question,
+                          "-n", "24"],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     assert out == got.text + "\n"
     assert "Paris" in got.text
@@ -283,6 +287,7 @@ def test_corrupt_model_names_the_file(tmp_path):
 
 def test_bad_arguments(engine):
     assert engine.weights == "f32"
+    assert lychee.Engine(device="cpu").weights == "native"  # the default, as the CLI's
     with pytest.raises(lychee.InvalidArgumentError, match="device"):
         lychee.Engine(device="tpu")
     with pytest.raises(lychee.InvalidArgumentError, match='cpu_weights must be "f32", "native", "fp8" or "bf16", got "int4"'):

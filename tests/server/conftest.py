@@ -74,7 +74,10 @@ class Server:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
-        cmd = [str(binary), "serve", "--device", DEVICE, "--port", str(self.port), *args]
+        # On the CPU the f32 reference (--cpu-weights f32, not the native default): the tests compare
+        # exact texts (streamed with whole, with and without prefix reuse, concurrent with alone).
+        cpu_ref = ["--cpu-weights", "f32"] if DEVICE == "cpu" else []
+        cmd = [str(binary), "serve", "--device", DEVICE, *cpu_ref, "--port", str(self.port), *args]
         if api_key:
             cmd += ["--api-key", api_key]
         self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"lychee_serve_{self.port}.log", "w+")
