@@ -20,6 +20,7 @@ last block recomputed, one token) and with max_tokens 1 + --steps (t2, ignore_eo
 (t2 - t1) / steps: the decode steps alone, the prefill and per-call costs cancelled. Every row of
 the batch decodes at once: a shape whose KV does not fit vLLM's cache (num_gpu_blocks x
 block_size tokens, all rows at context + steps + 1) is skipped and says so, as bench_e2e skips.
+The JSON is rewritten after every shape, so a run stopped by its time limit keeps its rows.
 """
 import argparse
 import json
@@ -217,29 +218,37 @@ def main(argv=None):
           flush=True)
     print(f"{'batch':>6} {'context':>8} {'TPOT ms':>10} {'tok/s':>9}", flush=True)
     rows = []
+    out = dict(engine="vllm", vllm=vllm.__version__, torch=torch.__version__, gpu=gpu_name(),
+               model=f"{args.shape} shape, dummy bf16 weights", shape=args.shape, config=hf_config(args.shape),
+               attention_backend=backend or "vLLM default", max_model_len=args.max_model_len,
+               kv_cache_tokens=kv_tokens, startup_s=startup_s, steps=args.steps, repeats=args.repeats,
+               command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), tag=args.tag, rows=rows)
+
+    def save():  # after every row: a run cut short by its time limit keeps the rows it has
+        if args.json:
+            with open(args.json + ".tmp", "w") as f:
+                json.dump(out, f, indent=1)
+            os.replace(args.json + ".tmp", args.json)
+
     for batch, ctx, skip in plan(args.batches, args.contexts, args.steps, kv_tokens):
         if skip:
             print(f"{batch:6d} {ctx:8d}   skipped: {skip}", flush=True)
             rows.append(dict(batch=batch, context=ctx, policy="vllm", skipped=skip))
+            save()
             continue
         try:
             ms, each = time_shape(llm, SamplingParams, batch, ctx, args, VOCAB)
         except Exception as e:  # a shape that fails (out of memory) leaves the others
             print(f"{batch:6d} {ctx:8d}   failed: {type(e).__name__}: {e}", flush=True)
             rows.append(dict(batch=batch, context=ctx, policy="vllm", skipped=f"{type(e).__name__}: {e}"))
+            save()
             continue
         print(f"{batch:6d} {ctx:8d} {ms:10.3f} {batch * 1e3 / ms:9.1f}", flush=True)
         rows.append(dict(batch=batch, context=ctx, policy="vllm", tpot_ms=ms, tpot_ms_each=each,
                          tokens_per_s=batch * 1e3 / ms, tensor_parallel=args.tensor_parallel_size,
                          cuda_graphs=not args.enforce_eager, steps=args.steps))
-    out = dict(engine="vllm", vllm=vllm.__version__, torch=torch.__version__, gpu=gpu_name(),
-               model=f"{args.shape} shape, dummy bf16 weights", shape=args.shape, config=hf_config(args.shape),
-               attention_backend=backend or "vLLM default", max_model_len=args.max_model_len,
-               kv_cache_tokens=kv_tokens, startup_s=startup_s, steps=args.steps, repeats=args.repeats,
-               command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), tag=args.tag, rows=rows)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        save()
+    save()
     return 0
 
 

@@ -341,7 +341,7 @@ def pack(dl, carry, part_mib):
         out = os.path.join(xz_dir, c["wheel"] + ".tar.xz")
         stamp = out + ".src_sha256"
         drop = VLLM_DROP if name == "vllm" else []
-        src = sha256(whl) + " drop " + " ".join(drop)
+        src = sha256(whl) + (" drop " + " ".join(drop) if drop else "")  # what the xz tar was made from
         if not (os.path.exists(out) and os.path.exists(stamp) and open(stamp).read().strip() == src):
             print(f"  repacking {c['wheel']} ({c['bytes'] / 2**20:.1f} MiB)", flush=True)
             cmd = [sys.executable, os.path.join(here, "wheel_xz.py"), "pack", whl, out]
