@@ -57,7 +57,7 @@
 #                                            TP_BATCHES), batch 8 at 128K on 2 GPUs, attention timed per layer and GPU
 #   scripts/gpu/run_all.sh vllm-stage-NN | vllm-install   carry vLLM 0.26.0 in parts (scripts/gpu/fetch_vllm.sh makes
 #                                            .carry/vllm/part_NN; each call carries one part, on one warm machine), then
-#                                            rebuild the wheels, pip-install them into $stage/vllm_site and import vLLM
+#                                            rebuild the wheels, pip-install them into $stage/vllm_site, import vLLM, run it once
 #   scripts/gpu/run_all.sh bench-vllm       vLLM beside lychee in one call (after vllm-install): bench_e2e and
 #                                            scripts/bench/vllm_decode.py at the same shapes (VLLM_BATCHES, VLLM_CONTEXTS),
 #                                            then the serving sweep of both (VLLM_PARTS: decode serve)
@@ -1134,7 +1134,17 @@ for mod in ["vllm._C_stable_libtorch", "vllm.vllm_flash_attn.flash_attn_interfac
         bad += 1; print("  FAILED", mod, f"{type(e).__name__}: {e}"); traceback.print_exc(limit=3)
 sys.exit(1 if bad else 0)
 PY
-    exit "${PIPESTATUS[0]}" ;;
+    [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+    # A real run (VLLM_SMOKE=0 skips it): the 8B shape with dummy weights, 1K context, 8 steps, CUDA
+    # graphs on, so a module imported only when the engine starts shows up here, not in bench-vllm.
+    [ "${VLLM_SMOKE:-1}" = 0 ] && exit 0
+    t0=$SECONDS
+    timeout -k 10 "${VLLM_SMOKE_SECONDS:-300}" python3 scripts/bench/vllm_decode.py --contexts 1024 --batches 1 --steps 8 \
+      --repeats 1 --json "$out/vllm_smoke.json" > "$out/vllm_smoke.log" 2>&1
+    rc=$?
+    grep -E "^vLLM|^ *[0-9]|Using .*backend|Error|error" "$out/vllm_smoke.log" | head -20
+    echo "vllm-install: smoke run rc $rc in $((SECONDS - t0)) s (log: vllm_smoke.log)"
+    exit $rc ;;
   bench-vllm)
     # vLLM beside lychee on this GPU in one call (vllm-install first): VLLM_PARTS (default "decode
     # serve"). decode: bench_e2e (Full, LycheeDecode) and vllm_decode.py at VLLM_BATCHES x
