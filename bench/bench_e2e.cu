@@ -3,7 +3,7 @@
 // named shape with --shape (smollm2-135m: the default model's), or a real checkpoint with -m, at several context lengths and batch sizes, for each attention policy
 // through the hybrid-head kernel, against its bandwidth bound (weight bytes + the KV and metadata
 // bytes the policy's kernels read per step) / measured copy bandwidth.
-//   bench_e2e [-m DIR | --shape llama3-8b|smollm2-135m] [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
+//   bench_e2e [-m DIR | --shape llama3-8b|llama3-70b|smollm2-135m] [--contexts 16384,32768,65536,131072] [--batches 1,4] [--steps 32] [--json FILE]
 //             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--block-size 64] [--retrieval 32] [--trace] [--sync]
 //             [--weights bf16,fp8] [--fp8-selector-qkv bf16|fp8]
 //             [--tensor-parallel 1,2] [--tp-rule permutation|contiguous] [--tp-lm-head split|rank0]
@@ -24,7 +24,9 @@
 // reads its vocabulary rows of the LM head, or with --tp-lm-head rank0 rank 0 all of it) and the KV its
 // heads read. --tp-lm-head: split (the runner's default) or rank0. --profile-attention: each row also times every
 // layer's attention on every GPU (median of 5 eager steps) and reports the slowest GPU against the
-// mean per layer.
+// mean per layer. Under TP at batch >= 2 each LycheeDecode row also records the attention balance
+// the mirrored-row rule would give (attention/tp_rows.h: tp_assign_rows, tp_work_balance: KV tokens read per layer and
+// GPU) beside the runner's (every row the same assignment), as "tp_rows_model".
 // LycheeDecode and DuoAttention get --retrieval retrieval KV heads in all (layer 0's included,
 // the rest drawn with a fixed seed from layers 1..); every sparse policy reads --budget tokens per
 // sparse head (DuoAttention: sink 64 + recent budget - 64); LycheeDecode selects in units of
@@ -49,6 +51,7 @@
 
 #include "attention/policies.h"
 #include "attention/tp_assign.h"
+#include "attention/tp_rows.h"
 #include "core/json_io.h"
 #include "cuda/common/common.h"
 #include "cuda/common/nccl_comm.h"
@@ -169,6 +172,8 @@ struct Split {
   std::vector<std::vector<int>> kv_heads;  // [rank]
   std::vector<int> retrieval;              // [rank]
   TpBalance balance;
+  TpAssignment assignment;
+  HeadRoles roles;
 };
 
 Split make_split(const Options& opt, const ModelConfig& c, int n_gpus) {
@@ -178,6 +183,8 @@ Split make_split(const Options& opt, const ModelConfig& c, int n_gpus) {
   const TpAssignment a = tp_assign(c, roles, n_gpus, opt.tp_rule == "contiguous" ? TpRule::kContiguous : TpRule::kPermutation);
   s.kv_heads = tp_rank_heads(a);
   s.balance = tp_balance(a, roles);
+  s.assignment = a;
+  s.roles = roles;
   for (int g = 0; g < n_gpus; ++g) {
     int r = 0;
     for (int l = 0; l < c.n_layers; ++l)
@@ -185,6 +192,26 @@ Split make_split(const Options& opt, const ModelConfig& c, int n_gpus) {
     s.retrieval.push_back(r);
   }
   return s;
+}
+
+// The attention balance of LycheeDecode's roles at this batch under the runner's rule (every row
+// the same assignment) and under mirrored rows, in KV tokens read per layer and GPU,
+// with the attention weights each GPU would then hold (tp_rows.h); printed and put in the row.
+nlohmann::json rows_model(const Split& split, const ModelConfig& c, int batch, double context, int budget) {
+  nlohmann::json j;
+  for (TpRowRule rule : {TpRowRule::kSame, TpRowRule::kMirrored}) {
+    const TpRowAssignment a = tp_assign_rows(split.assignment, split.roles, batch, rule);
+    const TpWorkBalance w = tp_work_balance(a, split.roles, int64_t(context), budget);
+    const double attn_weights_gb = 2.0 * c.n_layers * c.d_model * (2.0 * c.q_dim() + 2.0 * c.kv_dim()) / 1e9;
+    const int held = *std::max_element(w.groups_held.begin(), w.groups_held.end());
+    j[tp_row_rule_name(rule)] = {{"worst_layer_max_over_mean", w.worst}, {"worst_layer", w.worst_layer},
+                                 {"sum_max_over_sum_mean", w.sum_max / w.sum_mean}, {"shifts", a.shift},
+                                 {"attention_weight_gb_per_gpu", attn_weights_gb * held / split.n_gpus}};
+    std::printf("       attention balance model, %s rows: worst layer %.3f x the mean, layers' slowest sum %.3f x "
+                "the mean; attention weights %.2f GB per GPU\n",
+                tp_row_rule_name(rule), w.worst, w.sum_max / w.sum_mean, attn_weights_gb * held / split.n_gpus);
+  }
+  return j;
 }
 
 // Full attention's TPOT with bf16 weights per (batch, context): what the other formats' rows are
@@ -292,6 +319,7 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWei
         row["all_reduce_payload_bytes_per_step"] = double(tp1.payload_bytes - tp0.payload_bytes) / opt.steps;
         row["all_reduce_wire_bytes_per_step"] = (tp1.wire_bytes - tp0.wire_bytes) / opt.steps;
         row["selection_bytes_between_gpus_per_step"] = 0;
+        if (name == "lychee" && batch >= 2) row["tp_rows_model"] = rows_model(split, c, batch, mean_ctx, opt.budget);
       }
       if (opt.profile_attention) {
         // Median of 5 eager steps per (GPU, layer); the straggler against the mean per layer.

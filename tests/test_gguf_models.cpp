@@ -199,8 +199,37 @@ TEST(ModelShapes, Smollm2ShapeIsTheDefaultModels) {
 TEST(ModelShapes, UnknownNamesAreAnErrorListingTheKnownOnes) {
   EXPECT_EQ(model_shape("llama3-8b").n_layers, 32);
   EXPECT_NO_THROW(model_shape("smollm2-135m").validate("smollm2-135m"));
-  test::expect_error([] { model_shape("llama3-70b"); }, ErrorCode::kInvalidArgument,
-                     {"unknown model shape 'llama3-70b'", "llama3-8b, smollm2-135m"});
+  test::expect_error([] { model_shape("llama3-405b"); }, ErrorCode::kInvalidArgument,
+                     {"unknown model shape 'llama3-405b'", "llama3-8b, llama3-70b, smollm2-135m"});
+}
+
+// Llama-3-70B's published shape (its config.json): 80 layers, 64 query / 8 KV heads of 128,
+// d_model 8192, d_ff 28672, vocabulary 128256, RoPE theta 500000; context and norm as the 8B's.
+TEST(ModelShapes, Llama3_70bHasThePublishedShape) {
+  const ModelConfig c = model_shape("llama3-70b"), e = model_shape("llama3-8b");
+  EXPECT_NO_THROW(c.validate("llama3-70b"));
+  EXPECT_EQ(c.arch, Arch::kLlama);
+  EXPECT_EQ(c.n_layers, 80);
+  EXPECT_EQ(c.d_model, 8192);
+  EXPECT_EQ(c.n_heads, 64);
+  EXPECT_EQ(c.n_kv_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.group_size(), 8);
+  EXPECT_EQ(c.d_ff, 28672);
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_FLOAT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_FLOAT_EQ(c.rms_eps, e.rms_eps);
+  EXPECT_EQ(c.max_context, e.max_context);
+  EXPECT_FALSE(c.tie_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  // 70.55 B parameters (Meta's model card: 70B): 80 x 855.6 M per layer + 2 x 1.05 G of embeddings.
+  EXPECT_EQ(c.n_params(), 70553706496);
+  EXPECT_NE(c.name.find("70B"), std::string::npos);
+  // Splits over 2, 4 and 8 GPUs (8 KV heads; d_ff 28672 = 8 x 3584).
+  for (int n : {2, 4, 8}) {
+    EXPECT_EQ(c.n_kv_heads % n, 0);
+    EXPECT_EQ(c.d_ff % n, 0);
+  }
 }
 
 // The architectures' own tensors go through the weight table like every other: a missing Qwen2

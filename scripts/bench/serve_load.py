@@ -120,9 +120,12 @@ def http_get(port, path, timeout=10.0):
 
 
 class Server:
-    def __init__(self, binary, args, log_dir, name, startup_timeout):
+    def __init__(self, binary, args, log_dir, name, startup_timeout, server_cmd=None):
         self.port = free_port()
-        self.cmd = [binary, "serve", "--port", str(self.port), "--host", HOST] + args
+        if server_cmd:  # another OpenAI-compatible server (vllm serve): {port} and {host} filled in
+            self.cmd = [w.replace("{port}", str(self.port)).replace("{host}", HOST) for w in server_cmd]
+        else:
+            self.cmd = [binary, "serve", "--port", str(self.port), "--host", HOST] + args
         self.log_path = os.path.join(log_dir, f"server_{name}_{self.port}.log")
         self.startup_timeout = startup_timeout
         self.proc = None
@@ -705,6 +708,10 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default="build/bin/lychee", help="the lychee binary (default build/bin/lychee)")
     ap.add_argument("--server-args", default="", help="arguments for `lychee serve` (one string, shell-split)")
+    ap.add_argument("--server-cmd", default="",
+                    help="instead of `lychee serve`: the whole command of another OpenAI-compatible server "
+                         "(one string, shell-split; {port} and {host} are filled in), e.g. \"vllm serve DIR "
+                         "--load-format dummy --port {port} --host {host}\"; --policy then only names the run")
     ap.add_argument("--policy", default="full",
                     help="comma-separated server default policies, one server each: full, lychee, tidal, quest, duo")
     ap.add_argument("--policy-args", default="", help="extra serve flags for policies other than full, e.g. '--budget 256'")
@@ -742,9 +749,11 @@ def main():
     if a.prompt_tokens < 1 or a.output_tokens < 1:
         ap.error("--prompt-tokens and --output-tokens must be positive")
     binary = os.path.abspath(a.binary)
-    if not os.path.isfile(binary):
+    if a.server_cmd and "{port}" not in a.server_cmd:
+        ap.error("--server-cmd must place the port: {port}")
+    if not a.server_cmd and not os.path.isfile(binary):
         die(f"--binary {a.binary}: no such file ({binary})")
-    if not os.access(binary, os.X_OK):
+    if not a.server_cmd and not os.access(binary, os.X_OK):
         die(f"--binary {a.binary}: not executable ({binary})")
     policies = [p.strip() for p in a.policy.split(",") if p.strip()]
     if not policies:
@@ -752,8 +761,9 @@ def main():
     try:
         server_args = shlex.split(a.server_args)
         policy_args = shlex.split(a.policy_args)
+        server_cmd = shlex.split(a.server_cmd)
     except ValueError as e:
-        ap.error(f"cannot split --server-args/--policy-args: {e}")
+        ap.error(f"cannot split --server-args/--policy-args/--server-cmd: {e}")
     log_dir = a.log_dir or tempfile.mkdtemp(prefix="serve_load_")
     os.makedirs(log_dir, exist_ok=True)
 
@@ -764,8 +774,8 @@ def main():
     runs, bad_total = [], 0
     table_printed = [False]
     for policy in policies:
-        pflags = [] if policy == "full" else ["--policy", policy] + policy_args
-        server = Server(binary, server_args + pflags, log_dir, policy, a.startup_timeout)
+        pflags = [] if policy == "full" or server_cmd else ["--policy", policy] + policy_args
+        server = Server(binary, server_args + pflags, log_dir, policy, a.startup_timeout, server_cmd)
         try:
             server.start()
             model_id, vocab, ctx = model_info(server.port)

@@ -55,6 +55,14 @@
 #   scripts/gpu/run_all.sh bench-tp         tensor parallelism (issue 18; needs 2 GPUs: kind nvidia-h200-x2): the
 #                                            all-reduce alone, then bench_e2e at 1 and 2 GPUs (TP_CONTEXTS,
 #                                            TP_BATCHES), batch 8 at 128K on 2 GPUs, attention timed per layer and GPU
+#   scripts/gpu/run_all.sh vllm-stage-NN | vllm-install   carry vLLM 0.26.0 in parts (scripts/gpu/fetch_vllm.sh makes
+#                                            .carry/vllm/part_NN; each call carries one part, on one warm machine), then
+#                                            rebuild the wheels, pip-install them into $stage/vllm_site, import vLLM, run it once
+#   scripts/gpu/run_all.sh bench-vllm       vLLM beside lychee in one call (after vllm-install): bench_e2e and
+#                                            scripts/bench/vllm_decode.py at the same shapes (VLLM_BATCHES, VLLM_CONTEXTS),
+#                                            then the serving sweep of both (VLLM_PARTS: decode serve)
+#   scripts/gpu/run_all.sh bench-70b        the llama3-70b shape over 4 GPUs (B70_TP, B70_BATCHES, B70_CONTEXTS,
+#                                            B70_WEIGHTS): Full and LycheeDecode against their bounds; TP=2 vs TP=4
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
 # (scripts/gpu/make_deps.sh makes .deps, .whl and the model parts .carry/model_a, _b, _c.)
 # FlashInfer (the decode peer): scripts/gpu/fetch_flashinfer.sh makes .carry/flashinfer_a and
@@ -128,6 +136,12 @@ link_model() {  # the staged default model at $model; says loudly when none is s
     echo "link_model: WARNING: the default model is NOT STAGED ($stage/smollm2.gguf missing; stage-a, stage-b," \
       "stage-c carry it): its tests FAIL under LYCHEE_REQUIRE_GPU=1 and its benchmark rows do not run" >&2
   fi
+}
+
+vllm_env() {  # vLLM staged by vllm-install: importable from $stage/vllm_site, offline, caches kept under $stage
+  export PYTHONPATH="$stage/vllm_site${PYTHONPATH:+:$PYTHONPATH}" VLLM_CACHE_ROOT="$stage/vllm_cache" \
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONUNBUFFERED=1
+  mkdir -p "$stage/vllm_cache"
 }
 
 e2e_wrap=""   # a command prefix for bench_e2e_to (bench-tp: a timeout)
@@ -1048,12 +1062,165 @@ PY
   bench-model)
     link_model
     "$build/bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 128 --batch 4 --json "$out/smollm2_gpu.json" 2>&1 | tee "$out/bench_model.log" ;;
+  vllm-stage-*)
+    # One part of vLLM's wheels (scripts/gpu/fetch_vllm.sh: .carry/vllm/part_NN, carried alone) into
+    # $stage/vllm, its checksum verified; vllm-install once every part is there (same warm machine).
+    i="${1#vllm-stage-}"; dir="${2:-.carry/vllm/part_$i}"
+    [ -f "$dir/SHA256SUMS" ] && [ -f "$dir/MANIFEST.json" ] || { echo "$1: no $dir/SHA256SUMS or MANIFEST.json (carry $dir; scripts/gpu/fetch_vllm.sh makes it)"; exit 1; }
+    ( cd "$dir" && sha256sum --quiet -c SHA256SUMS ) || { echo "$1: sha256 mismatch in $dir"; exit 1; }
+    mkdir -p "$stage/vllm" && cp "$dir"/vllm.tar.part_* "$dir/MANIFEST.json" "$stage/vllm/" || exit 1
+    python3 - "$stage/vllm" <<'PY'
+import json, os, sys
+d = sys.argv[1]; m = json.load(open(os.path.join(d, "MANIFEST.json")))
+have = [p for p in sorted(m["parts"]) if os.path.exists(os.path.join(d, p))]
+print(f"vLLM {m['vllm']}: {len(have)} of {m['n_parts']} parts staged in {d}; missing:",
+      " ".join(p[-2:] for p in sorted(m["parts"]) if p not in have) or "none (run vllm-install)")
+PY
+    ;;
+  vllm-install)
+    # The staged parts (MANIFEST.json: every part's and wheel's sha256) joined and unpacked, the
+    # wheels rebuilt (wheel_xz.py) and installed with --no-deps into $stage/vllm_site, which
+    # vllm_env puts before the image's packages (torch 2.11 and the rest come from the image);
+    # then imports that a Llama decode and `vllm serve` need, and FA3's availability.
+    d="$stage/vllm"
+    [ -f "$d/MANIFEST.json" ] || { echo "vllm-install: nothing staged (vllm-stage-00.. first, on this warm machine)"; exit 1; }
+    python3 - "$d" <<'PY' || exit 1
+import hashlib, json, os, sys, tarfile
+d = sys.argv[1]; m = json.load(open(os.path.join(d, "MANIFEST.json")))
+def sha(p):
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""): h.update(b)
+    return h.hexdigest()
+missing = [p for p in sorted(m["parts"]) if not os.path.exists(os.path.join(d, p))]
+if missing: sys.exit(f"vllm-install: parts missing: {' '.join(missing)} (vllm-stage-NN with each, this machine)")
+bad = [p for p, e in m["parts"].items() if sha(os.path.join(d, p)) != e["sha256"]]
+if bad: sys.exit(f"vllm-install: sha256 mismatch: {bad}")
+tar = os.path.join(d, "vllm.tar")
+with open(tar, "wb") as o:
+    for p in sorted(m["parts"]):
+        with open(os.path.join(d, p), "rb") as f:
+            while b := f.read(1 << 24): o.write(b)
+if sha(tar) != m["tar_sha256"]: sys.exit("vllm-install: the joined parts' sha256 differs from the manifest")
+xz = os.path.join(d, "xz"); os.makedirs(xz, exist_ok=True)
+with tarfile.open(tar) as t: t.extractall(xz, filter="data")
+os.remove(tar)
+bad = [w for w, e in m["wheels"].items() if sha(os.path.join(xz, w + ".tar.xz")) != e["xz_sha256"]]
+if bad: sys.exit(f"vllm-install: wheel sha256 mismatch: {bad}")
+print(f"vllm-install: {len(m['wheels'])} wheels verified; not carried: {', '.join(sorted(m['not_carried']))}")
+PY
+    rm -rf "$d/wheels" && mkdir -p "$d/wheels" || exit 1
+    for f in "$d"/xz/*.whl.tar.xz; do python3 scripts/gpu/wheel_xz.py unpack "$f" "$d/wheels" > /dev/null || exit 1; done
+    rm -rf "$stage/vllm_site"
+    t0=$SECONDS
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$stage/vllm_site" \
+      "$d"/wheels/*.whl > "$out/vllm_install.log" 2>&1 || { tail -20 "$out/vllm_install.log"; exit 1; }
+    rm -rf "$d/wheels" "$d/xz"
+    echo "vllm-install: pip $((SECONDS - t0)) s; $(du -sm "$stage/vllm_site" | cut -f1) MB in $stage/vllm_site"
+    vllm_env
+    python3 - <<'PY' 2>&1 | tee "$out/vllm_import.log"
+import importlib, sys, traceback
+import torch, vllm
+print("import ok: vllm", vllm.__version__, "from", vllm.__file__, "with torch", torch.__version__, "CUDA", torch.version.cuda)
+bad = 0
+for mod in ["vllm._C_stable_libtorch", "vllm.vllm_flash_attn.flash_attn_interface", "vllm.model_executor.models.llama",
+            "vllm.v1.attention.backends.flash_attn", "vllm.v1.engine.core", "vllm.entrypoints.llm",
+            "vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main"]:
+    try:
+        m = importlib.import_module(mod); print("  ok", mod)
+        if mod.endswith("flash_attn_interface"):
+            print("  FA3 available:", m.FA3_AVAILABLE, m.FA3_UNAVAILABLE_REASON or "")
+    except Exception as e:
+        bad += 1; print("  FAILED", mod, f"{type(e).__name__}: {e}"); traceback.print_exc(limit=3)
+sys.exit(1 if bad else 0)
+PY
+    [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+    # A real run (VLLM_SMOKE=0 skips it): the 8B shape with dummy weights, 1K context, 8 steps, CUDA
+    # graphs on, so a module imported only when the engine starts shows up here, not in bench-vllm.
+    [ "${VLLM_SMOKE:-1}" = 0 ] && exit 0
+    t0=$SECONDS
+    timeout -k 10 "${VLLM_SMOKE_SECONDS:-300}" python3 scripts/bench/vllm_decode.py --contexts 1024 --batches 1 --steps 8 \
+      --repeats 1 --json "$out/vllm_smoke.json" > "$out/vllm_smoke.log" 2>&1
+    rc=$?
+    grep -E "^vLLM|^ *[0-9]|Using .*backend|Error|error" "$out/vllm_smoke.log" | head -20
+    echo "vllm-install: smoke run rc $rc in $((SECONDS - t0)) s (log: vllm_smoke.log)"
+    exit $rc ;;
+  bench-vllm)
+    # vLLM beside lychee on this GPU in one call (vllm-install first): VLLM_PARTS (default "decode
+    # serve"). decode: bench_e2e (Full, LycheeDecode) and vllm_decode.py at VLLM_BATCHES x
+    # VLLM_CONTEXTS (default 1,4,8 x 16K..128K; shapes whose KV does not fit are skipped by both),
+    # then vllm_compare.py. serve: serve_load.py against `lychee serve` (the 8B shape, random
+    # weights, Full and LycheeDecode) and `vllm serve` (dummy weights), the same seeded token-id
+    # prompts (VLLM_SERVE_PROMPT tokens, 32 out), VLLM_SERVE_CONCURRENCY clients (1,4,16,64), 56 GiB
+    # of KV each. Split over calls with the variables where 10 minutes do not hold them all.
+    link_model
+    vllm_env
+    [ -d "$stage/vllm_site/vllm" ] || { echo "bench-vllm: vLLM not staged (vllm-stage-NN, vllm-install)"; exit 1; }
+    rc=0
+    batches="${VLLM_BATCHES:-1,4,8}" contexts="${VLLM_CONTEXTS:-16384,32768,65536,131072}"
+    vpart() { in_list "${VLLM_PARTS:-decode serve}" "$1"; }
+    if vpart decode; then
+      bench_e2e_to e2e_vllm_shapes --policies full,lychee --batches "$batches" --contexts "$contexts" \
+        || rc=$(failed $? bench_e2e)
+      grep -E "^ *[0-9]|skipped" "$out/e2e_vllm_shapes.log" | head -40
+      timeout -k 10 "${VLLM_DECODE_SECONDS:-420}" python3 scripts/bench/vllm_decode.py --batches "$batches" \
+        --contexts "$contexts" --tag "commit $commit" --json "$out/vllm_decode.json" > "$out/vllm_decode.log" 2>&1 \
+        || rc=$(failed $? vllm_decode.py)
+      grep -E "^vLLM|^ *[0-9]|skipped|failed|Using .* backend|Error" "$out/vllm_decode.log" | head -40
+      python3 scripts/bench/vllm_compare.py --e2e "$out/e2e_vllm_shapes.json" --vllm "$out/vllm_decode.json" \
+        --markdown "$out/vllm_decode.md" || rc=$(failed $? vllm_compare.py)
+    fi
+    if vpart serve; then
+      [ -f "$model" ] || { echo "bench-vllm: the default model is not staged (stage-a/b/c: lychee serve's tokenizer)"; exit 1; }
+      conc="${VLLM_SERVE_CONCURRENCY:-1,4,16,64}" prompt="${VLLM_SERVE_PROMPT:-32768}"
+      common=(--prompt-tokens "$prompt" --output-tokens 32 --concurrency "$conc" --requests-per-level c --vocab 128256 --seed 0)
+      python3 scripts/bench/serve_load.py --binary "$build/bin/lychee" \
+        --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 16 --max-context $((prompt + 2048)) --kv-memory 56" \
+        --policy full,lychee --policy-args "--budget 4096" "${common[@]}" --label llama3-8b-random \
+        --json "$out/serve_lychee.json" > "$out/serve_lychee.log" 2>&1 || rc=$(failed $? "serve_load lychee")
+      grep "^|" "$out/serve_lychee.log" | head -20
+      python3 scripts/bench/vllm_decode.py --write-model-dir "$stage/vllm_llama3_8b" > /dev/null || exit 1
+      python3 scripts/bench/serve_load.py --server-cmd "python3 -m vllm.entrypoints.cli.main serve $stage/vllm_llama3_8b \
+--load-format dummy --dtype bfloat16 --max-model-len $((prompt + 2048)) --max-num-seqs 16 --kv-cache-memory-bytes $((56 << 30)) \
+--port {port} --host {host}" --policy vllm "${common[@]}" --label llama3-8b-dummy --log-dir "$out" \
+        --json "$out/serve_vllm.json" > "$out/serve_vllm.log" 2>&1 || rc=$(failed $? "serve_load vllm")
+      grep "^|" "$out/serve_vllm.log" | head -20
+      python3 scripts/bench/vllm_compare.py --serve-lychee "$out/serve_lychee.json" --serve-vllm "$out/serve_vllm.json" \
+        --markdown "$out/vllm_serve.md" || rc=$(failed $? vllm_compare.py)
+    fi
+    exit $rc ;;
+  bench-70b)
+    # The llama3-70b shape (80 layers, 64 / 8 heads, d 8192, d_ff 28672; random weights) with
+    # tensor parallelism: B70_TP GPU counts (default 4), B70_BATCHES (default 1,4, and 8 where each
+    # GPU has > 100 GiB: H200s), B70_CONTEXTS (32K, 64K, 128K), B70_WEIGHTS (bf16; fp8 for TP=2 on
+    # H100s: 141 GB of bf16 weights need 72.7 GB per GPU at TP=2, which leaves ~5 GB for KV), 80
+    # retrieval heads (B70_RETRIEVAL: the 8B draw's 12.5%). Each row against its slowest GPU's
+    # bound; a shape whose KV does not fit beside the weights is skipped and says so. E.g.
+    #   B70_TP=4                                  (nvidia-h100-x4: batches 1, 4)
+    #   B70_TP=2,4 B70_WEIGHTS=fp8                (TP=2 vs TP=4 scaling, FP8 weights fit two H100s)
+    [ -f "$stage/tp_env" ] && { export $(cat "$stage/tp_env"); echo "NCCL setting: $(cat "$stage/tp_env")"; }
+    tp="${B70_TP:-4}"
+    n=$(nvidia-smi -L | wc -l); need=$(echo "$tp" | tr ',' '\n' | sort -n | tail -1)
+    [ "$n" -ge "$need" ] || { echo "bench-70b: this machine has $n GPU(s); --tensor-parallel $tp needs $need (kind nvidia-h100-x4)"; exit 1; }
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    default_batches=1,4; [ "${mem:-0}" -gt 102400 ] && default_batches=1,4,8
+    nvidia-smi topo -m 2>&1 | tee "$out/topo.log" | head -6
+    rc=0
+    for w in $(echo "${B70_WEIGHTS:-bf16}" | tr ',' ' '); do
+      name="e2e_70b_tp$(echo "$tp" | tr ',' '-')_$w"
+      echo "--- bench_e2e --shape llama3-70b --tensor-parallel $tp --weights $w"
+      e2e_wrap="timeout -k 10 ${B70_SECONDS:-540}" bench_e2e_to "$name" --shape llama3-70b --tensor-parallel "$tp" --weights "$w" \
+        --batches "${B70_BATCHES:-$default_batches}" --contexts "${B70_CONTEXTS:-32768,65536,131072}" --policies full,lychee \
+        --retrieval "${B70_RETRIEVAL:-80}" --steps "${B70_STEPS:-16}" || rc=$(failed $? "bench_e2e $name")
+      grep -vE "^\s*$" "$out/$name.log" | head -60
+    done
+    exit $rc ;;
   all)
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|server|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab|bench-fp8-fused|bench-knob) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, server, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab, bench-fp8-fused, bench-knob)"; exit 2 ;;
+      case "$s" in env|build|test|server|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab|bench-fp8-fused|bench-knob|bench-vllm|bench-70b|vllm-install) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, server, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab, bench-fp8-fused, bench-knob, bench-vllm, bench-70b, vllm-install)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))

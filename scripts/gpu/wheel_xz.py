@@ -3,12 +3,14 @@
 xz tar are 3-4x smaller (flashinfer-python 0.7.2.post1: 62 MB -> ~18 MB), which lets the
 FlashInfer wheels travel within a device call's 64 MiB carry limit.
 
-    wheel_xz.py pack WHEEL OUT.tar.xz     (here) the wheel's members, in its order, as an xz tar
+    wheel_xz.py pack WHEEL OUT.tar.xz [--drop MEMBER]...
+                                          (here) the wheel's members, in its order, as an xz tar;
+                                          --drop leaves a member out (and its RECORD line)
     wheel_xz.py unpack IN.tar.xz OUTDIR   (there) the wheel rebuilt in OUTDIR (stored zip, same
                                           name and members), ready for pip install --no-index
 
 The rebuilt wheel holds the same member names, bytes and modes as the original (pip installs it
-the same way); only the zip compression differs. Standard library only.
+the same way), less any member dropped at packing; only the zip compression differs. Standard library only.
 """
 import io
 import os
@@ -19,14 +21,22 @@ import tarfile
 import zipfile
 
 
-def pack(wheel, out):
+def pack(wheel, out, drop=()):
     tmp = out + ".tmp"
     buf = io.BytesIO()
+    drop = set(drop)
     with zipfile.ZipFile(wheel) as z, tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        missing = drop - set(z.namelist())
+        if missing:
+            sys.exit(f"pack: {wheel} has no member {sorted(missing)} to drop")
         for info in z.infolist():
-            if info.is_dir():
+            if info.is_dir() or info.filename in drop:
                 continue
             data = z.read(info)
+            if drop and info.filename.endswith(".dist-info/RECORD"):
+                # the dropped members leave the RECORD too, so pip installs no stale entry
+                data = b"".join(l for l in data.splitlines(keepends=True)
+                                if l.split(b",", 1)[0].decode() not in drop)
             ti = tarfile.TarInfo(info.filename)
             ti.size = len(data)
             mode = (info.external_attr >> 16) & 0o777
@@ -62,6 +72,12 @@ def unpack(archive, outdir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in ("pack", "unpack"):
+    args = sys.argv[1:]
+    drop = [args[i + 1] for i, a in enumerate(args) if a == "--drop" and i + 1 < len(args)]
+    args = [a for i, a in enumerate(args) if a != "--drop" and (i == 0 or args[i - 1] != "--drop")]
+    if len(args) != 3 or args[0] not in ("pack", "unpack") or (drop and args[0] != "pack"):
         sys.exit(__doc__)
-    (pack if sys.argv[1] == "pack" else unpack)(sys.argv[2], sys.argv[3])
+    if args[0] == "pack":
+        pack(args[1], args[2], drop)
+    else:
+        unpack(args[1], args[2])

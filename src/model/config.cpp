@@ -33,6 +33,20 @@ ModelConfig llama3_8b_shape() {
   return c;
 }
 
+namespace {
+// Llama-3-70B's shape: 80 layers, d_model 8192, 64 query / 8 KV heads of 128, d_ff 28672; the rest
+// (vocabulary, context, RoPE theta 500000, RMSNorm eps) as llama3_8b_shape. 70.55 B parameters:
+// 141 GB of bf16 weights, so it runs over several GPUs (--tensor-parallel) or with FP8 weights.
+// Reached through model_shape("llama3-70b").
+ModelConfig llama3_70b_shape() {
+  ModelConfig c = llama3_8b_shape();
+  c.name = "Llama-3-70B shape, random bf16 weights";
+  c.n_layers = 80; c.d_model = 8192; c.n_heads = 64; c.n_kv_heads = 8;
+  c.d_ff = 28672;
+  return c;
+}
+}  // namespace
+
 ModelConfig smollm2_135m_shape() {
   ModelConfig c;
   c.arch = Arch::kLlama;
@@ -49,7 +63,8 @@ struct NamedShape {
   const char* name;
   ModelConfig (*make)();
 };
-constexpr NamedShape kShapes[] = {{"llama3-8b", llama3_8b_shape}, {"smollm2-135m", smollm2_135m_shape}};
+constexpr NamedShape kShapes[] = {
+    {"llama3-8b", llama3_8b_shape}, {"llama3-70b", llama3_70b_shape}, {"smollm2-135m", smollm2_135m_shape}};
 }  // namespace
 
 std::vector<std::string> model_shape_names() {
