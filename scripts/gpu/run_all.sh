@@ -1052,9 +1052,9 @@ PY
   bench-replicas)
     # Issue 41: the 8B shape (random weights, the default model's tokenizer and chat template) as 1
     # and as 4 replicas, one GPU each, behind sglang-router; the workload is multi-turn chat
-    # sessions (serve_load.py --sessions: REPLICA_DOCS documents of ~1500 words, ~2K tokens, 3
+    # sessions (serve_load.py --sessions: REPLICA_DOCS documents of 1500 words, ~2.3K tokens, 3
     # turns of 64 tokens, 2 sessions per client), 64 clients per replica. Each replica keeps at most
-    # 48K tokens of prompts for reuse (--prefix-cache): the 96 documents (~190K tokens) fit the four
+    # 64K tokens of prompts for reuse (--prefix-cache): the 96 documents (~225K tokens) fit the four
     # replicas' caches together only when a document's sessions stay on one replica (cache_aware),
     # not when every replica sees every document (round_robin), as in a deployment whose working
     # set is larger than one replica's cache. Runs (REPLICA_PARTS): r1 (1 replica, 64 clients),
@@ -1073,7 +1073,7 @@ PY
     n_gpu=$(nvidia-smi -L | grep -c '^GPU ')
     echo "bench-replicas: $n_gpu GPU(s); sglang-router $(PYTHONPATH=/tmp/router_site python3 -c 'import sglang_router; print(sglang_router.__version__)')"
     rc=0
-    serve_args="-m $model --random-weights llama3-8b --max-running 64 --max-context 4096 --kv-memory 40 --prefix-cache 49152"
+    serve_args="-m $model --random-weights llama3-8b --max-running 64 --max-context 4096 --kv-memory 40 --prefix-cache 65536"
     for part in ${REPLICA_PARTS:-r1 r4-cache r4-rr r4-cache-64}; do
       case $part in
         r1) n=1; policy=cache_aware; clients=64 ;;
