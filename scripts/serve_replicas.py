@@ -86,6 +86,7 @@ class Process:
 
     def start(self):
         self.reported = False
+        self.started_at = time.monotonic()
         with open(self.log_path, "ab") as f:
             f.write(f"--- {time.strftime('%H:%M:%S')} {shlex.join(self.cmd)}\n".encode())
             f.flush()
@@ -264,6 +265,8 @@ class Deployment:
                 if r.proc.poll() is None or r.reported or self.stopping:
                     continue
                 code = r.proc.returncode
+                if self.a.restart and time.monotonic() - r.started_at < 2:
+                    continue  # one that fails at once (its port not yet free) is not restarted in a tight loop
                 if self.a.restart:
                     r.restarts += 1
                     log(f"{r.name} exited with status {code}; restarting it (restart {r.restarts})")
