@@ -181,8 +181,7 @@ void serve(const ServeArgs& a, Signals& signals) {
     listener.join();
     throw;
   }
-  server::ServerModel sm{engine.get(), model_id(a, *engine), a.policy, scheduler->context()};
-  sm.version = kVersion;
+  server::ServerModel sm{engine.get(), model_id(a, *engine), a.policy, scheduler->context(), "", kVersion};
   sm.fingerprint = server::system_fingerprint(
       *engine, fmt::format("deterministic {} invariant_chunk {} weights {} {} {} tp {}", a.deterministic,
                            a.invariant_chunk, a.model.weights, a.model.cpu_weights, a.model.fp8_selector_qkv,
