@@ -45,7 +45,9 @@ def test_router_metadata_endpoints(server, model_id):
         status, _, info = server.request("GET", path)
         assert status == 200, info
         assert info["served_model_name"] == model_id and info["context_length"] == CONTEXT
-        assert info["max_running_requests"] == 8 and info["max_total_tokens"] >= 8 * CONTEXT - 64
+        assert info["max_running_requests"] == 8 and CONTEXT <= info["max_total_tokens"] <= 8 * CONTEXT
+        if DEVICE == "cpu":  # no pool to cap the budget; a page is one token
+            assert info["max_total_tokens"] == 8 * CONTEXT
         assert info["version"] and "model_path" not in info  # the router would load a tokenizer from it
     for path in ["/model_info", "/get_model_info"]:
         status, _, info = server.request("GET", path)
