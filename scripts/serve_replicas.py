@@ -54,11 +54,11 @@ def free_port(host="127.0.0.1"):
         return s.getsockname()[1]
 
 
-def get(host, port, path, timeout=2.0):
+def get(host, port, path, timeout=2.0, key=None):
     """(status, body text); OSError when nothing answers."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {key}"} if key else {})
         r = conn.getresponse()
         return r.status, r.read().decode("utf-8", "replace")
     except http.client.HTTPException as e:
@@ -145,7 +145,17 @@ class Replica(Process):
                            f"log {self.log_path}):\n{self.tail()}")
 
 
-def router_command(a, urls, prometheus_port):
+def api_key(extra):
+    """The replicas' --api-key (or $LYCHEE_API_KEY, which they read too), for the router's own calls."""
+    for i, arg in enumerate(extra):
+        if arg == "--api-key" and i + 1 < len(extra):
+            return extra[i + 1]
+        if arg.startswith("--api-key="):
+            return arg.split("=", 1)[1]
+    return os.environ.get("LYCHEE_API_KEY") or None
+
+
+def router_command(a, urls, prometheus_port, key=None):
     cmd = [a.router_python, "-m", "sglang_router.launch_router", "--worker-urls", *urls,
            "--host", a.host, "--port", str(a.port), "--policy", a.policy,
            # The router's own Prometheus exporter defaults to port 29000 on every host: a second
@@ -157,11 +167,13 @@ def router_command(a, urls, prometheus_port):
            # this long (the router's default is 60 s, longer than a restart takes).
            "--cb-timeout-duration-secs", str(a.circuit_timeout),
            "--log-level", "warn"]
+    if key:  # the router's calls to the replicas carry it, and the router asks it of its clients too
+        cmd += ["--api-key", key]
     return cmd + shlex.split(a.router_args)
 
 
-def router_healthy_workers(a):
-    status, body = get("127.0.0.1" if a.host in ("0.0.0.0", "::") else a.host, a.port, "/workers")
+def router_healthy_workers(a, key):
+    status, body = get("127.0.0.1" if a.host in ("0.0.0.0", "::") else a.host, a.port, "/workers", key=key)
     if status != 200:
         return None
     return {w["url"] for w in json.loads(body).get("workers", []) if w.get("is_healthy")}
@@ -179,6 +191,7 @@ class Deployment:
                  else [free_port() for _ in range(a.replicas)])
         self.replicas = [Replica(i, a.binary, a.device, gpus[i] if a.device == "cuda" else None, ports[i],
                                  a.drain_timeout, extra, self.log_dir) for i in range(a.replicas)]
+        self.extra = extra
         self.router = None
         self.stopping = False
         self.kill_now = False
@@ -204,9 +217,10 @@ class Deployment:
                 log(f"{r.name} serving after {r.wait_healthy(self.a.startup_timeout, lambda: self.stopping):.1f} s")
             except RuntimeError as e:
                 self.fail(str(e))
-        cmd = router_command(self.a, [r.url for r in self.replicas], free_port())
+        cmd = router_command(self.a, [r.url for r in self.replicas], free_port(), api_key(self.extra))
         self.router = Process("router", cmd, dict(os.environ), os.path.join(self.log_dir, "router.log"))
-        log(f"starting the router: {shlex.join(cmd)} (log {self.router.log_path})")
+        shown = ["***" if i > 0 and cmd[i - 1] == "--api-key" else c for i, c in enumerate(cmd)]
+        log(f"starting the router: {shlex.join(shown)} (log {self.router.log_path})")
         self.router.start()
         self.write_state()
         want = {r.url for r in self.replicas}
@@ -215,7 +229,7 @@ class Deployment:
             if not self.router.alive():
                 self.fail(f"the router exited with status {self.router.proc.returncode}:\n{self.router.tail()}")
             try:
-                healthy = router_healthy_workers(self.a)
+                healthy = router_healthy_workers(self.a, api_key(self.extra))
                 if healthy is not None and want <= healthy:
                     break
             except (OSError, ValueError):

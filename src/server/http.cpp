@@ -397,11 +397,13 @@ void HttpServer::Impl::routes() {
     return httplib::Server::HandlerResponse::Handled;
   }));
   server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t_start).count();
+    // A malformed request never reached the pre-routing handler (no id, no start time of its own).
+    const bool routed = !t_request_id.empty();
+    const double ms = routed ? std::chrono::duration<double, std::milli>(Clock::now() - t_start).count() : 0.0;
     // The path is the client's (percent-decoded: it may hold newlines and terminal escapes).
-    LY_LOG_INFO("{} {} {} tokens {} {:.0f} ms id {}", printable(req.method), printable(req.path), res.status, t_tokens,
-                ms, t_request_id.empty() ? "-" : t_request_id);
-    t_request_id.clear();  // a malformed next request never reaches the pre-routing handler
+    LY_LOG_INFO("{} {} {} tokens {} {:.0f} ms id {}", printable(req.method), printable(req.path), res.status,
+                routed ? t_tokens : 0, ms, routed ? t_request_id : "-");
+    t_request_id.clear();
   });
 
   server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {

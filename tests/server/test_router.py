@@ -97,7 +97,7 @@ def router_python():
 class Deployment:
     """scripts/serve_replicas.py with two CPU replicas (one thread each), --restart and --state."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, replicas=2, serve_args=()):
         binary = lychee_binary()
         if not binary.exists():
             missing(f"{binary} not built")
@@ -106,21 +106,21 @@ class Deployment:
         self.port = free_port()
         self.state_path = tmp / "state.json"
         self.log_dir = tmp / "logs"
-        cmd = [sys.executable, str(ROOT / "scripts" / "serve_replicas.py"), "--replicas", "2", "--device", DEVICE,
+        cmd = [sys.executable, str(ROOT / "scripts" / "serve_replicas.py"), "--replicas", str(replicas), "--device", DEVICE,
                "--binary", str(binary), "--port", str(self.port), "--policy", "round_robin",
                "--router-python", router_python(), "--health-interval", "1", "--restart",
                "--state", str(self.state_path), "--log-dir", str(self.log_dir), "--startup-timeout", "120",
-               "--", "-c", str(CONTEXT), "--max-running", "4"]
+               "--", "-c", str(CONTEXT), "--max-running", "4", *serve_args]
         if DEVICE == "cpu":
             cmd += ["--threads", "1"]
         else:  # both on the first GPU (the default model is small)
-            cmd[cmd.index("--replicas"):cmd.index("--replicas")] = ["--gpus", "0,0"]
+            cmd[cmd.index("--replicas"):cmd.index("--replicas")] = ["--gpus", ",".join(["0"] * replicas)]
         env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
         self.out = open(tmp / "serve_replicas.out", "w+")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.out, text=True, env=env)
         line = self.proc.stdout.readline()  # the URL line once the router reports both replicas healthy
         assert line.startswith(f"serve_replicas: http://127.0.0.1:{self.port}"), (line, self.output())
-        self.model = self.get("/v1/models")["data"][0]["id"]
+        self.model = self.get("/v1/models")["data"][0]["id"]  # the router's, from the replicas' /server_info
 
     def output(self):
         self.out.flush()
@@ -219,14 +219,29 @@ class Load:
         return list(self.results)
 
 
-def wait_for(cond, timeout, what):
+def wait_for(cond, timeout, what, d=None):
     t0 = time.time()
     while time.time() - t0 < timeout:
         v = cond()
         if v:
             return v
         time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout} s")
+    raise AssertionError(f"{what}: not within {timeout} s" + (diagnosis(d) if d else ""))
+
+
+def diagnosis(d):
+    """Each replica's scheduler gauges and last log lines, for a wait that timed out."""
+    out = []
+    for r in d.state()["replicas"]:
+        try:
+            gauges = [l for l in d.get_text("/metrics", int(r["url"].rsplit(":", 1)[1])).splitlines()
+                      if l.startswith(("lychee_running", "lychee_waiting", "lychee_kv_tokens", "lychee_prefix_cache_tokens",
+                                       "lychee_requests_total"))]
+        except OSError as e:
+            gauges = [f"/metrics: {e}"]
+        tail = d.replica_log(r["index"]).splitlines()[-8:]
+        out.append(f"replica {r['index']} ({r['url']}): " + "; ".join(gauges) + "\n  " + "\n  ".join(tail))
+    return "\n" + "\n".join(out)
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +274,7 @@ def test_killed_replica_is_routed_around_and_rejoins(replicas):
     victim = replicas_now[vi]
     load = Load(d)
     try:
-        wait_for(lambda: len([r for r in load.since(0) if r[5]]) >= 6, 90, "6 requests through the router")
+        wait_for(lambda: len([r for r in load.since(0) if r[5]]) >= 6, 90, "6 requests through the router", d)
         assert all(d.served_ids(i) for i in (0, 1)), "round_robin sends to both replicas"
         wait_for(lambda: running(d, victim["url"]) >= 2, 30, "load requests running beside the stream")
         t_kill = time.time()
@@ -325,12 +340,12 @@ def test_sigterm_drain_of_a_replica_loses_no_request(replicas):
     d = replicas
     load = Load(d)
     try:
-        wait_for(lambda: len([r for r in load.since(0) if r[5]]) >= 4, 60, "requests through the router")
+        wait_for(lambda: len([r for r in load.since(0) if r[5]]) >= 4, 60, "requests through the router", d)
         victim = d.state()["replicas"][1]
         t_term = time.time()
         os.kill(victim["pid"], signal.SIGTERM)
         wait_for(lambda: d.state()["replicas"][1]["pid"] != victim["pid"], 60, "the drained replica exits")
-        wait_for(lambda: len([r for r in load.since(t_term) if r[5]]) >= 6, 90, "requests after the drain")
+        wait_for(lambda: len([r for r in load.since(t_term) if r[5]]) >= 6, 90, "requests after the drain", d)
     finally:
         results = load.stop()
     log = d.replica_log(1)
@@ -340,3 +355,21 @@ def test_sigterm_drain_of_a_replica_loses_no_request(replicas):
     refused = log.count(" /v1/completions 503 ")  # answered while draining: the router retried them
     print(f"\ndrained replica: {len(results)} requests, {len(failed)} failed; it refused {refused} while draining")
     assert failed == [], failed
+
+
+def test_replicas_with_an_api_key(tmp_path):
+    """Replicas started with --api-key: the router makes its own calls with it (the model's name
+    from /server_info), passes a client's key on, and a request without one gets the 401."""
+    d = Deployment(tmp_path, replicas=1, serve_args=["--api-key", "k-123"])
+    try:
+        assert d.model == "SmolLM2-135M-Instruct.Q4_1"
+        for headers, want in [({"Authorization": "Bearer k-123"}, 200), ({}, 401)]:
+            conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+            conn.request("POST", "/v1/completions", json.dumps({"model": d.model, "prompt": "Hi", "max_tokens": 2}),
+                         {"Content-Type": "application/json", **headers})
+            r = conn.getresponse()
+            body = r.read().decode()
+            assert r.status == want, body
+        assert "k-123" not in d.output()  # the script's log shows *** for the key
+    finally:
+        assert d.stop() == 0, d.output()
