@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "app.h"
+#include "build_info.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "server/http.h"
@@ -180,7 +181,7 @@ void serve(const ServeArgs& a, Signals& signals) {
     listener.join();
     throw;
   }
-  server::ServerModel sm{engine.get(), model_id(a, *engine), a.policy, scheduler->context()};
+  server::ServerModel sm{engine.get(), model_id(a, *engine), a.policy, scheduler->context(), "", kVersion};
   sm.fingerprint = server::system_fingerprint(
       *engine, fmt::format("deterministic {} invariant_chunk {} weights {} {} {} tp {}", a.deterministic,
                            a.invariant_chunk, a.model.weights, a.model.cpu_weights, a.model.fp8_selector_qkv,
@@ -227,7 +228,8 @@ void register_serve(CLI::App& app) {
       ->check(positive_int())->group(g);
   cmd->add_option("--prefix-cache", args->prefix_cache, "KV tokens kept for reuse by prompts with the same start (0 = off)")
       ->default_str("half the pool")->check(CLI::Range(int64_t(-1), int64_t(1) << 40))->group(g);
-  cmd->add_option("--drain-seconds", args->drain_seconds, "On SIGTERM: how long running requests may finish")
+  cmd->add_option("--drain-seconds,--drain-timeout", args->drain_seconds,
+                  "On SIGTERM: how long accepted requests may finish (then they end with an error); exit 0")
       ->check(non_negative_real())->group(g);
   cmd->add_option("--random-weights", args->random_weights, "Benchmarks, GPU only: a model of this shape, random weights")
       ->check(CLI::IsMember(model_shape_names()))->group(kGroupGpu);

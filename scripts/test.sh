@@ -12,13 +12,14 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # --no-tests=error: a build or discovery that registers no test fails instead of passing empty.
 ctest --test-dir "${LYCHEE_BUILD_DIR:-$root/build}" --output-on-failure --no-tests=error -j "$(nproc)"
 # The server end to end and the Python package, in a virtual environment (PyPI's openai, pytest,
-# numpy, matplotlib for scripts/plot_*.py, and the package's build requirements); pytest's exit
-# status fails this script (set -e).
+# numpy, matplotlib for scripts/plot_*.py, the package's build requirements, and sglang-router for
+# the replicas behind a router, tests/server/test_router.py); pytest's exit status fails this
+# script (set -e).
 build="${LYCHEE_BUILD_DIR:-$root/build}"
 venv="$build/venv-server-tests"
 if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check openai pytest numpy matplotlib nanobind scikit-build-core \
-  mypy huggingface_hub
+  mypy huggingface_hub "sglang-router==0.3.2"
 # The package (pyproject.toml) is built in the CLI's build tree, with the tree's own CUDA setting:
 # every layer's objects are reused and only the bindings compile (seconds when up to date).
 cuda="$(sed -n 's/^LYCHEE_CUDA:STRING=//p' "$build/CMakeCache.txt")"

@@ -1,5 +1,6 @@
 // The server's pure pieces: request parsing and validation (every error names its field), the
 // response and SSE formats, stop strings with streaming holdback, the metrics text.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -301,6 +302,22 @@ TEST(ServerMetrics, PrometheusText) {
     }
     start = end + 1;
   }
+}
+
+// Every family that has samples names the same labels on every replica: a by-policy family is
+// absent until its first sample (sglang-router's /engine_metrics merges replicas' families and
+// refuses an empty family beside a labelled one).
+TEST(ServerMetrics, ByPolicyFamiliesAppearWithTheirFirstSample) {
+  Metrics m;
+  const std::string idle = m.render(SchedulerGauges{});
+  EXPECT_EQ(idle.find("lychee_kv_read"), std::string::npos) << idle;
+  for (const char* family : {"lychee_requests_total", "lychee_prefix_cache_hits_total", "lychee_kv_pages_used"})
+    EXPECT_NE(idle.find(fmt::format("# TYPE {} ", family)), std::string::npos) << family;
+  m.add_kv_reads("full", 100, 100);
+  const std::string busy = m.render(SchedulerGauges{});
+  for (const char* line : {"# TYPE lychee_kv_read_bytes_total counter\n", "lychee_kv_read_bytes_total{policy=\"full\"} 100\n",
+                           "lychee_kv_read_ratio{policy=\"full\"} 1\n"})
+    EXPECT_NE(busy.find(line), std::string::npos) << "missing: " << line << "in\n" << busy;
 }
 
 }  // namespace

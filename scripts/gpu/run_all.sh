@@ -14,6 +14,10 @@
 #                                            a missing binary or model fails; the status is the worst of its parts
 #   scripts/gpu/run_all.sh bench-serve       lychee serve under load (scripts/bench/serve_load.py): sweeps, soak,
 #                                            a 100K prompt during 64 streams (SERVE_PARTS picks parts)
+#   scripts/gpu/run_all.sh bench-replicas    issue 41: 1 and 4 `lychee serve` replicas (one per GPU; kind
+#                                            nvidia-h100-x4) behind sglang-router (scripts/serve_replicas.py), multi-turn
+#                                            chat sessions (serve_load.py --sessions), cache_aware vs round_robin;
+#                                            carry [.whl/router] (scripts/gpu/make_deps.sh); REPLICA_PARTS picks runs
 #   scripts/gpu/run_all.sh bench-python      lychee.ops.decode_attention from PyTorch vs the C++ benchmark
 #                                            (binding overhead) and torch SDPA cuDNN, dense, the kernel sweep (after python)
 #   scripts/gpu/run_all.sh all [STAGE,STAGE,...]   those stages in order (default: all of them)
@@ -1058,6 +1062,86 @@ PY
     LYCHEE_DOCS_GPU=1 LYCHEE_BUILD_DIR="$build" LYCHEE_MODELS_DIR="$PWD/models" PYTHONPATH=/tmp/server_site \
       timeout -k 10 120 python3 -m pytest -q -rs -k gpu tests/docs > "$out/docs_gpu.log" 2>&1 || rc=$(failed $? "tests/docs (gpu)")
     tail -3 "$out/docs_gpu.log"
+    exit $rc ;;
+  bench-replicas)
+    # Issue 41: the 8B shape (random weights, the default model's tokenizer and chat template) as 1
+    # and as 4 replicas, one GPU each, behind sglang-router; the workload is multi-turn chat
+    # sessions (serve_load.py --sessions: REPLICA_DOCS documents of 1500 words, ~2.3K tokens, 3
+    # turns of 64 tokens, 2 sessions per client), 64 clients per replica. Each replica keeps at most
+    # 64K tokens of prompts for reuse (--prefix-cache): the 96 documents (~225K tokens) fit the four
+    # replicas' caches together only when a document's sessions stay on one replica (cache_aware),
+    # not when every replica sees every document (round_robin), as in a deployment whose working
+    # set is larger than one replica's cache. Runs (REPLICA_PARTS): r1 (1 replica, 64 clients),
+    # r4-cache and r4-rr (4 replicas, 256 clients), r4-cache-64 (4 replicas, 64 clients); each on a
+    # fresh deployment. $out/replicas.{json,md}: output tok/s, TTFT p50/p99, hit rates, the ratios.
+    link_model
+    [ -f "$model" ] || { echo "bench-replicas: the default model is not staged (stage-a/b/c first)"; exit 1; }
+    if [ ! -x "$build/bin/lychee" ]; then RUN_ALL_NESTED=1 bash "$0" build || exit 1; fi
+    ls .whl/router/sglang_router-*.whl.tar.xz >/dev/null 2>&1 \
+      || { echo "bench-replicas: no .whl/router (scripts/gpu/make_deps.sh here; carry [.whl/router])"; exit 1; }
+    rm -rf /tmp/router_whl /tmp/router_site && mkdir -p /tmp/router_whl
+    for f in .whl/router/*.whl.tar.xz; do python3 scripts/gpu/wheel_xz.py unpack "$f" /tmp/router_whl > /dev/null || exit 1; done
+    # Its own target folder, on PYTHONPATH for the router only: the image's packages stay as they are.
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/router_site \
+      /tmp/router_whl/*.whl .whl/router/*.whl > "$out/router_pip.log" 2>&1 || { tail -5 "$out/router_pip.log"; exit 1; }
+    n_gpu=$(nvidia-smi -L | grep -c '^GPU ')
+    echo "bench-replicas: $n_gpu GPU(s); sglang-router $(PYTHONPATH=/tmp/router_site python3 -c 'import sglang_router; print(sglang_router.__version__)')"
+    rc=0
+    serve_args="-m $model --random-weights llama3-8b --max-running 64 --max-context 4096 --kv-memory 40 --prefix-cache 65536"
+    for part in ${REPLICA_PARTS:-r1 r4-cache r4-rr r4-cache-64}; do
+      case $part in
+        r1) n=1; policy=cache_aware; clients=64 ;;
+        r4-cache) n=4; policy=cache_aware; clients=256 ;;
+        r4-rr) n=4; policy=round_robin; clients=256 ;;
+        r4-cache-64) n=4; policy=cache_aware; clients=64 ;;
+        *) echo "bench-replicas: unknown part $part (r1 r4-cache r4-rr r4-cache-64)"; rc=1; continue ;;
+      esac
+      [ "$n" -le "$n_gpu" ] || { echo "bench-replicas: $part needs $n GPUs, $n_gpu here: skipped"; rc=1; continue; }
+      port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+      rm -rf "$out/logs_$part"
+      PYTHONPATH=/tmp/router_site python3 scripts/serve_replicas.py --replicas $n --device cuda --policy $policy \
+        --binary "$build/bin/lychee" --port "$port" --state "$out/state_$part.json" --log-dir "$out/logs_$part" \
+        --startup-timeout 300 -- $serve_args > "$out/serve_replicas_$part.out" 2> "$out/serve_replicas_$part.log" &
+      pid=$!
+      for _ in $(seq 600); do grep -q '^serve_replicas: http' "$out/serve_replicas_$part.out" && break
+        kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+      if ! grep -q '^serve_replicas: http' "$out/serve_replicas_$part.out"; then
+        tail -20 "$out/serve_replicas_$part.log"; kill -TERM $pid 2>/dev/null; wait $pid; rc=$(failed 1 "serve_replicas $part"); continue
+      fi
+      urls=$(python3 -c "import json, sys; print(','.join(r['url'] for r in json.load(open(sys.argv[1]))['replicas']))" "$out/state_$part.json")
+      python3 scripts/bench/serve_load.py --url "http://127.0.0.1:$port" --metrics-urls "$urls" \
+        --sessions $((2 * clients)) --turns 3 --documents "${REPLICA_DOCS:-96}" --doc-words 1500 --output-tokens 64 \
+        --concurrency $clients --timeout 300 --label "$part: $n x llama3-8b-random, $policy, $clients clients" \
+        --json "$out/replicas_$part.json" 2>&1 | tee "$out/replicas_$part.log" || rc=$(failed $? "sessions $part")
+      kill -TERM $pid; wait $pid || rc=$(failed $? "serve_replicas $part exit")
+      tail -2 "$out/serve_replicas_$part.log"
+    done
+    python3 - "$out" "$commit" <<'PY' || rc=$(failed $? "replicas summary")
+import glob, json, os, sys
+out, commit = sys.argv[1], sys.argv[2]
+runs = {os.path.basename(p)[9:-5]: json.load(open(p))[0] for p in sorted(glob.glob(f"{out}/replicas_*.json"))}
+def v(part, key):
+    return runs.get(part, {}).get(key)
+def ratio(a, b):
+    return a / b if a and b else None
+summary = {"commit": commit, "gpu": next(iter(runs.values()), {}).get("gpu"), "runs": runs,
+           "scaling_output_tok_s_r4_over_r1": ratio(v("r4-cache", "output_tok_s"), v("r1", "output_tok_s")),
+           "hit_rate_cache_aware_over_round_robin": ratio(v("r4-cache", "hit_rate_metrics"), v("r4-rr", "hit_rate_metrics")),
+           "ttft_p50_ms_cache_aware": v("r4-cache", "ttft_p50_ms"), "ttft_p50_ms_round_robin": v("r4-rr", "ttft_p50_ms")}
+json.dump(summary, open(f"{out}/replicas.json", "w"), indent=1)
+f = lambda x, d=1: "-" if x is None else f"{x:.{d}f}"
+lines = [f"# lychee serve replicas behind sglang-router ({summary['gpu']}, commit {commit})", "",
+         "| run | requests ok/all | output tok/s | TTFT p50 ms | TTFT p99 ms | hit rate (/metrics) | hit rate (answers) |",
+         "|---|---|---|---|---|---|---|"]
+for part, r in runs.items():
+    lines.append(f"| {r['label']} | {r['ok']}/{r['requests']} | {f(r['output_tok_s'], 0)} | {f(r['ttft_p50_ms'], 0)} | "
+                 f"{f(r['ttft_p99_ms'], 0)} | {f(100 * (r['hit_rate_metrics'] or 0))}% | {f(100 * (r['hit_rate_client'] or 0))}% |")
+lines += ["", f"- 4 replicas / 1 replica output tok/s (64 clients per replica): {f(summary['scaling_output_tok_s_r4_over_r1'], 2)}x (target >= 3.6x)",
+          f"- cache_aware / round_robin prefix-cache hit rate: {f(summary['hit_rate_cache_aware_over_round_robin'], 2)}x (target >= 2x)",
+          f"- TTFT p50 cache_aware {f(summary['ttft_p50_ms_cache_aware'], 0)} ms vs round_robin {f(summary['ttft_p50_ms_round_robin'], 0)} ms (target: lower)"]
+open(f"{out}/replicas.md", "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
     exit $rc ;;
   bench-model)
     link_model

@@ -32,10 +32,23 @@ namespace {
 // Per worker thread: what the log line of the request being answered reports.
 thread_local Clock::time_point t_start;
 thread_local int t_tokens = 0;
+thread_local std::string t_request_id;
 
 std::string random_id(const char* prefix) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return fmt::format("{}{:016x}{:08x}", prefix, rng(), uint32_t(rng()));
+}
+
+constexpr size_t kMaxRequestIdBytes = 128;
+
+// The client's (or a router's) X-Request-Id when it is 1..128 visible ASCII characters, else a new
+// one: the id goes back in the response's X-Request-Id and into the request's log line, so a
+// request can be followed from the client through a router to this replica's log.
+std::string request_id(const httplib::Request& req) {
+  const std::string given = req.get_header_value("X-Request-Id");
+  bool ok = !given.empty() && given.size() <= kMaxRequestIdBytes;
+  for (char c : given) ok = ok && c > 0x20 && c < 0x7f;
+  return ok ? given : random_id("req-");
 }
 
 void send_json(httplib::Response& res, int status, const json& body) {
@@ -339,6 +352,8 @@ void HttpServer::Impl::routes() {
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_start = Clock::now();
     t_tokens = 0;
+    t_request_id = request_id(req);
+    res.set_header("X-Request-Id", t_request_id);  // on every answer, refusals included
     // Bound to loopback, only local names may be asked for: a web page whose name an attacker
     // points at 127.0.0.1 (DNS rebinding) sends its own Host, and a page's cross-site requests
     // carry its Origin. (On other addresses the API key is the guard: docs/serving-security.md.)
@@ -382,9 +397,13 @@ void HttpServer::Impl::routes() {
     return httplib::Server::HandlerResponse::Handled;
   }));
   server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t_start).count();
+    // A malformed request never reached the pre-routing handler (no id, no start time of its own).
+    const bool routed = !t_request_id.empty();
+    const double ms = routed ? std::chrono::duration<double, std::milli>(Clock::now() - t_start).count() : 0.0;
     // The path is the client's (percent-decoded: it may hold newlines and terminal escapes).
-    LY_LOG_INFO("{} {} {} tokens {} {:.0f} ms", printable(req.method), printable(req.path), res.status, t_tokens, ms);
+    LY_LOG_INFO("{} {} {} tokens {} {:.0f} ms id {}", printable(req.method), printable(req.path), res.status,
+                routed ? t_tokens : 0, ms, routed ? t_request_id : "-");
+    t_request_id.clear();
   });
 
   server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
@@ -414,6 +433,47 @@ void HttpServer::Impl::routes() {
                      {"device", model.engine->device()}};
       }
       send_json(res, 200, json{{"object", "list"}, {"data", json::array({m})}});
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  });
+  // What a router reads from a worker (sglang-router, docs/serving.md "Past one GPU"): the model's
+  // name when the worker joins (SGLang's /server_info and /model_info, and their older /get_
+  // names, which the router tries after a 404), and the load its power_of_two policy polls.
+  // No model_path: the router would try to load a tokenizer from it (an HF download).
+  const auto server_info = [this](const httplib::Request&, httplib::Response& res) {
+    try {
+      Scheduler& sched = ready_scheduler();
+      send_json(res, 200, json{{"served_model_name", model.id}, {"version", model.version},
+                               {"context_length", model.context}, {"max_running_requests", sched.max_running()},
+                               {"max_total_tokens", sched.kv_capacity() * sched.page_tokens()},
+                               {"device", model.engine != nullptr ? model.engine->device() : ""}});
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  };
+  server.Get("/server_info", server_info);
+  server.Get("/get_server_info", server_info);
+  const auto model_info = [this](const httplib::Request&, httplib::Response& res) {
+    try {
+      ready_scheduler();
+      json info = {{"served_model_name", model.id}, {"is_generation", true}};
+      if (model.engine != nullptr) info["model_type"] = arch_name(model.engine->config().arch);
+      send_json(res, 200, info);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  };
+  server.Get("/model_info", model_info);
+  server.Get("/get_model_info", model_info);
+  // SGLang's shape: one entry per data-parallel rank (here one); num_tokens is what the router
+  // compares: the KV tokens reserved by admitted requests.
+  server.Get("/get_load", [this](const httplib::Request&, httplib::Response& res) {
+    try {
+      const SchedulerGauges g = ready_scheduler().gauges();
+      send_json(res, 200, json::array({json{{"dp_rank", 0}, {"num_reqs", g.running + g.waiting},
+                                            {"num_waiting_reqs", g.waiting},
+                                            {"num_tokens", g.kv_pages_used * g.page_tokens}}}));
     } catch (const ApiError& e) {
       send_error(res, e);
     }

@@ -117,6 +117,10 @@ std::string Metrics::render(const SchedulerGauges& g) const {
   out += fmt::format("lychee_prefix_cache_tokens {}\n", g.prefix_cache_pages * g.page_tokens);
   out += "# HELP lychee_prefix_cache_entries Cached prompts.\n# TYPE lychee_prefix_cache_entries gauge\n";
   out += fmt::format("lychee_prefix_cache_entries {}\n", g.prefix_cache_entries);
+  // The by-policy families appear with their first sample: an empty family has no label names, and
+  // a router that merges its replicas' metrics (sglang-router's /engine_metrics) refuses to merge
+  // it with another replica's {policy=...} family.
+  if (kv_reads_.empty()) return out;
   out += "# HELP lychee_kv_read_bytes_total KV bytes decode steps read (bf16 cache), by policy.\n";
   out += "# TYPE lychee_kv_read_bytes_total counter\n";
   for (const auto& [policy, r] : kv_reads_)

@@ -19,6 +19,7 @@ struct ServerModel {
   PolicySettings defaults;   // from the serve command's flags
   int context = 0;           // Scheduler::context()
   std::string fingerprint;   // responses' system_fingerprint (system_fingerprint below)
+  std::string version;       // lychee's version (GET /server_info)
 };
 
 // OpenAI's system_fingerprint: "fp_" and 16 hex digits of a hash of what sets the numerics of

@@ -148,6 +148,7 @@ class Scheduler {
   // context) capped by the engine's pool.
   int64_t kv_capacity() const { return kv_capacity_; }
   int page_tokens() const { return page_tokens_; }
+  int max_running() const { return options_.max_running; }
   // False once a fault ended the engine loop (fault() says what); /health answers 503 then.
   bool healthy() const { return !failed_.load(); }
   std::string fault() const;
