@@ -8,10 +8,13 @@
 // touched, % of copy bandwidth, speedup over dense) and writes JSON with --json FILE.
 // --no-scores: the retrieval heads of mixed shares emit no page scores (what a per-head decode
 // without fused scoring, e.g. FlashInfer's, does), to time the scoring's share of a mixed launch.
+// --kv-cache-dtype fp8: FP8 pages (e4m3 codes and one f32 scale per token and KV head,
+// core/kv_dtype.h); the bytes counted are the codes and scales the call reads (d + 4 per token
+// and head for K and for V, against 2 d with bf16).
 //
 //   bench_decode_attention [--json FILE] [--batches 1,2,4,8] [--contexts 16384,32768,65536,131072]
 //                          [--shares 0,4,5,6,7,8] [--sparse-frac 0.1] [--reps 100] [--warmup 20] [--tag TEXT]
-//                          [--no-scores]
+//                          [--no-scores] [--kv-cache-dtype bf16|fp8]
 //
 // Timing: CUDA events around each call (both kernels), after warm-up; the median of --reps calls
 // (at least 50); each call also timed as a CUDA-graph replay (the production path). Input sets
@@ -32,6 +35,7 @@
 #include "bench_env.h"
 #include "cuda/common/common.h"
 #include "cuda/kernels/decode_attention.h"
+#include "cuda/kernels/kernels.h"
 #include "cuda/common/device_buffer.h"
 
 namespace {
@@ -79,6 +83,7 @@ struct Options {
   double sparse_frac = 0.1;
   int reps = 100, warmup = 20;
   bool scores = true;  // retrieval heads of mixed shares emit their page scores (fused scoring)
+  bool fp8 = false;    // --kv-cache-dtype fp8
 };
 
 struct Row {
@@ -114,17 +119,29 @@ Row bench_one(int batch, int context, int share, const Options& opt) {
   const size_t page_elems = size_t(kKvHeads) * kPageSize * kHeadDim;
   const int n_dense = kKvHeads - share;
   const int sparse_pages = std::max(1, int(std::ceil(opt.sparse_frac * pages_per_seq)));
-  const double bytes_per_page = 2.0 * kPageSize * kHeadDim * sizeof(bf16);  // K + V of one (page, KV head)
+  // K + V of one (page, KV head): bf16, or FP8 codes and scales
+  const double token_head_bytes = opt.fp8 ? double(kHeadDim + sizeof(float)) : double(kHeadDim * sizeof(bf16));
+  const double bytes_per_page = 2.0 * kPageSize * token_head_bytes;
   const double kv_bytes = bytes_per_page * batch * (double(n_dense) * pages_per_seq + double(share) * sparse_pages);
-  const double pool_bytes = 2.0 * batch * double(context) * kKvHeads * kHeadDim * sizeof(bf16);
+  const double pool_bytes = 2.0 * batch * double(context) * kKvHeads * token_head_bytes;
   const int n_sets = std::clamp(int(std::ceil(kRotateBytes / std::max(kv_bytes, 1.0))), 1,
                                 std::max(1, int(2 * kRotateBytes / pool_bytes)));
   const size_t set_pages = size_t(batch) * pages_per_seq;
 
-  DeviceBuffer<bf16> k(set_pages * n_sets * page_elems), v(k.size());
+  const size_t pool_elems = set_pages * n_sets * page_elems;
+  DeviceBuffer<bf16> k(opt.fp8 ? 0 : pool_elems), v(k.size());
+  DeviceBuffer<uint8_t> k8(opt.fp8 ? pool_elems : 0), v8(k8.size());
+  DeviceBuffer<float> ks(opt.fp8 ? pool_elems / kHeadDim : 0), vs(ks.size());
   DeviceBuffer<bf16> q(size_t(n_sets) * batch * kHeads * kHeadDim), out(size_t(batch) * kHeads * kHeadDim);
-  randomize(k, 11, 1.0f);
-  randomize(v, 12, 1.0f);
+  if (opt.fp8) {  // values ~ N(0, 1) as FP8 pages hold them: codes of std 64, scale 1/64
+    fill_normal_e4m3(k8.data(), k8.size(), 11, 64.0f, nullptr);
+    fill_normal_e4m3(v8.data(), v8.size(), 12, 64.0f, nullptr);
+    fill_const_f32(ks.data(), ks.size(), 1.0f / 64.0f, nullptr);
+    fill_const_f32(vs.data(), vs.size(), 1.0f / 64.0f, nullptr);
+  } else {
+    randomize(k, 11, 1.0f);
+    randomize(v, 12, 1.0f);
+  }
   randomize(q, 13, 1.0f);
 
   // Set s owns pages [s * set_pages, (s + 1) * set_pages) of the pool, in shuffled order.
@@ -184,8 +201,11 @@ Row bench_one(int batch, int context, int share, const Options& opt) {
   for (int s = 0; s < n_sets; ++s) {
     DecodeAttentionArgs& a = args[s];
     a.q = q.data() + size_t(s) * batch * kHeads * kHeadDim;
-    a.k_pool = k.data();
-    a.v_pool = v.data();
+    if (opt.fp8) {
+      a.k8_pool = k8.data(), a.v8_pool = v8.data(), a.k_scale = ks.data(), a.v_scale = vs.data();
+    } else {
+      a.k_pool = k.data(), a.v_pool = v.data();
+    }
     a.block_table = table.data() + size_t(s) * set_pages;
     a.max_pages = pages_per_seq;
     a.unit_lists = d_lists.data();
@@ -268,6 +288,8 @@ int main(int argc, char** argv) {
     else if (a == "--shares") opt.shares = parse_list(next), ++i;
     else if (a == "--sparse-frac") opt.sparse_frac = std::atof(next), ++i;
     else if (a == "--no-scores") opt.scores = false;
+    else if (a == "--kv-cache-dtype" && (std::string(next) == "bf16" || std::string(next) == "fp8"))
+      opt.fp8 = std::string(next) == "fp8", ++i;
     else if (a == "--reps") opt.reps = std::max(50, std::atoi(next)), ++i;
     else if (a == "--warmup") opt.warmup = std::max(1, std::atoi(next)), ++i;
     else {
@@ -284,8 +306,8 @@ int main(int argc, char** argv) {
     const double copy_bw = device_copy_bandwidth_gbps() * 1e9;
     std::printf("%s, %d SMs, %s\n", dev.name, dev.sm_count, lychee::bench::driver_string().c_str());
     std::printf("device-to-device copy: %.0f GB/s (read + write)\n", copy_bw / 1e9);
-    std::printf("decode attention: %d q / %d kv heads, d %d, page %d, bf16; %d CTAs/SM\n", kHeads, kKvHeads, kHeadDim,
-                kPageSize, decode_attention_ctas_per_sm(kHeadDim, kPageSize));
+    std::printf("decode attention: %d q / %d kv heads, d %d, page %d, %s KV; %d CTAs/SM\n", kHeads, kKvHeads, kHeadDim,
+                kPageSize, opt.fp8 ? "fp8" : "bf16", decode_attention_ctas_per_sm(kHeadDim, kPageSize));
     std::vector<Row> rows;
     for (int b : opt.batches)
       for (int c : opt.contexts)
@@ -329,8 +351,8 @@ int main(int argc, char** argv) {
                    json_escape(lychee::bench::driver_string()).c_str(), date, json_escape(command).c_str(), json_escape(opt.tag).c_str());
       std::fprintf(f, "  \"copy_bandwidth_gbs\": %.1f,\n", copy_bw / 1e9);
       std::fprintf(f, "  \"shape\": {\"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, \"page_size\": %d, "
-                      "\"dtype\": \"bf16\"},\n  \"sparse_frac\": %.3f,\n  \"reps\": %d,\n  \"rows\": [\n",
-                   kHeads, kKvHeads, kHeadDim, kPageSize, opt.sparse_frac, opt.reps);
+                      "\"dtype\": \"%s\"},\n  \"sparse_frac\": %.3f,\n  \"reps\": %d,\n  \"rows\": [\n",
+                   kHeads, kKvHeads, kHeadDim, kPageSize, opt.fp8 ? "fp8" : "bf16", opt.sparse_frac, opt.reps);
       for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
         std::fprintf(f,

@@ -7,7 +7,7 @@
 //             [--policies full,lychee,tidal,quest,duo] [--budget 4096] [--block-size 64] [--retrieval 32] [--trace] [--sync]
 //             [--weights bf16,fp8] [--fp8-selector-qkv bf16|fp8]
 //             [--tensor-parallel 1,2] [--tp-rule permutation|contiguous] [--tp-lm-head split|rank0]
-//             [--profile-attention]
+//             [--profile-attention] [--kv-cache-dtype bf16,fp8]
 // --weights: the GPU weight formats to run, in turn (default bf16; fp8 = e4m3 linear matrices with
 // a scale per output channel, gpu_weights.h). Every row records its format; with bf16 run first,
 // rows of other formats also get their speedup over Full attention with bf16 weights at the same
@@ -27,6 +27,12 @@
 // mean per layer. Under TP at batch >= 2 each LycheeDecode row also records the attention balance
 // the mirrored-row rule would give (attention/tp_rows.h: tp_assign_rows, tp_work_balance: KV tokens read per layer and
 // GPU) beside the runner's (every row the same assignment), as "tp_rows_model".
+// --kv-cache-dtype: the KV cache element types to run (default bf16; fp8 = e4m3 codes with one
+// f32 scale per token and KV head, core/kv_dtype.h), in turn for each batch and context (a runner
+// each, so they alternate in one run). Rows record it; the KV bytes of the bound are the codes
+// and scales read (d + 4 bytes per token and head for K and for V). A row of FP8 KV or FP8 weights
+// also gets its speedup over Full with bf16 weights and bf16 KV at the same batch and context
+// (issue 38's targets).
 // LycheeDecode and DuoAttention get --retrieval retrieval KV heads in all (layer 0's included,
 // the rest drawn with a fixed seed from layers 1..); every sparse policy reads --budget tokens per
 // sparse head (DuoAttention: sink 64 + recent budget - 64); LycheeDecode selects in units of
@@ -160,7 +166,7 @@ void print_trace(const nlohmann::json& t) {
 struct Options {
   std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model, shape = "llama3-8b";
   std::string policies = "full,lychee,tidal,quest,duo", weights = "bf16", fp8_selector_qkv = "bf16";
-  std::string tensor_parallel = "1", tp_rule = "permutation", tp_lm_head = "split";
+  std::string tensor_parallel = "1", tp_rule = "permutation", tp_lm_head = "split", kv_dtypes = "bf16";
   int steps = 32, budget = 4096, n_retrieval = 32, block_size = 64;
   bool graphs = true, trace = false, sync_steps = false, profile_attention = false;
 };
@@ -223,6 +229,12 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+KvCacheDtype parse_kv_dtype(const std::string& name) {
+  if (name == "bf16") return KvCacheDtype::kBf16;
+  if (name == "fp8") return KvCacheDtype::kFp8;
+  throw UsageError("--kv-cache-dtype: unknown type '" + name + "' (bf16, fp8)");
+}
+
 GpuWeightFormat parse_weights(const std::string& name) {
   if (name == "bf16") return GpuWeightFormat::kBf16;
   if (name == "fp8") return GpuWeightFormat::kFp8;
@@ -231,8 +243,9 @@ GpuWeightFormat parse_weights(const std::string& name) {
 
 // Every policy of one (weights, batch, context) on one runner; a row per policy.
 void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWeights& ws, const Split& split,
-                  const ModelConfig& c, const std::string& weights, int batch, int ctx, double bw,
-                  FullBf16& full_bf16, nlohmann::json& rows) {
+                  const ModelConfig& c, const std::string& weights, const std::string& kv_dtype, int batch, int ctx,
+                  double bw, FullBf16& full_bf16, nlohmann::json& rows) {
+  const double kv_token_head_bytes = double(kv_bytes_per_token_head(parse_kv_dtype(kv_dtype), c.head_dim));
   double full_ms = 0.0;
   for (const std::string& name : split_names(opt.policies)) {
     const BenchPolicy pol = make_policy(name, c, opt.budget, opt.n_retrieval, opt.block_size);
@@ -276,7 +289,7 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWei
       for (int g = 0; g < split.n_gpus; ++g) {
         const auto [tokens_read, meta_bytes] =
             policy_reads(name, pol, c, mean_ctx, opt.budget, split.n_gpus, split.n_gpus > 1 ? split.retrieval[size_t(g)] : -1);
-        const double kv = double(batch) * (tokens_read * c.head_dim * 2.0 * 2.0 + meta_bytes);
+        const double kv = double(batch) * (tokens_read * kv_token_head_bytes * 2.0 + meta_bytes);
         uint64_t wb = cuda::weight_bytes_per_step(*ws[size_t(g)], batch);
         const uint64_t lm_head = uint64_t(c.vocab_size) * uint64_t(c.d_model) * 2;
         if (split.n_gpus > 1 && opt.tp_lm_head == "split") {  // each rank its V / N rows
@@ -290,11 +303,12 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWei
       }
       const double bound_ms = bytes / (bw * 1e9) * 1e3;
       if (name == "full") full_ms = ms;
-      if (name == "full" && weights == "bf16" && split.n_gpus == 1) full_bf16[{batch, ctx}] = ms;
-      std::printf("%3d %6d %8d %8s %10.3f %10.3f %9.1f%% %8.1f %8.2fx\n", split.n_gpus, batch, ctx, name.c_str(), ms,
-                  bound_ms, 100.0 * bound_ms / ms, batch * 1e3 / ms, full_ms > 0 ? full_ms / ms : 0.0);
+      if (name == "full" && weights == "bf16" && kv_dtype == "bf16" && split.n_gpus == 1) full_bf16[{batch, ctx}] = ms;
+      std::printf("%3d %6d %8d %8s %4s %10.3f %10.3f %9.1f%% %8.1f %8.2fx\n", split.n_gpus, batch, ctx, name.c_str(),
+                  kv_dtype.c_str(), ms, bound_ms, 100.0 * bound_ms / ms, batch * 1e3 / ms, full_ms > 0 ? full_ms / ms : 0.0);
       std::fflush(stdout);
       nlohmann::json row = {{"batch", batch}, {"context", ctx}, {"policy", name}, {"weights", weights},
+                            {"kv_cache_dtype", kv_dtype},
                             {"tensor_parallel", split.n_gpus}, {"tpot_ms", ms}, {"bound_ms", bound_ms},
                             {"weight_bytes", weight_total}, {"kv_bytes", kv_total},
                             {"bound_bytes_slowest_gpu", bytes},
@@ -303,7 +317,8 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWei
                             {"host_stalls", stalls}, {"pipelined", !opt.sync_steps}};
       if (const auto it = full_bf16.find({batch, ctx}); it != full_bf16.end()) row["speedup_vs_full_bf16"] = it->second / ms;
       static std::map<std::string, double> one_gpu;  // TPOT on one GPU per (weights, policy, batch, context)
-      const std::string key = weights + "/" + name + "/" + std::to_string(batch) + "/" + std::to_string(ctx);
+      const std::string key =
+          weights + "/" + kv_dtype + "/" + name + "/" + std::to_string(batch) + "/" + std::to_string(ctx);
       if (split.n_gpus == 1) one_gpu[key] = ms;
       else if (const auto it = one_gpu.find(key); it != one_gpu.end()) {
         row["tpot_over_one_gpu"] = ms / it->second;
@@ -364,55 +379,65 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWei
       rows.push_back(row);
     } catch (const std::exception& e) {
       std::printf("%6d %8d %8s   skipped: %s\n", batch, ctx, name.c_str(), e.what());
-      rows.push_back({{"batch", batch}, {"context", ctx}, {"policy", name}, {"weights", weights}, {"skipped", e.what()}});
+      rows.push_back({{"batch", batch}, {"context", ctx}, {"policy", name}, {"weights", weights},
+                      {"kv_cache_dtype", kv_dtype}, {"skipped", e.what()}});
     }
     for (auto& s : seqs) r.release(s);
   }
 }
 
-// Every batch and context with weights w (of format `weights`): a runner each.
+// One (weights, KV dtype, batch, context): a runner, every policy on it.
+void run_one(const Options& opt, const cuda::ShardedWeights& ws, const Split& split, const ModelConfig& c,
+             const std::string& weights, const std::string& kv_dtype, int batch, int ctx, double bw,
+             FullBf16& full_bf16, nlohmann::json& rows) {
+  const KvCacheDtype kvd = parse_kv_dtype(kv_dtype);
+  // Per GPU: its KV heads' share of the cache.
+  const double kv_gib = double(batch) * (ctx + opt.steps + 128) * 2.0 * c.n_layers * c.n_kv_heads *
+                        double(kv_bytes_per_token_head(kvd, c.head_dim)) / double(1u << 30) / split.n_gpus;
+  size_t least_free = SIZE_MAX;
+  for (int g = 0; g < split.n_gpus; ++g) {
+    size_t free_b = 0, total_b = 0;
+    LY_CUDA_CHECK(cudaSetDevice(g));
+    LY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    least_free = std::min(least_free, free_b);
+  }
+  LY_CUDA_CHECK(cudaSetDevice(0));
+  if (kv_gib * double(1u << 30) > double(least_free) - 3e9) {
+    std::printf("%3d %6d %8d   skipped: the KV cache needs %.1f GiB per GPU, %.1f GiB free\n", split.n_gpus, batch,
+                ctx, kv_gib, double(least_free) / (1u << 30));
+    rows.push_back({{"batch", batch}, {"context", ctx}, {"weights", weights}, {"kv_cache_dtype", kv_dtype},
+                    {"tensor_parallel", split.n_gpus}, {"skipped", "KV cache does not fit"}, {"kv_gib_per_gpu", kv_gib}});
+    return;
+  }
+  cuda::RunnerOptions o;
+  o.max_batch = batch;
+  o.max_context = ctx + opt.steps + 128;
+  o.kv_memory_gib = kv_gib + 0.01;
+  o.cuda_graphs = opt.graphs;
+  o.tp_split_lm_head = opt.tp_lm_head == "split";
+  o.kv_cache_dtype = kvd;
+  cuda::GpuRunner r(ws, o);
+  r.fill_kv_random(99);
+  run_policies(opt, r, ws, split, c, weights, kv_dtype, batch, ctx, bw, full_bf16, rows);
+}
+
+// Every batch and context with weights w (of format `weights`), each KV dtype in turn: a runner each.
 void run_weights(const Options& opt, const cuda::ShardedWeights& ws, const Split& split, const ModelConfig& c,
                  const std::string& weights, double bw, FullBf16& full_bf16, nlohmann::json& rows) {
-  for (int batch : parse_list(opt.batches)) {
-    for (int ctx : parse_list(opt.contexts)) {
-      // Per GPU: its KV heads' share of the cache.
-      const double kv_gib = double(batch) * (ctx + opt.steps + 128) * 2.0 * c.n_layers * c.kv_dim() * 2 /
-                            double(1u << 30) / split.n_gpus;
-      size_t least_free = SIZE_MAX;
-      for (int g = 0; g < split.n_gpus; ++g) {
-        size_t free_b = 0, total_b = 0;
-        LY_CUDA_CHECK(cudaSetDevice(g));
-        LY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-        least_free = std::min(least_free, free_b);
-      }
-      LY_CUDA_CHECK(cudaSetDevice(0));
-      if (kv_gib * double(1u << 30) > double(least_free) - 3e9) {
-        std::printf("%3d %6d %8d   skipped: the KV cache needs %.1f GiB per GPU, %.1f GiB free\n", split.n_gpus, batch,
-                    ctx, kv_gib, double(least_free) / (1u << 30));
-        rows.push_back({{"batch", batch}, {"context", ctx}, {"weights", weights}, {"tensor_parallel", split.n_gpus},
-                        {"skipped", "KV cache does not fit"}, {"kv_gib_per_gpu", kv_gib}});
-        continue;
-      }
-      cuda::RunnerOptions o;
-      o.max_batch = batch;
-      o.max_context = ctx + opt.steps + 128;
-      o.kv_memory_gib = kv_gib + 0.01;
-      o.cuda_graphs = opt.graphs;
-      o.tp_split_lm_head = opt.tp_lm_head == "split";
-      cuda::GpuRunner r(ws, o);
-      r.fill_kv_random(99);
-      run_policies(opt, r, ws, split, c, weights, batch, ctx, bw, full_bf16, rows);
-    }
-  }
+  for (int batch : parse_list(opt.batches))
+    for (int ctx : parse_list(opt.contexts))
+      for (const std::string& kv_dtype : split_names(opt.kv_dtypes))
+        run_one(opt, ws, split, c, weights, kv_dtype, batch, ctx, bw, full_bf16, rows);
 }
 
 // The issue's comparison: each policy with non-bf16 weights against Full with bf16 weights.
 void print_speedups(const nlohmann::json& rows) {
   for (const auto& row : rows)
-    if (row.contains("speedup_vs_full_bf16") && row["weights"] != "bf16")
-      std::printf("%s with %s weights vs full with bf16: batch %d, context %d: %.2fx\n",
+    if (row.contains("speedup_vs_full_bf16") && (row["weights"] != "bf16" || row["kv_cache_dtype"] != "bf16"))
+      std::printf("%s with %s weights, %s KV vs full with bf16 weights and KV: batch %d, context %d: %.2fx\n",
                   row["policy"].get<std::string>().c_str(), row["weights"].get<std::string>().c_str(),
-                  row["batch"].get<int>(), row["context"].get<int>(), row["speedup_vs_full_bf16"].get<double>());
+                  row["kv_cache_dtype"].get<std::string>().c_str(), row["batch"].get<int>(), row["context"].get<int>(),
+                  row["speedup_vs_full_bf16"].get<double>());
 }
 
 Options parse_args(int argc, char** argv) {
@@ -439,6 +464,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--tp-rule") o.tp_rule = next();
     else if (a == "--tp-lm-head") o.tp_lm_head = next();
     else if (a == "--profile-attention") o.profile_attention = true;
+    else if (a == "--kv-cache-dtype") o.kv_dtypes = next();
     else throw UsageError("unknown argument " + a);
   }
   if (o.tp_lm_head != "rank0" && o.tp_lm_head != "split")
@@ -454,6 +480,8 @@ Options parse_args(int argc, char** argv) {
     throw UsageError("--fp8-selector-qkv: bf16 or fp8, got '" + o.fp8_selector_qkv + "'");
   if (split_names(o.weights).empty()) throw UsageError("--weights: expected bf16, fp8 or both (bf16,fp8)");
   for (const std::string& name : split_names(o.weights)) parse_weights(name);  // reject before loading anything
+  if (split_names(o.kv_dtypes).empty()) throw UsageError("--kv-cache-dtype: expected bf16, fp8 or both (bf16,fp8)");
+  for (const std::string& name : split_names(o.kv_dtypes)) parse_kv_dtype(name);
   return o;
 }
 
@@ -501,8 +529,8 @@ int main(int argc, char** argv) try {
         for (int r : split.retrieval) std::printf(" %d", r);
         std::printf("; straggler's dense heads per step %d, bound %d", split.balance.sum_max, split.balance.sum_bound);
       }
-      std::printf(")\n%3s %6s %8s %8s %10s %10s %10s %8s %9s\n", "tp", "batch", "context", "policy", "TPOT ms",
-                  "bound ms", "% bound", "tok/s", "vs full");
+      std::printf(")\n%3s %6s %8s %8s %4s %10s %10s %10s %8s %9s\n", "tp", "batch", "context", "policy", "kv",
+                  "TPOT ms", "bound ms", "% bound", "tok/s", "vs full");
       run_weights(opt, ws, split, c, weights, bw, full_bf16, rows);
     }
   }
@@ -516,7 +544,7 @@ int main(int argc, char** argv) try {
     nlohmann::json j = {{"gpu", dev.name}, {"driver", driver}, {"copy_gbps", bw}, {"model", c.name},
                         {"weight_bytes", weight_bytes[formats.front()]}, {"weight_bytes_by_format", weight_bytes},
                         {"fp8_selector_qkv", opt.fp8_selector_qkv}, {"bf16_qkv_layers_by_format", fp8_kept},
-                        {"weights", formats}, {"steps", opt.steps}, {"budget", opt.budget}, {"block_size", opt.block_size},
+                        {"weights", formats}, {"kv_cache_dtypes", split_names(opt.kv_dtypes)}, {"steps", opt.steps}, {"budget", opt.budget}, {"block_size", opt.block_size},
                         {"retrieval_kv_heads", opt.n_retrieval}, {"command", command},
                         {"tensor_parallel", parse_list(opt.tensor_parallel)}, {"nccl", cuda::nccl_version()},
                         {"commit", std::getenv("LYCHEE_COMMIT") ? std::getenv("LYCHEE_COMMIT") : "unknown"},

@@ -325,6 +325,31 @@ TEST(DecodeAttention, ArgumentChecksNameTheField) {
   }
 }
 
+// FP8 KV: the decode kernel takes bf16 pools or FP8 codes and scales, exactly one of the two.
+TEST(DecodeAttention, TakesBf16OrFp8PagesNotBothOrNeither) {
+  cuda::DecodeAttentionArgs a{};
+  int32_t dummy = 0;
+  const auto* b = reinterpret_cast<const cuda::bf16*>(&dummy);
+  const auto* u8 = reinterpret_cast<const uint8_t*>(&dummy);
+  const auto* f = reinterpret_cast<const float*>(&dummy);
+  a.q = b;
+  a.out = reinterpret_cast<cuda::bf16*>(&dummy);
+  a.block_table = a.seq_lens = a.n_items = a.merge_begin = a.merge_count = &dummy;
+  a.items = reinterpret_cast<const cuda::DecodeWorkItem*>(&dummy);
+  a.head_dim = 128, a.page_size = 64, a.n_heads = 8, a.n_kv_heads = 2, a.max_pages = 1, a.scale = 0.1f;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kInvalidArgument, "not neither");
+  a.k8_pool = a.v8_pool = u8;
+  a.k_scale = f;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kInvalidArgument, "v_scale");  // one missing
+  a.v_scale = f;
+  EXPECT_NO_THROW(cuda::check_decode_args(a));
+  a.k_pool = a.v_pool = b;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kInvalidArgument, "not both");
+  a.k8_pool = a.v8_pool = nullptr;
+  a.k_scale = a.v_scale = nullptr;
+  EXPECT_NO_THROW(cuda::check_decode_args(a));
+}
+
 using cuda::PrefillAttentionArgs;
 using cuda::prefill_kv_bucket;
 using cuda::prefill_q_bucket;
@@ -404,6 +429,14 @@ TEST(PrefillAttentionArgs, RejectsBadShapes) {
   EXPECT_THROW(validate_prefill_args(a), Error);
   a.max_kv_len = 8;
   EXPECT_NO_THROW(validate_prefill_args(a));
+  // FP8 pages instead of bf16 ones: exactly one kind.
+  a.k8_pool = a.v8_pool = reinterpret_cast<const uint8_t*>(&dummy);
+  a.k_scale = a.v_scale = reinterpret_cast<const float*>(&dummy);
+  test::expect_error([&] { validate_prefill_args(a); }, ErrorCode::kInvalidArgument, "not both");
+  a.k_pool = a.v_pool = nullptr;
+  EXPECT_NO_THROW(validate_prefill_args(a));
+  a.v_scale = nullptr;
+  test::expect_error([&] { validate_prefill_args(a); }, ErrorCode::kInvalidArgument, "not neither");
 }
 
 }  // namespace
@@ -412,7 +445,8 @@ TEST(PrefillAttentionArgs, RejectsBadShapes) {
 #else
 TEST(CudaHostOnly, NotBuilt) {
   LY_CUDA_NOT_BUILT(
-      "the 11 host-only tests of the CUDA layer (DecodePlan.* (8), DecodeAttention.ArgumentChecksNameTheField, "
+      "the 12 host-only tests of the CUDA layer (DecodePlan.* (8), DecodeAttention.ArgumentChecksNameTheField, "
+      "DecodeAttention.TakesBf16OrFp8PagesNotBothOrNeither, "
       "PrefillAttentionCache.Buckets, PrefillAttentionArgs.RejectsBadShapes)");
 }
 #endif  // LYCHEE_HAS_CUDA

@@ -55,6 +55,9 @@
 #   scripts/gpu/run_all.sh bench-block      decode steps with LycheeDecode's selection unit at 16 and 64 tokens (A/B)
 #   scripts/gpu/run_all.sh bench-tradeoff   LycheeDecode's TPOT over retrieval share x budget share (8B shape), and the
 #                                            trade-off figure with the sweep's accuracy (scripts/plot_tradeoff.py)
+#   scripts/gpu/run_all.sh bench-kv8        issue 38: FP8 KV against bf16 KV, alternated: the decode kernel (dense, hybrid,
+#                                            8K-128K) and bench_e2e on the 8B shape (Full/LycheeDecode, b1/4/8 x 32K-128K,
+#                                            bf16 and FP8 weights); kv8_summary.md with the targets
 #   scripts/gpu/run_all.sh tp-env | tp-diag  the NCCL setting multi-GPU runs take here (probed), the TP tests one by one
 #   scripts/gpu/run_all.sh bench-tp         tensor parallelism (issue 18; needs 2 GPUs: kind nvidia-h200-x2): the
 #                                            all-reduce alone, then bench_e2e at 1 and 2 GPUs (TP_CONTEXTS,
@@ -1037,6 +1040,76 @@ PY
     "$build/bin/bench_prefill_attention" --lengths "${SPLIT_LENGTHS:-32768,102400}" --no-chunked --tails-only \
       --tails 16,64,256 --commit "$commit" --json "$out/prefill_split.json" 2>&1 | tee "$out/prefill_split.log"
     exit "${PIPESTATUS[0]}" ;;
+  bench-kv8)
+    # Issue 38, the FP8 KV cache's speed (random data and weights; no model needed), bf16 KV alternated
+    # with FP8 KV in the same call:
+    #   kernel: bench_decode_attention dense (share 0) and hybrid (6/8 sparse heads) at 8K-128K, batch 1
+    #           and 4, --kv-cache-dtype bf16 then fp8, KV8_ROUNDS rounds (default 2); bytes = what the
+    #           kernel reads (FP8: codes + scales), against the copy bandwidth of the same run;
+    #   e2e:    bench_e2e on the 8B shape, Full and LycheeDecode, batch KV8_BATCHES (default 1,4,8) x
+    #           KV8_CONTEXTS (default 32K,64K,128K), bf16 and FP8 weights, bf16 and FP8 KV (a runner
+    #           each, alternated per batch and context; rows that do not fit are recorded as skipped).
+    # kv8_summary.md: the kernel table (FP8 vs bf16 time, % of copy) and the end-to-end speedups against
+    # the targets (Full b1 128K FP8 KV >= 1.3x bf16 KV; LycheeDecode FP8 KV + FP8 weights >= 3x Full bf16/bf16).
+    rc=0
+    for round in $(seq 1 "${KV8_ROUNDS:-2}"); do
+      for dt in bf16 fp8; do
+        LYCHEE_COMMIT="$commit" "$build/bin/bench_decode_attention" --kv-cache-dtype $dt --batches 1,4 \
+          --contexts 8192,16384,32768,65536,131072 --shares 0,6 --tag "commit $commit, $dt KV, round $round" \
+          --json "$out/kv8_kernel_${dt}_r$round.json" > "$out/kv8_kernel_${dt}_r$round.log" 2>&1 \
+          || rc=$(failed $? "bench_decode_attention $dt round $round")
+        grep -E "^\|" "$out/kv8_kernel_${dt}_r$round.log" | head -24
+      done
+    done
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights bf16,fp8 --kv-cache-dtype bf16,fp8 \
+      --contexts "${KV8_CONTEXTS:-32768,65536,131072}" --batches "${KV8_BATCHES:-1,4,8}" --policies full,lychee \
+      --json "$out/kv8_e2e.json" 2>&1 | tee "$out/kv8_e2e.log" || rc=$(failed $? "bench_e2e kv8")
+    python3 - "$out" > "$out/kv8_summary.md" <<'PY' || rc=$(failed $? "kv8 summary")
+import glob, json, os, statistics, sys
+out = sys.argv[1]
+k = {}  # (dtype, batch, context, share) -> [us_graph_median], and the copy bandwidth
+gpu, copy = "", []
+for f in sorted(glob.glob(out + "/kv8_kernel_*_r*.json")):
+    d = json.load(open(f))
+    gpu = d["gpu"]
+    copy.append(d["copy_bandwidth_gbs"])
+    for r in d["rows"]:
+        k.setdefault((d["shape"]["dtype"], r["batch"], r["context"], r["sparse_share"]), []).append(r)
+print(f"# FP8 KV cache (issue 38) on {gpu}\n")
+print("## Decode attention kernel (graph replays, median over rounds)\n")
+print("| batch | context | heads | bf16 µs | fp8 µs | speedup | bf16 % copy | fp8 % copy (codes + scales) |")
+print("|---|---|---|---|---|---|---|---|")
+for (dt, b, c, sh), rows in sorted(k.items()):
+    if dt != "bf16" or (("fp8", b, c, sh) not in k):
+        continue
+    f8 = k[("fp8", b, c, sh)]
+    ub, uf = statistics.median(r["us_graph_median"] for r in rows), statistics.median(r["us_graph_median"] for r in f8)
+    pb, pf = statistics.median(r["pct_copy_graph"] for r in rows), statistics.median(r["pct_copy_graph"] for r in f8)
+    print(f"| {b} | {c // 1024}K | {'dense' if sh == 0 else f'hybrid {sh}/8 sparse'} | {ub:.1f} | {uf:.1f} | {ub / uf:.2f}x | {pb:.1f} | {pf:.1f} |")
+print("\nTarget: dense FP8 >= 90% of copy bandwidth at >= 32K.\n")
+if os.path.exists(out + "/kv8_e2e.json"):
+    e = json.load(open(out + "/kv8_e2e.json"))
+    rows = [r for r in e["rows"] if "tpot_ms" in r]
+    t = {(r["policy"], r["weights"], r["kv_cache_dtype"], r["batch"], r["context"]): r["tpot_ms"] for r in rows}
+    print("## End to end, 8B shape (TPOT ms; speedup over Full with bf16 weights and bf16 KV)\n")
+    print("| batch | context | policy | weights | KV | TPOT ms | vs Full bf16/bf16 | vs same policy and weights, bf16 KV |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (p, w, kv, b, c), ms in sorted(t.items(), key=lambda x: (x[0][3], x[0][4], x[0][0], x[0][1], x[0][2])):
+        base = t.get(("full", "bf16", "bf16", b, c))
+        same = t.get((p, w, "bf16", b, c))
+        print(f"| {b} | {c // 1024}K | {p} | {w} | {kv} | {ms:.3f} | {base / ms:.2f}x | {same / ms:.2f}x |" if base and same
+              else f"| {b} | {c // 1024}K | {p} | {w} | {kv} | {ms:.3f} | - | - |")
+    for r in e["rows"]:
+        if "skipped" in r:
+            print(f"\nskipped: batch {r['batch']}, {r['context'] // 1024}K, {r.get('weights')} weights, {r.get('kv_cache_dtype')} KV: {r['skipped']}")
+    a = t.get(("full", "bf16", "bf16", 1, 131072)); b8 = t.get(("full", "bf16", "fp8", 1, 131072))
+    l8 = t.get(("lychee", "fp8", "fp8", 1, 131072))
+    print("\n## Targets (batch 1, 128K)\n")
+    if a and b8: print(f"- Full, FP8 KV over bf16 KV (bf16 weights): {a / b8:.2f}x (target >= 1.3x)")
+    if a and l8: print(f"- LycheeDecode FP8 KV + FP8 weights over Full bf16/bf16: {a / l8:.2f}x (target >= 3x)")
+PY
+    cat "$out/kv8_summary.md"
+    exit $rc ;;
   server)
     link_model
     [ -f "$model" ] || { echo "server: the default model is not staged (stage-a/b/c first): the server tests need it"; exit 1; }

@@ -15,6 +15,9 @@
 #include "cuda/common/launch.cuh"
 #include "cuda/common/ptx.cuh"
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -51,7 +54,52 @@ struct DecodeTraits {
   static_assert(kWarps * kMaxGroup * kOutStride * 4 <= kSmemBytes, "epilogue reuses the stages");
 };
 
+// FP8 KV (DecodeAttentionArgs::k8_pool): a stage holds the tile's K codes, V codes, K scales and
+// V scales ([64][HeadDim] e4m3 twice, unswizzled: the widening reads them 16 bytes a lane in
+// order, conflict-free; then [64] f32 twice). Before attending, each warp widens its 16 rows of K
+// and V into one bf16 tile pair laid out as the bf16 kernel's stage (swizzled), so attend_tile's
+// ldmatrix / mma path is the bf16 one; the scales are applied to the scalars there. Half the
+// bytes per stage, so the same 96 KiB of shared memory per CTA keeps the same tokens in flight.
+template <int HeadDim>
+struct Fp8DecodeTraits {
+  using Bf = DecodeTraits<HeadDim>;
+  static constexpr int kRowBytes = HeadDim;                      // one token's codes
+  static constexpr int kChunksPerRow = HeadDim / 16;             // 16-byte chunks per token (8 or 4)
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // 16 or 32
+  static constexpr int kPasses = kTileTokens / kRowsPerPass;
+  static constexpr int kTileBytes = kTileTokens * kRowBytes;     // K (or V) codes of one tile
+  static constexpr int kScaleBytes = kTileTokens * 4;            // K (or V) scales of one tile
+  static constexpr int kStageBytes = 2 * kTileBytes + 2 * kScaleBytes;
+  static constexpr int kWidenBytes = 2 * Bf::kTileBytes;         // the widened bf16 K and V tile
+  static constexpr int kStages = (96 * 1024 - kWidenBytes) / kStageBytes;  // 3 at d=128, 9 at d=64
+  static constexpr int kSmemBytes = kWidenBytes + kStages * kStageBytes;
+  static_assert(kStages >= 2, "the pipeline needs two stages");
+  static_assert(kWarps * kMaxGroup * Bf::kOutStride * 4 <= kSmemBytes, "epilogue reuses the stages");
+};
+
+// The stage geometry of either element type: Fp8 false, the bf16 stages at offset 0.
+template <int HeadDim, bool Fp8>
+struct StageTraits {
+  static constexpr int kStages = DecodeTraits<HeadDim>::kStages;
+  static constexpr int kStageBytes = DecodeTraits<HeadDim>::kStageBytes;
+  static constexpr int kBase = 0;
+  static constexpr int kSmemBytes = DecodeTraits<HeadDim>::kSmemBytes;
+};
+template <int HeadDim>
+struct StageTraits<HeadDim, true> {
+  static constexpr int kStages = Fp8DecodeTraits<HeadDim>::kStages;
+  static constexpr int kStageBytes = Fp8DecodeTraits<HeadDim>::kStageBytes;
+  static constexpr int kBase = Fp8DecodeTraits<HeadDim>::kWidenBytes;
+  static constexpr int kSmemBytes = Fp8DecodeTraits<HeadDim>::kSmemBytes;
+};
+
 using namespace ptx;
+
+// 4-byte global -> shared copy through L1 (cp.async.cg takes 16 bytes only): one token's scale on
+// the gather path; src_bytes 0 writes zeros.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 
 // Byte offset of 16-byte chunk `chunk` of token row `row` in a K or V tile. XOR-ing the chunk with
 // row % 8 puts the 8 rows of every ldmatrix phase (and of every cp.async phase) in distinct banks.
@@ -181,6 +229,135 @@ struct GatherLoader {
   }
 };
 
+// The FP8 loaders: as above, over codes (16 bytes = 16 dims a chunk) and with the tile's scales.
+// Page path: threads 0..31 copy the K (0..15) and V (16..31) scales of 4 tokens each (a page's
+// scales of one head are contiguous and pages hold >= 16 tokens, so 4 tokens never straddle).
+template <int HeadDim, int PageSize>
+struct Fp8PageLoader {
+  using Tr = Fp8DecodeTraits<HeadDim>;
+  static constexpr int kPagesPerTile = PageSize >= kTileTokens ? 1 : kTileTokens / PageSize;
+  static_assert(PageSize % Tr::kRowsPerPass == 0, "a pass must not straddle pages");
+
+  const uint8_t* k;       // this KV head's rows in page 0 of the code pools
+  const uint8_t* v;
+  const float* ks;        // this KV head's scales in page 0
+  const float* vs;
+  int64_t page_stride;    // bytes (codes) from one page to the next: n_kv_heads * PageSize * HeadDim
+  int64_t scale_stride;   // floats from one page to the next: n_kv_heads * PageSize
+  ItemView iv;
+  int row0, chunk;
+  int ids[kPagesPerTile];
+
+  __device__ __forceinline__ void fetch(int t) {
+    const int first = t * kTileTokens / PageSize;
+#pragma unroll
+    for (int j = 0; j < kPagesPerTile; ++j)
+      ids[j] = (first + j) * PageSize < iv.n_tok ? __ldg(iv.bt + unit_of_entry(iv, iv.begin + first + j)) : 0;
+  }
+
+  __device__ __forceinline__ void issue(uint32_t stage, int t) const {
+#pragma unroll
+    for (int i = 0; i < Tr::kPasses; ++i) {
+      const int row = row0 + i * Tr::kRowsPerPass;
+      const int tok = t * kTileTokens + row;
+      const int j = PageSize >= kTileTokens ? 0 : (i * Tr::kRowsPerPass) / PageSize;
+      const int64_t off = int64_t(ids[j]) * page_stride + (tok % PageSize) * HeadDim + chunk * 16;
+      const bool ok = tok < iv.n_tok;
+      const uint32_t dst = stage + row * Tr::kRowBytes + chunk * 16;
+      cp_async_16(dst, ok ? k + off : k, ok ? 16 : 0);
+      cp_async_16(dst + Tr::kTileBytes, ok ? v + off : v, ok ? 16 : 0);
+    }
+    if (threadIdx.x < 32) {
+      const int c = threadIdx.x & 15, row = 4 * c, tok = t * kTileTokens + row;
+      const int jj = PageSize >= kTileTokens ? 0 : row / PageSize;
+      int id = ids[0];  // ids[jj] without a dynamic index (which would put ids in local memory)
+#pragma unroll
+      for (int j = 1; j < kPagesPerTile; ++j) id = jj == j ? ids[j] : id;
+      const bool ok = tok < iv.n_tok;
+      const float* src = (threadIdx.x < 16 ? ks : vs) + int64_t(id) * scale_stride + tok % PageSize;
+      const uint32_t dst = stage + 2 * Tr::kTileBytes + (threadIdx.x < 16 ? 0 : Tr::kScaleBytes) + row * 4;
+      cp_async_16(dst, ok ? src : ks, ok ? 16 : 0);
+    }
+  }
+};
+
+// Gather path: a lookup per row; the thread copying a row's chunk 0 also copies its two scales.
+template <int HeadDim, int PageSize>
+struct Fp8GatherLoader {
+  using Tr = Fp8DecodeTraits<HeadDim>;
+  const uint8_t* k;
+  const uint8_t* v;
+  const float* ks;
+  const float* vs;
+  int64_t page_stride, scale_stride;
+  ItemView iv;
+  int row0, chunk;
+  int64_t offs[Tr::kPasses];   // byte offset of each of this thread's code chunks, -1 past the item
+  int64_t soffs[Tr::kPasses];  // its row's scale offset (floats)
+
+  __device__ __forceinline__ void fetch(int t) {
+#pragma unroll
+    for (int i = 0; i < Tr::kPasses; ++i) {
+      const int tok = t * kTileTokens + row0 + i * Tr::kRowsPerPass;
+      offs[i] = -1;
+      soffs[i] = 0;
+      if (tok < iv.n_tok) {
+        const int e = iv.begin + (tok >> iv.unit_shift);
+        const int pos = (unit_of_entry(iv, e) << iv.unit_shift) + (tok & (iv.unit - 1));
+        const int64_t page = __ldg(iv.bt + pos / PageSize);
+        offs[i] = page * page_stride + (pos % PageSize) * HeadDim + chunk * 16;
+        soffs[i] = page * scale_stride + pos % PageSize;
+      }
+    }
+  }
+
+  __device__ __forceinline__ void issue(uint32_t stage, int) const {
+#pragma unroll
+    for (int i = 0; i < Tr::kPasses; ++i) {
+      const int row = row0 + i * Tr::kRowsPerPass;
+      const bool ok = offs[i] >= 0;
+      const uint32_t dst = stage + row * Tr::kRowBytes + chunk * 16;
+      cp_async_16(dst, ok ? k + offs[i] : k, ok ? 16 : 0);
+      cp_async_16(dst + Tr::kTileBytes, ok ? v + offs[i] : v, ok ? 16 : 0);
+      if (chunk == 0) {
+        const uint32_t sdst = stage + 2 * Tr::kTileBytes + row * 4;
+        cp_async_4(sdst, ks + soffs[i], ok ? 4 : 0);
+        cp_async_4(sdst + Tr::kScaleBytes, vs + soffs[i], ok ? 4 : 0);
+      }
+    }
+  }
+};
+
+// 4 e4m3 codes (dims 0..3, lowest byte first) -> 2 bf16x2 words, exact: e4m3 -> f16 is exact
+// (cvt.rn.f16x2.e4m3x2), and so are f16 -> f32 and, for these values, f32 -> bf16.
+__device__ __forceinline__ uint2 widen_e4m3x4(uint32_t w) {
+  const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w & 0xFFFFu), __NV_E4M3);
+  const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> 16), __NV_E4M3);
+  const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+  return make_uint2(pack_bf16x2(a.x, a.y), pack_bf16x2(b.x, b.y));
+}
+
+// Warp `warp`'s 16 rows of a tile's K and V codes (stage layout above) into the bf16 tile pair at
+// `out` (K tile, then V tile; each DecodeTraits::kTileBytes, swizzled as tile_offset).
+template <int HeadDim>
+__device__ __forceinline__ void widen_warp_rows(const uint8_t* codes, uint8_t* out) {
+  using F8 = Fp8DecodeTraits<HeadDim>;
+  using Tr = DecodeTraits<HeadDim>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int kv = 0; kv < 2; ++kv)
+#pragma unroll
+    for (int i = 0; i < 16 * F8::kChunksPerRow / 32; ++i) {
+      const int q = lane + 32 * i;
+      const int row = warp * 16 + q / F8::kChunksPerRow, c = q % F8::kChunksPerRow;
+      const uint4 w = *reinterpret_cast<const uint4*>(codes + kv * F8::kTileBytes + row * HeadDim + c * 16);
+      const uint2 a = widen_e4m3x4(w.x), b = widen_e4m3x4(w.y), d = widen_e4m3x4(w.z), e = widen_e4m3x4(w.w);
+      uint8_t* o = out + kv * Tr::kTileBytes;
+      *reinterpret_cast<uint4*>(o + tile_offset(row, 2 * c, Tr::kRowBytes)) = make_uint4(a.x, a.y, b.x, b.y);
+      *reinterpret_cast<uint4*>(o + tile_offset(row, 2 * c + 1, Tr::kRowBytes)) = make_uint4(d.x, d.y, e.x, e.y);
+    }
+}
+
 // Where a scoring item writes (fused scoring of retrieval heads; see ScoreKind).
 struct ScoreSink {
   ScoreKind kind;
@@ -194,12 +371,15 @@ struct ScoreSink {
 // One warp, one tile: its 16 tokens [tok0, tok0 + 16) against the group's queries. (m, l) are the
 // running max (log2 domain, scaled) and sum of row g = lane / 4; o holds rows g (c0, c1) and the
 // zero padding rows g + 8 (c2, c3).
-template <int HeadDim>
+// Fp8: k_sc / v_sc are the tile's K and V scales (shared memory, token 0 of the tile); the codes
+// in k_tile / v_tile are widened but unscaled.
+template <int HeadDim, bool Fp8 = false>
 __device__ __forceinline__ void attend_tile(uint32_t k_tile, uint32_t v_tile,
                                             const uint32_t (&qf)[DecodeTraits<HeadDim>::kKSteps][2],
                                             float (&o)[DecodeTraits<HeadDim>::kDimTiles][4], float& m,
                                             float& l, int tok0, int n_tok, float scale_log2,
-                                            const ScoreSink& sc) {
+                                            const ScoreSink& sc, const float* k_sc = nullptr,
+                                            const float* v_sc = nullptr) {
   using Tr = DecodeTraits<HeadDim>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int r8 = lane & 7, t4 = lane & 3;
@@ -214,6 +394,14 @@ __device__ __forceinline__ void attend_tile(uint32_t k_tile, uint32_t v_tile,
     ldmatrix_x4(b, k_row + (((2 * ks + k_hi) ^ r8) << 4));
     mma_bf16(s[0], qf[ks][0], 0u, qf[ks][1], 0u, b[0], b[1]);
     mma_bf16(s[1], qf[ks][0], 0u, qf[ks][1], 0u, b[2], b[3]);
+  }
+  if constexpr (Fp8) {  // logit = s_k[t] (q . code_k[t]); this thread's tokens are 8 n + 2 t4 + i
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const float2 sk = *reinterpret_cast<const float2*>(k_sc + warp * 16 + 8 * n + 2 * t4);
+      s[n][0] *= sk.x;
+      s[n][1] *= sk.y;
+    }
   }
 
   // Fused scoring from the raw logits, before any scaling: the sum over the group's rows (rows
@@ -298,6 +486,14 @@ __device__ __forceinline__ void attend_tile(uint32_t k_tile, uint32_t v_tile,
 
   // O += P V. S's accumulators are P's A fragment (k = the warp's 16 tokens). ldmatrix.trans
   // matrices: (tokens 0-7 | 8-15) x (dims of n-tile 2 np | 2 np + 1).
+  if constexpr (Fp8) {  // V's scale folded into the probability (l above took p alone)
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const float2 sv = *reinterpret_cast<const float2*>(v_sc + warp * 16 + 8 * n + 2 * t4);
+      p[n][0] *= sv.x;
+      p[n][1] *= sv.y;
+    }
+  }
   const uint32_t pa0 = pack_bf16x2(p[0][0], p[0][1]), pa2 = pack_bf16x2(p[1][0], p[1][1]);
   const uint32_t v_row = v_tile + (warp * 16 + (((lane >> 3) & 1) << 3) + r8) * Tr::kRowBytes;
   const int v_hi = lane >> 4;
@@ -377,15 +573,15 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
 // block table and older K/V come from earlier work (wait_previous_kernel). So the first item's
 // tiles before that one are copied in before the wait, hiding their lookups and their latency
 // behind the previous kernel's tail.
-template <int HeadDim, typename Loader>
+template <int HeadDim, bool Fp8, typename Loader>
 __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const DecodeWorkItem& item, Loader& ld,
                                          const ScoreSink& sc, uint8_t* smem, bool pre_wait) {
-  using Tr = DecodeTraits<HeadDim>;
+  using Tr = StageTraits<HeadDim, Fp8>;
   const int group = a.n_heads / a.n_kv_heads;
   const int n_tok = ld.iv.n_tok;
   const int n_tiles = n_tok > 0 ? (n_tok + kTileTokens - 1) / kTileTokens : 0;
 
-  const uint32_t smem0 = smem_u32(smem);
+  const uint32_t smem0 = smem_u32(smem) + Tr::kBase;  // the stages
   // Commit groups stay one per prologue tile, in tile order, whichever side of the wait a tile is
   // issued on (the main loop's wait_group counts rely on it).
   const int early = pre_wait ? (ld.iv.has_last ? n_tiles - 1 : n_tiles) : 0;
@@ -408,18 +604,18 @@ __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const Dec
   // Q as A fragments, loaded while the first tiles are in flight: row g = query head
   // kv_head * group + row_begin + g (zero for g >= n_rows), k = dims.
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-  uint32_t qf[Tr::kKSteps][2];
+  uint32_t qf[DecodeTraits<HeadDim>::kKSteps][2];
   const bool q_ok = g < item.n_rows;
   const uint32_t* q_row = reinterpret_cast<const uint32_t*>(
       a.q + (size_t(item.seq) * a.n_heads + size_t(item.kv_head) * group + item.row_begin + (q_ok ? g : 0)) * HeadDim);
 #pragma unroll
-  for (int ks = 0; ks < Tr::kKSteps; ++ks) {
+  for (int ks = 0; ks < DecodeTraits<HeadDim>::kKSteps; ++ks) {
     qf[ks][0] = q_ok ? __ldg(q_row + 8 * ks + t4) : 0u;
     qf[ks][1] = q_ok ? __ldg(q_row + 8 * ks + 4 + t4) : 0u;
   }
   const float scale_log2 = a.scale * kLog2e;
 
-  float o[Tr::kDimTiles][4] = {};
+  float o[DecodeTraits<HeadDim>::kDimTiles][4] = {};
   float m = -INFINITY, l = 0.0f;
   int stage = 0;  // stage holding tile t
   for (int t = 0; t < n_tiles; ++t) {
@@ -433,9 +629,19 @@ __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const Dec
     }
     cp_async_commit();  // possibly empty: keeps wait_group's count uniform
     const int tok0 = t * kTileTokens + warp * 16;
-    if (tok0 < n_tok) {
+    if constexpr (Fp8) {
+      if (tok0 < n_tok) {
+        const uint8_t* st = smem + Tr::kBase + stage * Tr::kStageBytes;
+        widen_warp_rows<HeadDim>(st, smem);
+        __syncwarp();  // the warp's widened rows are visible to all its lanes
+        const float* k_sc = reinterpret_cast<const float*>(st + 2 * Fp8DecodeTraits<HeadDim>::kTileBytes);
+        attend_tile<HeadDim, true>(smem_u32(smem), smem_u32(smem) + DecodeTraits<HeadDim>::kTileBytes, qf, o, m, l,
+                                   tok0, n_tok, scale_log2, sc, k_sc, k_sc + kTileTokens);
+      }
+    } else if (tok0 < n_tok) {
       const uint32_t k_tile = smem0 + stage * Tr::kStageBytes;
-      attend_tile<HeadDim>(k_tile, k_tile + Tr::kTileBytes, qf, o, m, l, tok0, n_tok, scale_log2, sc);
+      attend_tile<HeadDim>(k_tile, k_tile + DecodeTraits<HeadDim>::kTileBytes, qf, o, m, l, tok0, n_tok, scale_log2,
+                           sc);
     }
     stage = stage + 1 == Tr::kStages ? 0 : stage + 1;
   }
@@ -444,14 +650,15 @@ __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const Dec
   write_item<HeadDim>(a, item, group, smem, o, m, l);
 }
 
-template <int HeadDim, int PageSize>
+template <int HeadDim, int PageSize, bool Fp8>
 __device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem,
                                               bool pre_wait);
 
-template <int HeadDim, int PageSize>
+template <int HeadDim, int PageSize, bool Fp8>
 __global__ void __launch_bounds__(kThreads, 2) decode_attention_kernel(const DecodeAttentionArgs a) {
-  using Tr = DecodeTraits<HeadDim>;
-  extern __shared__ __align__(128) uint8_t smem[];  // [kStages][K tile, V tile] bf16, swizzled
+  // bf16: [kStages][K tile, V tile] bf16, swizzled. FP8: the widened [K tile, V tile] bf16, then
+  // [kStages][K codes, V codes, K scales, V scales] (Fp8DecodeTraits).
+  extern __shared__ __align__(128) uint8_t smem[];
 
   // A resident grid walks the plan: item i runs on CTA i % gridDim.x (items come longest first).
   // The plan is read before the wait (run_item says why); a CTA waits inside its first item.
@@ -460,11 +667,11 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_kernel(const Dec
   if (int(blockIdx.x) >= n_items) return wait_previous_kernel();
   for (int i = int(blockIdx.x); i < n_items; i += int(gridDim.x)) {
     if (i != int(blockIdx.x)) __syncthreads();  // the last item's epilogue is done with the stages
-    run_work_item<HeadDim, PageSize>(a, items[i], smem, i == int(blockIdx.x));
+    run_work_item<HeadDim, PageSize, Fp8>(a, items[i], smem, i == int(blockIdx.x));
   }
 }
 
-template <int HeadDim, int PageSize>
+template <int HeadDim, int PageSize, bool Fp8>
 __device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem,
                                               bool pre_wait) {
   using Tr = DecodeTraits<HeadDim>;
@@ -480,14 +687,32 @@ __device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, cons
     sc.row = a.scores + (size_t(item.seq) * a.n_kv_heads + item.kv_head) * a.score_stride;
 
   const int64_t head_rows = int64_t(item.kv_head) * PageSize * HeadDim;
-  const int row0 = threadIdx.x / Tr::kChunksPerRow, chunk = threadIdx.x % Tr::kChunksPerRow;
   const int64_t page_stride = int64_t(a.n_kv_heads) * PageSize * HeadDim;
-  if (item.unit == PageSize) {
-    PageLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
-    run_item<HeadDim>(a, item, ld, sc, smem, pre_wait);
+  if constexpr (Fp8) {
+    using F8 = Fp8DecodeTraits<HeadDim>;
+    const int row0 = threadIdx.x / F8::kChunksPerRow, chunk = threadIdx.x % F8::kChunksPerRow;
+    const int64_t head_scales = int64_t(item.kv_head) * PageSize, scale_stride = int64_t(a.n_kv_heads) * PageSize;
+    const uint8_t *k = a.k8_pool + head_rows, *v = a.v8_pool + head_rows;
+    const float *ks = a.k_scale + head_scales, *vs = a.v_scale + head_scales;
+    // A page path needs passes within one page: not so for 16-token pages at head_dim 64 (32 rows
+    // a pass), which take the gather path.
+    if constexpr (PageSize % F8::kRowsPerPass == 0) {
+      if (item.unit == PageSize) {
+        Fp8PageLoader<HeadDim, PageSize> ld{k, v, ks, vs, page_stride, scale_stride, iv, row0, chunk, {}};
+        return run_item<HeadDim, true>(a, item, ld, sc, smem, pre_wait);
+      }
+    }
+    Fp8GatherLoader<HeadDim, PageSize> ld{k, v, ks, vs, page_stride, scale_stride, iv, row0, chunk, {}, {}};
+    run_item<HeadDim, true>(a, item, ld, sc, smem, pre_wait);
   } else {
-    GatherLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
-    run_item<HeadDim>(a, item, ld, sc, smem, pre_wait);
+    const int row0 = threadIdx.x / Tr::kChunksPerRow, chunk = threadIdx.x % Tr::kChunksPerRow;
+    if (item.unit == PageSize) {
+      PageLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
+      run_item<HeadDim, false>(a, item, ld, sc, smem, pre_wait);
+    } else {
+      GatherLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
+      run_item<HeadDim, false>(a, item, ld, sc, smem, pre_wait);
+    }
   }
 }
 
@@ -495,39 +720,39 @@ __device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, cons
 
 // The attention kernel for one (head_dim, page_size), its shared-memory limit raised once per
 // device.
-template <int HeadDim, int PageSize>
+template <int HeadDim, int PageSize, bool Fp8>
 auto attention_kernel() {
-  auto* kernel = decode_attention_kernel<HeadDim, PageSize>;
+  auto* kernel = decode_attention_kernel<HeadDim, PageSize, Fp8>;
   static uint64_t configured = 0;
   if (first_on_device(configured)) {
     LY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       DecodeTraits<HeadDim>::kSmemBytes));
+                                       StageTraits<HeadDim, Fp8>::kSmemBytes));
     LY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        int(cudaSharedmemCarveoutMaxShared)));
   }
   return kernel;
 }
 
-template <int HeadDim, int PageSize>
+template <int HeadDim, int PageSize, bool Fp8>
 int ctas_per_sm();
 
 // At most one resident wave of CTAs (ctas_per_sm x SMs): a plan with more items loops over them
 // instead of launching CTAs that only find no item.
-template <int HeadDim, int PageSize>
+template <int HeadDim, int PageSize, bool Fp8>
 void launch_decode(const DecodeAttentionArgs& a, cudaStream_t stream) {
-  static const int resident = ctas_per_sm<HeadDim, PageSize>() * device_info().sm_count;
+  static const int resident = ctas_per_sm<HeadDim, PageSize, Fp8>() * device_info().sm_count;
   if (a.max_items > 0)
-    launch_pdl(attention_kernel<HeadDim, PageSize>(), std::min(a.max_items, resident), kThreads,
-               DecodeTraits<HeadDim>::kSmemBytes, stream, a);
+    launch_pdl(attention_kernel<HeadDim, PageSize, Fp8>(), std::min(a.max_items, resident), kThreads,
+               StageTraits<HeadDim, Fp8>::kSmemBytes, stream, a);
   LY_CUDA_CHECK_LAUNCH();
   decode_merge(a, stream);
 }
 
-template <int HeadDim, int PageSize>
+template <int HeadDim, int PageSize, bool Fp8>
 int ctas_per_sm() {
   int n = 0;
-  LY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<HeadDim, PageSize>(), kThreads,
-                                                              DecodeTraits<HeadDim>::kSmemBytes));
+  LY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<HeadDim, PageSize, Fp8>(), kThreads,
+                                                              StageTraits<HeadDim, Fp8>::kSmemBytes));
   return n;
 }
 
@@ -553,7 +778,10 @@ auto with_variant(int head_dim, int page_size, F&& f) {
 
 void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   check_decode_args(a);
-  with_variant(a.head_dim, a.page_size, [&](auto d, auto p) { launch_decode<d.value, p.value>(a, stream); });
+  with_variant(a.head_dim, a.page_size, [&](auto d, auto p) {
+    if (a.k8_pool != nullptr) launch_decode<d.value, p.value, true>(a, stream);
+    else launch_decode<d.value, p.value, false>(a, stream);
+  });
 }
 
 int decode_attention_ctas_per_sm(int head_dim, int page_size) {
@@ -565,7 +793,7 @@ int decode_attention_ctas_per_sm(int head_dim, int page_size) {
     probe.page_size = page_size;
     check_decode_args(probe);
   }
-  return with_variant(head_dim, page_size, [](auto d, auto p) { return ctas_per_sm<d.value, p.value>(); });
+  return with_variant(head_dim, page_size, [](auto d, auto p) { return ctas_per_sm<d.value, p.value, false>(); });
 }
 
 }  // namespace lychee::cuda

@@ -51,7 +51,7 @@ struct DecodeWorkItem {
 
 struct DecodeAttentionArgs {
   const bf16* q;               // [batch][n_heads][head_dim], after RoPE
-  const bf16* k_pool;          // [n_pages][n_kv_heads][page_size][head_dim] (one layer)
+  const bf16* k_pool;          // [n_pages][n_kv_heads][page_size][head_dim] (one layer; null with FP8 KV)
   const bf16* v_pool;
   const int32_t* block_table;  // [batch][max_pages] physical page ids
   const int32_t* unit_lists;   // kUnits lists (may be null when no item uses them)
@@ -74,6 +74,15 @@ struct DecodeAttentionArgs {
   bool invariant_merge = false;  // the merge's slot lanes fixed (8), not chosen by grid size:
                                  //   results independent of the batch (batch-invariant steps)
   float scale;                 // softmax scale, 1/sqrt(head_dim)
+  // FP8 KV (core/kv_dtype.h), in place of k_pool / v_pool (exactly one of the two kinds is set):
+  // codes [n_pages][n_kv_heads][page_size][head_dim] e4m3 and scales [n_pages][n_kv_heads]
+  // [page_size] f32, one layer. The kernel copies half the bytes of bf16 (plus 4 per token and
+  // head), widens the codes (exact) and applies the scales to scalars: logit = s_k[t] (q . code_k[t]),
+  // V's scale folded into the probability, p[t] s_v[t] (the row sum l takes p[t] alone).
+  const uint8_t* k8_pool = nullptr;
+  const uint8_t* v8_pool = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 };
 
 // Launches the attention kernel (grid = max_items CTAs, each reading its item; idle when >= *n_items)

@@ -216,7 +216,11 @@ void check_decode_args(const DecodeAttentionArgs& a) {
            "decode_attention: window sink {} and recent {}; expected both >= 0", a.window_sink, a.window_recent);
   // partial_o / partial_lse may be null when no item has a slot, unit_lists / list_counts when no
   // item reads a list, scores when none scores; the kernels never touch them then.
-  LY_CHECK(a.q && a.k_pool && a.v_pool && a.block_table && a.seq_lens && a.items && a.n_items && a.merge_begin &&
+  const bool bf16_kv = a.k_pool && a.v_pool, fp8_kv = a.k8_pool && a.v8_pool && a.k_scale && a.v_scale;
+  LY_CHECK(bf16_kv != fp8_kv, ErrorCode::kInvalidArgument,
+           "decode_attention: set either k_pool and v_pool (bf16 KV) or k8_pool, v8_pool, k_scale and v_scale (FP8 "
+           "KV), not {}", bf16_kv ? "both" : "neither");
+  LY_CHECK(a.q && a.block_table && a.seq_lens && a.items && a.n_items && a.merge_begin &&
                a.merge_count && a.out,
            ErrorCode::kInvalidArgument, "decode_attention: a device pointer in DecodeAttentionArgs is null");
 }

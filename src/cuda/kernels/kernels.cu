@@ -13,6 +13,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/radix_select.cuh"
 #include "cuda/common/reduce.cuh"
+#include "cuda/kernels/kv_fp8.cuh"
 
 namespace lychee::cuda {
 
@@ -135,14 +136,7 @@ __global__ void qkv_rope_append_kernel(QkvArgs a) {
     const float* norm_w = is_v ? nullptr : (is_q ? a.q_norm : a.k_norm);
     float r = 1.0f;
     if (norm_w != nullptr) r = rsqrtf(warp_sum(ss) / float(hd) + a.eps);
-    bf16* dst;
-    if (is_q) {
-      dst = a.q_out + (size_t(t) * a.n_heads + head) * hd;
-    } else {
-      const int kvh = is_v ? head - a.n_heads - a.n_kv_heads : head - a.n_heads;
-      bf16* pool = is_v ? a.v_pool : a.k_pool;
-      dst = pool + ((size_t(a.kv_page[t]) * a.n_kv_heads + kvh) * a.page_size + a.kv_row[t]) * hd;
-    }
+    float amax = 0.0f;  // FP8 KV: max |x| over the head, after the norm and RoPE
 #pragma unroll
     for (int k = 0; k < kPairsPerLane; ++k) {
       const int i = lane + k * kWarp;
@@ -160,8 +154,33 @@ __global__ void qkv_rope_append_kernel(QkvArgs a) {
         x0 = y0;
         x1 = y1;
       }
-      dst[i] = __float2bfloat16(x0);
-      dst[i + half] = __float2bfloat16(x1);
+      lo[k] = x0;
+      hi[k] = x1;
+      amax = fmaxf(amax, fmaxf(fabsf(x0), fabsf(x1)));
+    }
+    const int kvh = is_v ? head - a.n_heads - a.n_kv_heads : head - a.n_heads;
+    const size_t kv_row = is_q ? 0 : (size_t(a.kv_page[t]) * a.n_kv_heads + kvh) * a.page_size + a.kv_row[t];
+    if (!is_q && a.k8_pool != nullptr) {  // FP8 pages: codes and the token's scale (kv_fp8.cuh)
+      amax = warp_reduce(amax, [](float x, float y) { return fmaxf(x, y); });
+      const float sc = kv_fp8_scale(amax);
+      uint8_t* dst = (is_v ? a.v8_pool : a.k8_pool) + kv_row * hd;
+#pragma unroll
+      for (int k = 0; k < kPairsPerLane; ++k) {
+        const int i = lane + k * kWarp;
+        if (i >= half) continue;
+        dst[i] = kv_fp8_code(lo[k], sc);
+        dst[i + half] = kv_fp8_code(hi[k], sc);
+      }
+      if (lane == 0) (is_v ? a.v_scale : a.k_scale)[kv_row] = sc;
+      continue;
+    }
+    bf16* dst = is_q ? a.q_out + (size_t(t) * a.n_heads + head) * hd : (is_v ? a.v_pool : a.k_pool) + kv_row * hd;
+#pragma unroll
+    for (int k = 0; k < kPairsPerLane; ++k) {
+      const int i = lane + k * kWarp;
+      if (i >= half) continue;
+      dst[i] = __float2bfloat16(lo[k]);
+      dst[i + half] = __float2bfloat16(hi[k]);
     }
   }
 }

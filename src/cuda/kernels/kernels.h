@@ -30,9 +30,16 @@ struct QkvArgs {
   const int32_t* kv_row;    // [n] row in that page
   const float* inv_freq;    // [head_dim / 2]
   bf16* q_out;              // [n][n_heads][head_dim]
-  bf16* k_pool;             // [n_pages][n_kv_heads][page_size][head_dim]
+  bf16* k_pool;             // [n_pages][n_kv_heads][page_size][head_dim] (bf16 KV; null with FP8)
   bf16* v_pool;
   int n, n_heads, n_kv_heads, head_dim, page_size;
+  // FP8 KV (core/kv_dtype.h), in place of k_pool / v_pool: codes [n_pages][n_kv_heads][page_size]
+  // [head_dim] e4m3 and scales [n_pages][n_kv_heads][page_size] f32, computed from the f32 values
+  // after the norm and RoPE (kv_fp8.cuh: the host quantiser's codes on those values).
+  uint8_t* k8_pool = nullptr;
+  uint8_t* v8_pool = nullptr;
+  float* k_scale = nullptr;
+  float* v_scale = nullptr;
 };
 void qkv_rope_append(const QkvArgs& a, cudaStream_t s);
 

@@ -57,7 +57,11 @@ void validate_prefill_args(const PrefillAttentionArgs& a) {
        a.max_kv_len, "in [1, max_pages * page_size]");
   LY_CHECK(a.scale > 0.0f && std::isfinite(a.scale), ErrorCode::kInvalidArgument,
            "prefill attention: scale = {}, expected a finite value > 0", a.scale);
-  LY_CHECK(a.q && a.k_pool && a.v_pool && a.page_table && a.q_lens && a.kv_lens && a.out,
+  const bool bf16_kv = a.k_pool && a.v_pool, fp8_kv = a.k8_pool && a.v8_pool && a.k_scale && a.v_scale;
+  LY_CHECK(bf16_kv != fp8_kv, ErrorCode::kInvalidArgument,
+           "prefill attention: set either k_pool and v_pool (bf16 KV) or k8_pool, v8_pool, k_scale and v_scale (FP8 "
+           "KV), not {}", bf16_kv ? "both" : "neither");
+  LY_CHECK(a.q && a.page_table && a.q_lens && a.kv_lens && a.out,
            ErrorCode::kInvalidArgument, "prefill attention: a null device pointer in the arguments");
 }
 
@@ -187,6 +191,8 @@ struct PrefillAttention::Impl {
   DeviceBuffer<int32_t> ragged;  // [batch + 1] offsets, shared by Q and O
   DeviceBuffer<bf16> k_contig, v_contig;  // [batch][n_kv_heads][kv_bucket][head_dim] (contiguous variant)
   DeviceBuffer<float> split_part;          // split-KV partial outputs, then their log-sum-exps
+  DeviceBuffer<int32_t> widened_table;     // FP8 KV: [batch] one page per sequence (b -> b)
+  bool widened = false;                    // this run's K/V are k_contig / v_contig already
 
   ~Impl() {
     if (handle != nullptr) cudnnDestroy(handle);
@@ -266,7 +272,7 @@ struct PrefillAttention::Impl {
     detail::fill_ragged_offsets(ragged.data(), a.batch + 1, q_stride, stream);
     const bf16* k_src = a.k_pool;
     const bf16* v_src = a.v_pool;
-    if (key.contiguous) {
+    if (key.contiguous && !widened) {
       const size_t n = size_t(a.batch) * a.n_kv_heads * size_t(key.kv_bucket) * a.head_dim;
       if (k_contig.size() < n) {
         LY_CUDA_CHECK(cudaDeviceSynchronize());
@@ -330,6 +336,46 @@ void PrefillAttention::use_fallback(const PrefillAttentionArgs& a, cudaStream_t 
 
 void PrefillAttention::run(const PrefillAttentionArgs& a, cudaStream_t stream) {
   validate_prefill_args(a);
+  if (a.k8_pool != nullptr) return run_widened(a, stream);
+  impl_->widened = false;
+  run_bf16(a, stream);
+}
+
+// FP8 pages: widened into k_contig / v_contig ([batch][n_kv_heads][kv_bucket][head_dim], grown
+// outside the steady state), which every backend then reads as one page of kv_bucket tokens per
+// sequence; cuDNN's contiguous variant reads them as they are (no second gather).
+void PrefillAttention::run_widened(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  const int kv_bucket = prefill_kv_bucket(a.max_kv_len, a.page_size, a.max_pages);
+  LY_CHECK(a.head_dim % 16 == 0 && kv_bucket % a.page_size == 0, ErrorCode::kUnsupported,
+           "prefill attention: FP8 pages need head_dim a multiple of 16 (got {}) and whole pages (kv bucket {}, "
+           "page {})", a.head_dim, kv_bucket, a.page_size);
+  const size_t n = size_t(a.batch) * a.n_kv_heads * size_t(kv_bucket) * a.head_dim;
+  Impl& im = *impl_;
+  if (im.k_contig.size() < n || im.widened_table.size() < size_t(a.batch)) {
+    LY_CUDA_CHECK(cudaDeviceSynchronize());  // queued work may still read the old buffers
+    if (im.k_contig.size() < n) {
+      im.k_contig = DeviceBuffer<bf16>();
+      im.v_contig = DeviceBuffer<bf16>();
+      im.k_contig = DeviceBuffer<bf16>(n);
+      im.v_contig = DeviceBuffer<bf16>(n);
+    }
+    if (im.widened_table.size() < size_t(a.batch)) im.widened_table = DeviceBuffer<int32_t>(size_t(a.batch));
+  }
+  detail::widen_fp8_pages(a, kv_bucket, im.k_contig.data(), im.v_contig.data(), im.widened_table.data(), stream);
+  PrefillAttentionArgs w = a;
+  w.k8_pool = w.v8_pool = nullptr;
+  w.k_scale = w.v_scale = nullptr;
+  w.k_pool = im.k_contig.data();
+  w.v_pool = im.v_contig.data();
+  w.page_table = im.widened_table.data();
+  w.page_size = kv_bucket;
+  w.max_pages = 1;
+  w.n_pages = a.batch;
+  im.widened = true;
+  run_bf16(w, stream);
+}
+
+void PrefillAttention::run_bf16(const PrefillAttentionArgs& a, cudaStream_t stream) {
   last_kv_splits_ = 1;
   const int splits = kv_splits_ < 0   ? 1
                      : kv_splits_ > 0 ? kv_splits_

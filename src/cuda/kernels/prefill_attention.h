@@ -37,6 +37,17 @@ struct PrefillAttentionArgs {
   int batch = 0, q_len_max = 0, max_kv_len = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int page_size = 0, n_pages = 0, max_pages = 0;
   float scale = 0.0f;  // softmax scale, usually 1 / sqrt(head_dim)
+  // FP8 KV (core/kv_dtype.h), in place of k_pool / v_pool (exactly one kind set): codes
+  // [n_pages][n_kv_heads][page_size][head_dim] e4m3 and scales [n_pages][n_kv_heads][page_size]
+  // f32, one layer. run() widens the kv bucket's pages of every sequence (bf16(scale · code), one
+  // rounding) into [batch][n_kv_heads][kv_bucket][head_dim] bf16 and runs the bf16 path over that
+  // (cuDNN reads it as its contiguous K/V; the fallback and split-KV kernels as one page of
+  // kv_bucket tokens per sequence). The widening reads 1 byte and writes 2 per element, about
+  // what the bf16 path's own gather of the pages moves (2 and 2).
+  const uint8_t* k8_pool = nullptr;
+  const uint8_t* v8_pool = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 };
 
 // Checks the host-visible shape fields; Error(kInvalidArgument) naming the field otherwise.
@@ -76,6 +87,11 @@ bool launch_prefill_split(const PrefillAttentionArgs& a, int n_splits, float* pa
 // Copies each sequence's first kv_bucket tokens of K and V from the pages into
 // k_out/v_out [batch][n_kv_heads][kv_bucket][head_dim] (rows past kv_len copied as they are).
 void gather_pages(const PrefillAttentionArgs& a, int kv_bucket, bf16* k_out, bf16* v_out, cudaStream_t stream);
+// FP8 pages: the same copy widened, k_out[b][h][t] = bf16(k_scale[row] · e4m3(k8_pool[row])) for
+// t < kv_bucket (rows past kv_len widened as they are: finite), and table_out[b] = b (the output
+// as one page of kv_bucket tokens per sequence).
+void widen_fp8_pages(const PrefillAttentionArgs& a, int kv_bucket, bf16* k_out, bf16* v_out, int32_t* table_out,
+                     cudaStream_t stream);
 }  // namespace detail
 
 // Owns the cuDNN handle, a cache of built graphs keyed by shape, and the cuDNN workspace.
@@ -129,6 +145,8 @@ class PrefillAttention {
   bool warned_ = false;
 
   void use_fallback(const PrefillAttentionArgs& a, cudaStream_t stream, std::string reason);
+  void run_bf16(const PrefillAttentionArgs& a, cudaStream_t stream);
+  void run_widened(const PrefillAttentionArgs& a, cudaStream_t stream);
 };
 
 }  // namespace lychee::cuda

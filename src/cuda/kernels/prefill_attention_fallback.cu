@@ -21,6 +21,7 @@
 
 #include "cuda/kernels/prefill_attention.h"
 #include "cuda/common/ptx.cuh"
+#include "cuda/kernels/kv_fp8.cuh"
 
 namespace lychee::cuda {
 namespace {
@@ -366,9 +367,44 @@ __global__ void gather_pages_kernel(PrefillAttentionArgs a, int kv_bucket, bf16*
   }
 }
 
+// The same for FP8 pages, widened: 16 codes a thread and step, bf16(scale · code).
+__global__ void widen_fp8_pages_kernel(PrefillAttentionArgs a, int kv_bucket, bf16* k_out, bf16* v_out,
+                                       int32_t* table_out) {
+  const int p = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  if (p == 0 && h == 0 && threadIdx.x == 0) table_out[b] = b;
+  const int page = a.page_table[size_t(b) * a.max_pages + p];
+  const size_t row0 = (size_t(page) * a.n_kv_heads + h) * a.page_size;  // the page's first row of head h
+  const size_t dst = ((size_t(b) * a.n_kv_heads + h) * kv_bucket + size_t(p) * a.page_size) * a.head_dim;
+  const int chunks = a.head_dim / 16, n = a.page_size * chunks;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int r = i / chunks, c = i % chunks;
+    const size_t src = (row0 + r) * a.head_dim + size_t(c) * 16;
+#pragma unroll
+    for (int kv = 0; kv < 2; ++kv) {
+      const uint4 w = *reinterpret_cast<const uint4*>((kv == 0 ? a.k8_pool : a.v8_pool) + src);
+      const float sc = (kv == 0 ? a.k_scale : a.v_scale)[row0 + r];
+      const uint8_t* codes = reinterpret_cast<const uint8_t*>(&w);
+      uint4 out[2];
+      bf16* o = reinterpret_cast<bf16*>(out);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) o[j] = __float2bfloat16_rn(sc * kv_fp8_value(codes[j]));
+      uint4* d = reinterpret_cast<uint4*>((kv == 0 ? k_out : v_out) + dst + size_t(r) * a.head_dim + size_t(c) * 16);
+      d[0] = out[0];
+      d[1] = out[1];
+    }
+  }
+}
+
 }  // namespace
 
 namespace detail {
+void widen_fp8_pages(const PrefillAttentionArgs& a, int kv_bucket, bf16* k_out, bf16* v_out, int32_t* table_out,
+                     cudaStream_t stream) {
+  const dim3 grid(unsigned(kv_bucket / a.page_size), unsigned(a.n_kv_heads), unsigned(a.batch));
+  widen_fp8_pages_kernel<<<grid, 256, 0, stream>>>(a, kv_bucket, k_out, v_out, table_out);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
 void gather_pages(const PrefillAttentionArgs& a, int kv_bucket, bf16* k_out, bf16* v_out, cudaStream_t stream) {
   const dim3 grid(unsigned(kv_bucket / a.page_size), unsigned(a.n_kv_heads), unsigned(a.batch));
   gather_pages_kernel<<<grid, 256, 0, stream>>>(a, kv_bucket, k_out, v_out);

@@ -12,6 +12,7 @@
 
 #include "cuda/common/radix_select.cuh"
 #include "cuda/common/reduce.cuh"
+#include "cuda/kernels/kv_fp8.cuh"
 
 namespace lychee::cuda {
 namespace {
@@ -220,17 +221,20 @@ __global__ void __launch_bounds__(256) quest_update_kernel(const QuestArgs a, in
       const int c = c0 + int(w / a.n_kv_heads), kv = int(w % a.n_kv_heads);
       const int pos0 = c * a.qpage, pos1 = min(n, pos0 + a.qpage);
       const int page = a.block_table[size_t(s) * a.max_pages + pos0 / a.page_size];
-      const bf16* k = a.k_pool + ((int64_t(page) * a.n_kv_heads + kv) * a.page_size) * a.head_dim;
+      const int64_t rows = (int64_t(page) * a.n_kv_heads + kv) * a.page_size;  // the head's row 0 in the page
       const size_t meta = ((size_t(page) * a.n_kv_heads + kv) * chunks_per_page + (pos0 % a.page_size) / a.qpage) * a.head_dim;
       for (int i = lane; i < a.head_dim; i += 32) {
         float lo = INFINITY, hi = -INFINITY;
         for (int p = pos0; p < pos1; ++p) {
-          const float x = __bfloat162float(k[size_t(p % a.page_size) * a.head_dim + i]);
+          const int64_t row = rows + p % a.page_size;
+          const float x = a.k8_pool != nullptr ? a.k_scale[row] * kv_fp8_value(a.k8_pool[row * a.head_dim + i])
+                                               : __bfloat162float(a.k_pool[row * a.head_dim + i]);
           lo = fminf(lo, x);
           hi = fmaxf(hi, x);
         }
-        a.kmin[meta + i] = __float2bfloat16(lo);
-        a.kmax[meta + i] = __float2bfloat16(hi);
+        // bf16 keys: exact either way. FP8 keys (f32 products): outward, so the bound holds.
+        a.kmin[meta + i] = __float2bfloat16_rd(lo);
+        a.kmax[meta + i] = __float2bfloat16_ru(hi);
       }
     }
   }

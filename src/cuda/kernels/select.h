@@ -51,10 +51,13 @@ struct UnionReadsArgs {
 void count_union_reads(const UnionReadsArgs& a, int batch, cudaStream_t stream);
 
 // Quest's metadata: per chunk of `qpage` tokens, the channel-wise min and max of the keys, kept
-// beside the paged pool ([n_pages][n_kv_heads][page_size / qpage][head_dim] bf16: exact, the keys
-// are bf16). quest_update recomputes the chunks holding positions [from[seq], seq_lens[seq]).
+// beside the paged pool ([n_pages][n_kv_heads][page_size / qpage][head_dim] bf16: exact for bf16
+// keys; FP8 keys' values s · e4m3 are rounded outward, min down and max up, so the bound stays a
+// bound). quest_update recomputes the chunks holding positions [from[seq], seq_lens[seq]).
 struct QuestArgs {
-  const bf16* k_pool;      // one layer
+  const bf16* k_pool;      // one layer (bf16 KV; null with FP8)
+  const uint8_t* k8_pool;  // FP8 KV: codes [n_pages][n_kv_heads][page_size][head_dim] e4m3, one layer
+  const float* k_scale;    //   and scales [n_pages][n_kv_heads][page_size] f32
   bf16* kmin;              // one layer
   bf16* kmax;
   const int32_t* block_table;

@@ -19,8 +19,12 @@ void Shard::decode_attention_layer(int layer, int batch) {
   const bool window = step_policy && policy->spec.window_recent > 0;
   DecodeAttentionArgs a{};
   a.q = q.data();
-  a.k_pool = pool->k(layer);
+  a.k_pool = pool->k(layer);  // bf16 KV, or the FP8 codes and scales (the others null)
   a.v_pool = pool->v(layer);
+  a.k8_pool = pool->k8(layer);
+  a.v8_pool = pool->v8(layer);
+  a.k_scale = pool->k_scale(layer);
+  a.v_scale = pool->v_scale(layer);
   a.block_table = decode_table.data();
   a.max_pages = max_pages;
   a.unit_lists = lists.data();
@@ -56,6 +60,10 @@ void Shard::attention(int layer, bool decode, int batch, int q_len, int max_kv_l
   a.q = q.data();
   a.k_pool = pool->k(layer);
   a.v_pool = pool->v(layer);
+  a.k8_pool = pool->k8(layer);
+  a.v8_pool = pool->v8(layer);
+  a.k_scale = pool->k_scale(layer);
+  a.v_scale = pool->v_scale(layer);
   a.page_table = meta_dev<int32_t>(meta.block_table);
   a.q_lens = meta_dev<int32_t>(meta.q_lens);
   a.kv_lens = meta_dev<int32_t>(meta.seq_lens);
@@ -182,8 +190,10 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
   const GpuLayerWeights& L = w->layers[size_t(l)];
   // h: the embedding's norm (layer 0) or the last residual add's bf16(attn_norm · x) with its sums
   // of squares. The fused layers without q/k norms append K/V in the QKV product's epilogue, and so
-  // does the plain bf16 GEMV where the layers are not fused (h: add_rmsnorm's output).
-  const bool rope_epilogue = L.q_norm == nullptr && L.k_norm == nullptr && c.head_dim % 16 == 0 &&
+  // does the plain bf16 GEMV where the layers are not fused (h: add_rmsnorm's output). FP8 pages
+  // take qkv_rope_append: a token's scale needs the whole head's values, which the epilogue's
+  // blocks (16 of them each) do not hold.
+  const bool rope_epilogue = !pool->fp8() && L.q_norm == nullptr && L.k_norm == nullptr && c.head_dim % 16 == 0 &&
                              (fused ? o.fused_qkv_rope : gemv_epilogue(L.wqkv, h.data(), n, RunnerOptions::kEpilogueRope));
   if (rope_epilogue) {
     Bf16GemvRope rope;
@@ -204,7 +214,8 @@ void Shard::attention_block(int l, int n, bool decode, int batch, int q_len, int
       linear(L.wqkv, h.data(), qkv.data(), n);
     QkvArgs qa{qkv.data(), L.bqkv, L.q_norm, L.k_norm, c.rms_eps, meta_dev<int32_t>(meta.positions),
                meta_dev<int32_t>(meta.kv_page), meta_dev<int32_t>(meta.kv_row), w->inv_freq, q.data(),
-               pool->k(l), pool->v(l), n, c.n_heads, c.n_kv_heads, c.head_dim, o.page_size};
+               pool->k(l), pool->v(l), n, c.n_heads, c.n_kv_heads, c.head_dim, o.page_size,
+               pool->k8(l), pool->v8(l), pool->k_scale(l), pool->v_scale(l)};
     qkv_rope_append(qa, stream);
   }
   join();
@@ -348,6 +359,8 @@ void Shard::select_before(int layer, int batch) {
   if (!policy->layers[size_t(layer)].page_bound) return;
   QuestArgs qa{};
   qa.k_pool = pool->k(layer);
+  qa.k8_pool = pool->k8(layer);
+  qa.k_scale = pool->k_scale(layer);
   qa.kmin = quest_min.data() + size_t(layer) * quest_layer_elems;
   qa.kmax = quest_max.data() + size_t(layer) * quest_layer_elems;
   qa.block_table = decode_table.data();

@@ -60,7 +60,8 @@ size_t weight_bytes(const GpuWeights& w) { return w.bytes(); }
 namespace {
 
 size_t auto_kv_bytes(const ModelConfig& c, const RunnerOptions& o, int max_context) {
-  const size_t per_token = size_t(2) * c.n_layers * c.kv_dim() * 2;
+  const size_t per_token =
+      size_t(2) * c.n_layers * c.n_kv_heads * size_t(kv_bytes_per_token_head(o.kv_cache_dtype, c.head_dim));
   const size_t want = per_token * size_t(max_context + o.page_size) * size_t(o.max_batch);
   size_t free_b = 0, total_b = 0;
   LY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -130,7 +131,7 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&plan_consumed, cudaEventDisableTiming));
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&reduce_event, cudaEventDisableTiming));
   gemm = std::make_unique<Gemm>(stream);
-  pool = std::make_unique<KvPool>(c, o.page_size, kv_bytes);
+  pool = std::make_unique<KvPool>(c, o.page_size, kv_bytes, o.kv_cache_dtype);
   prefill_attn = std::make_unique<PrefillAttention>();
   const size_t d = size_t(c.d_model), mt = size_t(max_tokens);
   x = DeviceBuffer<float>(mt * d);
@@ -284,8 +285,9 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
   LY_CUDA_CHECK(cudaEventCreateWithFlags(&sampled_ready, cudaEventDisableTiming));
   LY_CUDA_CHECK(cudaSetDevice(current));
   const KvPool& p = *lead().pool;
-  LY_LOG_INFO("GPU runner: {} KV pages of {} tokens ({:.2f} GiB{}), max context {}, max batch {}{}", p.n_pages(),
+  LY_LOG_INFO("GPU runner: {} KV pages of {} tokens ({:.2f} GiB{}, {}), max context {}, max batch {}{}", p.n_pages(),
               o.page_size, double(p.bytes_per_page()) * p.n_pages() / (1 << 30), n > 1 ? " per GPU" : "",
+              kv_cache_dtype_name(p.dtype()),
               lead().max_context, o.max_batch,
               n > 1 ? fmt::format(", tensor parallel over {} GPUs", n) : std::string());
 }
@@ -635,6 +637,14 @@ void GpuRunner::fill_kv_random(uint64_t seed) {
     m.use();
     const size_t per_layer = size_t(m.pool->n_pages()) * m.c.n_kv_heads * size_t(m.o.page_size) * m.c.head_dim;
     for (int l = 0; l < m.c.n_layers; ++l) {
+      if (m.pool->fp8()) {  // N(0, 1) values as FP8 pages hold them: codes of std 64 with scale 1/64
+        const size_t rows = per_layer / size_t(m.c.head_dim);
+        fill_normal_e4m3(m.pool->k8(l), per_layer, seed + 2 * uint64_t(l), 64.0f, m.stream);
+        fill_normal_e4m3(m.pool->v8(l), per_layer, seed + 2 * uint64_t(l) + 1, 64.0f, m.stream);
+        fill_const_f32(m.pool->k_scale(l), rows, 1.0f / 64.0f, m.stream);
+        fill_const_f32(m.pool->v_scale(l), rows, 1.0f / 64.0f, m.stream);
+        continue;
+      }
       fill_normal_bf16(m.pool->k(l), per_layer, seed + 2 * uint64_t(l), 1.0f, m.stream);
       fill_normal_bf16(m.pool->v(l), per_layer, seed + 2 * uint64_t(l) + 1, 1.0f, m.stream);
     }

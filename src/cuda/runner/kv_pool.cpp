@@ -4,22 +4,31 @@
 
 namespace lychee::cuda {
 
-KvPool::KvPool(const ModelConfig& c, int page_size, size_t bytes)
-    : n_layers_(c.n_layers), n_kv_heads_(c.n_kv_heads), head_dim_(c.head_dim), page_size_(page_size) {
+KvPool::KvPool(const ModelConfig& c, int page_size, size_t bytes, KvCacheDtype dtype)
+    : dtype_(dtype), n_layers_(c.n_layers), n_kv_heads_(c.n_kv_heads), head_dim_(c.head_dim), page_size_(page_size) {
   LY_CHECK(page_size >= 1 && page_size <= 1024, ErrorCode::kInvalidArgument,
            "KV page size must be in 1..1024, got {}", page_size);
-  page_bytes_ = size_t(2) * n_layers_ * n_kv_heads_ * size_t(page_size) * head_dim_ * sizeof(bf16);
+  elem_bytes_ = fp8() ? 1 : sizeof(bf16);
+  page_bytes_ = size_t(2) * n_layers_ * n_kv_heads_ * size_t(page_size) *
+                size_t(kv_bytes_per_token_head(dtype, head_dim_));
   n_pages_ = int(bytes / page_bytes_);
   LY_CHECK(n_pages_ >= 1, ErrorCode::kCapacity,
-           "KV memory budget of {} MiB is less than one page ({} KiB for {} tokens of {} layers)",
-           bytes >> 20, page_bytes_ >> 10, page_size, n_layers_);
-  layer_elems_ = size_t(n_pages_) * n_kv_heads_ * size_t(page_size) * head_dim_;
-  k_ = DeviceBuffer<bf16>(layer_elems_ * n_layers_);
-  v_ = DeviceBuffer<bf16>(layer_elems_ * n_layers_);
+           "KV memory budget of {} MiB is less than one page ({} KiB for {} tokens of {} layers, {} KV cache)",
+           bytes >> 20, page_bytes_ >> 10, page_size, n_layers_, kv_cache_dtype_name(dtype));
+  layer_rows_ = size_t(n_pages_) * n_kv_heads_ * size_t(page_size);
+  layer_elems_ = layer_rows_ * head_dim_;
+  k_ = DeviceBuffer<uint8_t>(layer_elems_ * n_layers_ * elem_bytes_);
+  v_ = DeviceBuffer<uint8_t>(layer_elems_ * n_layers_ * elem_bytes_);
   // Rows past a sequence's length are read by some attention kernels (and masked): keep them
-  // finite.
+  // finite (code 0 with scale 0 is 0 as well).
   LY_CUDA_CHECK(cudaMemset(k_.data(), 0, k_.bytes()));
   LY_CUDA_CHECK(cudaMemset(v_.data(), 0, v_.bytes()));
+  if (fp8()) {
+    k_scale_ = DeviceBuffer<float>(layer_rows_ * n_layers_);
+    v_scale_ = DeviceBuffer<float>(layer_rows_ * n_layers_);
+    LY_CUDA_CHECK(cudaMemset(k_scale_.data(), 0, k_scale_.bytes()));
+    LY_CUDA_CHECK(cudaMemset(v_scale_.data(), 0, v_scale_.bytes()));
+  }
   refs_.assign(size_t(n_pages_), 0);
   free_.reserve(size_t(n_pages_));
   for (int p = n_pages_ - 1; p >= 0; --p) free_.push_back(p);  // hand out low ids first
@@ -49,12 +58,21 @@ void KvPool::release(std::span<const int32_t> pages) {
 
 void KvPool::copy_page(int32_t from, int32_t to, cudaStream_t stream) {
   LY_ASSERT(from >= 0 && from < n_pages_ && to >= 0 && to < n_pages_);
-  const size_t page_elems = size_t(n_kv_heads_) * page_size_ * head_dim_;
+  const size_t page_rows = size_t(n_kv_heads_) * page_size_;
+  const size_t page_bytes = page_rows * head_dim_ * elem_bytes_;
+  const size_t layer_bytes = layer_elems_ * elem_bytes_;
+  auto copy = [&](void* layer_base, size_t bytes) {  // page `from` of one layer's array to page `to`
+    auto* b = static_cast<uint8_t*>(layer_base);
+    LY_CUDA_CHECK(cudaMemcpyAsync(b + size_t(to) * bytes, b + size_t(from) * bytes, bytes,
+                                  cudaMemcpyDeviceToDevice, stream));
+  };
   for (int l = 0; l < n_layers_; ++l) {
-    LY_CUDA_CHECK(cudaMemcpyAsync(k(l) + size_t(to) * page_elems, k(l) + size_t(from) * page_elems,
-                                  page_elems * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
-    LY_CUDA_CHECK(cudaMemcpyAsync(v(l) + size_t(to) * page_elems, v(l) + size_t(from) * page_elems,
-                                  page_elems * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
+    copy(k_.data() + size_t(l) * layer_bytes, page_bytes);
+    copy(v_.data() + size_t(l) * layer_bytes, page_bytes);
+    if (fp8()) {
+      copy(k_scale(l), page_rows * sizeof(float));
+      copy(v_scale(l), page_rows * sizeof(float));
+    }
   }
 }
 
