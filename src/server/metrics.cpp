@@ -117,7 +117,7 @@ std::string Metrics::render(const SchedulerGauges& g) const {
   out += fmt::format("lychee_prefix_cache_tokens {}\n", g.prefix_cache_pages * g.page_tokens);
   out += "# HELP lychee_prefix_cache_entries Cached prompts.\n# TYPE lychee_prefix_cache_entries gauge\n";
   out += fmt::format("lychee_prefix_cache_entries {}\n", g.prefix_cache_entries);
-  out += "# HELP lychee_kv_read_bytes_total KV bytes decode steps read (bf16 cache), by policy.\n";
+  out += "# HELP lychee_kv_read_bytes_total KV bytes decode steps read (in the GPU pages' dtype: bf16, or FP8 codes and scales), by policy.\n";
   out += "# TYPE lychee_kv_read_bytes_total counter\n";
   for (const auto& [policy, r] : kv_reads_)
     out += fmt::format("lychee_kv_read_bytes_total{{policy=\"{}\"}} {}\n", policy, r.bytes);
