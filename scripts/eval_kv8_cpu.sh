@@ -9,7 +9,8 @@
 #     samples, compared pairwise with 95% intervals (scripts/compare_eval.py).
 #   scripts/eval_kv8_cpu.sh [out_dir]        (default docs/results/kv8_cpu)
 # KV8_PARTS (default "ppl eval") picks the parts; KV8_PPL_POLICIES (default "lychee quest tidal
-# duo") the sparse policies of the perplexity part; KV8_EVAL_ARGS (default: 2048 tokens, depths
+# duo") the sparse policies of the perplexity part, KV8_PPL_CTX / KV8_PPL_WINDOWS (default 1024 / 4)
+# its window length and count, KV8_PPL_FULL=0 leaves out the full-attention run; KV8_EVAL_ARGS (default: 2048 tokens, depths
 # 0.1/0.5/0.9, one sample each) the eval's lengths, depths and samples; KV8_CPU_WEIGHTS (default
 # f32) the weights of both sides. The GPU runs the whole eval (2K-8K): scripts/gpu/run_all.sh kv8-accuracy.
 set -euo pipefail
@@ -29,9 +30,12 @@ declare -A policy_args=(
 for part in ${KV8_PARTS:-ppl eval}; do
   case "$part" in
     ppl)
-      ppl=(perplexity --device cpu -c 1024 --windows 4 "${weights[@]}" --base-kv-cache-dtype bf16)
-      echo "eval_kv8_cpu: perplexity, full attention" >&2
-      "$lychee" "${ppl[@]}" --kv-cache-dtype fp8 --json "$out/ppl_fp8_full.json" | tee "$out/ppl_fp8_full.txt"
+      ppl=(perplexity --device cpu -c "${KV8_PPL_CTX:-1024}" --windows "${KV8_PPL_WINDOWS:-4}" "${weights[@]}"
+           --base-kv-cache-dtype bf16)
+      if [ "${KV8_PPL_FULL:-1}" = 1 ]; then
+        echo "eval_kv8_cpu: perplexity, full attention" >&2
+        "$lychee" "${ppl[@]}" --kv-cache-dtype fp8 --json "$out/ppl_fp8_full.json" | tee "$out/ppl_fp8_full.txt"
+      fi
       for p in ${KV8_PPL_POLICIES:-lychee quest tidal duo}; do
         for kv in bf16 fp8; do
           echo "eval_kv8_cpu: perplexity, $p, $kv KV" >&2
