@@ -154,7 +154,7 @@ TEST(KvFp8, EveryPolicyRunsAndEqualsFullWhenItReadsEverything) {
   eight.budget = 8;
   std::vector<std::pair<std::string, DecodeSpec>> sparse = {
       {"lychee", lychee_spec(c, head_roles_from_layers(c, {0}), 1, eight)},
-      {"tidal", tidal_spec(c, 8, default_tidal_layers(c.n_layers), 1)},
+      {"tidal", tidal_spec(c, 8, {1}, 1)},  // layer 1 selects for layer 2 (of 3)
       {"quest", quest_spec(c, 16, 8, 1)},
       {"duo", duo_spec(c, head_roles_from_layers(c, {0}), 2, 6)}};
   for (auto& [what, spec] : sparse) {
