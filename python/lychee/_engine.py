@@ -125,6 +125,12 @@ class Engine:
         return self._e.weights
 
     @property
+    def kv_tokens(self) -> int:
+        """The KV budget a batch's sequences share, in tokens: kv_memory over the bytes a token's K and V
+        take in the cache's dtype (FP8 on the GPU: ~2x bf16's), else max_batch x the context."""
+        return self._e.kv_tokens
+
+    @property
     def kv_cache_dtype(self) -> str:
         """How the KV cache holds K and V: "bf16" or "fp8" (the CPU keeps f32, FP8-rounded with "fp8")."""
         return self._e.kv_cache_dtype
