@@ -25,6 +25,7 @@ struct ModelArgs {
   std::string model;          // -m: HF directory or GGUF file; "" = the default model
   std::string device = "auto";
   double kv_memory_gib = 0.0;
+  std::string kv_cache_dtype = "bf16";  // --kv-cache-dtype: bf16 (auto) or fp8 (fp8_e4m3); core/kv_dtype.h
   int max_context = 0;        // -c/--ctx-size: the context in tokens; 0 = each command's default
   int n_gpu_layers = -1;      // -ngl: llama.cpp's option; -1 = not given (see engine_options)
   std::string cpu_weights = "native";  // CPU: native (quantised blocks, default), f32 (the reference), fp8 or bf16
@@ -72,6 +73,10 @@ inline const std::vector<std::string> kGpuWeightNames = gpu_weight_format_names(
 // The formats behind those names (model/checkpoint.h's weight_format_from_name); the options'
 // checks admit only them.
 WeightFormat parse_cpu_weights(const std::string& name);
+// --kv-cache-dtype's names (vLLM's: bf16, fp8, and their aliases auto and fp8_e4m3).
+inline const std::vector<std::string> kKvCacheDtypeNames = {"bf16", "fp8", "auto", "fp8_e4m3"};
+// Error(kInvalidArgument) naming `option` for a name outside kKvCacheDtypeNames.
+KvCacheDtype parse_kv_cache_dtype(const std::string& name, const std::string& option = "--kv-cache-dtype");
 GpuWeightFormat parse_gpu_weights(const std::string& name);
 
 // A second, hidden name for an option that was renamed: `old_name` (e.g. "--ctx") sets `target`
@@ -86,8 +91,8 @@ void warn_deprecated_options();
 // command that made them.
 std::string command_line(const std::string& name, const CLI::App& cmd);
 
-// Prints what decode steps read from the KV cache to stderr.
-void print_kv_stats(const KvReadStats& stats, const ModelConfig& c);
+// Prints what decode steps read from the KV cache to stderr, in bytes of the GPU's pages of `dtype`.
+void print_kv_stats(const KvReadStats& stats, const ModelConfig& c, KvCacheDtype dtype);
 
 // Streams generated tokens to stdout as UTF-8 text.
 TokenCallback print_tokens(const Tokenizer& tokenizer);

@@ -24,6 +24,9 @@ void ModelArgs::add(CLI::App& cmd, const std::string& ctx_help) {
       ->check(CLI::IsMember(kCpuWeightNames))->group(kGroupModel);
   cmd.add_option("--kv-memory", kv_memory_gib, "KV-cache pool in GiB (0 = sized from the context)")
       ->check(non_negative_real())->group(kGroupGpu);
+  cmd.add_option("--kv-cache-dtype", kv_cache_dtype,
+                 "KV cache: bf16, or fp8 (e4m3, a scale per token and head)")
+      ->check(CLI::IsMember(kKvCacheDtypeNames))->group(kGroupModel);
   cmd.add_option("--weights", weights, "GPU linear weights: bf16 or fp8 (e4m3, a scale per row)")
       ->check(CLI::IsMember(kGpuWeightNames))->group(kGroupGpu);
   cmd.add_option("--fp8-selector-qkv", fp8_selector_qkv, "With FP8 weights: Q/K/V of the selecting layers bf16 or fp8")
@@ -47,6 +50,13 @@ void warn_deprecated_options() {
 
 WeightFormat parse_cpu_weights(const std::string& name) {
   return weight_format_from_name(name).value_or(WeightFormat::kF32);
+}
+
+KvCacheDtype parse_kv_cache_dtype(const std::string& name, const std::string& option) {
+  const std::optional<KvCacheDtype> d = kv_cache_dtype_from_name(name);
+  LY_CHECK(d.has_value(), ErrorCode::kInvalidArgument, "{}: must be bf16, fp8, auto (= bf16) or fp8_e4m3 (= fp8), got '{}'",
+           option, name);
+  return *d;
 }
 
 GpuWeightFormat parse_gpu_weights(const std::string& name) {
@@ -79,6 +89,7 @@ EngineOptions ModelArgs::engine_options(const PolicyArgs* policy, std::vector<st
   o.gpu_weights = parse_gpu_weights(weights);
   o.fp8_keep_selectors = fp8_selector_qkv == "bf16";
   o.kv_memory_gib = kv_memory_gib;
+  o.kv_cache_dtype = parse_kv_cache_dtype(kv_cache_dtype);
   o.max_context = max_context;
   o.tensor_parallel = tensor_parallel;
   if (policy != nullptr) {
@@ -165,12 +176,13 @@ void PolicyArgs::add(CLI::App& cmd, bool policy_option) {
       ->check(non_negative_int())->group(kGroupPolicy);
 }
 
-void print_kv_stats(const KvReadStats& s, const ModelConfig& c) {
+void print_kv_stats(const KvReadStats& s, const ModelConfig& c, KvCacheDtype dtype) {
   if (s.decode_steps == 0) return;
-  const double per_step = double(s.kv_bytes(c.head_dim)) / double(s.decode_steps);
-  const double dense = double(s.dense_kv_bytes(c.head_dim)) / double(s.decode_steps);
-  std::fprintf(stderr, "[KV read per decode step: %.2f MB (%.1f%% of full attention's %.2f MB, bf16 cache)]\n",
-               per_step / 1e6, 100.0 * per_step / dense, dense / 1e6);
+  const int64_t token_head_bytes = kv_bytes_per_token_head(dtype, c.head_dim);  // the GPU's pages
+  const double per_step = double(s.kv_bytes_at(token_head_bytes)) / double(s.decode_steps);
+  const double dense = double(s.dense_kv_bytes_at(token_head_bytes)) / double(s.decode_steps);
+  std::fprintf(stderr, "[KV read per decode step: %.2f MB (%.1f%% of full attention's %.2f MB, %s cache)]\n",
+               per_step / 1e6, 100.0 * per_step / dense, dense / 1e6, kv_cache_dtype_name(dtype));
 }
 
 TokenCallback print_tokens(const Tokenizer& tokenizer) {

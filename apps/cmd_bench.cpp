@@ -61,12 +61,13 @@ void run_bench(const BenchArgs& a) {
   const double prefill_tps = a.prompt_tokens / best_prefill;
   const double decode_tps = a.gen_tokens / best_decode;
   const double weight_bytes = double(engine.weight_bytes_per_token());
-  // KV bytes read per decode step, as the last run's session counted them (f32 on the CPU, bf16
-  // on the GPU; the policy's metadata and cache corrections included).
-  const int elem = on_gpu ? 2 : 4;
+  // KV bytes read per decode step, as the last run's session counted them (f32 on the CPU, bf16 or
+  // FP8 codes and scales on the GPU, --kv-cache-dtype; the policy's metadata and cache corrections
+  // included).
+  const int64_t token_head_bytes = engine.kv_bytes_per_token_head();
   const double steps = double(std::max<uint64_t>(reads.decode_steps, 1));
-  const double kv_bytes = double(reads.kv_bytes(c.head_dim, elem)) / steps;
-  const double dense_kv_bytes = double(reads.dense_kv_bytes(c.head_dim, elem)) / steps;
+  const double kv_bytes = double(reads.kv_bytes_at(token_head_bytes)) / steps;
+  const double dense_kv_bytes = double(reads.dense_kv_bytes_at(token_head_bytes)) / steps;
   const double bound_tps = bw_gbps * 1e9 / (weight_bytes + kv_bytes);
 
   std::printf("model          %s (%s, %.1f M params, %s)\n", c.name.c_str(), arch_name(c.arch),
@@ -96,6 +97,7 @@ void run_bench(const BenchArgs& a) {
   }
   if (!a.json_path.empty()) {
     nlohmann::json j = {{"model", c.name}, {"device", engine.device()}, {"batched", batched},
+                        {"kv_cache_dtype", kv_cache_dtype_name(engine.kv_cache_dtype())},
                         {"policy", policy_name}, {"dense_kv_bytes_per_token", dense_kv_bytes},
                         {"prompt_tokens", a.prompt_tokens}, {"gen_tokens", a.gen_tokens},
                         {"prefill_tok_s", prefill_tps}, {"decode_tok_s", decode_tps},

@@ -78,7 +78,12 @@ void run(const EvalArgs& a) {
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   const nlohmann::json info = {{"command", a.command}, {"model", engine.config().name},
                                {"device", engine.device()}, {"date", date}, {"haystack", a.haystack},
-                               {"kv_bytes_note", "K and V bytes at 2 bytes per element (bf16 cache), summed over decode steps"}};
+                               {"kv_cache_dtype", kv_cache_dtype_name(engine.kv_cache_dtype())},
+                               {"kv_bytes_note", engine.kv_cache_dtype() == KvCacheDtype::kFp8
+                                                     ? "K and V bytes as FP8 pages hold them (1 byte per element and a "
+                                                       "4-byte scale per token and KV head), summed over decode steps"
+                                                     : "K and V bytes at 2 bytes per element (bf16 cache), summed over "
+                                                       "decode steps"}};
   const std::string md = records_to_markdown(records);
   std::printf("%s", md.c_str());
   if (!a.json_path.empty()) write_json_file(a.json_path, records_to_json(records, info));

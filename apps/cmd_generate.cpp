@@ -60,7 +60,7 @@ void run_generate(const GenerateArgs& a) {
   std::printf("\n");
   if (a.stats) {
     print_stats(r, options.sampling.seed);
-    print_kv_stats(session->stats(), engine.config());
+    print_kv_stats(session->stats(), engine.config(), engine.kv_cache_dtype());
   }
 }
 

@@ -1,7 +1,8 @@
 // lychee perplexity: perplexity of a text and the KL divergence of one configuration's
 // next-token distributions from a reference's (eval/perplexity.h): weights (--cpu-weights against
-// --base-cpu-weights on the CPU, --weights against --base-weights on the GPU) and/or an attention
-// policy (--policy, decode steps) against full attention.
+// --base-cpu-weights on the CPU, --weights against --base-weights on the GPU), the KV cache's dtype
+// (--kv-cache-dtype against --base-kv-cache-dtype) and/or an attention policy (--policy, decode
+// steps) against full attention.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -25,6 +26,7 @@ struct PerplexityArgs {
   std::string file;
   std::string base_cpu_weights;  // "" = the same as --cpu-weights
   std::string base_weights;      // GPU: "" = the same as --weights
+  std::string base_kv_cache_dtype;  // "" = the same as --kv-cache-dtype
   int windows = 4;
   std::string json_path;
   std::string command;
@@ -51,11 +53,17 @@ void run(const PerplexityArgs& a) {
   LY_CHECK(cpu ? a.base_weights.empty() : a.base_cpu_weights.empty(), ErrorCode::kInvalidArgument,
            "{} compares {} weight formats; this engine runs on the {}", cpu ? "--base-weights" : "--base-cpu-weights",
            cpu ? "GPU" : "CPU", cpu ? "CPU (use --base-cpu-weights)" : "GPU (use --base-weights)");
+  const KvCacheDtype test_kv = test_options.kv_cache_dtype;
+  const KvCacheDtype base_kv =
+      a.base_kv_cache_dtype.empty() ? test_kv : parse_kv_cache_dtype(a.base_kv_cache_dtype, "--base-kv-cache-dtype");
   std::unique_ptr<Engine> base_engine;
-  if (!base_weights.empty() && base_weights != test_weights) {
+  if ((!base_weights.empty() && base_weights != test_weights) || base_kv != test_kv) {
     EngineOptions base_options = test_options;
-    if (cpu) base_options.cpu_weights = parse_cpu_weights(base_weights);
-    else base_options.gpu_weights = parse_gpu_weights(base_weights);
+    if (!base_weights.empty()) {
+      if (cpu) base_options.cpu_weights = parse_cpu_weights(base_weights);
+      else base_options.gpu_weights = parse_gpu_weights(base_weights);
+    }
+    base_options.kv_cache_dtype = base_kv;
     base_engine = std::make_unique<Engine>(base_options);
   }
   Engine& base = base_engine ? *base_engine : test_engine;
@@ -70,9 +78,12 @@ void run(const PerplexityArgs& a) {
   test_session->set_policy(policy.get());
   // The GPU runs --weights (bf16 or fp8), the CPU --cpu-weights.
   const std::string suffix = cpu ? "" : " GPU";
-  const std::string base_label =
-      fmt::format("{}{} weights, full attention", base_weights.empty() ? test_weights : base_weights, suffix);
-  const std::string test_label = fmt::format("{}{} weights, {}", test_weights, suffix, policy->name());
+  // The CPU's cache is f32, rounded through FP8 with --kv-cache-dtype fp8.
+  auto kv_label = [cpu](KvCacheDtype d) { return cpu && d == KvCacheDtype::kBf16 ? "f32" : kv_cache_dtype_name(d); };
+  const std::string base_label = fmt::format("{}{} weights, {} KV, full attention",
+                                             base_weights.empty() ? test_weights : base_weights, suffix, kv_label(base_kv));
+  const std::string test_label =
+      fmt::format("{}{} weights, {} KV, {}", test_weights, suffix, kv_label(test_kv), policy->name());
   std::fprintf(stderr, "perplexity: %zu tokens of text, windows of %d (the second half of each scored); base: %s; test: %s\n",
                ids.size(), ctx, base_label.c_str(), test_label.c_str());
   const PerplexityResult r = compare_perplexity(*base_session, *test_session, ids, ctx, a.windows,
@@ -106,6 +117,8 @@ void register_perplexity(CLI::App& app) {
       ->default_str("--cpu-weights")->check(CLI::IsMember(kCpuWeightNames))->group(kGroupModel);
   cmd->add_option("--base-weights", args->base_weights, "GPU weights of the full-attention reference")
       ->default_str("--weights")->check(CLI::IsMember(kGpuWeightNames))->group(kGroupGpu);
+  cmd->add_option("--base-kv-cache-dtype", args->base_kv_cache_dtype, "KV cache dtype of the full-attention reference")
+      ->default_str("--kv-cache-dtype")->check(CLI::IsMember(kKvCacheDtypeNames))->group(kGroupModel);
   args->model.max_context = 1024;
   args->model.add(*cmd, "Window length in tokens (its second half is scored)");
   add_deprecated_alias(*cmd, "--ctx", args->model.max_context, "-c/--ctx-size")->check(positive_int());

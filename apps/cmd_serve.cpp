@@ -108,13 +108,12 @@ class Signals {
 };
 
 // The KV pool in tokens: --kv-memory over the bytes a token's K and V take in every layer (f32
-// on the CPU, bf16 on the GPU); 0 = the scheduler's default (max running x context).
+// on the CPU; bf16, or FP8 codes and scales with --kv-cache-dtype fp8, on the GPU:
+// kv_tokens_for_memory); 0 = the scheduler's default (max running x context). The scheduler caps
+// it at the GPU pool's pages.
 int64_t kv_tokens(const ServeArgs& a, const Engine& engine) {
   if (a.model.kv_memory_gib <= 0.0) return 0;
-  const ModelConfig& c = engine.config();
-  const int64_t elem_bytes = engine.device() == "cuda" ? 2 : 4;
-  const int64_t per_token = int64_t(c.n_layers) * c.n_kv_heads * c.head_dim * 2 * elem_bytes;
-  return int64_t(a.model.kv_memory_gib * double(1ull << 30)) / per_token;
+  return engine.kv_tokens_for_memory(a.model.kv_memory_gib);
 }
 
 std::string model_id(const ServeArgs& a, const Engine& engine) {

@@ -204,6 +204,7 @@ TEST(CliConventions, HelpHasGroupsAndDefaults) {
   EXPECT_TRUE(shows_default(line_with(r.output, "--policy"), "full")) << r.output;
   EXPECT_TRUE(shows_default(line_with(r.output, "-s,--seed"), "random")) << r.output;
   EXPECT_TRUE(shows_default(line_with(r.output, "-c,--ctx-size"), "0")) << r.output;
+  EXPECT_TRUE(shows_default(line_with(r.output, "--kv-cache-dtype"), "bf16")) << r.output;
   EXPECT_NE(r.output.find("--n-gpu-layers"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("--max-context"), std::string::npos) << "a deprecated alias is listed:\n" << r.output;
   EXPECT_NE(r.output.find("--threads N"), std::string::npos) << "the footer names the global options:\n" << r.output;

@@ -64,13 +64,24 @@ TEST(Perplexity, CliComparesWeightFormatsAndWritesJson) {
   const nlohmann::json j = test::read_json(dir + "/r.json");
   EXPECT_EQ(j["scored"], 8);
   EXPECT_GT(j["mean_kl"].get<double>(), 0.0);
-  EXPECT_EQ(j["base"], "f32 weights, full attention");
+  EXPECT_EQ(j["base"], "f32 weights, f32 KV, full attention");
   const test::RunResult gpu_only = test::run_cli("perplexity --device cpu --ctx 16 --base-weights fp8 -f " + text);
   EXPECT_EQ(gpu_only.status, 1);
   EXPECT_NE(gpu_only.output.find("--base-weights compares GPU weight formats"), std::string::npos) << gpu_only.output;
   const test::RunResult bad = test::run_cli("perplexity --device cpu --ctx 4096 -f " + text);
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.output.find("less than one window of --ctx 4096"), std::string::npos) << bad.output;
+  // The KV cache's dtype against the reference's (docs/results/kv8_cpu): same weights, FP8 KV.
+  const test::RunResult kv = test::run_cli("perplexity --device cpu --ctx 16 --windows 1 --kv-cache-dtype fp8_e4m3 "
+                                           "--base-kv-cache-dtype auto -f " + text + " --json " + dir + "/kv.json");
+  ASSERT_EQ(kv.status, 0) << kv.output;
+  const nlohmann::json k = test::read_json(dir + "/kv.json");
+  EXPECT_EQ(k["base"], "f32 weights, f32 KV, full attention");
+  EXPECT_EQ(k["test"], "f32 weights, fp8 KV, full");
+  EXPECT_GT(k["mean_kl"].get<double>(), 0.0);
+  const test::RunResult bad_kv = test::run_cli("perplexity --device cpu --ctx 16 --kv-cache-dtype fp16 -f " + text);
+  EXPECT_NE(bad_kv.status, 0);
+  EXPECT_NE(bad_kv.output.find("--kv-cache-dtype"), std::string::npos) << bad_kv.output;
 }
 
 }  // namespace

@@ -65,6 +65,10 @@ class Engine:
     tensor parallelism spreads their dense heads evenly over the GPUs, and device="auto" passes
     over a GPU that cannot run one of them; any policy can still be given per request.
     max_batch: the most sequences a batch (generate or chat with a list) decodes at once.
+    kv_cache_dtype: how the KV cache holds K and V (the CLI's --kv-cache-dtype, vLLM's name):
+    "bf16" (default; "auto" is the same) or "fp8" ("fp8_e4m3": e4m3 codes with one scale per token
+    and KV head, written once; on the GPU half the bytes, so kv_memory holds ~2x the tokens; the
+    CPU rounds its f32 cache to the same values, to measure what FP8 costs, and saves no memory).
 
     One request runs at a time (calls from several threads take turns). While a stream is
     generating, other requests raise EngineBusyError rather than cancel it.
@@ -74,8 +78,9 @@ class Engine:
                  kv_memory: Optional[float] = None, max_context: Optional[int] = None,
                  threads: Optional[int] = None, tensor_parallel: int = 1, weights: str = "bf16",
                  cpu_weights: str = "native", policies: Union[_policy.Policy, Sequence[_policy.Policy]] = (),
-                 max_batch: int = 8):
-        for name, value in (("device", device), ("weights", weights), ("cpu_weights", cpu_weights)):
+                 max_batch: int = 8, kv_cache_dtype: str = "bf16"):
+        for name, value in (("device", device), ("weights", weights), ("cpu_weights", cpu_weights),
+                            ("kv_cache_dtype", kv_cache_dtype)):
             if not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
         if isinstance(policies, _policy.Policy):  # one policy
@@ -86,7 +91,7 @@ class Engine:
             _int("max_context", max_context, 1) if max_context is not None else 0,
             _int("threads", threads, 1) if threads is not None else 0,
             _int("tensor_parallel", tensor_parallel, 1), weights, cpu_weights,
-            [_policy.resolve(p) for p in policies], _int("max_batch", max_batch, 1))
+            [_policy.resolve(p) for p in policies], _int("max_batch", max_batch, 1), kv_cache_dtype)
 
     # --- the model ------------------------------------------------------------------------
     @property
@@ -119,6 +124,17 @@ class Engine:
     def weights(self) -> str:
         """The weight format in use: "bf16" or "fp8" on the GPU; "f32", "native", "fp8" or "bf16" on the CPU."""
         return self._e.weights
+
+    @property
+    def kv_tokens(self) -> int:
+        """The KV budget a batch's sequences share, in tokens: kv_memory over the bytes a token's K and V
+        take in the cache's dtype (FP8 on the GPU: ~2x bf16's), else max_batch x the context."""
+        return self._e.kv_tokens
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        """How the KV cache holds K and V: "bf16" or "fp8" (the CPU keeps f32, FP8-rounded with "fp8")."""
+        return self._e.kv_cache_dtype
 
     @property
     def config(self) -> Dict[str, Any]:

@@ -86,7 +86,7 @@ struct Completion {
   double ttft = 0.0;                // seconds from the call to the first token (prefill + sampling)
   double tpot = 0.0;                // mean seconds per token after the first
   double prefill_seconds = 0.0, decode_seconds = 0.0;
-  uint64_t kv_bytes_read = 0;       // K and V bytes decode steps read (bf16 cache, as the CLI's --stats)
+  uint64_t kv_bytes_read = 0;       // K and V bytes decode steps read (the GPU pages' dtype, as the CLI's --stats)
   uint64_t kv_bytes_dense = 0;      // what full attention would have read
   uint64_t decode_steps = 0;
   bool with_logprobs = false;
@@ -134,9 +134,9 @@ class PyEngine {
  public:
   PyEngine(const std::string& model, const std::string& device, double kv_memory, int max_context, int threads,
            int tensor_parallel, const std::string& weights, const std::string& cpu_weights, const PolicyList& policies,
-           int max_batch)
+           int max_batch, const std::string& kv_cache_dtype)
       : engine_(options(model, device, kv_memory, max_context, threads, tensor_parallel, weights, cpu_weights,
-                        policies, max_batch)),
+                        policies, max_batch, kv_cache_dtype)),
         context_(max_context > 0 ? std::min(max_context, engine_.config().max_context) : engine_.config().max_context),
         weights_(engine_.device() == "cuda" ? weights : cpu_weights),
         model_name_(served_model_name(engine_.checkpoint().path())),
@@ -420,24 +420,25 @@ class PyEngine {
   void add_stats(Completion& out, const Session& session) const {
     const int head_dim = engine_.config().head_dim;
     const KvReadStats& s = session.stats();
-    out.kv_bytes_read = s.kv_bytes(head_dim);
-    out.kv_bytes_dense = s.dense_kv_bytes(head_dim);
+    // Bytes as the GPU's pages of this KV dtype hold them (bf16, or FP8 codes and scales).
+    const int64_t token_head_bytes = kv_bytes_per_token_head(engine_.kv_cache_dtype(), head_dim);
+    out.kv_bytes_read = s.kv_bytes_at(token_head_bytes);
+    out.kv_bytes_dense = s.dense_kv_bytes_at(token_head_bytes);
     out.decode_steps = s.decode_steps;
   }
 
   // The KV budget of a batch in tokens, as the server's: kv_memory over the bytes a token's K and V
-  // take in every layer (f32 on the CPU, bf16 on the GPU); without kv_memory max_batch x context.
+  // take in every layer (f32 on the CPU; bf16, or FP8 codes and scales, on the GPU:
+  // Engine::kv_tokens_for_memory); without kv_memory max_batch x context.
   int64_t kv_budget(double kv_memory_gib) const {
     if (kv_memory_gib <= 0.0) return int64_t(max_batch_) * context_;
-    const ModelConfig& c = engine_.config();
-    const int64_t elem_bytes = engine_.device() == "cuda" ? 2 : 4;
-    const int64_t per_token = int64_t(c.n_layers) * c.n_kv_heads * c.head_dim * 2 * elem_bytes;
-    return int64_t(kv_memory_gib * double(1ull << 30)) / per_token;
+    return engine_.kv_tokens_for_memory(kv_memory_gib);
   }
 
   static EngineOptions options(const std::string& model, const std::string& device, double kv_memory,
                                int max_context, int threads, int tensor_parallel, const std::string& weights,
-                               const std::string& cpu_weights, const PolicyList& policies, int max_batch) {
+                               const std::string& cpu_weights, const PolicyList& policies, int max_batch,
+                               const std::string& kv_cache_dtype) {
     LY_CHECK(device == "auto" || device == "cpu" || device == "cuda", ErrorCode::kInvalidArgument,
              "device must be \"auto\", \"cpu\" or \"cuda\", got \"{}\"", device);
     LY_CHECK(kv_memory >= 0, ErrorCode::kInvalidArgument, "kv_memory must be >= 0 GiB, got {}", kv_memory);
@@ -456,6 +457,11 @@ class PyEngine {
     o.tensor_parallel = tensor_parallel;
     o.gpu_weights = gpu_format(weights);
     o.cpu_weights = cpu_format(cpu_weights);
+    const std::optional<KvCacheDtype> kv = kv_cache_dtype_from_name(kv_cache_dtype);
+    LY_CHECK(kv.has_value(), ErrorCode::kInvalidArgument,
+             "kv_cache_dtype must be \"bf16\", \"fp8\", \"auto\" (= bf16) or \"fp8_e4m3\" (= fp8), got \"{}\"",
+             kv_cache_dtype);
+    o.kv_cache_dtype = *kv;
     // The policies the engine will run, as the CLI's --policy gives them: FP8 weights keep the
     // selecting layers' Q/K/V unrounded, tensor parallelism balances their dense heads, and "auto"
     // passes over a GPU that cannot run one of them.
@@ -754,7 +760,7 @@ void bind_engine(nb::module_& m) {
       .def_ro("tpot", &Completion::tpot, "Mean seconds per output token after the first.")
       .def_ro("prefill_seconds", &Completion::prefill_seconds, "Seconds the prompt's prefill took.")
       .def_ro("decode_seconds", &Completion::decode_seconds, "Seconds from the end of the prefill to the last token.")
-      .def_ro("kv_bytes_read", &Completion::kv_bytes_read, "K and V bytes the decode steps read (bf16 cache).")
+      .def_ro("kv_bytes_read", &Completion::kv_bytes_read, "K and V bytes the decode steps read (bf16 pages, or FP8 codes and scales with kv_cache_dtype=\"fp8\").")
       .def_ro("kv_bytes_dense", &Completion::kv_bytes_dense, "What full attention would have read.")
       .def_ro("decode_steps", &Completion::decode_steps, "Decode steps run (one per token after the first).")
       .def_prop_ro("logprobs",
@@ -805,14 +811,15 @@ void bind_engine(nb::module_& m) {
       .def("__init__",
            [](PyEngine* self, const std::string& model, const std::string& device, double kv_memory, int max_context,
               int threads, int tensor_parallel, const std::string& weights, const std::string& cpu_weights,
-              const PolicyList& policies, int max_batch) {
+              const PolicyList& policies, int max_batch, const std::string& kv_cache_dtype) {
              nb::gil_scoped_release release;
              new (self) PyEngine(model, device, kv_memory, max_context, threads, tensor_parallel, weights, cpu_weights,
-                                 policies, max_batch);
+                                 policies, max_batch, kv_cache_dtype);
            },
            nb::arg("model") = "", nb::arg("device") = "auto", nb::arg("kv_memory") = 0.0, nb::arg("max_context") = 0,
            nb::arg("threads") = 0, nb::arg("tensor_parallel") = 1, nb::arg("weights") = "bf16",
-           nb::arg("cpu_weights") = "native", nb::arg("policies") = PolicyList{}, nb::arg("max_batch") = 8)
+           nb::arg("cpu_weights") = "native", nb::arg("policies") = PolicyList{}, nb::arg("max_batch") = 8,
+           nb::arg("kv_cache_dtype") = "bf16")
       .def_prop_ro("device", [](const PyEngine& e) { return e.engine().device(); }, "\"cpu\" or \"cuda\"")
       .def_prop_ro("model_path", [](const PyEngine& e) { return e.engine().checkpoint().path(); },
                    "the model's file or directory")
@@ -821,6 +828,8 @@ void bind_engine(nb::module_& m) {
                    "FP8 weights: the layers whose Q/K/V stay unrounded (the policies at load select there)")
       .def_prop_ro("weights", &PyEngine::weights,
                    "the weight format in use: bf16 or fp8 on the GPU; f32, native, fp8 or bf16 on the CPU")
+      .def_prop_ro("kv_cache_dtype", [](const PyEngine& e) { return kv_cache_dtype_name(e.engine().kv_cache_dtype()); },
+                   "how the KV cache holds K/V: \"bf16\" or \"fp8\" (e4m3, a scale per token and KV head)")
       .def_prop_ro("context", &PyEngine::context, "the longest sequence (prompt + generated tokens)")
       .def_prop_ro("max_batch", &PyEngine::max_batch, "the most sequences a batch runs at once")
       .def_prop_ro("kv_tokens", &PyEngine::kv_tokens, "the KV budget of a batch in tokens")

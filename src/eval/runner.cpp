@@ -130,8 +130,10 @@ std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const Ev
       rec.budget = policy_budget(cfg.policies[p]);
       rec.output = tok.decode(r.tokens, /*skip_special=*/true);
       rec.score = score_sample(sample, rec.output);
-      rec.kv_bytes_read = session->stats().kv_bytes(c.head_dim);
-      rec.kv_bytes_dense = session->stats().dense_kv_bytes(c.head_dim);
+      // Bytes as the GPU's pages of this KV dtype hold them (bf16, or FP8 codes and scales).
+      const int64_t token_head_bytes = kv_bytes_per_token_head(engine.kv_cache_dtype(), c.head_dim);
+      rec.kv_bytes_read = session->stats().kv_bytes_at(token_head_bytes);
+      rec.kv_bytes_dense = session->stats().dense_kv_bytes_at(token_head_bytes);
       rec.decode_steps = int(session->stats().decode_steps);
       rec.prompt_tokens = int(ids.size());
       if (cfg.coverage && !probes[p]->stats().heads.empty()) {  // empty: no decode step ran

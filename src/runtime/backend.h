@@ -91,6 +91,6 @@ std::unique_ptr<train::Student> make_gpu_student(const ModelConfig& c, const Hos
 
 // The CPU reference backend (cpu_backend.cpp).
 std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights = WeightFormat::kF32,
-                                          const Fp8Keep& keep = {});
+                                          const Fp8Keep& keep = {}, KvCacheDtype kv_dtype = KvCacheDtype::kBf16);
 
 }  // namespace lychee

@@ -54,7 +54,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const Checkpoin
   LY_CHECK(o.gpu_weights == GpuWeightFormat::kBf16 || device == "cuda", ErrorCode::kInvalidArgument,
            "--weights {} is a GPU weight format and this backend is the CPU; the CPU reference's FP8 weights "
            "are --cpu-weights fp8", gpu_weight_format_name(o.gpu_weights));
-  if (device == "cpu") return make_cpu_backend(ck, o.cpu_weights, o.fp8_keep);
+  if (device == "cpu") return make_cpu_backend(ck, o.cpu_weights, o.fp8_keep, o.kv_cache_dtype);
 #ifdef LYCHEE_HAS_CUDA
   if (device == "cuda") return make_cuda_backend(ck, o);
 #else

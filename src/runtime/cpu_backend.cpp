@@ -1,5 +1,7 @@
 // The CPU backend: one sequence per session (batch 1). Weights in f32 (the reference) or, by
 // default, with GGUF block-quantised matrices kept in their blocks (WeightFormat::kNative).
+// Each session owns an f32 KV cache of its capacity (no shared pool); --kv-cache-dtype fp8 rounds
+// what it holds through FP8 e4m3 (cpu/kv_cache.h), with every weight format, and saves no memory.
 #include <memory>
 
 #include "core/error.h"
@@ -15,14 +17,15 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const Checkpoint& ck, WeightFormat format, const Fp8Keep& keep)
-      : model_(ck.config(), HostWeights::load(ck, format, keep)) {
-    LY_LOG_INFO("CPU weights: {} MiB ({}; quantised products: {})", model_.weights().n_bytes() >> 20,
-                weight_format_name(format), quant_isa_name(model_.quant_isa()));
+  CpuBackend(const Checkpoint& ck, WeightFormat format, const Fp8Keep& keep, KvCacheDtype kv_dtype)
+      : model_(ck.config(), HostWeights::load(ck, format, keep)), kv_dtype_(kv_dtype) {
+    LY_LOG_INFO("CPU weights: {} MiB ({}; quantised products: {}); KV cache f32{}", model_.weights().n_bytes() >> 20,
+                weight_format_name(format), quant_isa_name(model_.quant_isa()),
+                kv_dtype == KvCacheDtype::kFp8 ? ", rounded through FP8 e4m3 (--kv-cache-dtype fp8)" : "");
   }
   const char* name() const override { return "cpu"; }
   std::unique_ptr<Session> new_session(int capacity) override {
-    return std::make_unique<CpuSession>(model_, capacity);
+    return std::make_unique<CpuSession>(model_, capacity, kv_dtype_);
   }
   // Every weight as held (f32 or blocks) but the embedding table, of which a step reads one row
   // (the LM head reads the whole table when it is tied).
@@ -46,12 +49,13 @@ class CpuBackend final : public Backend {
 
  private:
   cpu::Model model_;
+  KvCacheDtype kv_dtype_;
 };
 
 double CpuBackend::time_batched_decode(int batch, std::span<const int32_t> prompt, int steps, const DecodeSpec* spec) {
   LY_CHECK(batch == 1, ErrorCode::kInvalidArgument,
            "--batch {}: the CPU reference decodes one sequence at a time (use --device cuda)", batch);
-  CpuSession s(model_, int(prompt.size()) + steps + 1);
+  CpuSession s(model_, int(prompt.size()) + steps + 1, kv_dtype_);
   std::unique_ptr<SpecPolicy> policy = spec != nullptr ? std::make_unique<SpecPolicy>(*spec) : nullptr;
   s.set_policy(policy.get());
   s.feed(prompt);
@@ -66,8 +70,9 @@ double CpuBackend::time_batched_decode(int batch, std::span<const int32_t> promp
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights, const Fp8Keep& keep) {
-  return std::make_unique<CpuBackend>(ck, weights, keep);
+std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights, const Fp8Keep& keep,
+                                          KvCacheDtype kv_dtype) {
+  return std::make_unique<CpuBackend>(ck, weights, keep, kv_dtype);
 }
 
 }  // namespace lychee

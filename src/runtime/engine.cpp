@@ -157,6 +157,7 @@ Engine::Engine(const EngineOptions& options)
                   fmt::join(bo.fp8_keep.qkv_layers, ","), device_ == "cuda" ? "bf16" : "f32");
   }
   bo.kv_memory_gib = options.kv_memory_gib;
+  bo.kv_cache_dtype = kv_cache_dtype_ = options.kv_cache_dtype;
   bo.max_context = options.max_context;
   bo.max_batch = options.max_batch;
   bo.page_size = options.page_size;
@@ -179,9 +180,30 @@ Engine::Engine(const EngineOptions& options)
   backend_ = make_backend(device_, checkpoint_, bo);
   LY_LOG_INFO("loaded {} ({}, {} layers, {:.1f} M params) to the {} in {:.2f} s", c.name, arch_name(c.arch),
               c.n_layers, double(c.n_params()) / 1e6,
-              device_ == "cuda" ? fmt::format("GPU ({} weights)", gpu_weight_format_name(options.gpu_weights))
-                                : fmt::format("CPU ({} weights)", weight_format_name(options.cpu_weights)),
+              device_ == "cuda" ? fmt::format("GPU ({} weights, {} KV cache)", gpu_weight_format_name(options.gpu_weights),
+                                              kv_cache_dtype_name(kv_cache_dtype_))
+                                : fmt::format("CPU ({} weights, {} KV cache)", weight_format_name(options.cpu_weights),
+                                              kv_cache_dtype_ == KvCacheDtype::kFp8 ? "FP8-rounded f32" : "f32"),
               timer.seconds());
+}
+
+int64_t Engine::kv_bytes_per_token_head() const {
+  return device_ == "cuda" ? lychee::kv_bytes_per_token_head(kv_cache_dtype_, config_.head_dim)
+                           : int64_t(sizeof(float)) * config_.head_dim;
+}
+
+int64_t kv_cache_bytes_per_token(const ModelConfig& c, const std::string& device, KvCacheDtype dtype) {
+  LY_CHECK(device == "cpu" || device == "cuda", ErrorCode::kInvalidArgument,
+           "KV cache size: device must be cpu or cuda, got '{}'", device);
+  const int64_t per_head = device == "cuda" ? kv_bytes_per_token_head(dtype, c.head_dim)
+                                            : int64_t(sizeof(float)) * c.head_dim;
+  return int64_t(c.n_layers) * c.n_kv_heads * 2 * per_head;  // K and V
+}
+
+int64_t kv_tokens_for_memory(double kv_memory_gib, const ModelConfig& c, const std::string& device,
+                             KvCacheDtype dtype) {
+  LY_CHECK(kv_memory_gib >= 0.0, ErrorCode::kInvalidArgument, "--kv-memory must be >= 0 GiB, got {}", kv_memory_gib);
+  return int64_t(kv_memory_gib * double(1ull << 30)) / kv_cache_bytes_per_token(c, device, dtype);
 }
 
 std::unique_ptr<Session> Engine::new_session(int capacity) {

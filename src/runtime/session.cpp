@@ -4,7 +4,8 @@
 
 namespace lychee {
 
-CpuSession::CpuSession(cpu::Model& model, int capacity) : model_(model), kv_(model.config(), capacity) {}
+CpuSession::CpuSession(cpu::Model& model, int capacity, KvCacheDtype kv_dtype)
+    : model_(model), kv_(model.config(), capacity, kv_dtype) {}
 
 void CpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
   if (policy_ != nullptr && kv_.length() == 0) policy_->reset();

@@ -83,7 +83,8 @@ class Session {
 
 class CpuSession final : public Session {
  public:
-  CpuSession(cpu::Model& model, int capacity);
+  // kv_dtype kFp8: the cache holds the values FP8 codes stand for (cpu/kv_cache.h).
+  CpuSession(cpu::Model& model, int capacity, KvCacheDtype kv_dtype = KvCacheDtype::kBf16);
   void feed(std::span<const int32_t> tokens, bool allow_policy = true) override;
   std::span<const float> logits() override { return logits_; }
   int length() const override { return kv_.length(); }

@@ -430,7 +430,8 @@ void HttpServer::Impl::routes() {
         const ModelConfig& c = model.engine->config();
         m["meta"] = {{"n_vocab", model.engine->tokenizer().vocab_size()}, {"n_vocab_model", c.vocab_size},
                      {"n_ctx", model.context}, {"n_ctx_train", c.max_context}, {"n_params", c.n_params()},
-                     {"device", model.engine->device()}};
+                     {"device", model.engine->device()},
+                     {"kv_cache_dtype", kv_cache_dtype_name(model.engine->kv_cache_dtype())}};
       }
       send_json(res, 200, json{{"object", "list"}, {"data", json::array({m})}});
     } catch (const ApiError& e) {

@@ -121,7 +121,7 @@ std::string Metrics::render(const SchedulerGauges& g) const {
   // a router that merges its replicas' metrics (sglang-router's /engine_metrics) refuses to merge
   // it with another replica's {policy=...} family.
   if (kv_reads_.empty()) return out;
-  out += "# HELP lychee_kv_read_bytes_total KV bytes decode steps read (bf16 cache), by policy.\n";
+  out += "# HELP lychee_kv_read_bytes_total KV bytes decode steps read (in the GPU pages' dtype: bf16, or FP8 codes and scales), by policy.\n";
   out += "# TYPE lychee_kv_read_bytes_total counter\n";
   for (const auto& [policy, r] : kv_reads_)
     out += fmt::format("lychee_kv_read_bytes_total{{policy=\"{}\"}} {}\n", policy, r.bytes);

@@ -56,9 +56,9 @@ std::vector<int32_t> tokenize_prompt(const CompletionRequest& req, const Tokeniz
 std::string system_fingerprint(const Engine& engine, const std::string& settings) {
   const ModelConfig& c = engine.config();
   const std::string what = fmt::format(
-      "lychee {}|{}|{}|layers {} d {} heads {}/{} vocab {}|{}|page {}|{}", LYCHEE_VERSION_STRING,
+      "lychee {}|{}|{}|layers {} d {} heads {}/{} vocab {}|{}|page {}|kv {}|{}", LYCHEE_VERSION_STRING,
       engine.checkpoint().path(), c.n_params(), c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.vocab_size,
-      engine.device(), engine.kv_page_tokens(), settings);
+      engine.device(), engine.kv_page_tokens(), kv_cache_dtype_name(engine.kv_cache_dtype()), settings);
   uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char ch : what) {
     h ^= ch;

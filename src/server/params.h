@@ -24,7 +24,7 @@ struct ServerModel {
 
 // OpenAI's system_fingerprint: "fp_" and 16 hex digits of a hash of what sets the numerics of
 // the answers (lychee's version, the model file and its shape, the device and weight format, the
-// KV page size, whether every request is batch-invariant). Two servers that give the same
+// KV page size and dtype (--kv-cache-dtype), whether every request is batch-invariant). Two servers that give the same
 // fingerprint give a seeded request the same tokens.
 std::string system_fingerprint(const Engine& engine, const std::string& settings);
 

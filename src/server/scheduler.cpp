@@ -559,9 +559,10 @@ void Scheduler::retire(Running& r, const std::string& reason, const std::string&
     metrics_->count_request(reason == "stop" || reason == "length" ? "ok" : reason);
     metrics_->add_tokens(int64_t(r.n_prefilled), r.n_generated);
     const KvReadStats& s = r.session->stats();
-    const int head_dim = engine_.config().head_dim;
-    metrics_->add_kv_reads(policy_kind_name(r.request->params().policy.kind), s.kv_bytes(head_dim),
-                           s.dense_kv_bytes(head_dim));
+    // Bytes as the GPU's pages of the engine's KV dtype hold them (bf16, or FP8 codes and scales).
+    const int64_t token_head_bytes = kv_bytes_per_token_head(engine_.kv_cache_dtype(), engine_.config().head_dim);
+    metrics_->add_kv_reads(policy_kind_name(r.request->params().policy.kind), s.kv_bytes_at(token_head_bytes),
+                           s.dense_kv_bytes_at(token_head_bytes));
   }
   r.request->finish(reason, usage, error);
 }

@@ -65,6 +65,23 @@ def test_cpu_weight_formats_equal_the_cli(fmt):
     assert out == e.generate(PROMPT, max_tokens=16).text + "\n"
 
 
+def test_fp8_kv_cache_equals_the_cli():
+    # kv_cache_dtype="fp8" is the CLI's --kv-cache-dtype fp8 (the CPU rounds its f32 cache through
+    # e4m3 per token and KV head); vLLM's aliases "auto" and "fp8_e4m3" name bf16 and fp8.
+    cli = cli_binary()
+    if not cli.exists():
+        pytest.fail(f"the CLI {cli} is missing: build it first (scripts/build.sh)")
+    e = lychee.Engine(device="cpu", kv_cache_dtype="fp8_e4m3", kv_memory=0.01)
+    assert e.kv_cache_dtype == "fp8"
+    assert lychee.Engine(device="cpu", kv_cache_dtype="auto").kv_cache_dtype == "bf16"
+    # The CPU's cache is f32 either way: the same memory holds the same tokens.
+    assert e.kv_tokens == lychee.Engine(device="cpu", kv_memory=0.01).kv_tokens
+    got = e.generate(PROMPT, max_tokens=16).text
+    out = subprocess.run([str(cli), "generate", "--device", "cpu", "--kv-cache-dtype", "fp8", "-p", PROMPT, "-n", "16"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out == got + "\n"
+
+
 def test_policies_at_load_keep_the_selectors_fp8_qkv_as_the_cli():
     # FP8 weights keep the Q/K/V of LycheeDecode's selecting layers unrounded when the engine is
     # told the policy at load, as the CLI's --policy does; the same request then gives the CLI's text.
@@ -298,6 +315,8 @@ def test_bad_arguments(engine):
         lychee.Engine(device="cpu", weights="fp8")
     with pytest.raises(TypeError, match="cpu_weights must be a str"):
         lychee.Engine(device="cpu", cpu_weights=8)
+    with pytest.raises(lychee.InvalidArgumentError, match='kv_cache_dtype must be "bf16", "fp8", .* got "int8"'):
+        lychee.Engine(device="cpu", kv_cache_dtype="int8")
     with pytest.raises(ValueError, match="tensor_parallel"):
         lychee.Engine(device="cpu", tensor_parallel=0)
     with pytest.raises(lychee.InvalidArgumentError, match="tensor parallel over 2 GPUs .* needs the CUDA backend"):

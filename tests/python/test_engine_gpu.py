@@ -52,6 +52,20 @@ def test_gpu_fp8_weights_with_policies_at_load_equal_the_cli():
     assert out == got + "\n"
 
 
+def test_gpu_fp8_kv_cache_doubles_the_tokens_and_equals_the_cli():
+    # kv_cache_dtype="fp8": the GPU's pages hold e4m3 codes and a scale per token and KV head, so the
+    # same kv_memory holds 2 x 64 / (64 + 4) = 1.88x the default model's tokens; the text is the CLI's.
+    bf16 = lychee.Engine(device="cuda", max_context=4096, kv_memory=0.05)
+    fp8 = lychee.Engine(device="cuda", max_context=4096, kv_memory=0.05, kv_cache_dtype="fp8")
+    assert (bf16.kv_cache_dtype, fp8.kv_cache_dtype) == ("bf16", "fp8")
+    assert fp8.kv_tokens / bf16.kv_tokens == pytest.approx(2 * 64 / 68, rel=1e-3)
+    got = fp8.generate(PROMPT, max_tokens=16).text
+    out = subprocess.run([str(cli_binary()), "generate", "--device", "cuda", "--max-context", "4096", "--kv-memory", "0.05",
+                          "--kv-cache-dtype", "fp8", "-p", PROMPT, "-n", "16"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out == got + "\n"
+
+
 def test_gpu_stream_equals_generate(gpu):
     whole = gpu.generate(PROMPT, max_tokens=32, temperature=0.8, seed=3)
     s = gpu.stream(PROMPT, max_tokens=32, temperature=0.8, seed=3)

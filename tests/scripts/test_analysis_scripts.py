@@ -80,6 +80,30 @@ def test_paired_strategies_pools_files_and_refuses_a_seed_read_twice(tmp_path):
     assert p.returncode != 0 and "has no records of 'no such label'" in p.stderr
 
 
+def test_compare_eval_pairs_two_runs_with_intervals(tmp_path):
+    # Two runs of the same samples (the same seeds), something else changed (e.g. the KV cache's dtype).
+    full_a = two_tasks("full", 2048, [1, 1, 0, 1], [1, 0, 0, 0]) + two_tasks("full", 4096, [1, 1], [0, 0])
+    full_b = two_tasks("full", 2048, [1, 0, 0, 1], [1, 0, 1, 0]) + two_tasks("full", 4096, [1, 1], [0, 0])
+    eval_file(tmp_path / "a.json", 0, full_a, {})
+    eval_file(tmp_path / "b.json", 0, full_b, {})
+    p = run("compare_eval.py", tmp_path / "a.json", tmp_path / "b.json", "--names", "bf16", "fp8",
+            "--markdown", tmp_path / "c.md")
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in p.stdout.splitlines()
+            if line.startswith("| full")}
+    # 2048: passkey 3/4 -> 2/4, vt 1/4 -> 2/4: means 50.0 and 50.0, difference 0; one sample down, one up.
+    # Per-sample differences: passkey [0,-1,0,0] (var 1/4 over 4), vt [0,0,1,0] (the same): the
+    # interval's half-width 1.96 * sqrt((1/16 + 1/16) / 4) = 0.346.
+    assert "| 50.0 | 50.0 | +0.0 | [-34.6, +34.6] | 8 | 1 / 1 |" in rows[("full", "2048")]
+    # 4096: nothing changed, a zero-width interval.
+    assert "| 50.0 | 50.0 | +0.0 | [+0.0, +0.0] | 4 | 0 / 0 |" in rows[("full", "4096")]
+    # all lengths: four (length, task) strata, each weighing the same.
+    assert "| 12 | 1 / 1 |" in rows[("full", "all")]
+    assert open(tmp_path / "c.md").read() == p.stdout
+    eval_file(tmp_path / "other.json", 5, two_tasks("full", 2048, [1], [1]), {})
+    p = run("compare_eval.py", tmp_path / "a.json", tmp_path / "other.json", ok=False)
+    assert p.returncode != 0 and "share no" in p.stderr
+
+
 def grid_table(tmp_path):
     eval_file(tmp_path / "base_L2048_s0.json", 0, two_tasks("full", 2048, [1, 1], [1, 1]), {("full", 2048): 1.0})
     # one file per budget (as seeds 1 and 2 of run N10: the table keys rows by policy label anyway)

@@ -36,6 +36,7 @@ def test_health_models_tokenize(server, client, model_id):
     assert status == 200 and body["data"][0]["context_length"] == CONTEXT
     meta = body["data"][0]["meta"]  # llama.cpp's fields: what token-id clients need
     assert meta["n_vocab"] == 49152 and meta["n_ctx"] == CONTEXT and meta["n_ctx_train"] == 8192 and meta["device"] == DEVICE
+    assert meta["kv_cache_dtype"] == "bf16"
     status, _, body = server.request("POST", "/tokenize", {"content": "Hello world"})
     assert status == 200 and len(body["tokens"]) == 2
     status, _, back = server.request("POST", "/detokenize", {"tokens": body["tokens"]})
@@ -461,6 +462,39 @@ def test_full_kv_pool_under_load_queues_instead_of_failing():
         assert after.get('lychee_requests_total{outcome="error"}', 0) == 0
     finally:
         assert s.stop() == 0, s.output()
+
+
+def test_fp8_kv_cache_is_shown_fingerprinted_and_counted():
+    """--kv-cache-dtype fp8 (process-wide): /v1/models says so, the system_fingerprint differs
+    from a bf16-KV server's, and the same --kv-memory admits ~2x the tokens where the backend's
+    pool holds FP8 pages (the GPU: head_dim + 4 bytes per token and KV head against 2 x head_dim,
+    1.88x at the default model's head_dim 64); the CPU's per-sequence f32 caches hold the same
+    tokens either way."""
+    def one(*args):
+        s = Server("-c", str(CONTEXT), "--max-running", "4", "--kv-memory", "0.02", *args, api_key=None)
+        try:
+            _, _, models = s.request("GET", "/v1/models")
+            _, _, b = s.request("POST", "/v1/completions", {"prompt": "The capital of France is", "max_tokens": 4,
+                                                            "temperature": 0.5, "seed": 7})
+            return models["data"][0]["meta"]["kv_cache_dtype"], b["system_fingerprint"], s.metrics()
+        finally:
+            assert s.stop() == 0, s.output()
+
+    dtype_bf16, fp_bf16, m_bf16 = one()
+    dtype_fp8, fp_fp8, m_fp8 = one("--kv-cache-dtype", "fp8")
+    assert (dtype_bf16, dtype_fp8) == ("bf16", "fp8")
+    assert fp_bf16.startswith("fp_") and fp_fp8.startswith("fp_") and fp_fp8 != fp_bf16
+    tokens = lambda m: m["lychee_kv_pages_total"] * m["lychee_kv_page_tokens"]
+    if DEVICE == "cpu":
+        assert tokens(m_fp8) == tokens(m_bf16)
+    else:
+        assert tokens(m_fp8) >= 1.8 * tokens(m_bf16), (m_bf16, m_fp8)
+
+
+def test_bad_kv_cache_dtype_names_the_option():
+    s = Server("--kv-cache-dtype", "fp16", api_key=None, wait=False)
+    assert s.proc.wait(timeout=60) != 0
+    assert "--kv-cache-dtype" in s.output()
 
 
 def test_signal_while_loading_or_draining_exits():
