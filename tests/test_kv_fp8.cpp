@@ -171,8 +171,10 @@ TEST(KvFp8, EveryPolicyRunsAndEqualsFullWhenItReadsEverything) {
 // `lychee perplexity --kv-cache-dtype fp8 --base-kv-cache-dtype bf16` runs it.
 TEST(KvFp8, DefaultModelPerplexityWithinOnePercent) {
   LY_REQUIRE_DEFAULT_MODEL(path);
-  Engine ref(EngineOptions{path, "cpu"});
-  EngineOptions o{path, "cpu"};
+  EngineOptions ro{path, "cpu"};
+  ro.cpu_weights = WeightFormat::kF32;  // the reference weights (the default is native)
+  Engine ref(ro);
+  EngineOptions o = ro;
   o.kv_cache_dtype = KvCacheDtype::kFp8;
   Engine fp8(o);
   EXPECT_EQ(fp8.kv_cache_dtype(), KvCacheDtype::kFp8);

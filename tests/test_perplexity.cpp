@@ -72,7 +72,7 @@ TEST(Perplexity, CliComparesWeightFormatsAndWritesJson) {
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.output.find("less than one window of --ctx 4096"), std::string::npos) << bad.output;
   // The KV cache's dtype against the reference's (docs/results/kv8_cpu): same weights, FP8 KV.
-  const test::RunResult kv = test::run_cli("perplexity --device cpu --ctx 16 --windows 1 --kv-cache-dtype fp8_e4m3 "
+  const test::RunResult kv = test::run_cli("perplexity --device cpu --ctx 16 --windows 1 --cpu-weights f32 --kv-cache-dtype fp8_e4m3 "
                                            "--base-kv-cache-dtype auto -f " + text + " --json " + dir + "/kv.json");
   ASSERT_EQ(kv.status, 0) << kv.output;
   const nlohmann::json k = test::read_json(dir + "/kv.json");
