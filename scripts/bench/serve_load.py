@@ -119,8 +119,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def http_get(port, path, timeout=10.0):
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+def http_get(port, path, timeout=10.0, host=HOST):
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         conn.request("GET", path)
         r = conn.getresponse()
@@ -702,13 +702,7 @@ def split_url(url):
 
 def url_get(url, path, timeout=10.0):
     host, port = split_url(url)
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        r = conn.getresponse()
-        return r.status, r.read().decode("utf-8", "replace")
-    finally:
-        conn.close()
+    return http_get(port, path, timeout, host=host)
 
 
 def prefix_counters(urls):
