@@ -21,6 +21,7 @@ namespace {
 
 using test::RunResult;
 using test::run_cli;
+using test::run_shell;
 
 // Text besides whitespace: what a generation printed.
 bool has_text(const std::string& s) { return s.find_first_not_of(" \t\r\n") != std::string::npos; }
@@ -173,18 +174,6 @@ std::string line_with(const std::string& text, const std::string& needle) {
 }
 
 // A shell command line run as is (environment assignments, cd): exit status and stdout + stderr.
-RunResult run_shell(const std::string& cmd) {
-  RunResult r;
-  FILE* p = popen(("(" + cmd + ") 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
-
 const std::string kTiny = " -m " + test::golden_dir() + "/models/llama_tied_f32 ";
 
 // Whether a help line shows `value` as its default: CLI11 2.1 (Debian 12) writes "=VALUE", later

@@ -123,10 +123,10 @@ struct RunResult {
   int status = -1;
   std::string output;
 };
-inline RunResult run_cli(const std::string& args) {
+// A shell command line, stdout and stderr together (a subshell, so its own redirections hold).
+inline RunResult run_shell(const std::string& cmd) {
   RunResult r;
-  const std::string cmd = std::string(LYCHEE_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
+  FILE* p = popen(("(" + cmd + ") 2>&1").c_str(), "r");
   if (p == nullptr) return r;
   char buf[4096];
   size_t n;
@@ -135,6 +135,8 @@ inline RunResult run_cli(const std::string& args) {
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return r;
 }
+
+inline RunResult run_cli(const std::string& args) { return run_shell(std::string(LYCHEE_CLI_PATH) + " " + args); }
 
 // Why a and b cannot be compared element by element: sizes differ, or an element of either is
 // NaN or infinite. "" when they can.
