@@ -19,7 +19,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -533,16 +532,6 @@ TEST(CudaKvFp8Runner, PrefixCopyContinuesLikeAWholePromptPrefill) {
   }
 }
 
-// The CPU reference with the FP8 rounding in its cache, where this build's CpuSession has it
-// (the host side of issue 38 adds the KvCacheDtype argument); null otherwise.
-template <typename S = CpuSession>
-std::unique_ptr<Session> fp8_cpu_session(cpu::Model& m, int capacity) {
-  if constexpr (std::is_constructible_v<S, cpu::Model&, int, KvCacheDtype>)
-    return std::make_unique<S>(m, capacity, KvCacheDtype::kFp8);
-  else
-    return nullptr;
-}
-
 std::vector<std::vector<float>> trace(Session& s, AttentionPolicy* policy, const std::vector<int32_t>& ids, int prefill) {
   std::vector<std::vector<float>> out;
   s.set_policy(policy);
@@ -568,7 +557,6 @@ TEST(CudaKvFp8Runner, PoliciesMatchTheCpuReferenceWithTheSameRounding) {
   const Checkpoint ck = Checkpoint::open(path);
   const ModelConfig& c = ck.config();
   cpu::Model cpu_model(c, HostWeights::load(ck));
-  if (!fp8_cpu_session(cpu_model, 16)) GTEST_SKIP() << "this build's CPU reference has no FP8 KV rounding (CpuSession)";
   cuda::RunnerOptions o = fp8_options(0.5, 64);
   o.max_context = 4096;
   o.max_batch = 2;
@@ -591,7 +579,7 @@ TEST(CudaKvFp8Runner, PoliciesMatchTheCpuReferenceWithTheSameRounding) {
   policies.push_back(p);
   for (const PolicyOptions& po : policies) {
     auto cpu_policy = make_policy(po, c), gpu_policy = make_policy(po, c);
-    auto cpu = fp8_cpu_session(cpu_model, 2048);
+    auto cpu = std::make_unique<CpuSession>(cpu_model, 2048, KvCacheDtype::kFp8);  // the CPU reference, FP8-rounded cache
     GpuSession gpu(runner, 2048);
     const auto want = trace(*cpu, cpu_policy.get(), ids, 1392);
     const auto got = trace(gpu, gpu_policy.get(), ids, 1392);
