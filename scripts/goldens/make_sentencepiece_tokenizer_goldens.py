@@ -114,6 +114,16 @@ def special_added_tokens(pieces):
     return [AddedToken(p, special=True, normalized=False) for p, _, t in pieces if t in (2, 3)]
 
 
+def with_spm_bpe_decoding(tok, vocab, pieces):
+    """The decoder, special tokens and BOS post-processor both SentencePiece-BPE shapes share."""
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(content=" ", left=1)])
+    tok.add_special_tokens(special_added_tokens(pieces))
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B:1", special_tokens=[(BOS, vocab[BOS])])
+    return tok
+
+
 def llama2_tokenizer(pieces):
     vocab, merges = bpe_from_spm(pieces)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=UNK, fuse_unk=True,
@@ -121,12 +131,7 @@ def llama2_tokenizer(pieces):
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
                                            normalizers.Replace(" ", "▁")])
     tok.pre_tokenizer = None
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
-                                     decoders.Fuse(), decoders.Strip(content=" ", left=1)])
-    tok.add_special_tokens(special_added_tokens(pieces))
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B:1", special_tokens=[(BOS, vocab[BOS])])
-    return tok
+    return with_spm_bpe_decoding(tok, vocab, pieces)
 
 
 def mistral_tokenizer(pieces):
@@ -135,12 +140,7 @@ def mistral_tokenizer(pieces):
                                byte_fallback=True))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first",
                                                  split=False)
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
-                                     decoders.Fuse(), decoders.Strip(content=" ", left=1)])
-    tok.add_special_tokens(special_added_tokens(pieces))
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B:1", special_tokens=[(BOS, vocab[BOS])])
-    return tok
+    return with_spm_bpe_decoding(tok, vocab, pieces)
 
 
 def unigram_tokenizer(pieces):
