@@ -13,7 +13,8 @@
 #                                            carry .whl: scripts/gpu/make_deps.sh puts the client in .whl/server);
 #                                            a missing binary or model fails; the status is the worst of its parts
 #   scripts/gpu/run_all.sh bench-serve       lychee serve under load (scripts/bench/serve_load.py): sweeps, soak,
-#                                            a 100K prompt during 64 streams (SERVE_PARTS picks parts)
+#                                            a 100K prompt during 64 streams (SERVE_PARTS picks parts;
+#                                            kv8: bf16 against FP8 KV, 64 clients x 32K, 8B shape)
 #   scripts/gpu/run_all.sh bench-replicas    issue 41: 1 and 4 `lychee serve` replicas (one per GPU; kind
 #                                            nvidia-h100-x4) behind sglang-router (scripts/serve_replicas.py), multi-turn
 #                                            chat sessions (serve_load.py --sessions), cache_aware vs round_robin;
@@ -60,7 +61,8 @@
 #                                            bf16 and FP8 weights); kv8_summary.md with the targets
 #   scripts/gpu/run_all.sh kv8-accuracy     issue 38: FP8 KV against bf16 KV on the default model: perplexity/KL
 #                                            per policy and the eval (8 tasks, 2K-8K, paired with intervals);
-#                                            KV8_PARTS, KV8_LENGTHS, KV8_SAMPLES, KV8_SEEDS; resumes across calls
+#                                            KV8_PARTS, KV8_LENGTHS, KV8_SAMPLES, KV8_SEEDS, KV8_POLICIES,
+#                                            KV8_EVAL_SECONDS, KV8_WINDOWS, KV8_PPL_POLICIES; resumes across calls
 #   scripts/gpu/run_all.sh tp-env | tp-diag  the NCCL setting multi-GPU runs take here (probed), the TP tests one by one
 #   scripts/gpu/run_all.sh bench-tp         tensor parallelism (issue 18; needs 2 GPUs: kind nvidia-h200-x2): the
 #                                            all-reduce alone, then bench_e2e at 1 and 2 GPUs (TP_CONTEXTS,
