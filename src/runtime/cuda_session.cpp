@@ -11,7 +11,26 @@ GpuSession::GpuSession(cuda::GpuRunner& runner, int capacity)
   LY_CHECK(capacity_ > 0, ErrorCode::kInvalidArgument, "session capacity must be positive");
 }
 
-GpuSession::~GpuSession() { runner_.release(seq_); }
+GpuSession::~GpuSession() {
+  runner_.cancel_before_next_forward(this);
+  runner_.release(seq_);
+}
+
+void GpuSession::keep_logits(bool keep) {
+  keep_logits_ = keep;
+  if (!keep) runner_.cancel_before_next_forward(this);
+  else if (!logits_valid_ && runner_.forwards() == forward_ && forward_ != 0) own_logits();
+}
+
+void GpuSession::own_logits() {
+  if (!keep_logits_) return;
+  runner_.call_before_next_forward(this, [this] {
+    if (!logits_valid_ && runner_.forwards() == forward_) {
+      runner_.copy_logits(row_, logits_);
+      logits_valid_ = true;
+    }
+  });
+}
 
 void GpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
   commit_pending();
@@ -29,6 +48,7 @@ void GpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
   runner_.prefill(seq_, tokens);
   forward_ = runner_.forwards();
   row_ = 0;
+  own_logits();
   if (!allow_policy && before > 0 && policy_ != nullptr)  // cache correction: a dense re-prefill
     stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(seq_.length);
 }
@@ -51,6 +71,7 @@ void GpuSession::decode_step(std::span<const int32_t> tokens, bool allow_policy)
     forward_ = runner_.forwards();
     row_ = 0;
     logits_valid_ = false;
+    own_logits();
     return;
   }
   // Counted on the device in row 0: the copy and reset are queued right behind this step,
@@ -63,6 +84,7 @@ void GpuSession::stepped(int row, const cuda::Ticket& reads) {
   forward_ = runner_.forwards();
   row_ = row;
   logits_valid_ = false;
+  own_logits();
   PendingStep p;
   p.active = true;
   p.row = row;

@@ -3,7 +3,8 @@
 // DecodeSpec and counts what decode steps read on the device. Sessions may share one runner (the
 // server steps many in turn): a session re-sets its policy when another set theirs since, queues
 // the copy of its read counts after each step (read later, without waiting), and refuses to read
-// logits another session's step replaced. sample_and_feed queues the sampled token's decode step
+// logits another session's step replaced, unless it keeps them (keep_logits: copied to the host
+// before that step). sample_and_feed queues the sampled token's decode step
 // before the token reaches the host (generate's pipelined loop).
 // Compiled only with CUDA.
 #pragma once
@@ -21,6 +22,7 @@ class GpuSession final : public Session {
   ~GpuSession() override;
   void feed(std::span<const int32_t> tokens, bool allow_policy = true) override;
   std::span<const float> logits() override;
+  void keep_logits(bool keep) override;
   int32_t sample(Sampler& sampler) override;
   int32_t sample_and_feed(Sampler& sampler, bool feed_next, bool allow_policy = true) override;
   bool runs_ahead() const override { return true; }
@@ -44,6 +46,9 @@ class GpuSession final : public Session {
   int capacity_;
   AttentionPolicy* policy_ = nullptr;
   void check_last_forward() const;
+  // This session's logits are the runner's rows now: with keep_logits_, copied to the host before
+  // the next forward pass (GpuRunner::call_before_next_forward).
+  void own_logits();
   void decode_step(std::span<const int32_t> tokens, bool allow_policy);  // empty tokens: fed on the device
   // The runner's policy set to this session's (if another session's is in force).
   void use_policy();
@@ -68,6 +73,7 @@ class GpuSession final : public Session {
   int row_ = 0;            // this session's logits row in that forward pass
   std::vector<float> logits_;
   bool logits_valid_ = false;
+  bool keep_logits_ = false;
 };
 
 }  // namespace lychee

@@ -25,6 +25,13 @@ class Session {
   // The logits of the last fed token, [vocab] f32 on the host, valid until the next feed (GPU
   // sessions copy them from the device).
   virtual std::span<const float> logits() = 0;
+  // Whether logits() stays readable after other sessions of the same engine step (a reference and
+  // a test session fed in turn: compare_perplexity). The CPU keeps every session's logits anyway.
+  // A GPU session shares its runner's logits rows, which the next forward pass overwrites: kept,
+  // it copies its row to the host right before another session's pass (a synchronous copy of
+  // vocab floats, hence off by default: the server samples before it steps another session). It
+  // does not extend to sample(), which reads the device rows.
+  virtual void keep_logits(bool keep) { (void)keep; }
   // The next token from the last logits with the sampler's parameters (GPU sessions sample on
   // the device).
   virtual int32_t sample(Sampler& sampler) { return sampler.sample(logits()); }

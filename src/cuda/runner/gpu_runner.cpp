@@ -425,6 +425,7 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
   Impl& im = *impl_;
   Shard& lead = im.lead();
   LY_CHECK(!tokens.empty(), ErrorCode::kInvalidArgument, "prefill needs at least one token");
+  im.before_forward();
   for (size_t start = 0; start < tokens.size(); start += size_t(im.o.max_prefill_tokens)) {
     const int n = int(std::min(tokens.size() - start, size_t(im.o.max_prefill_tokens)));
     for (int t = 0; t < n; ++t) {
@@ -463,6 +464,7 @@ void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> t
 
 void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy,
                              bool use_graphs, bool invariant) {
+  before_forward();  // before the logits rows are overwritten
   Shard& lead_shard = lead();
   const int batch = int(seqs.size());
   LY_CHECK(batch >= 1 && batch <= o.max_batch, ErrorCode::kInvalidArgument,
@@ -707,6 +709,16 @@ uint64_t GpuRunner::host_stalls() const {
 }
 int GpuRunner::policy_epoch() const { return impl_->shards[0]->policy_epoch; }
 uint64_t GpuRunner::forwards() const { return impl_->n_forwards; }
+
+void GpuRunner::call_before_next_forward(const void* owner, std::function<void()> f) {
+  cancel_before_next_forward(owner);
+  impl_->before_next.emplace_back(owner, std::move(f));
+}
+
+void GpuRunner::cancel_before_next_forward(const void* owner) {
+  auto& v = impl_->before_next;
+  v.erase(std::remove_if(v.begin(), v.end(), [owner](const auto& e) { return e.first == owner; }), v.end());
+}
 
 void GpuRunner::set_policy(const DecodeSpec& spec) {
   Impl& im = *impl_;

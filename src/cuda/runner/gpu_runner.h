@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -208,6 +209,13 @@ class GpuRunner {
   // Forward passes run so far (prefill chunks and decode steps): the logits rows belong to the
   // last one.
   uint64_t forwards() const;
+  // A caller that reads a logits row after later forward passes (a session sharing the runner,
+  // GpuSession::keep_logits) registers f to run once, right before the next forward pass begins
+  // (prefill or decode), while the rows still hold the last pass's logits. One function per owner:
+  // a second registration replaces the first; cancel_before_next_forward drops it (an owner going
+  // away).
+  void call_before_next_forward(const void* owner, std::function<void()> f);
+  void cancel_before_next_forward(const void* owner);
   // Tokens the policy's decode steps read per batch row since the last call (per layer and KV
   // head, the union over its query heads, as KvReadStats counts them); zeroes the counters.
   // Synchronises.

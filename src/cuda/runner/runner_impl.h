@@ -4,6 +4,7 @@
 // parallelism) driven by one host thread.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -270,6 +271,15 @@ struct GpuRunner::Impl {
   uint64_t gather_calls = 0, gather_bytes = 0; // split LM head's all-gathers, the same way
   int vocab_part = 0;                          // split LM head: V' = ceil(V / N) rows per rank
   uint64_t n_forwards = 0;                     // forward passes run (GpuRunner::forwards)
+  // GpuRunner::call_before_next_forward's functions, by owner; run (and cleared) by
+  // before_forward() at the start of prefill and decode.
+  std::vector<std::pair<const void*, std::function<void()>>> before_next;
+  void before_forward() {
+    if (before_next.empty()) return;
+    auto calls = std::move(before_next);
+    before_next.clear();
+    for (auto& [owner, f] : calls) f();
+  }
   // What every rank's device block table holds (the same on each): per batch row, the sequence
   // (GpuSeq::table_id) and how many of its pages were sent.
   std::vector<uint64_t> row_table_id;
