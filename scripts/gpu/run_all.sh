@@ -237,8 +237,10 @@ case "${1:-}" in
     tail -4 "$out/tests.log"
     exit $rc ;;
   memcheck)
+    # MEMCHECK_FILTER replaces the default set (e.g. only the FP8 KV decode tests:
+    # 'Grid/CudaKvFp8Decode.*:CudaKvFp8Decode.*:CudaKvFp8Hybrid.*').
     LYCHEE_REQUIRE_GPU=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/bin/lychee_tests" \
-      --gtest_filter='CudaOps*:Grid/DecodeAttentionKernel*d128*:PagedCausal/PrefillAttentionTest.*G4_D128_P64:CudaRunner.BatchedDecode*:HybridSelect*:HybridKernel*' \
+      --gtest_filter="${MEMCHECK_FILTER:-CudaOps*:Grid/DecodeAttentionKernel*d128*:PagedCausal/PrefillAttentionTest.*G4_D128_P64:CudaRunner.BatchedDecode*:HybridSelect*:HybridKernel*:Grid/CudaKvFp8Decode.*page64*:CudaKvFp8Hybrid.*}" \
       > "$out/memcheck.log" 2>&1
     rc=$?
     grep -m8 -E "Invalid|ERROR SUMMARY|PASSED|FAILED" "$out/memcheck.log"
