@@ -427,7 +427,7 @@ case "${1:-}" in
             $bench --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 64 --max-context 34816 --kv-memory ${SERVE_KV8_MEMORY:-68} --kv-cache-dtype $kv" \
               --policy full --prompt-tokens 32768 --shared-prefix "${SERVE_KV8_SHARED:-28672}" \
               --output-tokens "${SERVE_KV8_OUTPUT:-256}" --concurrency "${SERVE_KV8_CONCURRENCY:-64}" --requests-per-level c \
-              --vocab 128256 --label "llama3-8b-random-$kv-kv" --json "$out/serve_kv8_$kv.json" 2>&1 | tee "$out/serve_kv8_$kv.log" \
+              --label "llama3-8b-random-$kv-kv" --json "$out/serve_kv8_$kv.json" 2>&1 | tee "$out/serve_kv8_$kv.log" \
               || rc=$(failed $? "serve kv8 $kv")
           done
           python3 scripts/bench/serve_kv8_table.py "$out/serve_kv8_bf16.json" "$out/serve_kv8_fp8.json" \
