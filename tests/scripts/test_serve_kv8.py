@@ -48,6 +48,8 @@ def test_table_gives_the_ratios_against_the_targets(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "| 64 | fp8 | 64 | 32 / 31.5 |" in p.stdout
     assert "64 clients: decoding at once 2.00x (target >= 2x), output tok/s 1.90x" in p.stdout
+    # decode tok/s = mean at once / TPOT p50: 15.5 / 20 ms = 775 and 31.5 / 20 ms = 1575 (2.03x)
+    assert "| 775 |" in p.stdout and "| 1575 |" in p.stdout and "decode tok/s 2.03x" in p.stdout
     json.dump([{"levels": []}], open(tmp_path / "empty.json", "w"))
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts/bench/serve_kv8_table.py"), tmp_path / "empty.json",
                           tmp_path / "fp8.json"], capture_output=True, text=True)
