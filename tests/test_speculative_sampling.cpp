@@ -128,13 +128,13 @@ TEST(SpeculativeSampling, GenerationsDrawFullsJointDistribution) {
     seq.pop_back();
   }
   expected.push_back(0.0);  // anything Full cannot produce
-  // Speculative generations under a sparse draft that reads 4 of ~42 tokens in layer 1.
+  // Speculative generations under a sparse draft that reads 16 of ~42 tokens in layer 1.
   PolicySettings ps;
   ps.policy = "lychee";
-  ps.budget = 4;
+  ps.budget = 16;
   ps.block_size = 1;
-  ps.sink = 1;
-  ps.recent = 1;
+  ps.sink = 2;
+  ps.recent = 2;
   PolicyOptions po = ps.options(c);
   po.roles = head_roles_from_layers(c, {0});  // layer 1 sparse (the stand-in would make it retrieval)
   const auto draft = make_policy(po, c);
