@@ -178,8 +178,7 @@ void PolicyArgs::add(CLI::App& cmd, bool policy_option) {
 
 void PolicyArgs::add_speculate(CLI::App& cmd) {
   cmd.add_option("--speculate", speculate,
-                 "Self-speculative decoding, the policy drafting and Full verifying: N drafted tokens per cycle, "
-                 "auto (chosen from the acceptance and step times, plain decoding where it loses) or off")
+                 "The policy drafts N tokens, Full verifies (Full's output); auto: N from the acceptance, plain where it loses")
       ->check([](const std::string& v) {
         try {
           parse_speculate(v);
