@@ -57,6 +57,10 @@ struct SamplingArgs {
 // PolicySettings (runtime/policy_settings.h, which maps them to PolicyOptions).
 struct PolicyArgs : PolicySettings {
   void add(CLI::App& cmd, bool policy_option = true);
+  // --speculate (generate, chat): the commands that decode through generate().
+  void add_speculate(CLI::App& cmd);
+  // The generation options' policy part: correct_every and speculate.
+  void apply(GenerateOptions& o) const;
 };
 
 // Option checks whose errors read as a person writes numbers, e.g. "--budget: must be a
@@ -93,6 +97,8 @@ std::string command_line(const std::string& name, const CLI::App& cmd);
 
 // Prints what decode steps read from the KV cache to stderr, in bytes of the GPU's pages of `dtype`.
 void print_kv_stats(const KvReadStats& stats, const ModelConfig& c, KvCacheDtype dtype);
+// Speculative decoding's counts (--stats), when it ran.
+void print_speculation_stats(const GenerateResult& r);
 
 // Streams generated tokens to stdout as UTF-8 text.
 TokenCallback print_tokens(const Tokenizer& tokenizer);

@@ -176,6 +176,35 @@ void PolicyArgs::add(CLI::App& cmd, bool policy_option) {
       ->check(non_negative_int())->group(kGroupPolicy);
 }
 
+void PolicyArgs::add_speculate(CLI::App& cmd) {
+  cmd.add_option("--speculate", speculate,
+                 "The policy drafts N tokens, Full verifies (Full's output); auto: N from the acceptance, plain where it loses")
+      ->check([](const std::string& v) {
+        try {
+          parse_speculate(v);
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      }, "off|N|auto")
+      ->group(kGroupPolicy);
+}
+
+void PolicyArgs::apply(GenerateOptions& o) const {
+  o.correct_every = correct_every;
+  o.speculate = parse_speculate(speculate);
+}
+
+void print_speculation_stats(const GenerateResult& r) {
+  const SpeculateStats& s = r.speculation;
+  if (s.cycles == 0 && s.plain_steps == 0) return;
+  std::fprintf(stderr, "[speculative: %llu cycles, %llu drafted, %llu accepted (acceptance %.1f%%), %llu plain steps; "
+               "draft %.3f s, verify %.3f s, plain %.3f s]\n",
+               (unsigned long long)s.cycles, (unsigned long long)s.drafted, (unsigned long long)s.accepted,
+               100.0 * s.acceptance(), (unsigned long long)s.plain_steps, s.draft_seconds, s.verify_seconds,
+               s.plain_seconds);
+}
+
 void print_kv_stats(const KvReadStats& s, const ModelConfig& c, KvCacheDtype dtype) {
   if (s.decode_steps == 0) return;
   const int64_t token_head_bytes = kv_bytes_per_token_head(dtype, c.head_dim);  // the GPU's pages

@@ -23,7 +23,7 @@ struct ChatArgs {
 // Runs one assistant turn: renders the whole conversation, feeds what the session has not seen
 // yet, streams the reply and appends it to the history.
 void assistant_turn(Engine& engine, Session& session, std::vector<ChatMessage>& history,
-                    std::vector<int32_t>& fed, const GenerateOptions& options) {
+                    std::vector<int32_t>& fed, const GenerateOptions& options, bool stats) {
   const Tokenizer& tok = engine.tokenizer();
   const std::vector<int32_t> ids = encode_chat(tok, history);
   // Reuse the cached prefix the new rendering shares with what was fed before.
@@ -34,6 +34,7 @@ void assistant_turn(Engine& engine, Session& session, std::vector<ChatMessage>& 
   std::vector<int32_t> todo(ids.begin() + long(common), ids.end());
   GenerateResult r = generate(session, todo, options, print_tokens(tok));
   std::printf("\n");
+  if (stats) print_speculation_stats(r);
   std::vector<int32_t> reply = r.tokens;
   if (r.finish_reason == "stop" && !reply.empty()) reply.pop_back();
   history.push_back({"assistant", tok.decode(reply, true)});
@@ -45,7 +46,7 @@ void assistant_turn(Engine& engine, Session& session, std::vector<ChatMessage>& 
 void run_chat(const ChatArgs& a) {
   Engine engine(a.model.engine_options(&a.policy));
   GenerateOptions options = a.sampling.generate_options(engine);
-  options.correct_every = a.policy.correct_every;
+  a.policy.apply(options);
   const int ctx = a.model.max_context;
   std::unique_ptr<Session> session = engine.new_session(ctx > 0 ? ctx : std::min(engine.config().max_context, 8192));
   // The seed is printed so that a sampled conversation can be repeated with -s.
@@ -58,7 +59,7 @@ void run_chat(const ChatArgs& a) {
   std::vector<int32_t> fed;
   if (!a.prompt.empty()) {
     history.push_back({"user", a.prompt});
-    assistant_turn(engine, *session, history, fed, options);
+    assistant_turn(engine, *session, history, fed, options, a.stats);
     return;
   }
   std::fprintf(stderr, "lychee chat: type a message, an empty line or Ctrl-D to quit\n");
@@ -67,7 +68,7 @@ void run_chat(const ChatArgs& a) {
     std::fprintf(stderr, "> ");
     if (!std::getline(std::cin, line) || line.empty()) break;
     history.push_back({"user", line});
-    assistant_turn(engine, *session, history, fed, options);
+    assistant_turn(engine, *session, history, fed, options, a.stats);
   }
 }
 
@@ -78,11 +79,12 @@ void register_chat(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("chat", "Chat with the model (one turn with -p, else interactive)");
   cmd->add_option("-p,--prompt", args->prompt, "One user message; answer it and exit")->group(kGroupInput);
   cmd->add_option("--system", args->system, "System message")->group(kGroupInput);
-  cmd->add_flag("--stats", args->stats, "Print the seed to stderr")->group(kGroupInput);
+  cmd->add_flag("--stats", args->stats, "Print the seed (and speculative decoding's counts) to stderr")->group(kGroupInput);
   args->model.add(*cmd, "KV cache capacity in tokens (0 = min(model's context, 8192))");
   add_deprecated_alias(*cmd, "--ctx", args->model.max_context, "-c/--ctx-size")->check(positive_int());
   args->sampling.add(*cmd);
   args->policy.add(*cmd);
+  args->policy.add_speculate(*cmd);
   cmd->callback([args] { run_chat(*args); });
 }
 

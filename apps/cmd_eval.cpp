@@ -68,6 +68,7 @@ void run(const EvalArgs& a) {
   cfg.seed = a.seed;
   cfg.synthetic_haystack = a.haystack == "synthetic";
   cfg.correct_every = a.policy.correct_every;
+  cfg.speculate = parse_speculate(a.policy.speculate);
   cfg.coverage = a.coverage;
   cfg.policies = expand_policies(a, engine.config());
   const auto records = run_eval(engine, cfg, [](const std::string& line) {
@@ -110,6 +111,7 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--markdown", args->markdown_path, "Write the tables as Markdown")->group(g);
   args->model.add(*cmd);
   args->policy.add(*cmd, /*policy_option=*/false);
+  args->policy.add_speculate(*cmd);
   cmd->callback([args, cmd] {
     args->command = command_line("eval", *cmd);
     run(*args);

@@ -47,7 +47,7 @@ void run_generate(const GenerateArgs& a) {
     ids = tok.encode(text, tok.add_bos_default(), true);
   }
   GenerateOptions options = a.sampling.generate_options(engine);
-  options.correct_every = a.policy.correct_every;
+  a.policy.apply(options);
   // Before any prefill: a prompt the context cannot hold fails at once, naming both lengths.
   const int ctx = a.model.max_context;
   check_prompt_fits(int64_t(ids.size()), ctx > 0 ? ctx : engine.config().max_context);
@@ -61,6 +61,7 @@ void run_generate(const GenerateArgs& a) {
   if (a.stats) {
     print_stats(r, options.sampling.seed);
     print_kv_stats(session->stats(), engine.config(), engine.kv_cache_dtype());
+    print_speculation_stats(r);
   }
 }
 
@@ -79,6 +80,7 @@ void register_generate(CLI::App& app) {
   add_deprecated_alias(*cmd, "--ctx", args->model.max_context, "-c/--ctx-size")->check(positive_int());
   args->sampling.add(*cmd);
   args->policy.add(*cmd);
+  args->policy.add_speculate(*cmd);
   cmd->callback([args] { run_generate(*args); });
 }
 

@@ -70,6 +70,11 @@ class SamplingParams:
         (Completion.logprobs, and the OpenAI form's logprobs).
     correct_every: cache correction, a dense re-prefill of the last N decoded tokens every N
         tokens (0 = off; docs/policies.md).
+    speculate: self-speculative decoding with `policy` as the draft and Full verifying
+        (docs/speculative.md): 0 = off, N = drafted tokens per cycle (1..16), "auto" = chosen from
+        the acceptance and step times. The tokens are Full's (greedy) or Full's distribution
+        (sampling); Completion.drafted / accepted count the drafts. One prompt at a time, without
+        logprobs.
 
     Frozen: replace(**changes) gives a changed copy. Types and ranges are checked here; the engine
     checks temperature and top_p ranges and the policy's options against the model.
@@ -85,6 +90,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: Optional[int] = None
     correct_every: int = 0
+    speculate: Union[int, str] = 0
 
     def __post_init__(self) -> None:
         _check_int("max_tokens", self.max_tokens, 0)
@@ -103,6 +109,11 @@ class SamplingParams:
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, 0)
         _check_int("correct_every", self.correct_every, 0)
+        if isinstance(self.speculate, str):
+            if self.speculate != "auto":
+                raise ValueError(f"SamplingParams.speculate must be a count 0..16 or \"auto\", got {self.speculate!r}")
+        else:
+            _check_int("speculate", self.speculate, 0, 16)
 
     def replace(self, **changes: Any) -> "SamplingParams":
         """A copy with the given fields changed (checked as the constructor checks them)."""
@@ -120,6 +131,7 @@ class SamplingParams:
         r.stop = _check_stops(self.stop)
         r.ignore_eos = self.ignore_eos
         r.correct_every = int(self.correct_every)
+        r.speculate = self.speculate if isinstance(self.speculate, str) else str(int(self.speculate))
         r.logprobs = int(self.logprobs) if self.logprobs is not None else -1
         r.chat = chat
         r.policy, r.roles = _policy.resolve(self.policy)

@@ -68,6 +68,7 @@ struct Request {
   std::vector<std::string> stop;   // stop strings (cut from the text)
   bool ignore_eos = false;         // keep generating past the model's stop tokens
   int correct_every = 0;
+  std::string speculate = "off";   // self-speculative decoding: "off", N drafted tokens, "auto"
   int logprobs = -1;               // -1: off; n >= 0: each token's log-probability and the n likeliest
   bool chat = false;               // a chat reply (its OpenAI form is a chat.completion)
   PolicySettings policy;
@@ -89,6 +90,7 @@ struct Completion {
   uint64_t kv_bytes_read = 0;       // K and V bytes decode steps read (the GPU pages' dtype, as the CLI's --stats)
   uint64_t kv_bytes_dense = 0;      // what full attention would have read
   uint64_t decode_steps = 0;
+  uint64_t drafted = 0, accepted = 0;  // speculative decoding: drafts proposed and accepted
   bool with_logprobs = false;
   std::vector<server::TokenLogprob> logprobs;  // one per token when asked for
 
@@ -182,6 +184,7 @@ class PyEngine {
     options.sampling = r.sampling;
     if (!r.ignore_eos) options.stop_ids = tok.stop_ids();
     options.correct_every = r.correct_every;
+    options.speculate = parse_speculate(r.speculate, "speculate");
     std::unique_ptr<AttentionPolicy> policy = make_policy(po, c);
     std::unique_ptr<Session> session = engine_.new_session(capacity(r));
     session->set_policy(policy.get());
@@ -212,6 +215,8 @@ class PyEngine {
     out.tpot = out.tokens.size() > 1 ? (t_last - t_first) / double(out.tokens.size() - 1) : 0.0;
     out.prefill_seconds = g.prefill_seconds;
     out.decode_seconds = g.decode_seconds;
+    out.drafted = g.speculation.drafted;
+    out.accepted = g.speculation.accepted;
     add_stats(out, *session);
     return out;
   }
@@ -228,6 +233,11 @@ class PyEngine {
       try {
         policies.push_back(check(requests[i]));
         make_policy(policies.back(), c);  // its errors now, not halfway through the batch
+        // Speculation's cycles (γ drafts, a rollback, a verification) do not fit the batch's one
+        // step per sequence; it runs through generate() (one prompt, without logprobs).
+        LY_CHECK(!parse_speculate(requests[i].speculate, "speculate").enabled(), ErrorCode::kInvalidArgument,
+                 "speculate runs one prompt at a time and without logprobs (got {} prompts, logprobs {}); "
+                 "pass the prompts one by one", requests.size(), requests[i].logprobs);
         LY_CHECK(capacity(requests[i]) <= kv_tokens_, ErrorCode::kCapacity,
                  "the prompt and max_tokens need {} KV tokens; kv_memory holds {}", capacity(requests[i]),
                  kv_tokens_);
@@ -392,6 +402,7 @@ class PyEngine {
       LY_CHECK(!s.empty(), ErrorCode::kInvalidArgument, "stop: an empty stop string would end every generation");
     check_prompt_fits(int64_t(r.prompt.size()), context_);
     r.sampling.validate();
+    parse_speculate(r.speculate, "speculate");
     return policy_options(r.policy, r.roles, engine_.config());
   }
 
@@ -735,6 +746,7 @@ void bind_engine(nb::module_& m) {
       .def_rw("stop", &Request::stop)
       .def_rw("ignore_eos", &Request::ignore_eos)
       .def_rw("correct_every", &Request::correct_every)
+      .def_rw("speculate", &Request::speculate)
       .def_rw("logprobs", &Request::logprobs, "-1: off; n >= 0: each token's log-probability and the n likeliest")
       .def_rw("chat", &Request::chat, "a chat reply (its OpenAI form is a chat.completion)")
       .def_rw("policy", &Request::policy)
@@ -763,6 +775,8 @@ void bind_engine(nb::module_& m) {
       .def_ro("kv_bytes_read", &Completion::kv_bytes_read, "K and V bytes the decode steps read (bf16 pages, or FP8 codes and scales with kv_cache_dtype=\"fp8\").")
       .def_ro("kv_bytes_dense", &Completion::kv_bytes_dense, "What full attention would have read.")
       .def_ro("decode_steps", &Completion::decode_steps, "Decode steps run (one per token after the first).")
+      .def_ro("drafted", &Completion::drafted, "Speculative decoding: tokens the draft policy proposed (0 without speculate).")
+      .def_ro("accepted", &Completion::accepted, "Speculative decoding: of the drafted tokens, those Full's verification accepted.")
       .def_prop_ro("logprobs",
                    [](const Completion& c) -> nb::object {
                      if (!c.with_logprobs) return nb::none();

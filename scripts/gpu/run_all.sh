@@ -59,6 +59,10 @@
 #   scripts/gpu/run_all.sh bench-kv8        issue 38: FP8 KV against bf16 KV, alternated: the decode kernel (dense, hybrid,
 #                                            8K-128K) and bench_e2e on the 8B shape (Full/LycheeDecode, b1/4/8 x 32K-128K,
 #                                            bf16 and FP8 weights); kv8_summary.md with the targets
+#   scripts/gpu/run_all.sh bench-spec       issue 39: self-speculative decoding: its acceptance on the default model
+#                                            (eval --speculate 2..8, drafts lychee/tidal/quest/duo), bench_spec's step
+#                                            times on the 8B shape (b1/4/8 x 32K-128K), the computed tokens/s and
+#                                            speedup.svg (scripts/plot_speculative.py); spec_summary.md
 #   scripts/gpu/run_all.sh kv8-accuracy     issue 38: FP8 KV against bf16 KV on the default model: perplexity/KL
 #                                            per policy and the eval (8 tasks, 2K-8K, paired with intervals);
 #                                            KV8_PARTS, KV8_LENGTHS, KV8_SAMPLES, KV8_SEEDS, KV8_POLICIES,
@@ -1183,6 +1187,54 @@ if os.path.exists(out + "/kv8_e2e.json"):
               f"bandwidth (lowest: batch {lo[0]}, {lo[1] // 1024}K; target >= 90%)")
 PY
     cat "$out/kv8_summary.md"
+    exit $rc ;;
+  bench-spec)
+    # Issue 39 (docs/speculative.md). (a) Acceptance on the default model with real weights over the
+    # eval's prompts (4 tasks, SPEC_LENGTHS, depth 0.5, 2 samples), drafts lychee/tidal/quest/duo at
+    # budget SPEC_BUDGET, γ in SPEC_GAMMAS: eval --speculate records drafted/accepted (and its
+    # outputs are Full's: every policy's score must equal Full's). (b) bench_spec on the 8B shape with
+    # random weights: Full step, LycheeDecode step, verification of γ + 1 rows per sequence, batch
+    # SPEC_BATCHES x SPEC_CONTEXTS. (c) scripts/plot_speculative.py: tokens/s COMPUTED from (b)'s
+    # times and (a)'s lychee acceptance (spec_summary.md/.json, speedup.svg).
+    link_model
+    rc=0
+    gammas="${SPEC_GAMMAS:-2 3 4 5 6 7 8}"
+    spec_eval=(eval --device cuda --tasks passkey,niah_single,vt,cwe --lengths "${SPEC_LENGTHS:-2048,4096}" --depths 0.5
+               --samples 2 --budgets "${SPEC_BUDGET:-256}")
+    "$build/bin/lychee" "${spec_eval[@]}" --policies full --json "$out/spec_full.json" > "$out/spec_full.log" 2>&1 \
+      || rc=$(failed $? "eval full")
+    accept=()
+    for g in $gammas; do
+      "$build/bin/lychee" "${spec_eval[@]}" --policies lychee,tidal,quest,duo --speculate "$g" \
+        --json "$out/spec_accept_g$g.json" > "$out/spec_accept_g$g.log" 2>&1 || rc=$(failed $? "eval --speculate $g")
+      accept+=("$g=$out/spec_accept_g$g.json")
+    done
+    python3 - "$out" $gammas > "$out/spec_acceptance.md" <<'PY' || rc=$(failed $? "acceptance table")
+import json, sys
+out, gammas = sys.argv[1], sys.argv[2:]
+print("| draft | " + " | ".join(f"γ={g}" for g in gammas) + " |")
+print("|---|" + "---|" * len(gammas))
+rows, same = {}, True
+full = {(r["task"], r["length"], r["seed"]): r["output"] for r in json.load(open(f"{out}/spec_full.json"))["records"]}
+for g in gammas:
+    recs = json.load(open(f"{out}/spec_accept_g{g}.json"))["records"]
+    for r in recs:
+        if full.get((r["task"], r["length"], r["seed"])) != r["output"]:
+            same = False
+            print(f"<!-- output differs from Full: {r['policy_label']} γ={g} {r['task']} {r['length']} -->")
+        d = rows.setdefault(r["policy_label"], {}).setdefault(g, [0, 0])
+        d[0] += max(r.get("accepted", 0), 0); d[1] += max(r.get("drafted", 0), 0)
+for label, by_g in rows.items():
+    print(f"| {label} | " + " | ".join(f"{by_g[g][0] / by_g[g][1]:.3f}" if by_g.get(g, [0, 0])[1] else "-" for g in gammas) + " |")
+print(f"\nEvery speculative output equals plain Full's: {'yes' if same else 'NO (see the comments above; GPU verification is Full within bf16 rounding)'}")
+PY
+    cat "$out/spec_acceptance.md"
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_spec" --contexts "${SPEC_CONTEXTS:-32768,65536,131072}" \
+      --batches "${SPEC_BATCHES:-1,4,8}" --gammas "$(echo $gammas | tr ' ' ',')" --json "$out/spec_times.json" 2>&1 \
+      | tee "$out/spec_times.log" || rc=$(failed $? bench_spec)
+    python3 scripts/plot_speculative.py --times "$out/spec_times.json" --accept "${accept[@]}" --policy lychee \
+      -j "$out/spec_summary.json" -o "$out/speedup.svg" > "$out/spec_summary.md" || rc=$(failed $? plot_speculative.py)
+    cat "$out/spec_summary.md"
     exit $rc ;;
   server)
     link_model

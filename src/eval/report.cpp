@@ -190,6 +190,10 @@ json record_to_json(const EvalRecord& r) {
     j["coverage_by_layer"] = r.coverage_by_layer;
   }
   if (r.needle_recall >= 0) j["needle_recall"] = r.needle_recall;
+  if (r.drafted >= 0) {
+    j["drafted"] = r.drafted;
+    j["accepted"] = r.accepted;
+  }
   return j;
 }
 
@@ -208,6 +212,10 @@ EvalRecord record_from_json(const json& j, size_t index) {
   r.decode_steps = field<int>(j, "decode_steps", index);
   r.prompt_tokens = field<int>(j, "prompt_tokens", index);
   r.output = field<std::string>(j, "output", index);
+  if (j.contains("drafted")) {  // written only by eval --speculate
+    r.drafted = field<int64_t>(j, "drafted", index);
+    r.accepted = field<int64_t>(j, "accepted", index);
+  }
   if (j.contains("coverage")) {  // written only by eval --coverage
     r.coverage = field<double>(j, "coverage", index);
     r.coverage_best = field<double>(j, "coverage_best", index);

@@ -23,6 +23,9 @@ struct EvalRecord {
   uint64_t kv_bytes_read = 0;   // K and V bytes the policy read, summed over decode steps
   uint64_t kv_bytes_dense = 0;  // what full attention would have read over the same steps
   int decode_steps = 0;
+  // eval --speculate: the policy drafted, Full verified (runtime/speculative.h); the output is
+  // Full's. Negative when not speculating.
+  int64_t drafted = -1, accepted = -1;
   int prompt_tokens = 0;  // the whole rendered chat prompt, in tokens
   std::string output;     // the generated text
   // eval --coverage (CPU): full attention's probability mass on the tokens read, mean over decode

@@ -119,6 +119,7 @@ std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const Ev
       o.max_new_tokens = sample.max_new_tokens;
       o.stop_ids = tok.stop_ids();
       o.correct_every = cfg.correct_every;
+      o.speculate = cfg.speculate;
       const GenerateResult r = decode_from(*session, o);
       EvalRecord rec;
       rec.task = sample.task;
@@ -136,6 +137,10 @@ std::vector<EvalRecord> run_eval(Engine& engine, const EvalConfig& cfg, const Ev
       rec.kv_bytes_dense = session->stats().dense_kv_bytes_at(token_head_bytes);
       rec.decode_steps = int(session->stats().decode_steps);
       rec.prompt_tokens = int(ids.size());
+      if (cfg.speculate.enabled()) {
+        rec.drafted = int64_t(r.speculation.drafted);
+        rec.accepted = int64_t(r.speculation.accepted);
+      }
       if (cfg.coverage && !probes[p]->stats().heads.empty()) {  // empty: no decode step ran
         const CoverageStats& cs = probes[p]->stats();
         rec.coverage = cs.mean_covered();

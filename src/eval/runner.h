@@ -11,6 +11,7 @@
 #include "eval/report.h"
 #include "eval/tasks.h"
 #include "runtime/engine.h"
+#include "runtime/speculative.h"
 
 namespace lychee {
 
@@ -24,6 +25,9 @@ struct EvalConfig {
   bool synthetic_haystack = false;   // else the Paul Graham essays under models_dir()
   int correct_every = 0;             // cache correction (0 = off)
   bool coverage = false;             // measure the attention mass each policy reads (CPU only)
+  // Self-speculative decoding with each policy as the draft (records get drafted / accepted; the
+  // outputs are then Full's).
+  SpeculateOptions speculate;
 };
 
 // A line of progress per sample (to stderr by the CLI).

@@ -1,5 +1,7 @@
 #include "runtime/cuda_session.h"
 
+#include <algorithm>
+
 #include "attention/policies.h"
 #include "core/error.h"
 
@@ -51,6 +53,29 @@ void GpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
   own_logits();
   if (!allow_policy && before > 0 && policy_ != nullptr)  // cache correction: a dense re-prefill
     stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(seq_.length);
+}
+
+std::span<const float> GpuSession::verify(std::span<const int32_t> tokens) {
+  commit_pending();
+  const int n = int(tokens.size());
+  LY_CHECK(n >= 1 && n <= cuda::kMaxVerifyRows, ErrorCode::kInvalidArgument,
+           "verify takes 1..{} tokens, got {}", cuda::kMaxVerifyRows, n);
+  LY_CHECK(seq_.length > 0, ErrorCode::kInvalidArgument, "verify of an empty sequence (prefill first)");
+  LY_CHECK(seq_.length + n <= capacity_, ErrorCode::kCapacity,
+           "KV cache full: {} cached + {} verified tokens exceed the session's {} tokens", seq_.length, n, capacity_);
+  const int before = seq_.length;
+  runner_.prefill(seq_, tokens, /*all_logits=*/true);
+  forward_ = runner_.forwards();
+  const size_t vocab = logits_.size();
+  rows_.resize(size_t(n) * vocab);
+  for (int i = 0; i < n; ++i) runner_.copy_logits(i, std::span<float>(rows_.data() + size_t(i) * vocab, vocab));
+  std::copy(rows_.end() - std::ptrdiff_t(vocab), rows_.end(), logits_.begin());
+  row_ = n - 1;
+  logits_valid_ = true;
+  const ModelConfig& c = runner_.config();
+  stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(before + n);
+  if (policy_ != nullptr) policy_->reset();
+  return rows_;
 }
 
 void GpuSession::use_policy() {

@@ -31,6 +31,9 @@ class GpuSession final : public Session {
   void truncate(int n) override;
   void copy_prefix(const Session& from, int n) override;
   void set_policy(AttentionPolicy* policy) override;
+  // One forward pass through the prefill kernels with every row's logits (GpuRunner::prefill's
+  // all_logits): Full's decode steps within bf16 rounding, not bit for bit.
+  std::span<const float> verify(std::span<const int32_t> tokens) override;
   const KvReadStats& stats() const override;
   void reset_stats() override;
 
@@ -72,6 +75,7 @@ class GpuSession final : public Session {
   uint64_t forward_ = 0;   // the runner's forward count after this session's last step
   int row_ = 0;            // this session's logits row in that forward pass
   std::vector<float> logits_;
+  std::vector<float> rows_;  // verify's logits [n, vocab]
   bool logits_valid_ = false;
   bool keep_logits_ = false;
 };

@@ -45,6 +45,7 @@ GenerateResult decode_from(Session& session, const GenerateOptions& options, con
   LY_CHECK(needed <= session.capacity(), ErrorCode::kCapacity,
            "{} cached plus {} new tokens need {} cache slots; the session holds {}", session.length(),
            options.max_new_tokens, needed, session.capacity());
+  if (options.speculate.enabled()) return decode_speculative(session, options, on_token);
   GenerateResult result;
   result.finish_reason = "length";
   Sampler sampler(options.sampling);

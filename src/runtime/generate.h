@@ -9,6 +9,7 @@
 
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "runtime/speculative.h"
 
 namespace lychee {
 
@@ -21,6 +22,9 @@ struct GenerateOptions {
   // replacing the K/V that sparse attention produced (0 = off). The next token is then sampled
   // from the corrected (dense) logits.
   int correct_every = 0;
+  // Self-speculative decoding (runtime/speculative.h): the session's policy drafts, Full verifies.
+  // Off by default; does not combine with correct_every.
+  SpeculateOptions speculate;
 };
 
 struct GenerateResult {
@@ -29,6 +33,7 @@ struct GenerateResult {
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   std::string finish_reason;      // "stop" or "length"
+  SpeculateStats speculation;     // drafted / accepted (speculative decoding only)
 };
 
 // on_token is called after each generated token; returning false stops generation.
@@ -42,6 +47,13 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt,
 // session.
 GenerateResult decode_from(Session& session, const GenerateOptions& options,
                            const TokenCallback& on_token = {});
+
+// decode_from with options.speculate on (decode_from calls it then): the same tokens as Full
+// decoding under greedy sampling, the same distribution otherwise. The session's policy drafts;
+// the session must be able to verify (Session::verify). On return the cache holds what Full
+// decoding's would (the prompt and every generated token but the last).
+GenerateResult decode_speculative(Session& session, const GenerateOptions& options,
+                                  const TokenCallback& on_token = {});
 
 // Error(kInvalidArgument) when a prompt of n_prompt tokens is longer than a context of `context`
 // tokens, naming both: checked before any prefill (by the CLI and the server), since a prompt that

@@ -31,6 +31,9 @@ struct PolicySettings {
   int duo_sink = 64;
   int duo_recent = 256;
   int correct_every = 0;
+  // Self-speculative decoding with this policy as the draft (runtime/speculative.h): "off", a
+  // count of drafted tokens per cycle, or "auto".
+  std::string speculate = "off";
 
   // The options for `kind`, with the head-role file (if any) loaded and checked against the
   // model; Error(kInvalidArgument) naming the option when a value does not fit the model.

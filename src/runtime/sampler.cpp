@@ -27,40 +27,54 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
   params_.validate();
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
-  if (params_.temperature == 0.0f) return argmax(logits);
-  cand_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) cand_[i] = {logits[i] / params_.temperature, int32_t(i)};
+namespace {
+
+// The candidates a draw chooses among: cand[0, n) sorted by decreasing logit (index on ties), w[i]
+// their unnormalised softmax weights, sum their total. Returns n.
+size_t kept_candidates(std::span<const float> logits, const SamplingParams& params,
+                       std::vector<std::pair<float, int32_t>>& cand, std::vector<double>& w, double& sum) {
+  cand.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) cand[i] = {logits[i] / params.temperature, int32_t(i)};
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   };
-  size_t n = cand_.size();
-  if (params_.top_k > 0 && size_t(params_.top_k) < n) {
-    std::partial_sort(cand_.begin(), cand_.begin() + params_.top_k, cand_.end(), by_logit);
-    n = size_t(params_.top_k);
+  size_t n = cand.size();
+  if (params.top_k > 0 && size_t(params.top_k) < n) {
+    std::partial_sort(cand.begin(), cand.begin() + params.top_k, cand.end(), by_logit);
+    n = size_t(params.top_k);
   } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+    std::sort(cand.begin(), cand.end(), by_logit);
   }
   // Softmax over the kept candidates (sorted, so the first is the max).
-  const float mx = cand_[0].first;
-  double sum = 0.0;
-  std::vector<double> p(n);
-  for (size_t i = 0; i < n; ++i) sum += p[i] = std::exp(double(cand_[i].first - mx));
+  const float mx = cand[0].first;
+  sum = 0.0;
+  w.resize(n);
+  for (size_t i = 0; i < n; ++i) sum += w[i] = std::exp(double(cand[i].first - mx));
   // Top-p: the smallest prefix whose probability reaches top_p.
-  if (params_.top_p < 1.0f) {
+  if (params.top_p < 1.0f) {
     double cum = 0.0;
     size_t keep = n;
     for (size_t i = 0; i < n; ++i) {
-      cum += p[i] / sum;
-      if (cum >= params_.top_p) {
+      cum += w[i] / sum;
+      if (cum >= params.top_p) {
         keep = i + 1;
         break;
       }
     }
     n = keep;
     sum = 0.0;
-    for (size_t i = 0; i < n; ++i) sum += p[i];
+    for (size_t i = 0; i < n; ++i) sum += w[i];
   }
+  return n;
+}
+
+}  // namespace
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  if (params_.temperature == 0.0f) return argmax(logits);
+  double sum = 0.0;
+  std::vector<double> p;
+  const size_t n = kept_candidates(logits, params_, cand_, p, sum);
   const double u = std::uniform_real_distribution<double>(0.0, sum)(rng_);
   double acc = 0.0;
   for (size_t i = 0; i < n; ++i) {
@@ -68,6 +82,19 @@ int32_t Sampler::sample(std::span<const float> logits) {
     if (u < acc) return cand_[i].second;
   }
   return cand_[n - 1].second;
+}
+
+void sampling_distribution(std::span<const float> logits, const SamplingParams& params, std::vector<double>& probs) {
+  probs.assign(logits.size(), 0.0);
+  if (params.temperature == 0.0f) {
+    probs[size_t(argmax(logits))] = 1.0;
+    return;
+  }
+  std::vector<std::pair<float, int32_t>> cand;
+  std::vector<double> w;
+  double sum = 0.0;
+  const size_t n = kept_candidates(logits, params, cand, w, sum);
+  for (size_t i = 0; i < n; ++i) probs[size_t(cand[i].second)] = w[i] / sum;
 }
 
 }  // namespace lychee

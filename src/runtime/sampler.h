@@ -31,4 +31,10 @@ class Sampler {
 
 int32_t argmax(std::span<const float> logits);
 
+// The distribution Sampler::sample draws from: softmax(logits / T) over the top_k largest, then the
+// smallest prefix (by decreasing probability) whose mass reaches top_p, renormalised; 0 elsewhere.
+// probs: [vocab] f64. Greedy params (T = 0) give all mass to argmax(logits). Speculative sampling's
+// draft and verifier distributions (runtime/speculative.h).
+void sampling_distribution(std::span<const float> logits, const SamplingParams& params, std::vector<double>& probs);
+
 }  // namespace lychee

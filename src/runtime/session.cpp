@@ -1,5 +1,9 @@
 #include "runtime/session.h"
 
+#include <algorithm>
+
+#include "attention/policies.h"
+#include "attention/spec_policy.h"
 #include "core/error.h"
 
 namespace lychee {
@@ -44,6 +48,59 @@ void Session::decode_together(std::span<Session* const> sessions, std::span<cons
     sessions[i]->feed(tokens.subspan(i, 1));
     if (after) after(i);
   }
+}
+
+namespace {
+
+void check_verify(const Session& s, std::span<const int32_t> tokens) {
+  LY_CHECK(!tokens.empty(), ErrorCode::kInvalidArgument, "verify needs at least one token");
+  LY_CHECK(s.length() > 0, ErrorCode::kInvalidArgument, "verify of an empty sequence (prefill first)");
+  LY_CHECK(s.length() + int(tokens.size()) <= s.capacity(), ErrorCode::kCapacity,
+           "KV cache full: {} cached + {} verified tokens exceed the session's {} tokens", s.length(),
+           tokens.size(), s.capacity());
+}
+
+}  // namespace
+
+std::span<const float> Session::verify(std::span<const int32_t> tokens) {
+  check_verify(*this, tokens);
+  verify_rows_.clear();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    feed(tokens.subspan(i, 1), /*allow_policy=*/false);
+    const std::span<const float> l = logits();
+    verify_rows_.insert(verify_rows_.end(), l.begin(), l.end());
+  }
+  return verify_rows_;
+}
+
+// A native model's chunk of fewer than min_gemm_rows() rows computes each row as its decode step
+// does, and a Full policy's step equals a step without one (cpu/model.h): one pass. Otherwise (f32
+// weights, whose chunks go through sgemm and BLAS attention while a Full step sums in double) the
+// rows are Full decode steps one by one.
+std::span<const float> CpuSession::verify(std::span<const int32_t> tokens) {
+  check_verify(*this, tokens);
+  const int n = int(tokens.size());
+  const int before = kv_.length();
+  if (model_.weights().format() == WeightFormat::kNative && n < model_.min_gemm_rows()) {
+    model_.forward(tokens, kv_, rows_, /*all_logits=*/true);
+  } else {
+    if (full_ == nullptr) {
+      full_ = std::make_unique<SpecPolicy>(full_spec(model_.config()));
+      full_->reset();
+    }
+    rows_.clear();
+    for (int i = 0; i < n; ++i) {
+      full_->begin_step(kv_.length() + 1);
+      model_.forward(tokens.subspan(size_t(i), 1), kv_, logits_, false, full_.get(), nullptr);
+      rows_.insert(rows_.end(), logits_.begin(), logits_.end());
+    }
+  }
+  const size_t vocab = size_t(model_.config().vocab_size);
+  logits_.assign(rows_.end() - std::ptrdiff_t(vocab), rows_.end());
+  if (policy_ != nullptr) policy_->reset();  // its per-sequence state did not see these tokens
+  const ModelConfig& c = model_.config();
+  stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(before + n);
+  return rows_;
 }
 
 void Session::copy_prefix(const Session&, int) {

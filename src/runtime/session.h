@@ -52,6 +52,14 @@ class Session {
   // Whether sample_and_feed runs ahead of the host. generate uses it then; otherwise it samples,
   // checks for a stop, and only then feeds, so that no step is computed in vain.
   virtual bool runs_ahead() const { return false; }
+  // Speculative verification (runtime/speculative.h): appends `tokens` after a non-empty prefix
+  // densely (no policy; causal among themselves) and returns the logits of every one of them,
+  // [n, vocab] f32 on the host, valid until the next feed. Row i is bit for bit what a Full decode
+  // step of tokens[i] gives after tokens[0..i) (the CPU: one pass where its chunks are
+  // row-invariant, else row by row; the GPU: one decode step whose rows alias the sequence). The
+  // default feeds them one by one as dense decode steps. Counted as dense re-reads
+  // (KvReadStats::correction_token_reads).
+  virtual std::span<const float> verify(std::span<const int32_t> tokens);
   std::span<const float> forward(std::span<const int32_t> tokens, bool allow_policy = true) {
     feed(tokens, allow_policy);
     return logits();
@@ -83,6 +91,7 @@ class Session {
 
  protected:
   bool batch_invariant_ = false;
+  std::vector<float> verify_rows_;  // the default verify's logits [n, vocab]
   // decode_batch's work, called on sessions[0] once the arguments are checked.
   virtual void decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
                                const std::function<void(size_t)>& after);
@@ -99,6 +108,7 @@ class CpuSession final : public Session {
   void truncate(int n) override;
   void set_policy(AttentionPolicy* policy) override;
   void copy_prefix(const Session& from, int n) override;
+  std::span<const float> verify(std::span<const int32_t> tokens) override;
   const KvReadStats& stats() const override { return stats_; }
   void reset_stats() override { stats_ = {}; }
   const cpu::KvCache& kv() const { return kv_; }
@@ -109,6 +119,8 @@ class CpuSession final : public Session {
   AttentionPolicy* policy_ = nullptr;
   KvReadStats stats_;
   std::vector<float> logits_;
+  std::vector<float> rows_;                   // verify's logits [n, vocab]
+  std::unique_ptr<AttentionPolicy> full_;     // verify's Full decode steps (made on first use)
 };
 
 }  // namespace lychee

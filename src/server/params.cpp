@@ -24,6 +24,7 @@ PolicySettings apply_overrides(PolicySettings s, const PolicyOverrides& o) {
   if (o.quest_page) s.quest_page = *o.quest_page;
   if (o.duo_sink) s.duo_sink = *o.duo_sink;
   if (o.duo_recent) s.duo_recent = *o.duo_recent;
+  if (o.speculate) s.speculate = *o.speculate;
   return s;
 }
 
@@ -95,7 +96,12 @@ GenerationParams make_params(const CompletionRequest& req, const ServerModel& mo
   p.seeded = req.seed.has_value();
   p.cache_salt = req.cache_salt;
   try {
-    p.policy = apply_overrides(model.defaults, req.lychee).options(engine.config());
+    const PolicySettings settings = apply_overrides(model.defaults, req.lychee);
+    p.policy = settings.options(engine.config());
+    p.speculate = parse_speculate(settings.speculate, "lychee.speculate");
+    // The draft's logits are not the answer's: a speculating request reports no logprobs.
+    LY_CHECK(!p.speculate.enabled() || !p.logprobs, ErrorCode::kInvalidArgument,
+             "speculate does not combine with logprobs (ask for one or the other)");
   } catch (const Error& e) {
     throw ApiError(400, fmt::format("'lychee': {}", e.what()), "lychee");
   }

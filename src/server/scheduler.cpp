@@ -96,6 +96,7 @@ struct Scheduler::Running {
   std::unique_ptr<Session> session;
   std::unique_ptr<AttentionPolicy> policy;
   std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<SpeculativeDecoder> spec;  // lychee.speculate: its cycles, from the prompt's end
   TextStream text;
   int64_t reservation = 0;
   size_t n_prefilled = 0;
@@ -344,7 +345,7 @@ std::unique_ptr<Scheduler::Running> Scheduler::start(const std::shared_ptr<Reque
 // backend (Session::decode_batch: on the GPU one launch per layer for the requests that share a
 // policy), each sampled as soon as its step has run.
 void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
-  std::vector<Running*> decoding, prefilling;
+  std::vector<Running*> decoding, prefilling, speculating;
   for (std::unique_ptr<Running>& rp : running) {
     Running& r = *rp;
     if (r.finished) continue;
@@ -352,14 +353,16 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
     else if (r.n_prefilled < r.request->params().prompt.size()) prefilling.push_back(&r);
     // The reservation covers prompt + max_tokens, so this is a guard, not a path taken.
     else if (r.session->length() + 1 > r.session->capacity()) retire(r, "length");
+    else if (r.spec) speculating.push_back(&r);
     else decoding.push_back(&r);
   }
   // With no request decoding, nobody waits on the step: prompts go in larger chunks (the runner
   // cuts them again to what one forward pass takes), over several prompts. While requests decode,
   // one prompt's chunk at most (each forward pass reads every weight again): a decoding stream's
   // step is at most one bounded chunk longer.
-  double budget = (decoding.empty() ? 4.0 : 1.0) * options_.prefill_chunk;
-  const size_t max_prompts = decoding.empty() ? prefilling.size() : 1;
+  const bool idle = decoding.empty() && speculating.empty();
+  double budget = (idle ? 4.0 : 1.0) * options_.prefill_chunk;
+  const size_t max_prompts = idle ? prefilling.size() : 1;
   const double k = attention_balance_context(engine_.config());
   const bool pool = engine_.kv_pool_pages() > 0;
   bool out_of_pages = false, progress = false;
@@ -408,6 +411,10 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
     if (decode(decoding)) progress = true;
     else out_of_pages = true;
   }
+  for (Running* r : speculating) {
+    if (speculate(*r)) progress = true;
+    else out_of_pages = true;
+  }
   if (!out_of_pages) {
     starved_steps_ = 0;
     return;
@@ -421,8 +428,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
     prefix_cache_->clear();
   }
   starved_steps_ = progress || evicted ? 0 : starved_steps_ + 1;
-  if (starved_steps_ >= 2 && !decoding.empty()) {
-    Running& youngest = *decoding.back();
+  const std::vector<Running*>& stepping = !decoding.empty() ? decoding : speculating;
+  if (starved_steps_ >= 2 && !stepping.empty()) {
+    Running& youngest = *stepping.back();
     retire(youngest, "error", "the KV pool has no free page for this request's next token; retry it later");
     starved_steps_ = 0;
   }
@@ -489,12 +497,52 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
   return t;
 }
 
+// One draft/verify cycle of a speculating request by itself, its tokens emitted in turn. False
+// when the KV pool had no page for it (the request waits; the cycle left its cache as it was).
+bool Scheduler::speculate(Running& r) {
+  std::vector<int32_t> out;
+  const int before = r.session->length();
+  try {
+    r.spec->cycle(r.request->params().max_tokens - r.n_generated, out);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kCapacity && engine_.kv_pool_pages() > 0) {
+      LY_LOG_WARN("speculative cycle found the KV pool full ({}); the request waits", e.what());
+      r.session->truncate(before);
+      return false;
+    }
+    LY_LOG_WARN("request failed: {}", e.what());
+    retire(r, "error", e.what());
+    return true;
+  } catch (const std::exception& e) {
+    LY_LOG_WARN("request failed: {}", e.what());
+    retire(r, "error", e.what());
+    return true;
+  }
+  for (const int32_t token : out) {
+    if (r.finished) break;
+    emit_token(r, token, nullptr);
+  }
+  return true;
+}
+
 void Scheduler::sample_and_emit(Running& r) {
   const GenerationParams& p = r.request->params();
   const Tokenizer& tok = engine_.tokenizer();
+  if (p.speculate.enabled()) {  // the prompt is in: the decoder draws the first token from its logits
+    r.spec = std::make_unique<SpeculativeDecoder>(*r.session, p.sampling, p.speculate);
+    emit_token(r, r.spec->first(), nullptr);
+    return;
+  }
   TokenLogprob lp;
   const int32_t token = r.session->sample(*r.sampler);
   if (p.logprobs) lp = token_logprob(r.session->logits(), token, p.top_logprobs, tok);
+  emit_token(r, token, p.logprobs ? &lp : nullptr);
+}
+
+void Scheduler::emit_token(Running& r, int32_t token, const TokenLogprob* logprob) {
+  const GenerationParams& p = r.request->params();
+  const Tokenizer& tok = engine_.tokenizer();
+  const TokenLogprob* lp = logprob;
   ++r.n_generated;
   const Clock::time_point now = Clock::now();
   if (metrics_) {
@@ -505,20 +553,20 @@ void Scheduler::sample_and_emit(Running& r) {
   r.last_token = token;
   const std::vector<int32_t>& stop_ids = tok.stop_ids();
   if (!p.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
-    r.request->emit(r.text.finish(), p.logprobs ? &lp : nullptr);
+    r.request->emit(r.text.finish(), lp);
     retire(r, "stop");
     return;
   }
   const bool has_text = token < tok.vocab_size() && !tok.is_special(token);
   std::string text = r.text.push(has_text ? tok.token_piece(token) : std::string());
   if (r.text.stopped()) {
-    r.request->emit(text, p.logprobs ? &lp : nullptr);
+    r.request->emit(text, lp);
     retire(r, "stop");
   } else if (r.n_generated >= p.max_tokens) {
-    r.request->emit(text + r.text.finish(), p.logprobs ? &lp : nullptr);
+    r.request->emit(text + r.text.finish(), lp);
     retire(r, "length");
   } else {
-    r.request->emit(text, p.logprobs ? &lp : nullptr);
+    r.request->emit(text, lp);
   }
 }
 
@@ -554,7 +602,12 @@ void Scheduler::retire(Running& r, const std::string& reason, const std::string&
   if (r.finished) return;
   r.finished = true;
   r.cacheable = (reason == "stop" || reason == "length") && r.n_prefilled == r.request->params().prompt.size();
-  const Usage usage{int(r.request->params().prompt.size()), r.n_generated, r.cached_tokens};
+  Usage usage{int(r.request->params().prompt.size()), r.n_generated, r.cached_tokens};
+  if (r.spec) {
+    usage.speculated = true;
+    usage.drafted = r.spec->stats().drafted;
+    usage.accepted = r.spec->stats().accepted;
+  }
   if (metrics_) {
     metrics_->count_request(reason == "stop" || reason == "length" ? "ok" : reason);
     metrics_->add_tokens(int64_t(r.n_prefilled), r.n_generated);

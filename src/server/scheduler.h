@@ -50,6 +50,7 @@
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 #include "server/metrics.h"
 #include "server/schema.h"
 
@@ -65,6 +66,9 @@ struct GenerationParams {
   int top_logprobs = 0;
   bool ignore_eos = false;  // the model's stop tokens do not end the request (stop strings still do)
   PolicyOptions policy;
+  // Self-speculative decoding with `policy` as the draft: the request runs one draft/verify cycle
+  // per engine step by itself (Scheduler::speculate), not in the batched decode step.
+  SpeculateOptions speculate;
   bool seeded = false;     // the client gave the seed: batch-invariant (see above)
   std::string cache_salt;  // the prefix-cache namespace ("" = the shared one)
 };
@@ -172,6 +176,8 @@ class Scheduler {
   void step(std::vector<std::unique_ptr<Running>>& running);
   bool decode(const std::vector<Running*>& decoding);
   void sample_and_emit(Running& r);
+  void emit_token(Running& r, int32_t token, const TokenLogprob* logprob);
+  bool speculate(Running& r);
   void retire(Running& r, const std::string& reason, const std::string& error = "");
   void requeue(Running& r);
   void keep_prompt(Running& r);

@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
+#include "runtime/speculative.h"
+
 namespace lychee::server {
 
 using nlohmann::json;
@@ -202,6 +205,19 @@ void parse_lychee(const json& obj, PolicyOverrides& o) {
   int_field("quest_page", o.quest_page, 1);
   int_field("duo_sink", o.duo_sink, 0);
   int_field("duo_recent", o.duo_recent, 1);
+  if (const json* v = field(*l, "speculate")) {
+    // A count (0..16) or "auto"/"off": checked here so the 400 names the field.
+    std::string text;
+    if (v->is_number_integer()) text = std::to_string(as_int(*v, "lychee.speculate", 0, kMaxSpeculate));
+    else if (v->is_string()) text = v->get<std::string>();
+    else bad("lychee.speculate", fmt::format("must be a count of drafted tokens or \"auto\", got {}", kind(*v)));
+    try {
+      parse_speculate(text, "lychee.speculate");
+    } catch (const Error& e) {
+      bad("lychee.speculate", e.what());
+    }
+    o.speculate = text;
+  }
   if (const json* v = field(*l, "tidal_layers")) {
     if (!v->is_array()) bad("lychee.tidal_layers", fmt::format("must be an array of layer indices, got {}", kind(*v)));
     std::vector<int> layers;
@@ -352,10 +368,15 @@ json completion_logprobs(const std::vector<TokenLogprob>& lps, size_t offset0) {
 }
 
 json usage_json(const Usage& u) {
-  return json{{"prompt_tokens", u.prompt_tokens},
+  json j{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
               {"total_tokens", u.prompt_tokens + u.completion_tokens},
               {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  if (u.speculated)
+    j["speculation"] = {{"drafted", u.drafted},
+                        {"accepted", u.accepted},
+                        {"acceptance", u.drafted > 0 ? double(u.accepted) / double(u.drafted) : 0.0}};
+  return j;
 }
 
 json envelope(Endpoint endpoint, const ResponseMeta& meta, bool chunk) {

@@ -58,6 +58,7 @@ struct PolicyOverrides {
   std::optional<int> quest_page;
   std::optional<int> duo_sink;
   std::optional<int> duo_recent;
+  std::optional<std::string> speculate;  // "off", a count of drafted tokens, "auto" (runtime/speculative.h)
 };
 
 struct CompletionRequest {
@@ -111,6 +112,10 @@ struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_tokens = 0;  // prompt tokens taken from the prefix cache (prompt_tokens_details)
+  // Speculative decoding (a request with lychee.speculate): usage.speculation {drafted, accepted,
+  // acceptance}; absent otherwise.
+  bool speculated = false;
+  uint64_t drafted = 0, accepted = 0;
 };
 
 struct ResponseMeta {

@@ -529,3 +529,27 @@ def test_read_weights_are_the_engines():
     assert w["model.layers.29.mlp.down_proj.weight"].shape == (c["d_model"], c["d_ff"])
     assert len([k for k in w if k.startswith("model.layers.")]) == 9 * c["n_layers"]
     assert np.isfinite(emb).all() and float(np.abs(emb).max()) > 0
+
+
+# --- speculative decoding -----------------------------------------------------------------------
+
+def test_speculate_gives_fulls_tokens_and_counts_drafts(engine, prompt_600):
+    full = engine.generate(prompt_600, max_tokens=12, ignore_eos=True)
+    params = lychee.SamplingParams(max_tokens=12, ignore_eos=True, policy=Lychee(budget=32, block_size=16, sink=16,
+                                                                                recent=16), speculate=3)
+    got = engine.generate(prompt_600, params)
+    assert got.tokens == full.tokens
+    assert got.drafted > 0 and 0 <= got.accepted <= got.drafted
+    assert full.drafted == 0 and full.accepted == 0
+    auto = engine.generate(prompt_600, params.replace(speculate="auto"))
+    assert auto.tokens == full.tokens
+
+
+def test_speculate_checks_its_value_and_refuses_batches(engine):
+    with pytest.raises(ValueError, match="speculate"):
+        lychee.SamplingParams(speculate="sometimes")
+    with pytest.raises(ValueError, match="speculate"):
+        lychee.SamplingParams(speculate=17)
+    params = lychee.SamplingParams(max_tokens=2, speculate=2, policy=Lychee(budget=64))
+    with pytest.raises(lychee.InvalidArgumentError, match="one prompt at a time"):
+        engine.generate([PROMPT, PROMPT], params)

@@ -306,3 +306,31 @@ def test_plot_tp_balance_bars_per_gpu_and_odd_layers_marked():
     ticks = ax.get_xticklabels()
     assert [t.get_text() for t in ticks] == ["8", "3", "0"]
     assert [t.get_color() for t in ticks] == ["black", "#d62728", "black"]  # layer 1's 3 heads do not split in 2
+
+
+def test_plot_speculative_computes_tokens_per_second_from_times_and_acceptance():
+    m = plot_module("plot_speculative")
+    assert m.expected_tokens(0.5, 2) == pytest.approx(1.75)
+    assert m.expected_tokens(1.0, 4) == 5.0
+    records = [{"policy": "lychee", "drafted": 10, "accepted": 5}, {"policy": "lychee", "drafted": 10, "accepted": 5},
+               {"policy": "quest", "drafted": 10, "accepted": 1}, {"policy": "full"}]
+    assert m.acceptance(records, "lychee") == pytest.approx(0.5)
+    assert m.acceptance(records, "duo") is None
+    times = [{"batch": 1, "context": 32768, "full_ms": 4.0, "draft_ms": 1.0, "verify_ms": {"2": 2.0, "4": 2.0}},
+             {"batch": 4, "context": 131072, "full_ms": 8.0, "draft_ms": 2.0, "verify_ms": {"2": 6.0}},
+             {"batch": 8, "context": 131072, "skipped": "no pages"}]
+    rows = m.combine(times, {2: 0.5, 4: 0.5})
+    # batch 1, γ 2: 1000 x 1.75 / (2 x 1 + 2) = 437.5 tok/s against Full's 250 and LycheeDecode's 1000
+    r = rows[0]
+    assert (r["gamma"], r["spec_tok_s"], r["full_tok_s"], r["lychee_tok_s"]) == (2, pytest.approx(437.5), 250.0, 1000.0)
+    assert r["speedup_vs_full"] == pytest.approx(1.75)
+    # γ 4: 1000 x 1.9375 / 6 = 322.9: γ 2 is the best at batch 1
+    assert [b["gamma"] for b in m.best(rows)] == [2, 2]
+    # batch 4, γ 2: 4000 x 1.75 / 10 = 700 against 500
+    assert m.best(rows)[1]["speedup_vs_full"] == pytest.approx(1.4)
+    fig = m.figure(rows, "t")
+    (ax,) = fig.axes
+    lines = {l.get_label(): (list(l.get_xdata()), list(l.get_ydata())) for l in ax.get_lines()}
+    assert lines["batch 1"] == ([32.0], [pytest.approx(1.75)])
+    assert lines["batch 4"] == ([128.0], [pytest.approx(1.4)])
+    assert "| 4 | 131072 | 2 | 0.500 |" in m.markdown(rows)

@@ -148,6 +148,27 @@ def test_lychee_policy_extension(server, client, model_id):
     assert e.value.status_code == 400 and "lychee.block_size" in str(e.value)
 
 
+def test_lychee_speculate_gives_fulls_text_and_reports_acceptance(server, client, model_id):
+    """A speculating request (LycheeDecode drafting, Full verifying) answers Full's text, reports
+    drafted/accepted in usage.speculation, and bad values or logprobs with it are 400s."""
+    prompt = DOC + "\nQuestion: how many marbles does the red box hold?"
+    full = chat(client, model_id, prompt, max_tokens=16, extra_body={"ignore_eos": True})
+    spec = chat(client, model_id, prompt, max_tokens=16, extra_body={"ignore_eos": True, "lychee": {
+        "policy": "lychee", "budget": 32, "block_size": 16, "sink": 16, "recent": 16, "speculate": 4}})
+    assert spec.choices[0].message.content == full.choices[0].message.content
+    s = spec.usage.model_extra["speculation"]
+    assert s["drafted"] > 0 and 0 <= s["accepted"] <= s["drafted"]
+    assert s["acceptance"] == pytest.approx(s["accepted"] / s["drafted"])
+    assert "speculation" not in (full.usage.model_extra or {})
+    for bad in ({"speculate": "often"}, {"speculate": 17}, {"speculate": [4]}):
+        with pytest.raises(Exception) as e:
+            chat(client, model_id, "Hi", extra_body={"lychee": bad})
+        assert e.value.status_code == 400 and "lychee.speculate" in str(e.value), bad
+    with pytest.raises(Exception) as e:
+        chat(client, model_id, "Hi", logprobs=True, extra_body={"lychee": {"speculate": 2}})
+    assert e.value.status_code == 400 and "logprobs" in str(e.value)
+
+
 def error_of(server, method, path, body=None, **kw):
     status, _, b = server.request(method, path, body, **kw)
     assert set(b["error"]) >= {"message", "type", "param", "code"}, b

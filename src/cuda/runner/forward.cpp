@@ -263,13 +263,13 @@ void Shard::residual(int l, int n) {
   add_rmsnorm(x.data(), o_buf.data(), L.b_down, norm_after(l), h.data(), n, c.d_model, c.rms_eps, stream);
 }
 
-// The logits of the last `decode ? n : 1` rows (with `logits`: rank 0 alone computes them).
-void Shard::forward_end(int n, bool decode, bool logits_wanted) {
+// The logits of the last `rows` rows (with `logits`: rank 0 alone computes them).
+void Shard::forward_end(int n, bool decode, bool logits_wanted, int rows) {
   use();
   join();
   if (!logits_wanted) return;
   const int d = c.d_model;
-  const int rows = decode ? n : 1;
+  (void)decode;
   if (fused)  // h: the last residual add's bf16(out_norm · x) (decode: rows = n)
     return fused_product(lm_head(), h.data(), true, GemvOut::kF32, logits.data(), nullptr, rows);
   const bf16* last = h.data() + size_t(n - rows) * d;
@@ -287,7 +287,7 @@ void Shard::forward_end(int n, bool decode, bool logits_wanted) {
 // attention's and each MLP's o_buf (a partial sum over the rank's heads or MLP slice) is summed
 // over the ranks by an in-place NCCL all-reduce before the residual add, so x stays the same on
 // every rank. Biases of the output and down products are added once, after the sum.
-void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_kv_len) {
+void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_kv_len, int rows) {
   // The fused decode layers: one GPU (the residual adds sit where the all-reduces would go).
   const bool fused = decode && n <= fused_rows();
   for (auto& s : shards) s->fused = fused;
@@ -300,8 +300,8 @@ void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_
     for (auto& s : shards) s->residual(l, n);
   }
   const bool split = vocab_part > 0;
-  for (auto& s : shards) s->forward_end(n, decode, s->rank == 0 && !split);
-  if (split) split_lm_head(n, decode ? n : 1);
+  for (auto& s : shards) s->forward_end(n, decode, s->rank == 0 && !split, rows);
+  if (split) split_lm_head(n, rows);
 }
 
 // Rank r: logits of vocabulary rows [r V', r V' + count_r) for the last `rows` rows of h, into

@@ -152,7 +152,7 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
     act8 = DeviceBuffer<uint8_t>(mt * widest);
     act8_scales = DeviceBuffer<float>(mt);
   }
-  logits = DeviceBuffer<float>(rank == 0 ? size_t(o.max_batch) * c.vocab_size : 0);
+  logits = DeviceBuffer<float>(rank == 0 ? size_t(logit_rows(o)) * c.vocab_size : 0);
   {  // the fused decode layers' requirements: every matrix as bf16_gemv_weights_fit asks (FP8 ones
      // only with the FP8 GEMV on), norm weights 16-byte aligned (the activation buffers are
      // cudaMalloc'ed: 256-byte aligned)
@@ -277,8 +277,8 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
     vocab_part = tp_vocab_rows(c.vocab_size, n, 0).part;
     for (auto& sp : shards) {
       sp->use();
-      sp->lm_local = DeviceBuffer<float>(size_t(o.max_batch) * size_t(vocab_part));
-      if (comm) sp->lm_gathered = DeviceBuffer<float>(size_t(n) * size_t(o.max_batch) * size_t(vocab_part));
+      sp->lm_local = DeviceBuffer<float>(size_t(logit_rows(o)) * size_t(vocab_part));
+      if (comm) sp->lm_gathered = DeviceBuffer<float>(size_t(n) * size_t(logit_rows(o)) * size_t(vocab_part));
     }
   }
   LY_CUDA_CHECK(cudaSetDevice(devices[0]));
@@ -421,10 +421,17 @@ void GpuRunner::Impl::upload_step_everywhere(size_t bytes) {
   }
 }
 
-void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
+int logit_rows(const RunnerOptions& o) { return std::max(o.max_batch, kMaxVerifyRows); }
+
+void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens, bool all_logits) {
   Impl& im = *impl_;
   Shard& lead = im.lead();
   LY_CHECK(!tokens.empty(), ErrorCode::kInvalidArgument, "prefill needs at least one token");
+  LY_CHECK(!all_logits || (int(tokens.size()) <= kMaxVerifyRows && int(tokens.size()) <= im.o.max_prefill_tokens &&
+                           seq.length > 0),
+           ErrorCode::kInvalidArgument,
+           "a verification pass takes 1..{} tokens after a prefix (max_prefill_tokens {}); got {} after {}",
+           kMaxVerifyRows, im.o.max_prefill_tokens, tokens.size(), seq.length);
   im.before_forward();
   for (size_t start = 0; start < tokens.size(); start += size_t(im.o.max_prefill_tokens)) {
     const int n = int(std::min(tokens.size() - start, size_t(im.o.max_prefill_tokens)));
@@ -450,8 +457,8 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens) {
     m.meta_host<int32_t>(m.meta.n_deltas)[0] = 0;
     im.upload_step_everywhere(m.meta.deltas);
     ++im.n_forwards;
-    im.forward(n, false, 1, n, seq.length + n);
-    im.count_reduces(n, 1);
+    im.forward(n, false, 1, n, seq.length + n, all_logits ? n : 1);
+    im.count_reduces(n, all_logits ? n : 1);
     seq.length += n;
   }
   im.lead().use();
@@ -541,9 +548,9 @@ void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int3
   if (use_graphs) {
     const std::vector<cudaStream_t> st = streams();
     graphs.run(batch * 4 + (invariant ? 2 : 0) + (step_policy ? 1 : 0), devices, st,
-               [&] { forward(batch, true, batch, 1, 0); });
+               [&] { forward(batch, true, batch, 1, 0, batch); });
   } else {
-    forward(batch, true, batch, 1, 0);
+    forward(batch, true, batch, 1, 0, batch);
   }
   count_reduces(batch, batch);
   lead_shard.use();

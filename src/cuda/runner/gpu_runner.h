@@ -46,6 +46,12 @@ uint64_t weight_bytes_per_step(const GpuWeights& w, int batch);
 size_t weight_bytes(const GpuWeights& w);
 
 struct RunnerOptions;
+// The most rows a verification pass returns logits for (GpuRunner::prefill with all_logits):
+// speculative decoding's γ + 1 (runtime/speculative.h's kMaxSpeculate + 1).
+inline constexpr int kMaxVerifyRows = 17;
+// Logits rows the runner holds: a decode step's batch or a verification pass.
+int logit_rows(const RunnerOptions& o);
+
 // The most sequences a batch-invariant decode step takes (GpuRunner::decode): rows whose products
 // all take the same path whatever their number.
 int batch_invariant_rows(const RunnerOptions& o);
@@ -184,8 +190,11 @@ class GpuRunner {
   int max_context() const;
 
   // Appends `tokens` to seq (dense causal attention, chunked); the last token's logits go to
-  // logits row 0.
-  void prefill(GpuSeq& seq, std::span<const int32_t> tokens);
+  // logits row 0. all_logits (speculative verification): one forward pass over at most
+  // kMaxVerifyRows tokens after a non-empty prefix, the logits of token i in row i. Its rows are
+  // the prefill kernels' (a short chunk over a long cache: the split-KV fallback), equal to decode
+  // steps of the same tokens within bf16 rounding, not bit for bit (CudaSpeculative tests).
+  void prefill(GpuSeq& seq, std::span<const int32_t> tokens, bool all_logits = false);
   // One decode step: seqs[b] is fed tokens[b]; logits rows 0..B-1. With `tokens` empty, each
   // sequence is fed the token sampled for its row by the previous greedy()/sample() call (stays
   // on the device). With use_policy false the step attends densely whatever the policy.

@@ -225,7 +225,7 @@ struct Shard {
   const float* norm_after(int l) const {
     return l + 1 < c.n_layers ? w->layers[size_t(l + 1)].attn_norm : w->out_norm;
   }
-  void forward_end(int n, bool decode, bool logits);
+  void forward_end(int n, bool decode, bool logits, int rows);
   void join();
   void linear(const GpuMatrix& w, const bf16* x, bf16* y, int n);  // y[n][w.rows] = x[n][w.cols] · wᵀ
   // The LM head as the fused layers' product reads it: its FP8 codes where it has them, else bf16.
@@ -292,7 +292,9 @@ struct GpuRunner::Impl {
   int size() const { return int(shards.size()); }
   std::vector<cudaStream_t> streams() const;
   // n tokens through every layer on every shard, o_buf all-reduced after each attention and MLP.
-  void forward(int n, bool decode, int batch, int q_len, int max_kv_len);
+  // rows: the last rows of the n whose logits are computed (decode: n; prefill: 1; a
+  // verification pass: n, at most logit_rows).
+  void forward(int n, bool decode, int batch, int q_len, int max_kv_len, int rows);
   int fused_rows() const;  // GpuRunner::fused_decode_rows
   void all_reduce(int n);
   void one_device_sum(int n);  // RunnerOptions::tp_one_device's all-reduce

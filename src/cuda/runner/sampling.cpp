@@ -66,7 +66,7 @@ void GpuRunner::wait_tokens(const Ticket& t, std::span<int32_t> out) {
 void GpuRunner::copy_logits(int row, std::span<float> out) {
   Shard& m = impl_->lead();
   m.use();
-  LY_CHECK(row >= 0 && row < m.o.max_batch && out.size() == size_t(m.c.vocab_size), ErrorCode::kInvalidArgument,
+  LY_CHECK(row >= 0 && row < logit_rows(m.o) && out.size() == size_t(m.c.vocab_size), ErrorCode::kInvalidArgument,
            "copy_logits: bad row {} or size {}", row, out.size());
   LY_CUDA_CHECK(cudaMemcpyAsync(out.data(), m.logits.data() + size_t(row) * m.c.vocab_size, out.size() * 4,
                                 cudaMemcpyDeviceToHost, m.stream));

@@ -1,0 +1,185 @@
+// Self-speculative decoding's step times on the GPU (issue 39; docs/speculative.md): for each
+// batch and context, a Full decode step, a LycheeDecode decode step (the draft's) and the
+// verification pass of γ + 1 rows (GpuRunner::prefill with all_logits, one pass per sequence, as
+// GpuSession::verify runs it, each row's logits copied to the host as the session does), on a
+// model of --shape with random weights (decode time does not depend on the values).
+//   bench_spec [--shape llama3-8b] [--contexts 32768,65536,131072] [--batches 1,4,8] [--gammas 2,4,6,8]
+//              [--budget 4096] [--block-size 16] [--retrieval 32] [--steps 16] [--json FILE]
+// It measures times only: tokens per second need an acceptance rate, which the bench-spec stage of
+// scripts/gpu/run_all.sh measures on the default model with real weights and combines with these
+// times (tokens/s = batch x E[tokens per cycle] / (γ T_draft + T_verify)). A draft step is the
+// batch's LycheeDecode step (drafts of every sequence batched); the verification is per sequence.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "attention/head_roles.h"
+#include "attention/policies.h"
+#include "bench_env.h"
+#include "core/json_io.h"
+#include "cuda/common/common.h"
+#include "cuda/runner/gpu_runner.h"
+
+namespace {
+
+using namespace lychee;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string shape = "llama3-8b";
+  std::string contexts = "32768,65536,131072", batches = "1,4,8", gammas = "2,4,6,8";
+  int budget = 4096, block_size = 16, n_retrieval = 32, steps = 16;
+  std::string json_path;
+};
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> v;
+  for (long long x : bench::parse_numbers(s)) v.push_back(int(x));
+  return v;
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return std::string(argv[++i]);
+    };
+    if (a == "--shape") o.shape = next();
+    else if (a == "--contexts") o.contexts = next();
+    else if (a == "--batches") o.batches = next();
+    else if (a == "--gammas") o.gammas = next();
+    else if (a == "--budget") o.budget = std::stoi(next());
+    else if (a == "--block-size") o.block_size = std::stoi(next());
+    else if (a == "--retrieval") o.n_retrieval = std::stoi(next());
+    else if (a == "--steps") o.steps = std::stoi(next());
+    else if (a == "--json") o.json_path = next();
+    else throw std::invalid_argument("unknown argument " + a);
+  }
+  for (int g : parse_list(o.gammas))
+    if (g < 1 || g + 1 > cuda::kMaxVerifyRows)
+      throw std::invalid_argument("--gammas: 1.." + std::to_string(cuda::kMaxVerifyRows - 1) + ", got " + std::to_string(g));
+  return o;
+}
+
+// Milliseconds per decode step of the batch under `spec`, steps pipelined as generate runs them.
+double step_ms(cuda::GpuRunner& r, std::vector<cuda::GpuSeq*>& seqs, const DecodeSpec& spec, int steps, int ctx) {
+  const int batch = int(seqs.size());
+  r.set_policy(spec);
+  std::vector<int32_t> tokens(static_cast<size_t>(batch), 1000), out(static_cast<size_t>(batch));
+  r.decode(seqs, tokens);
+  r.greedy(batch, out);
+  auto run = [&](int n) {
+    cuda::Ticket last = r.greedy_async(batch);
+    for (int i = 0; i < n; ++i) {
+      r.decode(seqs, {});
+      const cuda::Ticket next = r.greedy_async(batch);
+      r.wait_tokens(last, out);
+      last = next;
+    }
+    r.wait_tokens(last, out);
+  };
+  run(3);  // warm-up (captures the graph)
+  const auto t0 = Clock::now();
+  run(steps);
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / steps;
+  for (cuda::GpuSeq* s : seqs) r.truncate(*s, ctx);
+  return ms;
+}
+
+// Milliseconds of one verification of γ + 1 rows for every sequence of the batch (median of reps).
+double verify_ms(cuda::GpuRunner& r, std::vector<cuda::GpuSeq*>& seqs, int gamma, int reps, int ctx) {
+  const int vocab = r.config().vocab_size;
+  std::vector<int32_t> tokens(static_cast<size_t>(gamma + 1));
+  for (int i = 0; i <= gamma; ++i) tokens[size_t(i)] = 1000 + i;
+  std::vector<float> row(static_cast<size_t>(vocab));
+  std::vector<double> times;
+  for (int rep = 0; rep < reps + 1; ++rep) {
+    const auto t0 = Clock::now();
+    for (cuda::GpuSeq* s : seqs) {
+      r.prefill(*s, tokens, /*all_logits=*/true);
+      for (int i = 0; i <= gamma; ++i) r.copy_logits(i, row);
+      r.truncate(*s, ctx);
+    }
+    if (rep > 0) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options opt = parse_args(argc, argv);
+  const ModelConfig c = model_shape(opt.shape);
+  const std::vector<int> contexts = parse_list(opt.contexts), batches = parse_list(opt.batches),
+                         gammas = parse_list(opt.gammas);
+  cuda::RunnerOptions ro;
+  ro.max_batch = *std::max_element(batches.begin(), batches.end());
+  ro.max_context = *std::max_element(contexts.begin(), contexts.end()) + 64;
+  cuda::GpuRunner r(cuda::random_weights(c, 1234), ro);
+  r.fill_kv_random(99);
+  const HeadRoles roles = seeded_head_roles(c, std::clamp(opt.n_retrieval, c.n_kv_heads, c.n_layers * c.n_kv_heads), 7);
+  SelectParams select;
+  select.budget = opt.budget;
+  const DecodeSpec full = full_spec(c), lychee = lychee_spec(c, roles, opt.block_size, select);
+  const auto& dev = cuda::device_info();
+  std::printf("%s, %d SMs; %s random weights; LycheeDecode budget %d, block %d, %d retrieval KV heads\n", dev.name,
+              dev.sm_count, c.name.c_str(), opt.budget, opt.block_size, opt.n_retrieval);
+  std::printf("%6s %8s %10s %10s %6s %12s\n", "batch", "context", "full ms", "lychee ms", "gamma", "verify ms");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const int batch : batches)
+    for (const int ctx : contexts) {
+      std::vector<cuda::GpuSeq> seqs(static_cast<size_t>(batch));
+      std::vector<cuda::GpuSeq*> ptrs;
+      try {
+        for (auto& s : seqs) {
+          r.assume_filled(s, ctx);
+          ptrs.push_back(&s);
+        }
+      } catch (const std::exception& e) {
+        for (auto& s : seqs) r.release(s);
+        std::printf("%6d %8d skipped: %s\n", batch, ctx, e.what());
+        rows.push_back({{"batch", batch}, {"context", ctx}, {"skipped", e.what()}});
+        continue;
+      }
+      const double t_full = step_ms(r, ptrs, full, opt.steps, ctx);
+      const double t_draft = step_ms(r, ptrs, lychee, opt.steps, ctx);
+      nlohmann::json verify = nlohmann::json::object();
+      for (const int g : gammas) {
+        const double t = verify_ms(r, ptrs, g, 5, ctx);
+        verify[std::to_string(g)] = t;
+        std::printf("%6d %8d %10.3f %10.3f %6d %12.3f\n", batch, ctx, t_full, t_draft, g, t);
+      }
+      rows.push_back({{"batch", batch}, {"context", ctx}, {"full_ms", t_full}, {"draft_ms", t_draft},
+                      {"verify_ms", verify}});
+      for (auto& s : seqs) r.release(s);
+    }
+  if (!opt.json_path.empty()) {
+    std::string command;
+    for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+    const nlohmann::json j = {{"gpu", dev.name}, {"model", c.name}, {"budget", opt.budget},
+                              {"block_size", opt.block_size}, {"retrieval_kv_heads", opt.n_retrieval},
+                              {"verify", "per sequence: GpuRunner::prefill all_logits, rows copied to the host"},
+                              {"command", command},
+                              {"commit", std::getenv("LYCHEE_COMMIT") ? std::getenv("LYCHEE_COMMIT") : "unknown"},
+                              {"rows", rows}};
+    write_json_file(opt.json_path, j);
+  }
+  return 0;
+} catch (const std::invalid_argument& e) {
+  std::fprintf(stderr, "bench_spec: %s\n", e.what());
+  return 2;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_spec: error: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,268 @@
+// Self-speculative decoding (runtime/speculative.h) on the CPU reference, tested by equalities:
+// verification rows equal Full decode steps bit for bit; greedy speculation gives Full's tokens on
+// the default model over eval prompts; after a rejection the cache equals one built from the
+// accepted tokens alone, and the sparse policy's next step equals a fresh one's; speculative
+// sampling draws Full's joint distribution (Pearson's chi-square, tests/chi_square.h), and the
+// same test rejects the usual wrong rules. The cost model's choice of γ is a pure function.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "attention/head_roles.h"
+#include "attention/policies.h"
+#include "chi_square.h"
+#include "cpu/model.h"
+#include "eval/tasks.h"
+#include "model/chat_template.h"
+#include "runtime/engine.h"
+#include "runtime/generate.h"
+#include "runtime/policy_settings.h"
+#include "runtime/session.h"
+#include "runtime/speculative.h"
+#include "test_util.h"
+
+namespace lychee {
+namespace {
+
+std::vector<int32_t> ids_of(int n, int vocab, int salt) {
+  std::vector<int32_t> v(size_t(n), 0);
+  for (int i = 0; i < n; ++i) v[size_t(i)] = int32_t((i * 37 + salt * 11 + 3) % vocab);
+  return v;
+}
+
+// A LycheeDecode draft that reads few tokens, so that it disagrees with Full now and then.
+std::unique_ptr<AttentionPolicy> sparse_draft(const ModelConfig& c, int budget, int block) {
+  PolicySettings s;
+  s.policy = "lychee";
+  s.budget = budget;
+  s.block_size = block;
+  s.sink = block;
+  s.recent = block;
+  PolicyOptions o = s.options(c);
+  // The stand-in makes every layer of a model of <= 4 layers retrieval (a draft equal to Full):
+  // there only layer 0 is.
+  if (c.n_layers <= 4) o.roles = head_roles_from_layers(c, {0});
+  return make_policy(o, c);
+}
+
+std::unique_ptr<AttentionPolicy> full_policy(const ModelConfig& c) { return make_policy(PolicyOptions{}, c); }
+
+struct TinyF32 {
+  Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/llama_tied_f32");
+  cpu::Model model{ck.config(), HostWeights::load(ck, WeightFormat::kF32)};
+};
+
+// Every cached K/V value of the first `n` positions, bit for bit.
+void expect_same_cache(const cpu::KvCache& a, const cpu::KvCache& b, const ModelConfig& c, int n) {
+  ASSERT_EQ(a.length(), n);
+  ASSERT_EQ(b.length(), n);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int h = 0; h < c.n_kv_heads; ++h)
+      for (int64_t i = 0; i < int64_t(n) * c.head_dim; ++i) {
+        ASSERT_EQ(a.k(l, h)[i], b.k(l, h)[i]) << "K layer " << l << " head " << h << " element " << i;
+        ASSERT_EQ(a.v(l, h)[i], b.v(l, h)[i]) << "V layer " << l << " head " << h << " element " << i;
+      }
+}
+
+// verify()'s rows against Full decode steps of the same tokens: equal bit for bit.
+void expect_rows_are_full_steps(cpu::Model& model, std::span<const int32_t> prompt, std::span<const int32_t> rows_of) {
+  const ModelConfig& c = model.config();
+  const auto full = full_policy(c);
+  const int capacity = int(prompt.size() + rows_of.size());
+  CpuSession steps(model, capacity), verified(model, capacity);
+  steps.set_policy(full.get());
+  verified.set_policy(full.get());
+  steps.feed(prompt);
+  verified.feed(prompt);
+  const std::span<const float> rows = verified.verify(rows_of);
+  ASSERT_EQ(rows.size(), rows_of.size() * size_t(c.vocab_size));
+  for (size_t i = 0; i < rows_of.size(); ++i) {
+    const std::span<const float> want = steps.forward(rows_of.subspan(i, 1));
+    for (int v = 0; v < c.vocab_size; ++v)
+      ASSERT_EQ(rows[i * size_t(c.vocab_size) + size_t(v)], want[size_t(v)]) << "row " << i << " logit " << v;
+  }
+  expect_same_cache(steps.kv(), verified.kv(), c, steps.length());
+}
+
+TEST(SpeculativeCpu, VerifyRowsAreFullDecodeStepsF32) {
+  TinyF32 t;
+  const int vocab = t.ck.config().vocab_size;
+  expect_rows_are_full_steps(t.model, ids_of(29, vocab, 1), ids_of(7, vocab, 2));
+}
+
+TEST(SpeculativeCpu, VerifyRowsAreFullDecodeStepsNativeDefaultModel) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  const Checkpoint ck = Checkpoint::open(path);
+  cpu::Model model(ck.config(), HostWeights::load(ck, WeightFormat::kNative));
+  const int vocab = ck.config().vocab_size;
+  // A prompt of >= 128 rows takes the dequantised sgemm; the 9 verified rows the integer products.
+  expect_rows_are_full_steps(model, ids_of(300, vocab, 3), ids_of(9, vocab, 4));
+}
+
+GenerateOptions greedy(int n, int gamma) {
+  GenerateOptions o;
+  o.max_new_tokens = n;
+  o.speculate.gamma = gamma;
+  return o;
+}
+
+TEST(SpeculativeCpu, GreedyGivesFullsTokensAndRollsBackF32) {
+  TinyF32 t;
+  const ModelConfig& c = t.ck.config();
+  const auto full = full_policy(c);
+  const auto draft = sparse_draft(c, 4, 1);
+  SpeculateStats total;
+  for (int salt = 0; salt < 6; ++salt) {
+    const auto prompt = ids_of(40 + salt, c.vocab_size, salt);
+    CpuSession a(t.model, 128), b(t.model, 128);
+    a.set_policy(full.get());
+    b.set_policy(draft.get());
+    const GenerateResult want = generate(a, prompt, greedy(24, 0));
+    const GenerateResult got = generate(b, prompt, greedy(24, 2 + salt % 3));
+    EXPECT_EQ(got.tokens, want.tokens) << "prompt " << salt;
+    expect_same_cache(a.kv(), b.kv(), c, a.length());
+    total.drafted += got.speculation.drafted;
+    total.accepted += got.speculation.accepted;
+  }
+  // Both paths of the rule ran: drafts accepted and drafts rejected (rolled back).
+  EXPECT_GT(total.accepted, 0u);
+  EXPECT_LT(total.accepted, total.drafted);
+}
+
+// After a rejection the cache holds the accepted tokens' K/V exactly as a Full run computed them,
+// and the sparse policy's state is rebuilt: its next decode step equals a fresh session's.
+TEST(SpeculativeCpu, RollbackLeavesTheCacheOfTheAcceptedTokens) {
+  TinyF32 t;
+  const ModelConfig& c = t.ck.config();
+  const auto prompt = ids_of(45, c.vocab_size, 9);
+  const auto draft = sparse_draft(c, 4, 1), fresh_draft = sparse_draft(c, 4, 1), full = full_policy(c);
+  CpuSession spec(t.model, 128), fresh(t.model, 128);
+  spec.set_policy(draft.get());
+  const GenerateResult r = generate(spec, prompt, greedy(20, 4));
+  ASSERT_LT(r.speculation.accepted, r.speculation.drafted) << "no rejection: the test needs one";
+  fresh.set_policy(full.get());
+  fresh.feed(prompt);
+  for (size_t i = 0; i + 1 < r.tokens.size(); ++i) fresh.feed(std::span<const int32_t>(&r.tokens[i], 1));
+  expect_same_cache(spec.kv(), fresh.kv(), c, int(prompt.size() + r.tokens.size() - 1));
+  fresh.set_policy(fresh_draft.get());
+  const std::span<const float> fresh_logits = fresh.forward(std::span<const int32_t>(&r.tokens.back(), 1));
+  const std::vector<float> want(fresh_logits.begin(), fresh_logits.end());
+  const std::span<const float> got = spec.forward(std::span<const int32_t>(&r.tokens.back(), 1));
+  EXPECT_EQ(std::vector<float>(got.begin(), got.end()), want);
+}
+
+// The eval's prompts (chat-templated tasks, as run_eval builds them) on the default model with its
+// default native weights: speculative greedy with a LycheeDecode draft gives Full's tokens.
+TEST(SpeculativeCpu, GreedyGivesFullsTokensOnTheDefaultModelOverEvalPrompts) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  const Checkpoint ck = Checkpoint::open(path);
+  const Tokenizer tok = load_tokenizer(ck);
+  cpu::Model model(ck.config(), HostWeights::load(ck, WeightFormat::kNative));
+  const ModelConfig& c = ck.config();
+  const TaskGenerator gen(tok, Haystack::synthetic());
+  const ChatTemplate chat = ChatTemplate::of(tok);
+  const auto full = full_policy(c);
+  const auto draft = sparse_draft(c, 96, 16);
+  SpeculateStats total;
+  for (const TaskKind kind : {TaskKind::kPasskey, TaskKind::kNiahSingle, TaskKind::kVariableTracking,
+                              TaskKind::kCommonWords}) {
+    const EvalSample s = gen.make({kind, 900, 0.5, 7});
+    const auto ids = tok.encode(chat.render({{"user", s.user_message}}).text + s.answer_prefix, false, true);
+    GenerateOptions o = greedy(s.max_new_tokens, 0);
+    o.stop_ids = tok.stop_ids();
+    CpuSession a(model, int(ids.size()) + o.max_new_tokens), b(model, int(ids.size()) + o.max_new_tokens);
+    a.set_policy(full.get());
+    b.set_policy(draft.get());
+    const GenerateResult want = generate(a, ids, o);
+    o.speculate.gamma = 4;
+    const GenerateResult got = generate(b, ids, o);
+    EXPECT_EQ(got.tokens, want.tokens) << s.task;
+    EXPECT_EQ(got.finish_reason, want.finish_reason) << s.task;
+    total.drafted += got.speculation.drafted;
+    total.accepted += got.speculation.accepted;
+  }
+  std::printf("default model, lychee budget 96 draft, γ 4: %llu of %llu drafts accepted\n",
+              (unsigned long long)total.accepted, (unsigned long long)total.drafted);
+  EXPECT_GT(total.accepted, 0u);
+  EXPECT_LT(total.accepted, total.drafted);  // rejections happened, so the rollback path ran
+}
+
+TEST(SpeculativeCpu, StopTokenAndLimitEndWhereFullEnds) {
+  TinyF32 t;
+  const ModelConfig& c = t.ck.config();
+  const auto prompt = ids_of(41, c.vocab_size, 5);
+  const auto full = full_policy(c), draft = sparse_draft(c, 4, 1);
+  CpuSession a(t.model, 128);
+  a.set_policy(full.get());
+  const GenerateResult plain = generate(a, prompt, greedy(16, 0));
+  // The 7th token as a stop token: both stop there, with the same cache.
+  GenerateOptions o = greedy(16, 0);
+  o.stop_ids = {plain.tokens[6]};
+  CpuSession b(t.model, 128), d(t.model, 128);
+  b.set_policy(full.get());
+  d.set_policy(draft.get());
+  const GenerateResult want = generate(b, prompt, o);
+  o.speculate.gamma = 5;
+  const GenerateResult got = generate(d, prompt, o);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.finish_reason, "stop");
+  expect_same_cache(b.kv(), d.kv(), c, b.length());
+  // A callback that ends generation after 3 tokens.
+  CpuSession e(t.model, 128);
+  e.set_policy(draft.get());
+  int seen = 0;
+  const GenerateResult cut = generate(e, prompt, greedy(16, 6), [&](int32_t) { return ++seen < 3; });
+  EXPECT_EQ(cut.tokens, std::vector<int32_t>(plain.tokens.begin(), plain.tokens.begin() + 3));
+  EXPECT_EQ(e.length(), int(prompt.size()) + 2);
+}
+
+TEST(SpeculativeAccept, GreedyKeepsDraftsWhileTheyAreFullsArgmax) {
+  const int vocab = 8;
+  std::vector<float> rows(size_t(3 * vocab), 0.0f);
+  rows[5] = 1.0f;              // row 0: argmax 5
+  rows[vocab + 2] = 1.0f;      // row 1: argmax 2
+  rows[2 * vocab + 7] = 1.0f;  // row 2: argmax 7
+  const std::vector<float> q(size_t(2 * vocab), 0.0f);
+  const SamplingParams g;
+  const Verdict one = accept_drafts(std::vector<int32_t>{5, 3}, q, rows, g, 10);
+  EXPECT_EQ(one.accepted, 1);
+  EXPECT_EQ(one.next, 2);
+  const Verdict all = accept_drafts(std::vector<int32_t>{5, 2}, q, rows, g, 10);
+  EXPECT_EQ(all.accepted, 2);
+  EXPECT_EQ(all.next, 7);
+  const Verdict none = accept_drafts(std::vector<int32_t>{4, 2}, q, rows, g, 10);
+  EXPECT_EQ(none.accepted, 0);
+  EXPECT_EQ(none.next, 5);
+  test::expect_error([&] { accept_drafts(std::vector<int32_t>{5}, q, rows, g, 10); }, ErrorCode::kInvalidArgument,
+                     {"draft logits"});
+}
+
+TEST(SpeculativeCost, ExpectedTokensAndTheChoiceOfGamma) {
+  EXPECT_DOUBLE_EQ(expected_tokens(0.5, 3), 1.875);
+  EXPECT_DOUBLE_EQ(expected_tokens(1.0, 4), 5.0);
+  EXPECT_DOUBLE_EQ(expected_tokens(0.0, 4), 1.0);
+  // KV-bound steps (long context, batch > 1): a sparse draft step costs a third of Full's.
+  const StepTimes long_ctx{0.3, 1.1, 1.0};
+  const int g = choose_gamma(0.9, long_ctx, 8);
+  EXPECT_GT(g, 1);
+  EXPECT_GT(speculative_speedup(0.9, g, long_ctx), 1.5);
+  EXPECT_EQ(choose_gamma(0.1, long_ctx, 8), 0);  // drafts that are rarely right lose
+  // Weight-bound steps (batch 1, short context): the draft step costs what Full's does.
+  EXPECT_EQ(choose_gamma(0.9, StepTimes{0.95, 1.05, 1.0}, 8), 0);
+}
+
+TEST(SpeculativeCost, ParseSpeculate) {
+  EXPECT_EQ(parse_speculate("4").gamma, 4);
+  EXPECT_FALSE(parse_speculate("0").enabled());
+  EXPECT_FALSE(parse_speculate("off").enabled());
+  EXPECT_TRUE(parse_speculate("auto").adaptive);
+  test::expect_error([] { parse_speculate("17"); }, ErrorCode::kInvalidArgument, {"--speculate", "\"17\""});
+  test::expect_error([] { parse_speculate("x", "lychee.speculate"); }, ErrorCode::kInvalidArgument,
+                     {"lychee.speculate", "\"x\""});
+}
+
+}  // namespace
+}  // namespace lychee
