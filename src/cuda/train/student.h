@@ -10,7 +10,8 @@
 // scratch buffers [n_heads][max(max_targets, 256)][max_context]; the student's per-layer
 // activations [n_layers][max_targets][d + d + (q_dim + 2 kv_dim) + q_dim + 2 d_ff]; the logits
 // of teacher and student [max_targets][vocab] each; the selected sets as bit masks
-// [n_layers][n_kv_heads][max_targets][max_context / 32] u32.
+// [n_layers][n_kv_heads][max_targets][max_context / 32] u32; past ~56K max_context the selection's
+// keys [n_kv_heads][max_targets][max_context] (they no longer fit a block's shared memory).
 #pragma once
 
 #include <cstddef>
@@ -42,6 +43,12 @@ struct GpuStudentTuning {
   // Dense prefill and teacher attention with the TF32 flash kernel when options.tf32 and
   // head_dim is 64 or 128 (otherwise materialised rows, like the student).
   bool flash = true;
+  // The context prefill (set_context) in bf16: its projections with bf16 tensor cores
+  // (CUBLAS_COMPUTE_32F_FAST_16BF: fp32 in and out, inputs rounded to bf16) and its attention with
+  // the bf16 flash kernel. The teacher and the student read the same context K/V, so all gates 1
+  // still give the teacher exactly; only the context's representation moves (by bf16's 2^-9
+  // relative rounding, as a bf16 inference engine computes it). Needs flash and options.tf32.
+  bool prefill_bf16 = false;
   // >= 0: CUDA events around the ops of this layer in teacher() and student() (a few µs of
   // overhead), reported in GpuStudentTimes::layer_ops.
   int profile_layer = -1;

@@ -60,7 +60,11 @@ struct GpuStudent::Impl {
   float scale = 0.0f;
   int ld_max = 0, mask_words = 0, rows_mat = 0, act_rows = 0;
   bool use_flash = false;
+  bool prefill_bf16 = false;  // tuning.prefill_bf16 where it applies
+  bool keys_in_global = false;  // the selection's keys in select_keys (contexts past shared memory)
+  bool in_prefill = false;    // set_context is running: its products and attention may use bf16
 
+  int device = 0;  // the CUDA device current at construction; every public call makes it current
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   cudaEvent_t ev[kNumEvents] = {};
@@ -88,6 +92,7 @@ struct GpuStudent::Impl {
   DeviceBuffer<float> gus;                 // [n_layers][max_targets][2 ff]: gate/up + bias
   DeviceBuffer<float4> stats;              // [n_layers][n_heads][max_targets]
   DeviceBuffer<uint32_t> masks;            // [n_layers][n_kv][max_targets][mask_words]
+  DeviceBuffer<float> select_keys;         // [n_kv][max_targets][ld_max] when keys_in_global
   DeviceBuffer<float> hfin, logits, teacher_out;
   DeviceBuffer<float> dx, dh, dqkv, da, dgu, dm, dq, dk, dv, w_tail, dz_part, dz_dev, z_dev;
   DeviceBuffer<double> loss_partials, loss_dev;
@@ -123,6 +128,14 @@ struct GpuStudent::Impl {
             const float* B, int ldb, long long sb, float beta, float* C, int ldc, long long sc,
             int batch = 1) {
     const float alpha = 1.0f;
+    if (in_prefill && prefill_bf16) {  // fp32 in and out, bf16 tensor cores
+      check_blas(cublasGemmStridedBatchedEx(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
+                                            M, K, &alpha, B, CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda, sa, &beta, C,
+                                            CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F_FAST_16BF,
+                                            CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx (bf16 prefill)", __LINE__);
+      return;
+    }
     check_blas(cublasSgemmStridedBatched(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                          N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, batch),
                "cublasSgemmStridedBatched", __LINE__);
@@ -150,6 +163,8 @@ struct GpuStudent::Impl {
   void student_layer_forward(int l);
   void student_layer_backward(int l, bool input_grad);
   void check_tokens(std::span<const int32_t> tokens, const char* what) const;
+  // Makes `device` current for this thread (data-parallel ranks drive their GPUs from threads).
+  void use_device() const { LY_CUDA_CHECK(cudaSetDevice(device)); }
 };
 
 }  // namespace lychee::cuda
