@@ -72,7 +72,15 @@ void register_train(CLI::App& app) {
   cmd->add_flag("--resume", args->resume, "Continue from <out>/checkpoint.json");
   cmd->add_option("--log-every", args->log_every, "Progress line and CSV row every N steps")->check(positive_int());
   cmd->add_option("--checkpoint-every", args->checkpoint_every, "Checkpoint every N steps")->check(positive_int());
+  cmd->add_option("--stop-after", args->stop_after, "Checkpoint and stop after this step (continue with --resume)")
+      ->check(positive_int());
   cmd->add_flag("!--no-tf32", args->tf32, "CUDA: exact fp32 matrix products instead of TF32 tensor cores");
+  cmd->add_option("--prefill", args->prefill, "CUDA: the context prefill's products and attention in tf32 or bf16")
+      ->check(CLI::IsMember({"tf32", "bf16"}));
+  cmd->add_option("--data-parallel", args->data_parallel,
+                  "Samples per step, one per rank (GPU); the mean of their gradients")
+      ->check(positive_int());
+  cmd->add_option("--gpus", args->gpus, "CUDA: rank r's device, comma-separated (default 0,1,...; a repeat shares a GPU)");
   cmd->callback([args] { run(*args); });
 }
 
