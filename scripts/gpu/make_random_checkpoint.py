@@ -7,6 +7,8 @@ tokenizer.ggml.* keys; its 49152 ids fit any vocabulary at least that large).
 
   make_random_checkpoint.py --shape llama3-8b --tokenizer-gguf GGUF --out DIR [--layers N] [--shard-gb 4]
   make_random_checkpoint.py --tokenizer-only --tokenizer-gguf GGUF --out DIR   (the tokenizer files alone)
+  make_random_checkpoint.py --shape llama3-8b --tokenizer-dir HF_DIR --out DIR  (copy tokenizer.json and
+                                                                               tokenizer_config.json instead)
 
 The weights: matrices uniform with std 0.5/sqrt(fan_in), norms around 1, embeddings std 0.5
 (activations stay O(1) over the layers; nothing measured depends on the values). Random bits
@@ -113,6 +115,21 @@ def write_tokenizer(gguf_path, out_dir):
     return len(tokens)
 
 
+def copy_tokenizer(src_dir, out_dir):
+    """tokenizer.json and tokenizer_config.json (when present) of src_dir; returns the vocabulary size."""
+    import shutil
+    path = os.path.join(src_dir, "tokenizer.json")
+    with open(path, encoding="utf-8") as f:
+        tok = json.load(f)
+    n = len(tok["model"]["vocab"]) + sum(1 for t in tok.get("added_tokens", []) if t["content"] not in tok["model"]["vocab"])
+    os.makedirs(out_dir, exist_ok=True)
+    shutil.copy(path, os.path.join(out_dir, "tokenizer.json"))
+    cfg = os.path.join(src_dir, "tokenizer_config.json")
+    if os.path.exists(cfg):
+        shutil.copy(cfg, os.path.join(out_dir, "tokenizer_config.json"))
+    return n
+
+
 # ---- random weights ----
 
 def tensor_specs(shape):
@@ -210,15 +227,20 @@ def write_checkpoint(shape, out_dir, n_layers, shard_bytes):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="llama3-8b", choices=sorted(SHAPES))
-    ap.add_argument("--tokenizer-gguf", required=True, help="the default model's GGUF (its tokenizer is copied)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--tokenizer-gguf", help="the default model's GGUF (its tokenizer is converted)")
+    src.add_argument("--tokenizer-dir", help="a directory with tokenizer.json (and tokenizer_config.json) to copy")
     ap.add_argument("--out", required=True)
     ap.add_argument("--layers", type=int, default=0, help="fewer layers than the shape's (0: all)")
     ap.add_argument("--shard-gb", type=float, default=4.0)
     ap.add_argument("--tokenizer-only", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    n_tokens = write_tokenizer(a.tokenizer_gguf, a.out)
-    print(f"tokenizer: {n_tokens} tokens from {a.tokenizer_gguf}")
+    if a.tokenizer_gguf:
+        n_tokens = write_tokenizer(a.tokenizer_gguf, a.out)
+    else:
+        n_tokens = copy_tokenizer(a.tokenizer_dir, a.out)
+    print(f"tokenizer: {n_tokens} tokens from {a.tokenizer_gguf or a.tokenizer_dir}")
     if a.tokenizer_only:
         return 0
     if SHAPES[a.shape][6] < n_tokens:
