@@ -20,6 +20,12 @@ void run(const TrainArgs& a) {
       train::train_heads(a, [](const std::string& line) { fmt::print(stderr, "{}\n", line); });
   const train::TrainResult& r = run.result;
   const ModelConfig& c = run.config;
+  if (!r.finished) {  // --stop-after: no role file yet
+    fmt::print("trained {} steps in {:.1f} s ({:.1f} ms/step), stopped; continue with --resume -o {} "
+               "(checkpoint.json)\n",
+               r.steps_run, r.seconds, 1e3 * r.seconds / std::max(1, r.steps_run), run.out_dir);
+    return;
+  }
   fmt::print("{}\n", format_head_role_map(r.roles));
   fmt::print("trained {} steps in {:.1f} s ({:.1f} ms/step); final loss {:.4g}, λ {:.3g}, E‖z‖₀ {:.2f}\n",
              r.steps_run, r.seconds, 1e3 * r.seconds / std::max(1, r.steps_run), r.final_loss, r.lambda,

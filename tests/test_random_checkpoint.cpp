@@ -1,8 +1,10 @@
 // scripts/gpu/make_random_checkpoint.py (issue 40's 8B-shaped checkpoint for timing train-heads
 // through the real loader) copies the default model's tokenizer out of its GGUF into
 // tokenizer.json: the Hugging Face tokenizer it writes must encode and decode exactly as the
-// GGUF's own (the loader of an HF directory reads only tokenizer.json). The weights it writes need
-// torch or numpy and 16 GB: the GPU machine's bench-train stage runs them.
+// GGUF's own (the loader of an HF directory reads only tokenizer.json). Its files load through the
+// real loader and train-heads trains on them, stops (--stop-after) and resumes: the same script
+// at its "tiny" shape (plain Python random bits; the 8B shape needs torch or numpy and 16 GB: the
+// GPU machine's bench-train stage runs it).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -37,6 +39,30 @@ TEST(RandomCheckpoint, TokenizerCopiedFromTheGgufEncodesAsTheGguf) {
   }
   EXPECT_EQ(hf.bos_id(), gguf_tok.bos_id());
   EXPECT_EQ(hf.eos_id(), gguf_tok.eos_id());
+}
+
+TEST(RandomCheckpoint, TinyCheckpointLoadsTrainsStopsAndResumes) {
+  LY_REQUIRE_DEFAULT_MODEL(gguf);
+  const std::string dir = test::temp_dir("random_checkpoint_tiny");
+  std::filesystem::remove_all(dir);
+  const test::RunResult w = test::run_shell("python3 " + std::string(LYCHEE_SOURCE_DIR) +
+                                            "/scripts/gpu/make_random_checkpoint.py --shape tiny --shard-gb 0.004 "
+                                            "--tokenizer-gguf " + gguf + " --out " + dir + "/model");
+  ASSERT_EQ(w.status, 0) << w.output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/model/model-00002-of-00002.safetensors")) << "sharded: " << w.output;
+  const std::string args = "train-heads -m " + dir + "/model --device cpu --steps 4 --retrieval-heads 1 --min-len 400"
+                           " --max-len 700 --haystack synthetic --passkeys 2 --passkey-words 4 --log-every 1 -o " +
+                           dir + "/run";
+  const test::RunResult a = test::run_cli(args + " --stop-after 2");
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_NE(a.output.find("stopped; continue with --resume"), std::string::npos) << a.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run/roles.json"));
+  const test::RunResult b = test::run_cli(args + " --resume");
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("resuming from step 2 of 4"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("step 4/4"), std::string::npos) << b.output;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/run/roles.json"));
+  EXPECT_EQ(test::read_json(dir + "/run/summary.json")["steps_this_run"], 2);
 }
 
 }  // namespace

@@ -30,6 +30,10 @@ SHAPES = {
     "qwen2.5-7b": (28, 3584, 28, 4, 128, 18944, 152064, 1000000.0,
                    {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "rms_norm_eps": 1e-6,
                     "max_position_embeddings": 131072, "tie_word_embeddings": False}),
+    # The same files at a size the CPU trains in seconds (tests/test_random_checkpoint.cpp).
+    "tiny": (2, 32, 2, 1, 16, 48, 49152, 500000.0,
+             {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "rms_norm_eps": 1e-5,
+              "max_position_embeddings": 4096, "tie_word_embeddings": False}),
 }
 
 # ---- the default model's tokenizer, from its GGUF metadata ----
@@ -168,9 +172,16 @@ def random_bf16_bytes(shape, kind, seed):
         t = torch.rand(n, generator=g, device=dev, dtype=torch.float32).mul_(2 * a).add_(mean - a)
         return t.to(torch.bfloat16).view(torch.int16).cpu().numpy().tobytes()
     except ImportError:
+        pass
+    try:
         import numpy as np
         x = np.random.default_rng(seed).uniform(mean - a, mean + a, n).astype(np.float32)
         return (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()  # truncation to bf16
+    except ImportError:  # plain Python: fine for the tiny shape only
+        import random
+        rng = random.Random(seed)
+        words = (struct.unpack("<I", struct.pack("<f", rng.uniform(mean - a, mean + a)))[0] >> 16 for _ in range(n))
+        return struct.pack(f"<{n}H", *words)
 
 
 def write_safetensors(path, tensors):
