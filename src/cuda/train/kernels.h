@@ -100,6 +100,9 @@ void attention_forward_rows(const AttnForwardArgs& a, cudaStream_t s);
 // Dynamic shared memory attention_forward_rows needs (for the caller's capacity check);
 // keys_in_smem false: the selection's keys live in select_keys.
 size_t attention_forward_smem_bytes(int n_cols, int mask_words, bool select, bool keys_in_smem = true);
+// The most dynamic shared memory attention_forward_rows may use on this device (a block's opt-in
+// limit less the kernel's static shared memory).
+size_t attention_forward_smem_limit();
 
 // The backward of attention_forward_rows with respect to the raw logits, for
 // g[b][t][j] = dout[b][t] · v_j: overwrites g with d loss / d s (scale folded in, zero for

@@ -124,11 +124,12 @@ GpuStudent::Impl::Impl(const ModelConfig& config, const WeightSource& ws, const 
   act_rows = std::max(rows_mat, use_flash ? std::min(kContextChunk, max_context) : 0);
   // The selection keeps the group sums of a row in shared memory up to ~56K columns (227 KiB per
   // block on an H100), in a global scratch of n_kv × max_targets rows beyond.
-  keys_in_global = ops::attention_forward_smem_bytes(max_context, mask_words, true) > device_info().smem_per_block_optin;
+  const size_t smem_limit = ops::attention_forward_smem_limit();
+  keys_in_global = ops::attention_forward_smem_bytes(max_context, mask_words, true) > smem_limit;
   const size_t sel_smem = ops::attention_forward_smem_bytes(max_context, mask_words, true, !keys_in_global);
-  LY_CHECK(sel_smem <= device_info().smem_per_block_optin, ErrorCode::kUnsupported,
+  LY_CHECK(sel_smem <= smem_limit, ErrorCode::kUnsupported,
            "GpuStudent: max_context {} needs {} KiB of shared memory per block for the selection's sets; "
-           "this GPU has {} KiB", max_context, sel_smem >> 10, device_info().smem_per_block_optin >> 10);
+           "this GPU allows {} KiB", max_context, sel_smem >> 10, smem_limit >> 10);
 
   LY_CUDA_CHECK(cudaGetDevice(&device));
   LY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
