@@ -136,6 +136,9 @@ __device__ void select_top(float* acc, int p, int want, uint32_t* out) {
 // Per query row g of the group: statistics of both softmaxes (and the group sum of the logits
 // for the selection), then at once the mixed weights, re-reading the row while it is in L1/L2.
 // The selection comes last: it needs only the group sum in shared memory, not the logits.
+// kGlobalKeys: the selection's group sums in a.select_keys (contexts past shared memory); a
+// template parameter so that the shared-memory instance keeps its registers (no spills).
+template <bool kGlobalKeys>
 __global__ void __launch_bounds__(kFwdThreads) attention_forward_kernel(AttnForwardArgs a) {
   extern __shared__ uint32_t smem[];  // [mask_words] the input set, then [n_cols] selection keys
   const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
@@ -146,7 +149,7 @@ __global__ void __launch_bounds__(kFwdThreads) attention_forward_kernel(AttnForw
   const bool select = a.mask_out != nullptr && (a.select_z == nullptr || a.select_z[h] > 0.5f);
   const size_t mask_row = (size_t(h) * a.n + t) * a.mask_words;
   uint32_t* mask = smem;
-  float4* acc4 = a.select_keys != nullptr  // ld is a multiple of 4: rows stay 16-byte aligned
+  float4* acc4 = kGlobalKeys  // ld is a multiple of 4: rows stay 16-byte aligned
                      ? reinterpret_cast<float4*>(a.select_keys + (size_t(h) * a.n + t) * a.ld)
                      : reinterpret_cast<float4*>(smem + (a.mask_words + 3) / 4 * 4);
   if (sparse)
@@ -353,14 +356,20 @@ void allow_full_smem(Kernel kernel, uint64_t& devices_done) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_dynamic_smem(kernel))));
 }
 
-size_t attention_forward_smem_limit() { return max_dynamic_smem(attention_forward_kernel); }
+size_t attention_forward_smem_limit() { return max_dynamic_smem(attention_forward_kernel<false>); }
 
 void attention_forward_rows(const AttnForwardArgs& a, cudaStream_t s) {
   static uint64_t configured = 0;
   const size_t smem =
       attention_forward_smem_bytes(a.n_cols, a.mask_words, a.mask_out != nullptr, a.select_keys == nullptr);
-  if (smem > 48 * 1024) allow_full_smem(attention_forward_kernel, configured);
-  attention_forward_kernel<<<dim3(a.n, a.n_kv_heads), kFwdThreads, smem, s>>>(a);
+  if (a.select_keys != nullptr) {  // shared memory holds the sets only
+    static uint64_t configured_global = 0;
+    if (smem > 48 * 1024) allow_full_smem(attention_forward_kernel<true>, configured_global);
+    attention_forward_kernel<true><<<dim3(a.n, a.n_kv_heads), kFwdThreads, smem, s>>>(a);
+  } else {
+    if (smem > 48 * 1024) allow_full_smem(attention_forward_kernel<false>, configured);
+    attention_forward_kernel<false><<<dim3(a.n, a.n_kv_heads), kFwdThreads, smem, s>>>(a);
+  }
   LY_CUDA_CHECK_LAUNCH();
 }
 

@@ -18,9 +18,10 @@ void GpuStudent::Impl::check_tokens(std::span<const int32_t> tokens, const char*
 // Dense causal attention of rows at positions pos0 .. pos0 + n - 1 (q → att).
 void GpuStudent::Impl::dense_attention(int l, int n, int pos0) {
   if (use_flash) {
-    const auto flash = in_prefill && prefill_bf16 ? ops::flash_attention_bf16 : ops::flash_attention_tf32;
-    flash(q.data(), q_dim, kc(l), vc(l), max_context, att.data(), q_dim, n, pos0, n_heads, n_kv, hd, scale,
-          flash_scratch.data(), flash_scratch.size(), stream);
+    // The TF32 kernel for the bf16 prefill too: the bf16 one (train_ops::flash_attention_bf16) measured
+    // slower (kernels.h).
+    ops::flash_attention_tf32(q.data(), q_dim, kc(l), vc(l), max_context, att.data(), q_dim, n, pos0,
+                              n_heads, n_kv, hd, scale, flash_scratch.data(), flash_scratch.size(), stream);
     return;
   }
   const int n_cols = pos0 + n, ld = int(round_up(size_t(n_cols), 4));

@@ -62,7 +62,7 @@ struct GpuStudent::Impl {
   bool use_flash = false;
   bool prefill_bf16 = false;  // tuning.prefill_bf16 where it applies
   bool keys_in_global = false;  // the selection's keys in select_keys (contexts past shared memory)
-  bool in_prefill = false;    // set_context is running: its products and attention may use bf16
+  bool in_prefill = false;    // set_context is running: its products may use bf16
 
   int device = 0;  // the CUDA device current at construction; every public call makes it current
   cudaStream_t stream = nullptr;
@@ -74,6 +74,8 @@ struct GpuStudent::Impl {
   DeviceBuffer<uint8_t> blas_ws;
 
   DeviceBuffer<float> weights;
+  DeviceBuffer<uint16_t> weights_bf16;  // with prefill_bf16: the arena rounded to bf16, same offsets
+  DeviceBuffer<uint16_t> act_bf16;      // with prefill_bf16: [act_rows][max(d, q_dim, ff)] product input
   std::vector<LayerWeights> lw;
   const float *embed = nullptr, *out_norm = nullptr, *output = nullptr;
   DeviceBuffer<float> rope_cos, rope_sin;  // [max_context][head_dim / 2]
@@ -128,20 +130,23 @@ struct GpuStudent::Impl {
             const float* B, int ldb, long long sb, float beta, float* C, int ldc, long long sc,
             int batch = 1) {
     const float alpha = 1.0f;
-    if (in_prefill && prefill_bf16) {  // fp32 in and out, bf16 tensor cores
-      check_blas(cublasGemmStridedBatchedEx(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
-                                            M, K, &alpha, B, CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda, sa, &beta, C,
-                                            CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F_FAST_16BF,
-                                            CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmStridedBatchedEx (bf16 prefill)", __LINE__);
-      return;
-    }
     check_blas(cublasSgemmStridedBatched(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                          N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, batch),
                "cublasSgemmStridedBatched", __LINE__);
   }
-  // y[n][m] (+)= x[n][k] · W[m][k]ᵀ
+  // y[n][m] (+)= x[n][k] · W[m][k]ᵀ. In the bf16 prefill: W's bf16 copy and x rounded to bf16,
+  // bf16 tensor cores with f32 accumulation and output.
   void linear(const float* x_, const float* w, float* y, int n, int k, int m_, float beta) {
+    if (in_prefill && prefill_bf16) {
+      LY_ASSERT(w >= weights.data() && w < weights.data() + weights.size() && size_t(n) * k <= act_bf16.size());
+      ops::round_to_bf16(x_, act_bf16.data(), size_t(n) * k, stream);
+      const float alpha = 1.0f;
+      check_blas(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, m_, n, k, &alpha, weights_bf16.data() + (w - weights.data()),
+                              CUDA_R_16BF, k, act_bf16.data(), CUDA_R_16BF, k, &beta, y, CUDA_R_32F, m_,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx (bf16 prefill)", __LINE__);
+      return;
+    }
     gemm(false, true, n, m_, k, x_, k, 0, w, k, 0, beta, y, m_, 0);
   }
   // dx[n][k] = dy[n][m] · W[m][k]

@@ -179,6 +179,11 @@ void GpuStudent::Impl::upload_weights(const WeightSource& ws) {
   std::vector<LayerOffsets> lo(static_cast<size_t>(n_layers));
   for (int l = 0; l < n_layers; ++l) lo[size_t(l)] = take_layer(arena, ws, c, l);
   arena.upload(weights);
+  if (prefill_bf16) {  // rounded on the device: the host never holds a bf16 copy
+    weights_bf16 = DeviceBuffer<uint16_t>(weights.size());
+    ops::round_to_bf16(weights.data(), weights_bf16.data(), weights.size(), stream);
+    LY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
   const float* base = weights.data();
   auto at = [&](size_t off) { return off == kAbsent ? nullptr : base + off; };
   embed = at(o_embed), output = at(o_output), out_norm = at(o_onorm);
@@ -201,6 +206,7 @@ void GpuStudent::Impl::allocate() {
   const size_t R = size_t(act_rows), Tm = size_t(max_targets), NL = size_t(n_layers);
   kv = DeviceBuffer<float>(NL * 2 * n_kv * size_t(max_context) * hd);
   x = DeviceBuffer<float>(R * d);
+  if (prefill_bf16) act_bf16 = DeviceBuffer<uint16_t>(R * size_t(std::max({d, q_dim, ff})));
   h = DeviceBuffer<float>(R * d);
   qkv = DeviceBuffer<float>(R * qkv_dim);
   q = DeviceBuffer<float>(R * q_dim);
@@ -260,7 +266,8 @@ GpuStudent::~GpuStudent() = default;
 
 size_t GpuStudent::memory_bytes() const {
   const Impl& s = *impl_;  // host-side sizes only: no device call
-  size_t total = s.blas_ws.bytes() + s.weights.bytes() + s.rope_cos.bytes() + s.rope_sin.bytes() + s.kv.bytes();
+  size_t total = s.blas_ws.bytes() + s.weights.bytes() + s.rope_cos.bytes() + s.rope_sin.bytes() + s.kv.bytes() +
+                 s.weights_bf16.bytes() + s.act_bf16.bytes();
   for (const DeviceBuffer<float>* b : {&s.x, &s.h, &s.qkv, &s.q, &s.att, &s.gu, &s.m, &s.s_buf, &s.g_buf,
                                        &s.s_store, &s.xs, &s.x2s, &s.qkvs, &s.qs, &s.gus, &s.hfin, &s.logits,
                                        &s.teacher_out, &s.dx, &s.dh, &s.dqkv, &s.da, &s.dgu, &s.dm, &s.dq, &s.dk,
