@@ -20,6 +20,12 @@ void run(const TrainArgs& a) {
       train::train_heads(a, [](const std::string& line) { fmt::print(stderr, "{}\n", line); });
   const train::TrainResult& r = run.result;
   const ModelConfig& c = run.config;
+  if (!r.finished) {  // --stop-after: no role file yet
+    fmt::print("trained {} steps in {:.1f} s ({:.1f} ms/step), stopped; continue with --resume -o {} "
+               "(checkpoint.json)\n",
+               r.steps_run, r.seconds, 1e3 * r.seconds / std::max(1, r.steps_run), run.out_dir);
+    return;
+  }
   fmt::print("{}\n", format_head_role_map(r.roles));
   fmt::print("trained {} steps in {:.1f} s ({:.1f} ms/step); final loss {:.4g}, λ {:.3g}, E‖z‖₀ {:.2f}\n",
              r.steps_run, r.seconds, 1e3 * r.seconds / std::max(1, r.steps_run), r.final_loss, r.lambda,
@@ -72,7 +78,15 @@ void register_train(CLI::App& app) {
   cmd->add_flag("--resume", args->resume, "Continue from <out>/checkpoint.json");
   cmd->add_option("--log-every", args->log_every, "Progress line and CSV row every N steps")->check(positive_int());
   cmd->add_option("--checkpoint-every", args->checkpoint_every, "Checkpoint every N steps")->check(positive_int());
+  cmd->add_option("--stop-after", args->stop_after, "Checkpoint and stop after this step (continue with --resume)")
+      ->check(positive_int());
   cmd->add_flag("!--no-tf32", args->tf32, "CUDA: exact fp32 matrix products instead of TF32 tensor cores");
+  cmd->add_option("--prefill", args->prefill, "CUDA: the context prefill's products and attention in tf32 or bf16")
+      ->check(CLI::IsMember({"tf32", "bf16"}));
+  cmd->add_option("--data-parallel", args->data_parallel,
+                  "Samples per step, one per rank (GPU); the mean of their gradients")
+      ->check(positive_int());
+  cmd->add_option("--gpus", args->gpus, "CUDA: rank r's device, comma-separated (default 0,1,...; a repeat shares a GPU)");
   cmd->callback([args] { run(*args); });
 }
 

@@ -1,13 +1,17 @@
 // The head-role training loop on the CPU student: a synthetic model where one head is known to
 // carry the output ends with exactly that head as its retrieval head; a resumed run equals an
-// uninterrupted one; the files it writes load and validate; bad options fail clearly; and the
-// train-heads command runs end to end on a tiny checkpoint.
+// uninterrupted one; the files it writes load and validate; bad options fail clearly; the
+// train-heads command runs end to end on a tiny checkpoint; and data parallelism: ranks on
+// threads of their own equal one student serving them in turn (what two GPUs must equal one GPU
+// summing both ranks' gradients), two ranks of duplicated samples equal one rank (the mean), and
+// the reducer is the one summing point.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <span>
 
 #include "attention/head_roles.h"
 #include "core/error.h"
@@ -329,6 +333,111 @@ TEST(TrainLoop, CliTrainsHeadsOnATinyCheckpoint) {
   const auto bad = test::run_cli("train-heads -m " + model + " --device cpu --retrieval-heads 99 -o " + base + "/bad");
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.output.find("out of range"), std::string::npos) << bad.output;
+}
+
+// ---- data parallelism ----
+
+// The base samples twice each: sample i is base sample i / 2 (ranks 0 and 1 of a step agree).
+class Duplicated final : public train::TrainData {
+ public:
+  explicit Duplicated(const train::TrainData& base) : base_(base) {}
+  size_t size() const override { return 0; }
+  train::TrainSample sample(uint64_t index) const override { return base_.sample(index / 2); }
+  int max_target_tokens() const override { return base_.max_target_tokens(); }
+  std::string describe() const override { return "duplicated " + base_.describe(); }
+
+ private:
+  const train::TrainData& base_;
+};
+
+struct RunState {
+  nlohmann::json checkpoint;
+  std::vector<double> expected_z;
+  std::vector<uint8_t> roles;
+};
+
+RunState run_ranks(const ModelConfig& c, std::span<train::Student* const> ranks, const train::TrainData& data,
+                   train::TrainOptions o, const train::GradientReduce& reduce = {}) {
+  const train::TrainResult r = train::train_head_roles(c, ranks, data, o, {}, {}, reduce);
+  EXPECT_TRUE(r.finished);
+  return {test::read_json(o.out_dir + "/checkpoint.json"), r.expected_z, r.roles.retrieval};
+}
+
+void expect_same_run(const RunState& a, const RunState& b) {
+  EXPECT_EQ(a.checkpoint["params"], b.checkpoint["params"]);
+  EXPECT_EQ(a.checkpoint["lambda"], b.checkpoint["lambda"]);
+  EXPECT_EQ(a.checkpoint["losses"], b.checkpoint["losses"]);
+  EXPECT_EQ(a.checkpoint["adam"], b.checkpoint["adam"]);
+  EXPECT_EQ(a.expected_z, b.expected_z);
+  EXPECT_EQ(a.roles, b.roles);
+}
+
+TEST(TrainDataParallel, RanksOnThreadsEqualOneStudentInTurn) {
+  const std::string base = fresh_dir("train_dp_threads");
+  const auto m = load(write_synthetic_model(base + "/model"));
+  const ModelConfig& c = m.ck.config();
+  train::CpuStudent<float> s0(c, m.w, {}, 256), s1(c, m.w, {}, 256);
+  RandomTokens data(c.vocab_size, 30, 60, 5);
+  train::TrainOptions o = base_options(base + "/turn");
+  o.steps = 16;
+  train::Student* const turn[] = {&s0, &s0};
+  const RunState a = run_ranks(c, turn, data, o);
+  o.out_dir = base + "/threads";
+  train::Student* const threads[] = {&s0, &s1};
+  int calls = 0, differ = 0;
+  const RunState b = run_ranks(c, threads, data, o, [&](std::span<std::vector<double>> g) {
+    ++calls;
+    ASSERT_EQ(g.size(), 2u);
+    differ += g[0] != g[1];  // different samples and gate noise: else the equality proves little
+    train::host_gradient_sum(g);
+    EXPECT_EQ(g[0], g[1]);
+  });
+  EXPECT_EQ(calls, o.steps) << "one reduction per step";
+  EXPECT_EQ(differ, o.steps);
+  expect_same_run(a, b);
+  EXPECT_EQ(a.checkpoint["ranks"], 2);
+}
+
+TEST(TrainDataParallel, TwoRanksOfDuplicatedSamplesEqualOneRank) {
+  // The direct gate draws no noise, so with each sample given to both ranks their gradients are
+  // equal and their mean is the one-rank gradient exactly: the trajectory is the one-rank run's.
+  const std::string base = fresh_dir("train_dp_mean");
+  const auto m = load(write_synthetic_model(base + "/model"));
+  const ModelConfig& c = m.ck.config();
+  train::CpuStudent<float> student(c, m.w, {}, 256);
+  RandomTokens data(c.vocab_size, 30, 60, 5);
+  const Duplicated twice(data);
+  train::TrainOptions o = base_options(base + "/one");
+  o.gate = train::GateKind::kDirect;
+  o.steps = 16;
+  train::Student* const one[] = {&student};
+  const RunState a = run_ranks(c, one, data, o);
+  o.out_dir = base + "/two";
+  train::Student* const two[] = {&student, &student};
+  const RunState b = run_ranks(c, two, twice, o);
+  expect_same_run(a, b);
+  // A checkpoint of two ranks does not resume with one.
+  o.resume = true;
+  try {
+    train::train_head_roles(c, one, twice, o, {});
+    ADD_FAILURE() << "resumed a 2-rank checkpoint with 1 rank";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 sample(s) per step"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainDataParallel, CliDataParallelOnTheCpu) {
+  const std::string base = fresh_dir("train_dp_cli");
+  const std::string model = test::golden_dir() + "/models/llama_tied_f32";
+  const std::string common = "train-heads -m " + model + " --device cpu --steps 4 --retrieval-heads 2 --passkeys 1"
+                             " --passkey-words 3 --min-len 190 --max-len 256 --haystack synthetic --log-every 2";
+  const auto r = test::run_cli(common + " --data-parallel 2 -o " + base + "/out");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("x 2 samples (data parallel)"), std::string::npos) << r.output;
+  EXPECT_EQ(test::read_json(base + "/out/summary.json")["samples_per_step"], 2);
+  const auto bad = test::run_cli(common + " --gpus 0,1 -o " + base + "/bad");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("--gpus needs --device cuda"), std::string::npos) << bad.output;
 }
 
 }  // namespace

@@ -147,7 +147,11 @@ void bind_roles(nb::module_& m) {
       .def_rw("resume", &TrainHeadsConfig::resume)
       .def_rw("log_every", &TrainHeadsConfig::log_every)
       .def_rw("checkpoint_every", &TrainHeadsConfig::checkpoint_every)
-      .def_rw("tf32", &TrainHeadsConfig::tf32);
+      .def_rw("tf32", &TrainHeadsConfig::tf32)
+      .def_rw("stop_after", &TrainHeadsConfig::stop_after)
+      .def_rw("prefill", &TrainHeadsConfig::prefill)
+      .def_rw("data_parallel", &TrainHeadsConfig::data_parallel)
+      .def_rw("gpus", &TrainHeadsConfig::gpus);
 
   m.def("train_heads",
         [](const TrainHeadsConfig& config, nb::object progress) {

@@ -49,6 +49,11 @@
 #                                            and the default model, alternated in one call
 #   scripts/gpu/run_all.sh bench-fused      decode steps: cuBLASLt + separate kernels vs the bf16 GEMV vs the fused
 #                                            decode layers (A/B/C), 8B shape b1/b4 and the default model
+#   scripts/gpu/run_all.sh bench-train      issue 40: bench_train_step per phase and memory at the 8B shapes
+#                                            (TRAIN_SHAPES, TRAIN_CONTEXTS, TRAIN_TARGETS, TRAIN_VARIANTS) and the
+#                                            default model's; TRAIN_PARTS "bench model" (and "tests": the GPU trainer
+#                                            tests); model = train-heads on a random Llama-3-8B-shaped checkpoint
+#                                            through the real loader, with a resume
 #   scripts/gpu/run_all.sh bench-ab         A/B of code changes in one call: the tree against variants made by
 #                                            scripts/gpu/ab_prepare.sh (carry .ab): kernel, e2e, default model
 #   scripts/gpu/run_all.sh sweep-eighth     issue 14: role files (trained here or committed) x selection units x budgets,
@@ -888,6 +893,49 @@ PY
       echo "--- stages $st"; grep -E "^\| [a-z_]+ \|" "$out/gemv_stages$st.log"
     done
     exit $rc ;;
+  bench-train)
+    # Issue 40: the head-role training step at the shapes users run. bench: bench_train_step per
+    # phase (context prefill, teacher, student forward, loss, backward), the student's reserved
+    # memory and the device's peak, the ops of one middle layer; the 8B shape at TRAIN_CONTEXTS
+    # (default 8192 16384 32768 65536) + TRAIN_TARGETS (1024), the Qwen shapes (biases, q/k norms) at
+    # 8192, the default model's shape at 7292 + 900 (its regression row). TRAIN_VARIANTS (';'-separated
+    # variant names) picks the GpuStudent variants (default: the bench's own: the TF32 prefill, the bf16
+    # prefill, stored logits where they fit, on the same inputs: the A/B of the prefill, dz compared).
+    # model: scripts/gpu/train_8b.sh (a random Llama-3-8B-shaped checkpoint, the real loader, a few
+    # steps and a resume).
+    link_model
+    rc=0
+    vars=(); [ -n "${TRAIN_VARIANTS:-}" ] && vars=(--variants "$TRAIN_VARIANTS")
+    tb() {  # NAME ARGS...: one bench_train_step run, JSON and log as $out/NAME.{json,log}
+      local name=$1; shift
+      "$build/bin/bench_train_step" "$@" --json "$out/$name.json" > "$out/$name.log" 2>&1 || rc=$(failed $? "bench_train_step $name")
+      grep -vE "^  " "$out/$name.log" | tail -6
+    }
+    for part in ${TRAIN_PARTS:-bench model}; do
+      case "$part" in
+        bench)
+          tb smollm2_7292 --shape smollm2-135m --context 7292 --targets 900 --steps "${TRAIN_STEPS:-5}"
+          for ctx in ${TRAIN_CONTEXTS:-8192 16384 32768 65536}; do
+            tb "llama3-8b_$ctx" --shape llama3-8b --context "$ctx" --targets "${TRAIN_TARGETS:-1024}" --steps "${TRAIN_STEPS_8B:-2}" "${vars[@]}"
+            grep -A14 "^ops of layer" "$out/llama3-8b_$ctx.log"
+          done
+          for shape in ${TRAIN_QWEN:-qwen2.5-7b qwen3-8b}; do
+            tb "${shape}_8192" --shape "$shape" --context 8192 --targets "${TRAIN_TARGETS:-1024}" --steps "${TRAIN_STEPS_8B:-2}" "${vars[@]}"
+          done ;;
+        tests)  # the GPU trainer tests (needs lychee_tests built: BUILD_TARGETS with it, or the full build)
+          LYCHEE_REQUIRE_GPU=1 "$build/bin/lychee_tests" --gtest_brief=1 \
+            --gtest_filter="${TRAIN_TEST_FILTER:-CudaTrain*:TrainDataParallel*}" > "$out/train_tests.log" 2>&1 \
+            || rc=$(failed $? "trainer tests")
+          grep -E "Failure|FAILED|Skipped|Which is|Expected|actual|\[ (bf16|tf32|gpu-vs-cpu)" "$out/train_tests.log" | head -40
+          tail -4 "$out/train_tests.log" ;;
+        model)
+          # TRAIN_8B_ARGS: extra train-heads options (e.g. --prefill bf16; the default tf32 prefill measured faster)
+          TRAIN_8B_OUT="$out/train_8b" bash scripts/gpu/train_8b.sh "$build/bin/lychee" ${TRAIN_8B_ARGS:-} \
+            || rc=$(failed $? "train_8b.sh") ;;
+        *) rc=$(failed 2 "TRAIN_PARTS: unknown part '$part' (bench, tests, model)") ;;
+      esac
+    done
+    exit $rc ;;
   bench-ab)
     # A/B of code changes, one call: the working tree as built by `build` ("tree") against each
     # variant made by scripts/gpu/ab_prepare.sh (.ab/NAME/: files at an earlier commit, carried),
@@ -1502,8 +1550,8 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|server|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab|bench-fp8-fused|bench-knob|bench-vllm|bench-70b|vllm-install|bench-kv8|kv8-accuracy) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, server, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab, bench-fp8-fused, bench-knob, bench-vllm, bench-70b, vllm-install, bench-kv8, kv8-accuracy)"; exit 2 ;;
+      case "$s" in env|build|test|server|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab|bench-train|bench-spec|bench-fp8-fused|bench-knob|bench-vllm|bench-70b|vllm-install|bench-kv8|kv8-accuracy) ;;
+        *) echo "all: unknown stage '$s' (env, build, test, server, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab, bench-train, bench-spec, bench-fp8-fused, bench-knob, bench-vllm, bench-70b, vllm-install, bench-kv8, kv8-accuracy)"; exit 2 ;;
       esac
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "attention/decode_spec.h"
 #include "model/checkpoint.h"
@@ -88,6 +90,23 @@ std::string cuda_unsupported(const DecodeSpec& spec, const ModelConfig& c, int p
 std::unique_ptr<train::Student> make_gpu_student(const ModelConfig& c, const HostWeights& w,
                                                  const train::StudentOptions& options, int max_context,
                                                  int max_targets);
+
+// Data-parallel head-role training (docs/trainer.md, "Data parallel"): rank r on CUDA device
+// rank_devices[r]; one GPU student per distinct device (ranks on one device share it and run in
+// turn), built in parallel from `w`; `reduce` sums the ranks' gate gradients: every device's
+// gradients gathered to every device over NCCL (bit copies), then summed in rank order, so the
+// sum is the host's exactly (null with one device: the trainer's host sum). The type is
+// train::GradientReduce (train/trainer.h) spelled out: grads[r] [n_params] in, the sum in each out.
+// prefill_bf16: GpuStudentTuning::prefill_bf16 (cuda/train/student.h). Error(kInvalidArgument)
+// naming a device that does not exist; kUnsupported without CUDA.
+struct GpuStudentRanks {
+  std::vector<std::unique_ptr<train::Student>> students;  // one per distinct device
+  std::vector<train::Student*> ranks;                    // [n_ranks]
+  std::function<void(std::span<std::vector<double>> grads)> reduce;
+};
+GpuStudentRanks make_gpu_student_ranks(const ModelConfig& c, const HostWeights& w,
+                                       const train::StudentOptions& options, int max_context, int max_targets,
+                                       std::span<const int> rank_devices, bool prefill_bf16);
 
 // The CPU reference backend (cpu_backend.cpp).
 std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights = WeightFormat::kF32,

@@ -22,5 +22,8 @@ std::vector<std::pair<std::string, std::string>> cuda_backend_library_versions()
 std::unique_ptr<train::Student> make_cuda_student(const ModelConfig& c, const HostWeights& w,
                                                   const train::StudentOptions& options, int max_context,
                                                   int max_targets);
+GpuStudentRanks make_cuda_student_ranks(const ModelConfig& c, const HostWeights& w,
+                                        const train::StudentOptions& options, int max_context, int max_targets,
+                                        std::span<const int> rank_devices, bool prefill_bf16);
 
 }  // namespace lychee

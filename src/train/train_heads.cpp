@@ -1,7 +1,10 @@
 #include "train/train_heads.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -15,10 +18,52 @@ namespace lychee::train {
 
 namespace {
 
-std::unique_ptr<Student> make_student(const std::string& device, const ModelConfig& c, const HostWeights& w,
-                                      const StudentOptions& so, int max_context, int max_targets) {
-  if (device == "cuda") return make_gpu_student(c, w, so, max_context, max_targets);
-  return std::make_unique<CpuStudent<float>>(c, w, so, max_context);
+// "0,1,1" -> {0, 1, 1}; "" -> 0 .. n_ranks − 1. Error(kInvalidArgument) naming a bad item or count.
+std::vector<int> rank_devices(const std::string& list, int n_ranks) {
+  std::vector<int> devs;
+  if (list.empty()) {
+    for (int r = 0; r < n_ranks; ++r) devs.push_back(r);
+    return devs;
+  }
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t end = std::min(list.find(',', pos), list.size());
+    const std::string item = list.substr(pos, end - pos);
+    int dev = -1;
+    const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), dev);
+    LY_CHECK(ec == std::errc() && p == item.data() + item.size() && dev >= 0, ErrorCode::kInvalidArgument,
+             "--gpus '{}': '{}' is not a device number", list, item);
+    devs.push_back(dev);
+    pos = end + 1;
+  }
+  LY_CHECK(int(devs.size()) == n_ranks, ErrorCode::kInvalidArgument,
+           "--gpus '{}' names {} device(s) for --data-parallel {} (one per rank)", list, devs.size(), n_ranks);
+  return devs;
+}
+
+// The students of the ranks: on the CPU one oracle serves every rank in turn; on CUDA one
+// GpuStudent per distinct device of --gpus, and the NCCL reducer when there are several.
+struct RankStudents {
+  std::vector<std::unique_ptr<Student>> owned;
+  std::vector<Student*> ranks;
+  GradientReduce reduce;
+};
+
+RankStudents make_students(const TrainHeadsConfig& a, const std::string& device, const ModelConfig& c,
+                           const HostWeights& w, const StudentOptions& so, int max_context, int max_targets) {
+  RankStudents out;
+  if (device == "cuda") {
+    const std::vector<int> devs = rank_devices(a.gpus, a.data_parallel);
+    GpuStudentRanks g = make_gpu_student_ranks(c, w, so, max_context, max_targets, devs, a.prefill == "bf16");
+    out.owned = std::move(g.students);
+    out.ranks = std::move(g.ranks);
+    out.reduce = std::move(g.reduce);
+    return out;
+  }
+  LY_CHECK(a.gpus.empty(), ErrorCode::kInvalidArgument, "--gpus needs --device cuda");
+  out.owned.push_back(std::make_unique<CpuStudent<float>>(c, w, so, max_context));
+  out.ranks.assign(size_t(a.data_parallel), out.owned[0].get());
+  return out;
 }
 
 }  // namespace
@@ -39,6 +84,10 @@ TrainHeadsRun train_heads(const TrainHeadsConfig& a, const TrainProgress& progre
            "--retrieval-heads {} out of range [1, {}] (KV heads of layers 1..{})", o.n_retrieval, n_gated,
            c.n_layers - 1);
   LY_CHECK(a.steps > 0, ErrorCode::kInvalidArgument, "steps must be positive, got {}", a.steps);
+  LY_CHECK(a.data_parallel >= 1, ErrorCode::kInvalidArgument, "--data-parallel must be >= 1, got {}",
+           a.data_parallel);
+  LY_CHECK(a.prefill == "tf32" || a.prefill == "bf16", ErrorCode::kInvalidArgument,
+           "--prefill '{}': expected tf32 or bf16", a.prefill);
   o.steps = a.steps;
   o.lr = a.lr;
   o.lambda_lr = a.lambda_lr;
@@ -48,6 +97,7 @@ TrainHeadsRun train_heads(const TrainHeadsConfig& a, const TrainProgress& progre
   o.log_every = a.log_every;
   o.checkpoint_every = a.checkpoint_every;
   o.resume = a.resume;
+  o.stop_after = a.stop_after;
   o.out_dir = !a.out.empty() ? a.out : fmt::format("runs/heads-{}-{}", c.name.empty() ? "model" : c.name, a.gate);
   run.out_dir = o.out_dir;
   run.n_target = o.n_retrieval;
@@ -73,15 +123,16 @@ TrainHeadsRun train_heads(const TrainHeadsConfig& a, const TrainProgress& progre
 
   if (progress)
     progress(fmt::format("train-heads: {} ({} layers x {} KV heads) on {}, {} gates, target {} retrieval heads "
-                         "(+{} of layer 0), {} steps, data {}",
+                         "(+{} of layer 0), {} steps{}, data {}",
                          c.name, c.n_layers, c.n_kv_heads, run.device, a.gate, o.n_retrieval, c.n_kv_heads, o.steps,
+                         a.data_parallel > 1 ? fmt::format(" x {} samples (data parallel)", a.data_parallel) : "",
                          data->describe()));
   const HostWeights weights = HostWeights::load(ck);
-  const std::unique_ptr<Student> student =
-      make_student(run.device, c, weights, so, max_len, data->max_target_tokens());
-  const nlohmann::json provenance = {{"tool", "lychee train-heads"}, {"model_path", ck.path()},
-                                     {"device", run.device}, {"max_len", max_len}, {"min_len", a.min_len}};
-  run.result = train_head_roles(c, *student, *data, o, provenance, progress);
+  const RankStudents students = make_students(a, run.device, c, weights, so, max_len, data->max_target_tokens());
+  nlohmann::json provenance = {{"tool", "lychee train-heads"}, {"model_path", ck.path()},
+                               {"device", run.device}, {"max_len", max_len}, {"min_len", a.min_len}};
+  if (run.device == "cuda") provenance["prefill"] = a.prefill;
+  run.result = train_head_roles(c, students.ranks, *data, o, provenance, progress, students.reduce);
   return run;
 }
 

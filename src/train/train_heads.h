@@ -29,7 +29,11 @@ struct TrainHeadsConfig {
   std::string out;                 // "" = runs/heads-<model>-<gate>
   bool resume = false;
   int log_every = 10, checkpoint_every = 100;
+  int stop_after = 0;              // > 0: checkpoint and stop after this step (--resume continues)
   bool tf32 = true;                // CUDA: TF32 tensor cores for the fp32 products
+  std::string prefill = "tf32";    // CUDA: the context prefill in tf32 or bf16 (GpuStudentTuning::prefill_bf16)
+  int data_parallel = 1;           // ranks: samples per step, one per GPU (docs/trainer.md, "Data parallel")
+  std::string gpus;                // CUDA: rank r's device, comma-separated ("" = 0, 1, ..., ranks − 1)
 };
 
 struct TrainHeadsRun {

@@ -28,9 +28,10 @@ namespace {
 
 const char* decision_name(RoleDecision d) { return d == RoleDecision::kTopN ? "top-n" : "threshold"; }
 
-// The gate noise of step s: a stream of its own, so a resumed run draws what it would have.
-std::mt19937_64 step_rng(uint64_t seed, int step) {
-  uint64_t x = seed + 0x9E3779B97F4A7C15ull * (uint64_t(step) + 1);
+// The gate noise of step s and rank r: a stream of its own, so a resumed run draws what it would
+// have; rank 0's is the single-rank run's.
+std::mt19937_64 step_rng(uint64_t seed, int step, int rank = 0) {
+  uint64_t x = seed + 0xD1B54A32D192ED03ull * uint64_t(rank) + 0x9E3779B97F4A7C15ull * (uint64_t(step) + 1);
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return std::mt19937_64(x ^ (x >> 31));
@@ -113,9 +114,10 @@ using Clock = std::chrono::steady_clock;
 // One call of train_head_roles. The members are built in the order the steps first need them:
 // a resumed run starts from a fresh run's gates and optimisers and overwrites them.
 struct Run {
-  Run(const ModelConfig& c, Student& student, const TrainData& data, const TrainOptions& o,
-      const TrainProgress& progress, const fs::path& out)
-      : c(c), student(student), data(data), o(o), progress(progress), out(out),
+  Run(const ModelConfig& c, std::span<Student* const> ranks, const TrainData& data, const TrainOptions& o,
+      const TrainProgress& progress, const GradientReduce& reduce, const fs::path& out)
+      : c(c), student(*ranks[0]), ranks(ranks.begin(), ranks.end()), n_ranks(int(ranks.size())), reduce(reduce),
+        data(data), o(o), progress(progress), out(out),
         ckpt_path(out / "checkpoint.json"), csv_path(out / "train_log.csv"),
         gates(o.gate, c.n_layers, c.n_kv_heads, GateOptions{}), params(gates.params()),
         adam(int(params.size()), AdamWOptions{.weight_decay = o.weight_decay}),
@@ -127,7 +129,8 @@ struct Run {
   void load_checkpoint();
   void save_checkpoint(int next_step, double seconds) const;
   void train();
-  StepStats optimise(int step, double loss_scale);
+  StepStats optimise(int step, std::span<const TrainSample> samples, double loss_scale);
+  void for_each_rank(const std::function<void(int rank)>& pass) const;
   void log_step(int step, const StepStats& s, const TrainSample& sample, double step_ms,
                 const std::vector<double>& ez, double window_mean_loss);
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -138,7 +141,10 @@ struct Run {
   nlohmann::json summary(const TrainResult& r, double total_seconds) const;
 
   const ModelConfig& c;
-  Student& student;
+  Student& student;                 // rank 0's (its options are every rank's)
+  const std::vector<Student*> ranks;
+  const int n_ranks;
+  const GradientReduce& reduce;
   const TrainData& data;
   const TrainOptions& o;
   const TrainProgress& progress;
@@ -155,8 +161,9 @@ struct Run {
   const nlohmann::json model_id;
   const int end;  // one past the last step this run takes
   std::ofstream csv;
-  std::vector<float> z, dz;   // [n_layers · n_kv_heads] gate sample and dloss/dz
-  std::vector<double> grad;   // [n_params]
+  std::vector<std::vector<float>> z, dz;  // [n_ranks][n_layers · n_kv_heads] gate samples and dloss/dz
+  std::vector<std::vector<double>> grad;  // [n_ranks][n_params]; rank 0's holds the step's gradient
+  std::vector<GateSet> rank_gates;        // [n_ranks − 1] ranks 1.. sample from copies of `gates`
   Clock::time_point t0;
   double run_seconds = 0.0;  // wall time of this run's steps
 };
@@ -192,6 +199,10 @@ void Run::load_checkpoint() {
              "{}: gate {}, retrieval heads {}, steps {}, seed {} differ from this run's {}, {}, {}, {}",
              ckpt_path.string(), j.at("gate").dump(), j.at("n_retrieval").dump(), j.at("steps").dump(),
              j.at("seed").dump(), gate_kind_name(o.gate), o.n_retrieval, o.steps, o.seed);
+    // Checkpoints from before data parallelism ran one sample per step.
+    LY_CHECK(j.value("ranks", 1) == n_ranks, ErrorCode::kInvalidArgument,
+             "{}: written with {} sample(s) per step (data-parallel ranks), resumed with {}", ckpt_path.string(),
+             j.value("ranks", 1), n_ranks);
     const auto p = j.at("params").get<std::vector<double>>();
     LY_CHECK(p.size() == params.size(), ErrorCode::kInvalidFile, "{}: {} gate parameters, expected {}",
              ckpt_path.string(), p.size(), params.size());
@@ -216,7 +227,7 @@ void Run::load_checkpoint() {
 void Run::save_checkpoint(int next_step, double seconds) const {
   nlohmann::json j = {{"format", "lychee-train-checkpoint"}, {"version", 1}, {"model", model_id},
                       {"gate", gate_kind_name(o.gate)}, {"n_retrieval", o.n_retrieval}, {"steps", o.steps},
-                      {"seed", o.seed}, {"step", next_step},
+                      {"seed", o.seed}, {"ranks", n_ranks}, {"step", next_step},
                       {"params", std::vector<double>(params.begin(), params.end())},
                       {"adam", adam.to_json()}, {"lambda", lagrange.lambda},
                       {"history_steps", history.steps}, {"history_values", history.values},
@@ -227,9 +238,9 @@ void Run::save_checkpoint(int next_step, double seconds) const {
 void Run::train() {
   csv.open(csv_path, std::ios::app);
   const size_t n_heads = size_t(c.n_layers) * size_t(c.n_kv_heads);
-  z.resize(n_heads);
-  dz.resize(n_heads);
-  grad.resize(params.size());
+  z.assign(size_t(n_ranks), std::vector<float>(n_heads));
+  dz.assign(size_t(n_ranks), std::vector<float>(n_heads));
+  grad.assign(size_t(n_ranks), std::vector<double>(params.size()));
   if (start == 0 && history.steps.empty()) {
     history.steps.push_back(0);
     history.values.push_back(gates.expected_z());
@@ -240,19 +251,24 @@ void Run::train() {
   t0 = Clock::now();
   double window_loss = 0.0;
   int window_n = 0;
-  // Sample s + 1 is generated on a second thread while step s runs (TrainData::sample is pure
-  // and thread-safe; finite datasets wrap, reshuffled each epoch).
+  // The samples of step s + 1 are generated on a second thread while step s runs (TrainData::sample
+  // is pure and thread-safe; finite datasets wrap, reshuffled each epoch). Rank r of step s takes
+  // sample s · n_ranks + r.
   auto fetch = [this](int step) {
-    return std::async(std::launch::async, [this, step] { return data.sample(uint64_t(step)); });
+    return std::async(std::launch::async, [this, step] {
+      std::vector<TrainSample> v;
+      for (int r = 0; r < n_ranks; ++r) v.push_back(data.sample(uint64_t(step) * uint64_t(n_ranks) + uint64_t(r)));
+      return v;
+    });
   };
-  std::future<TrainSample> next = start < end ? fetch(start) : std::future<TrainSample>{};
+  using Samples = std::vector<TrainSample>;
+  std::future<Samples> next = start < end ? fetch(start) : std::future<Samples>{};
   for (int step = start; step < end; ++step) {
     const auto ts = Clock::now();
-    const TrainSample sample = next.get();
+    const Samples samples = next.get();
     if (step + 1 < end) next = fetch(step + 1);
-    student.set_context(sample.context);
-    student.teacher(sample.targets);
-    const StepStats s = optimise(step, loss_scale);
+    const TrainSample& sample = samples[0];  // the log's sizes are rank 0's
+    const StepStats s = optimise(step, samples, loss_scale);
     losses.push_back(s.loss);
     window_loss += s.loss;
     ++window_n;
@@ -279,25 +295,80 @@ void Run::train() {
   run_seconds = elapsed();
 }
 
-// Gate noise from the step's own stream, then the distillation loss and its gradient, AdamW on the
-// gate parameters and one ascent step on λ.
-StepStats Run::optimise(int step, double loss_scale) {
-  std::mt19937_64 rng = step_rng(o.seed, step);
-  gates.sample(rng, z);
-  // The logits loss is taken per logit (the squared L2 distance over the vocabulary size), so
-  // that λ and its step size do not depend on the vocabulary; the hidden loss is already a mean.
-  const double raw_loss = student.student(z, dz);
-  const double loss = raw_loss * loss_scale;
-  for (float& g : dz) g = float(double(g) * loss_scale);
-  LY_CHECK(std::isfinite(loss), ErrorCode::kInternal, "train-heads: loss is {} at step {} (sample {})", loss, step,
-           uint64_t(step));
+// Ranks sharing a student run in turn on one thread; distinct students run in parallel. Every
+// pass finishes before the first failure is rethrown.
+void Run::for_each_rank(const std::function<void(int rank)>& pass) const {
+  std::vector<std::vector<int>> groups;  // ranks per distinct student, in rank order
+  for (int r = 0; r < n_ranks; ++r) {
+    size_t g = 0;
+    while (g < groups.size() && ranks[size_t(groups[g][0])] != ranks[size_t(r)]) ++g;
+    if (g == groups.size()) groups.emplace_back();
+    groups[g].push_back(r);
+  }
+  if (groups.size() == 1) {
+    for (int r : groups[0]) pass(r);
+    return;
+  }
+  std::vector<std::future<void>> running;
+  for (const std::vector<int>& g : groups)
+    running.push_back(std::async(std::launch::async, [&pass, &g] {
+      for (int r : g) pass(r);
+    }));
+  std::exception_ptr first;
+  for (std::future<void>& f : running) {
+    try {
+      f.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
 
-  std::fill(grad.begin(), grad.end(), 0.0);
-  gates.backward(dz, grad);
+// Per rank: its sample's context and teacher, gate noise from the rank's own stream, the
+// distillation loss and its gradient; then the gradients summed over the ranks, AdamW on the gate
+// parameters with their mean and one ascent step on λ.
+StepStats Run::optimise(int step, std::span<const TrainSample> samples, double loss_scale) {
+  for (int r = 1; r < n_ranks; ++r) {  // this step's parameters
+    if (rank_gates.size() < size_t(r)) rank_gates.push_back(gates);
+    rank_gates[size_t(r) - 1] = gates;
+  }
+  std::vector<double> raw_loss(static_cast<size_t>(n_ranks));
+  for_each_rank([&](int r) {
+    Student& st = *ranks[size_t(r)];
+    st.set_context(samples[size_t(r)].context);
+    st.teacher(samples[size_t(r)].targets);
+    GateSet& g = r == 0 ? gates : rank_gates[size_t(r) - 1];
+    std::mt19937_64 rng = step_rng(o.seed, step, r);
+    g.sample(rng, z[size_t(r)]);
+    // The logits loss is taken per logit (the squared L2 distance over the vocabulary size), so
+    // that λ and its step size do not depend on the vocabulary; the hidden loss is already a mean.
+    raw_loss[size_t(r)] = st.student(z[size_t(r)], dz[size_t(r)]);
+    for (float& x : dz[size_t(r)]) x = float(double(x) * loss_scale);
+    std::fill(grad[size_t(r)].begin(), grad[size_t(r)].end(), 0.0);
+    g.backward(dz[size_t(r)], grad[size_t(r)]);
+  });
+  double loss = 0.0;
+  for (int r = 0; r < n_ranks; ++r) {
+    const double rank_loss = raw_loss[size_t(r)] * loss_scale;
+    LY_CHECK(std::isfinite(rank_loss), ErrorCode::kInternal, "train-heads: loss is {} at step {} (sample {})", rank_loss, step,
+             uint64_t(step) * uint64_t(n_ranks) + uint64_t(r));
+    loss += rank_loss;
+  }
+  std::vector<double>& g0 = grad[0];
+  if (n_ranks > 1) {
+    loss /= n_ranks;
+    if (reduce) {
+      reduce(grad);
+    } else {
+      host_gradient_sum(grad);
+    }
+    for (double& x : g0) x /= n_ranks;
+  }
   const double l0 = gates.penalty();
-  gates.penalty_grad(lagrange.lambda, grad);
+  gates.penalty_grad(lagrange.lambda, g0);
   const double lr = o.lr * lr_factor(step, o.steps);
-  adam.step(params, grad, lr);
+  adam.step(params, g0, lr);
   gates.project();
   lagrange.update(l0 - double(o.n_retrieval));
   return {loss, l0, lr};
@@ -367,6 +438,7 @@ nlohmann::json Run::role_provenance(const nlohmann::json& provenance, double tot
   p["decision"] = decision_name(o.decision);
   p["expected_z"] = gates.expected_z_method();
   p["seed"] = o.seed;
+  if (n_ranks > 1) p["samples_per_step"] = n_ranks;
   p["lr"] = o.lr;
   p["lambda_lr"] = o.lambda_lr;
   p["keep_ratio"] = student.options().keep_ratio;
@@ -405,7 +477,7 @@ void Run::write_gate_history(const std::vector<uint8_t>& roles) const {
 }
 
 nlohmann::json Run::summary(const TrainResult& r, double total_seconds) const {
-  return {{"model", c.name}, {"gate", gate_kind_name(o.gate)}, {"steps", o.steps},
+  return {{"model", c.name}, {"gate", gate_kind_name(o.gate)}, {"steps", o.steps}, {"samples_per_step", n_ranks},
           {"steps_this_run", r.steps_run}, {"wall_seconds", total_seconds},
           {"seconds_per_step", r.steps_run > 0 ? r.seconds / r.steps_run : 0.0},
           {"final_loss", r.final_loss}, {"lambda", r.lambda}, {"expected_l0", r.expected_l0},
@@ -416,13 +488,34 @@ nlohmann::json Run::summary(const TrainResult& r, double total_seconds) const {
 
 }  // namespace
 
+void host_gradient_sum(std::span<std::vector<double>> grads) {
+  if (grads.empty()) return;
+  std::vector<double>& sum = grads[0];
+  for (size_t r = 1; r < grads.size(); ++r) {
+    LY_CHECK(grads[r].size() == sum.size(), ErrorCode::kInvalidArgument,
+             "host_gradient_sum: rank {} has {} values, rank 0 {}", r, grads[r].size(), sum.size());
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += grads[r][i];
+  }
+  for (size_t r = 1; r < grads.size(); ++r) grads[r] = sum;
+}
+
 TrainResult train_head_roles(const ModelConfig& c, Student& student, const TrainData& data,
                              const TrainOptions& o, const nlohmann::json& provenance,
                              const TrainProgress& progress) {
+  Student* const one[] = {&student};
+  return train_head_roles(c, one, data, o, provenance, progress);
+}
+
+TrainResult train_head_roles(const ModelConfig& c, std::span<Student* const> ranks, const TrainData& data,
+                             const TrainOptions& o, const nlohmann::json& provenance,
+                             const TrainProgress& progress, const GradientReduce& reduce) {
   check_train_options(c, o);
+  LY_CHECK(!ranks.empty(), ErrorCode::kInvalidArgument, "train-heads: no student (data-parallel ranks)");
+  for (size_t r = 0; r < ranks.size(); ++r)
+    LY_CHECK(ranks[r] != nullptr, ErrorCode::kInvalidArgument, "train-heads: rank {} has no student", r);
   const fs::path out(o.out_dir);
   fs::create_directories(out);
-  Run run(c, student, data, o, progress, out);
+  Run run(c, ranks, data, o, progress, reduce, out);
   if (o.resume) {
     run.resume();
   } else {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -63,5 +64,22 @@ using TrainProgress = std::function<void(const std::string& line)>;
 TrainResult train_head_roles(const ModelConfig& config, Student& student, const TrainData& data,
                              const TrainOptions& options, const nlohmann::json& provenance,
                              const TrainProgress& progress = {});
+
+// Data parallelism over R ranks (docs/trainer.md, "Data parallel"): step s runs R samples, rank r
+// taking sample s · R + r with gate noise of its own (rank 0's is the single-rank run's), and
+// descends on the mean of the R gradients; λ, the schedule and the checkpoints are per step as
+// with one rank (R = 1 is train_head_roles above, bit for bit). ranks[r] is rank r's student: one
+// Student may serve several ranks, which then run in turn; distinct students (one per GPU) run on
+// threads of their own. reduce sums the ranks' gradients in place (null: host_gradient_sum); any
+// reducer that sums exactly gives the same run, so two GPUs equal one GPU serving both ranks.
+// grads[r]: [n_params] rank r's gradient; on return every grads[r] holds the sum over ranks.
+// (runtime/backend.h names the same std::function type for the GPU ranks' NCCL reducer.)
+using GradientReduce = std::function<void(std::span<std::vector<double>> grads)>;
+// The sum in rank order, on the host.
+void host_gradient_sum(std::span<std::vector<double>> grads);
+
+TrainResult train_head_roles(const ModelConfig& config, std::span<Student* const> ranks, const TrainData& data,
+                             const TrainOptions& options, const nlohmann::json& provenance,
+                             const TrainProgress& progress = {}, const GradientReduce& reduce = {});
 
 }  // namespace lychee::train

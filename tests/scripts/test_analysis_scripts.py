@@ -334,3 +334,35 @@ def test_plot_speculative_computes_tokens_per_second_from_times_and_acceptance()
     assert lines["batch 1"] == ([32.0], [pytest.approx(1.75)])
     assert lines["batch 4"] == ([128.0], [pytest.approx(1.4)])
     assert "| 4 | 131072 | 2 | 0.500 |" in m.markdown(rows)
+
+
+def train_bench(path, shape, results, bench="train_step"):
+    """A `bench_train_step --json` file with the given per-variant results."""
+    json.dump({"bench": bench, "gpu": "NVIDIA H200", "shape": shape, "context": 32768, "targets": 1024,
+               "results": results}, open(path, "w"))
+
+
+def train_result(variant, ctx_ms, step_ms, dz):
+    return {"variant": variant, "context_ms": ctx_ms, "teacher_ms": 50.0, "student_forward_ms": 300.0,
+            "student_loss_ms": 5.0, "student_backward_ms": 600.0, "step_wall_ms": step_ms, "memory_gib": 56.5,
+            "device_used_gib": 58.0, "dz_rel_diff_vs_first": dz}
+
+
+def test_train_speed_table(tmp_path):
+    f = tmp_path / "b.json"
+    train_bench(f, "llama3-8b", [train_result("tf32, flash prefill", 3300.0, 4300.0, 0.0),
+                                 train_result("bf16 prefill", 1500.0, 2500.0, 0.0123)])
+    out = tmp_path / "t.md"
+    p = run("train_speed_table.py", f, "--markdown", out)
+    rows = [l for l in out.read_text().splitlines() if l.startswith("| llama3-8b")]
+    assert len(rows) == 2 and p.stdout == out.read_text()
+    assert rows[0].split(" | ")[4:5] == ["3300.0"] and rows[0].rstrip(" |").endswith("ref")
+    assert "| 2500.0 |" in rows[1] and rows[1].rstrip(" |").endswith("1.2e-02")
+    train_bench(f, "llama3-8b", [train_result("x", 1.0, 2.0, 0.0)], bench="e2e")
+    p = run("train_speed_table.py", f, ok=False)
+    assert p.returncode != 0 and "not a bench_train_step file" in p.stderr
+    r = train_result("x", 1.0, 2.0, 0.0)
+    del r["memory_gib"]
+    train_bench(f, "llama3-8b", [r])
+    p = run("train_speed_table.py", f, ok=False)
+    assert p.returncode != 0 and "lacks memory_gib" in p.stderr

@@ -136,6 +136,9 @@ __device__ void select_top(float* acc, int p, int want, uint32_t* out) {
 // Per query row g of the group: statistics of both softmaxes (and the group sum of the logits
 // for the selection), then at once the mixed weights, re-reading the row while it is in L1/L2.
 // The selection comes last: it needs only the group sum in shared memory, not the logits.
+// kGlobalKeys: the selection's group sums in a.select_keys (contexts past shared memory); a
+// template parameter so that the shared-memory instance keeps its registers (no spills).
+template <bool kGlobalKeys>
 __global__ void __launch_bounds__(kFwdThreads) attention_forward_kernel(AttnForwardArgs a) {
   extern __shared__ uint32_t smem[];  // [mask_words] the input set, then [n_cols] selection keys
   const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
@@ -146,7 +149,9 @@ __global__ void __launch_bounds__(kFwdThreads) attention_forward_kernel(AttnForw
   const bool select = a.mask_out != nullptr && (a.select_z == nullptr || a.select_z[h] > 0.5f);
   const size_t mask_row = (size_t(h) * a.n + t) * a.mask_words;
   uint32_t* mask = smem;
-  float4* acc4 = reinterpret_cast<float4*>(smem + (a.mask_words + 3) / 4 * 4);
+  float4* acc4 = kGlobalKeys  // ld is a multiple of 4: rows stay 16-byte aligned
+                     ? reinterpret_cast<float4*>(a.select_keys + (size_t(h) * a.n + t) * a.ld)
+                     : reinterpret_cast<float4*>(smem + (a.mask_words + 3) / 4 * 4);
   if (sparse)
     for (int w = tid; w < n_words; w += blockDim.x) mask[w] = a.mask_in[mask_row + w];
   __syncthreads();
@@ -327,31 +332,51 @@ __global__ void __launch_bounds__(kBwdThreads) attention_backward_kernel(AttnBac
 
 }  // namespace
 
-size_t attention_forward_smem_bytes(int n_cols, int mask_words, bool select) {
-  const size_t mask = (size_t(mask_words) + 3) / 4 * 4, keys = select ? (size_t(n_cols) + 3) / 4 * 4 : 0;
+size_t attention_forward_smem_bytes(int n_cols, int mask_words, bool select, bool keys_in_smem) {
+  const size_t mask = (size_t(mask_words) + 3) / 4 * 4;
+  const size_t keys = select && keys_in_smem ? (size_t(n_cols) + 3) / 4 * 4 : 0;
   return sizeof(uint32_t) * (mask + keys);  // each part padded to 16 bytes (float4 accesses)
 }
 
+// The most dynamic shared memory a launch of `kernel` may ask for: a block's opt-in limit less
+// the kernel's static shared memory (select_top's histogram).
+template <class Kernel>
+size_t max_dynamic_smem(Kernel kernel) {
+  cudaFuncAttributes attr{};
+  LY_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  return device_info().smem_per_block_optin - attr.sharedSizeBytes;
+}
+
+// Function attributes live in each device's context (data-parallel ranks launch on several):
+// once per device, the kernel may take all the dynamic shared memory a block can have.
+template <class Kernel>
+void allow_full_smem(Kernel kernel, uint64_t& devices_done) {
+  if (first_on_device(devices_done))
+    LY_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_dynamic_smem(kernel))));
+}
+
+size_t attention_forward_smem_limit() { return max_dynamic_smem(attention_forward_kernel<false>); }
+
 void attention_forward_rows(const AttnForwardArgs& a, cudaStream_t s) {
-  static size_t configured = 48 * 1024;  // the kernel's dynamic shared-memory limit so far
-  const size_t smem = attention_forward_smem_bytes(a.n_cols, a.mask_words, a.mask_out != nullptr);
-  if (smem > configured) {
-    LY_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(smem)));
-    configured = smem;
+  static uint64_t configured = 0;
+  const size_t smem =
+      attention_forward_smem_bytes(a.n_cols, a.mask_words, a.mask_out != nullptr, a.select_keys == nullptr);
+  if (a.select_keys != nullptr) {  // shared memory holds the sets only
+    static uint64_t configured_global = 0;
+    if (smem > 48 * 1024) allow_full_smem(attention_forward_kernel<true>, configured_global);
+    attention_forward_kernel<true><<<dim3(a.n, a.n_kv_heads), kFwdThreads, smem, s>>>(a);
+  } else {
+    if (smem > 48 * 1024) allow_full_smem(attention_forward_kernel<false>, configured);
+    attention_forward_kernel<false><<<dim3(a.n, a.n_kv_heads), kFwdThreads, smem, s>>>(a);
   }
-  attention_forward_kernel<<<dim3(a.n, a.n_kv_heads), kFwdThreads, smem, s>>>(a);
   LY_CUDA_CHECK_LAUNCH();
 }
 
 void attention_backward_rows(const AttnBackwardArgs& a, cudaStream_t s) {
-  static size_t configured = 48 * 1024;
+  static uint64_t configured = 0;
   const size_t smem = sizeof(uint32_t) * size_t(a.mask_words);
-  if (smem > configured) {
-    LY_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(smem)));
-    configured = smem;
-  }
+  if (smem > 48 * 1024) allow_full_smem(attention_backward_kernel, configured);
   attention_backward_kernel<<<dim3(a.n, a.n_kv_heads), kBwdThreads, smem, s>>>(a);
   LY_CUDA_CHECK_LAUNCH();
 }

@@ -4,6 +4,10 @@
 // read hitting L1/L2) and writes its output once.
 #include "cuda/train/kernels.h"
 
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
 #include "cuda/common/reduce.cuh"
 
 namespace lychee::cuda::train_ops {
@@ -22,6 +26,12 @@ __global__ void embed_kernel(const int32_t* __restrict__ tokens, const float* __
                              float* __restrict__ x, int d) {
   const float* row = table + size_t(tokens[blockIdx.x]) * d;
   for (int i = threadIdx.x; i < d; i += blockDim.x) x[size_t(blockIdx.x) * d + i] = row[i];
+}
+
+// y = x rounded to bf16 (nearest even), a grid-stride loop.
+__global__ void round_to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = __float2bfloat16_rn(x[i]);
 }
 
 __global__ void bias_rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ bias,
@@ -236,6 +246,13 @@ __global__ void sum_partials_kernel(const double* __restrict__ partials, int n, 
 }
 
 }  // namespace
+
+void round_to_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  const int blocks = int(std::min<size_t>((n + 255) / 256, size_t(device_info().sm_count) * 32));
+  round_to_bf16_kernel<<<blocks, 256, 0, s>>>(x, reinterpret_cast<__nv_bfloat16*>(y), n);
+  LY_CUDA_CHECK_LAUNCH();
+}
 
 void embed(const int32_t* tokens, const float* table, float* x, int n, int d, cudaStream_t s) {
   embed_kernel<<<n, kRowThreads, 0, s>>>(tokens, table, x, d);

@@ -12,6 +12,9 @@
 
 namespace lychee::cuda::train_ops {
 
+// y[n] = x[n] rounded to bf16 (nearest even), as bit patterns (the bf16 prefill's product inputs).
+void round_to_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s);
+
 // x[n][d] = rows of table[vocab][d] picked by tokens[n].
 void embed(const int32_t* tokens, const float* table, float* x, int n, int d, cudaStream_t s);
 
@@ -89,13 +92,20 @@ struct AttnForwardArgs {
   int mask_words;
   const float* z;          // [n_kv_heads] (with mask_in)
   const float* select_z;   // [n_kv_heads] or null
+  float* select_keys;      // [n_kv_heads][n][ld] global scratch for the selection's group sums, or
+                           // null: shared memory (n_cols × 4 bytes per block; past ~56K columns
+                           // that exceeds a block's shared memory and the caller passes scratch)
   double keep_ratio;
   float scale;
   int n, n_cols, ld, pos0, n_heads, n_kv_heads;
 };
 void attention_forward_rows(const AttnForwardArgs& a, cudaStream_t s);
-// Dynamic shared memory attention_forward_rows needs (for the caller's capacity check).
-size_t attention_forward_smem_bytes(int n_cols, int mask_words, bool select);
+// Dynamic shared memory attention_forward_rows needs (for the caller's capacity check);
+// keys_in_smem false: the selection's keys live in select_keys.
+size_t attention_forward_smem_bytes(int n_cols, int mask_words, bool select, bool keys_in_smem = true);
+// The most dynamic shared memory attention_forward_rows may use on this device (a block's opt-in
+// limit less the kernel's static shared memory).
+size_t attention_forward_smem_limit();
 
 // The backward of attention_forward_rows with respect to the raw logits, for
 // g[b][t][j] = dout[b][t] · v_j: overwrites g with d loss / d s (scale folded in, zero for
@@ -135,6 +145,15 @@ bool flash_supported(int head_dim);
 // The number of key splits flash_attention_tf32 uses (1: none).
 int flash_splits(int n, int pos0, int n_heads, size_t scratch_floats, int ld_out);
 void flash_attention_tf32(const float* q, int ld_q, const float* k_cache, const float* v_cache,
+                          int ld_kv, float* out, int ld_out, int n, int pos0, int n_heads,
+                          int n_kv_heads, int head_dim, float scale, float* scratch,
+                          size_t scratch_floats, cudaStream_t s);
+// The same with bf16 tensor cores (q, K, V and the probabilities rounded to bf16; fp32
+// accumulation and softmax statistics). Lab version, not used by GpuStudent: on an H200 (call 1 of
+// issue 40) the 8B prefill took 607 ms at 8K and 18.8 s at 64K with it against 585 ms and 16.6 s
+// with the TF32 kernel (its tiles are staged without overlap; converting K/V while staging
+// costs what the bf16 MMAs save).
+void flash_attention_bf16(const float* q, int ld_q, const float* k_cache, const float* v_cache,
                           int ld_kv, float* out, int ld_out, int n, int pos0, int n_heads,
                           int n_kv_heads, int head_dim, float scale, float* scratch,
                           size_t scratch_floats, cudaStream_t s);

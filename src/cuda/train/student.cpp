@@ -18,6 +18,8 @@ void GpuStudent::Impl::check_tokens(std::span<const int32_t> tokens, const char*
 // Dense causal attention of rows at positions pos0 .. pos0 + n - 1 (q → att).
 void GpuStudent::Impl::dense_attention(int l, int n, int pos0) {
   if (use_flash) {
+    // The TF32 kernel for the bf16 prefill too: the bf16 one (train_ops::flash_attention_bf16) measured
+    // slower (kernels.h).
     ops::flash_attention_tf32(q.data(), q_dim, kc(l), vc(l), max_context, att.data(), q_dim, n, pos0,
                               n_heads, n_kv, hd, scale, flash_scratch.data(), flash_scratch.size(), stream);
     return;
@@ -82,6 +84,7 @@ void GpuStudent::Impl::student_layer_forward(int l) {
   fa.mask_out = l + 1 < n_layers ? mask(l + 1) : nullptr;
   fa.mask_words = mask_words, fa.z = zl;
   fa.select_z = opt.propagate_only_retrieval && l >= 1 ? zl : nullptr;
+  fa.select_keys = keys_in_global ? select_keys.data() : nullptr;
   fa.keep_ratio = opt.keep_ratio, fa.scale = scale;
   fa.n = T, fa.n_cols = n_cols, fa.ld = ld, fa.pos0 = L, fa.n_heads = n_heads, fa.n_kv_heads = n_kv;
   ops::attention_forward_rows(fa, stream);
@@ -155,6 +158,7 @@ const train::StudentOptions& GpuStudent::options() const { return impl_->opt; }
 
 void GpuStudent::set_context(std::span<const int32_t> tokens) {
   Impl& s = *impl_;
+  s.use_device();
   const int n = int(tokens.size());  // may be 0: the targets then start at position 0
   LY_CHECK(int64_t(tokens.size()) < s.max_context, ErrorCode::kCapacity,
            "GpuStudent: a context of {} tokens leaves no room for a target in max_context {}", tokens.size(),
@@ -168,11 +172,18 @@ void GpuStudent::set_context(std::span<const int32_t> tokens) {
     LY_CUDA_CHECK(cudaMemcpyAsync(s.ctx_tokens.data(), s.ctx_pinned.data(), size_t(n) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s.stream));
   const int chunk = s.use_flash ? s.act_rows : s.rows_mat;
-  for (int c0 = 0; c0 < n; c0 += chunk) {
-    const int rows = std::min(chunk, n - c0);
-    ops::embed(s.ctx_tokens.data() + c0, s.embed, s.x.data(), rows, s.d, s.stream);
-    for (int l = 0; l < s.n_layers; ++l) s.dense_layer(l, s.x.data(), rows, c0, l + 1 < s.n_layers);
+  s.in_prefill = true;
+  try {
+    for (int c0 = 0; c0 < n; c0 += chunk) {
+      const int rows = std::min(chunk, n - c0);
+      ops::embed(s.ctx_tokens.data() + c0, s.embed, s.x.data(), rows, s.d, s.stream);
+      for (int l = 0; l < s.n_layers; ++l) s.dense_layer(l, s.x.data(), rows, c0, l + 1 < s.n_layers);
+    }
+  } catch (...) {
+    s.in_prefill = false;
+    throw;
   }
+  s.in_prefill = false;
   LY_CUDA_CHECK(cudaEventRecord(s.ev[1], s.stream));
   s.L = n;
   s.have_context = true;
@@ -180,6 +191,7 @@ void GpuStudent::set_context(std::span<const int32_t> tokens) {
 
 void GpuStudent::teacher(std::span<const int32_t> targets) {
   Impl& s = *impl_;
+  s.use_device();
   LY_CHECK(s.have_context, ErrorCode::kInvalidArgument, "GpuStudent: teacher() before set_context()");
   LY_CHECK(!targets.empty(), ErrorCode::kInvalidArgument, "GpuStudent: teacher() needs at least one target token");
   LY_CHECK(int64_t(targets.size()) <= s.max_targets && int64_t(s.L) + int64_t(targets.size()) <= s.max_context,
@@ -207,6 +219,7 @@ void GpuStudent::teacher(std::span<const int32_t> targets) {
 
 double GpuStudent::student(std::span<const float> z, std::span<float> dz) {
   Impl& s = *impl_;
+  s.use_device();
   LY_CHECK(s.have_teacher, ErrorCode::kInvalidArgument, "GpuStudent: student() before teacher()");
   const size_t n_gates = size_t(s.n_layers) * s.n_kv;
   LY_CHECK(z.size() == n_gates, ErrorCode::kInvalidArgument,
@@ -261,6 +274,7 @@ double GpuStudent::student(std::span<const float> z, std::span<float> dz) {
 
 std::vector<float> GpuStudent::teacher_outputs() const {
   const Impl& s = *impl_;
+  s.use_device();
   LY_CHECK(s.have_teacher, ErrorCode::kInvalidArgument, "GpuStudent: no teacher outputs yet");
   const size_t width = s.opt.loss == train::DistillLoss::kLogits ? size_t(s.vocab) : size_t(s.d);
   std::vector<float> out(size_t(s.T) * width);
@@ -271,6 +285,7 @@ std::vector<float> GpuStudent::teacher_outputs() const {
 
 std::vector<std::vector<int32_t>> GpuStudent::selected_sets(int layer) const {
   Impl& s = *impl_;
+  s.use_device();
   LY_CHECK(s.have_student, ErrorCode::kInvalidArgument, "GpuStudent: no student pass yet");
   LY_CHECK(layer >= 1 && layer < s.n_layers, ErrorCode::kInvalidArgument,
            "GpuStudent: layer {} has no sparse part (layers 1 to {})", layer, s.n_layers - 1);
@@ -288,6 +303,7 @@ std::vector<std::vector<int32_t>> GpuStudent::selected_sets(int layer) const {
 
 GpuStudentTimes GpuStudent::last_times() const {
   const Impl& s = *impl_;
+  s.use_device();
   LY_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   auto ms = [&](int a, int b, bool valid) {
     float t = 0.0f;
@@ -312,6 +328,9 @@ GpuStudentTimes GpuStudent::last_times() const {
   return r;
 }
 
-void GpuStudent::synchronize() const { LY_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+void GpuStudent::synchronize() const {
+  impl_->use_device();
+  LY_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
 
 }  // namespace lychee::cuda

@@ -10,7 +10,8 @@
 // scratch buffers [n_heads][max(max_targets, 256)][max_context]; the student's per-layer
 // activations [n_layers][max_targets][d + d + (q_dim + 2 kv_dim) + q_dim + 2 d_ff]; the logits
 // of teacher and student [max_targets][vocab] each; the selected sets as bit masks
-// [n_layers][n_kv_heads][max_targets][max_context / 32] u32.
+// [n_layers][n_kv_heads][max_targets][max_context / 32] u32; past ~56K max_context the selection's
+// keys [n_kv_heads][max_targets][max_context] (they no longer fit a block's shared memory).
 #pragma once
 
 #include <cstddef>
@@ -42,6 +43,14 @@ struct GpuStudentTuning {
   // Dense prefill and teacher attention with the TF32 flash kernel when options.tf32 and
   // head_dim is 64 or 128 (otherwise materialised rows, like the student).
   bool flash = true;
+  // The context prefill's projections (set_context) with bf16 tensor cores: a bf16 copy of the
+  // weights (+2 bytes per parameter of device memory) times the activations rounded to bf16, f32
+  // accumulation and output; its attention stays the TF32 flash kernel (the bf16 one measured
+  // slower). The teacher and the student read the same context K/V, so all gates 1 still give the
+  // teacher; only the context's representation moves (by bf16's 2^-9 relative rounding, as a bf16
+  // inference engine computes it). Needs flash and options.tf32. (Issue 40's first version rounded
+  // inside cuBLAS, CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 weights: no faster than TF32 on an H200.)
+  bool prefill_bf16 = false;
   // >= 0: CUDA events around the ops of this layer in teacher() and student() (a few µs of
   // overhead), reported in GpuStudentTimes::layer_ops.
   int profile_layer = -1;

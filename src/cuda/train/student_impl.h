@@ -60,7 +60,11 @@ struct GpuStudent::Impl {
   float scale = 0.0f;
   int ld_max = 0, mask_words = 0, rows_mat = 0, act_rows = 0;
   bool use_flash = false;
+  bool prefill_bf16 = false;  // tuning.prefill_bf16 where it applies
+  bool keys_in_global = false;  // the selection's keys in select_keys (contexts past shared memory)
+  bool in_prefill = false;    // set_context is running: its products may use bf16
 
+  int device = 0;  // the CUDA device current at construction; every public call makes it current
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   cudaEvent_t ev[kNumEvents] = {};
@@ -70,6 +74,8 @@ struct GpuStudent::Impl {
   DeviceBuffer<uint8_t> blas_ws;
 
   DeviceBuffer<float> weights;
+  DeviceBuffer<uint16_t> weights_bf16;  // with prefill_bf16: the arena rounded to bf16, same offsets
+  DeviceBuffer<uint16_t> act_bf16;      // with prefill_bf16: [act_rows][max(d, q_dim, ff)] product input
   std::vector<LayerWeights> lw;
   const float *embed = nullptr, *out_norm = nullptr, *output = nullptr;
   DeviceBuffer<float> rope_cos, rope_sin;  // [max_context][head_dim / 2]
@@ -88,6 +94,7 @@ struct GpuStudent::Impl {
   DeviceBuffer<float> gus;                 // [n_layers][max_targets][2 ff]: gate/up + bias
   DeviceBuffer<float4> stats;              // [n_layers][n_heads][max_targets]
   DeviceBuffer<uint32_t> masks;            // [n_layers][n_kv][max_targets][mask_words]
+  DeviceBuffer<float> select_keys;         // [n_kv][max_targets][ld_max] when keys_in_global
   DeviceBuffer<float> hfin, logits, teacher_out;
   DeviceBuffer<float> dx, dh, dqkv, da, dgu, dm, dq, dk, dv, w_tail, dz_part, dz_dev, z_dev;
   DeviceBuffer<double> loss_partials, loss_dev;
@@ -127,8 +134,19 @@ struct GpuStudent::Impl {
                                          N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, batch),
                "cublasSgemmStridedBatched", __LINE__);
   }
-  // y[n][m] (+)= x[n][k] · W[m][k]ᵀ
+  // y[n][m] (+)= x[n][k] · W[m][k]ᵀ. In the bf16 prefill: W's bf16 copy and x rounded to bf16,
+  // bf16 tensor cores with f32 accumulation and output.
   void linear(const float* x_, const float* w, float* y, int n, int k, int m_, float beta) {
+    if (in_prefill && prefill_bf16) {
+      LY_ASSERT(w >= weights.data() && w < weights.data() + weights.size() && size_t(n) * k <= act_bf16.size());
+      ops::round_to_bf16(x_, act_bf16.data(), size_t(n) * k, stream);
+      const float alpha = 1.0f;
+      check_blas(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, m_, n, k, &alpha, weights_bf16.data() + (w - weights.data()),
+                              CUDA_R_16BF, k, act_bf16.data(), CUDA_R_16BF, k, &beta, y, CUDA_R_32F, m_,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx (bf16 prefill)", __LINE__);
+      return;
+    }
     gemm(false, true, n, m_, k, x_, k, 0, w, k, 0, beta, y, m_, 0);
   }
   // dx[n][k] = dy[n][m] · W[m][k]
@@ -150,6 +168,8 @@ struct GpuStudent::Impl {
   void student_layer_forward(int l);
   void student_layer_backward(int l, bool input_grad);
   void check_tokens(std::span<const int32_t> tokens, const char* what) const;
+  // Makes `device` current for this thread (data-parallel ranks drive their GPUs from threads).
+  void use_device() const { LY_CUDA_CHECK(cudaSetDevice(device)); }
 };
 
 }  // namespace lychee::cuda

@@ -119,13 +119,19 @@ GpuStudent::Impl::Impl(const ModelConfig& config, const WeightSource& ws, const 
   ld_max = int(round_up(size_t(max_context), 4));
   mask_words = (max_context + 31) / 32;
   use_flash = tuning.flash && opt.tf32 && ops::flash_supported(hd);
+  prefill_bf16 = tuning.prefill_bf16 && use_flash;
   rows_mat = std::max(max_targets, std::min(kMinMaterialisedRows, max_context));
   act_rows = std::max(rows_mat, use_flash ? std::min(kContextChunk, max_context) : 0);
-  const size_t sel_smem = ops::attention_forward_smem_bytes(max_context, mask_words, true);
-  LY_CHECK(sel_smem <= device_info().smem_per_block_optin, ErrorCode::kUnsupported,
-           "GpuStudent: max_context {} needs {} KiB of shared memory per block for the selection; "
-           "this GPU has {} KiB", max_context, sel_smem >> 10, device_info().smem_per_block_optin >> 10);
+  // The selection keeps the group sums of a row in shared memory up to ~56K columns (227 KiB per
+  // block on an H100), in a global scratch of n_kv × max_targets rows beyond.
+  const size_t smem_limit = ops::attention_forward_smem_limit();
+  keys_in_global = ops::attention_forward_smem_bytes(max_context, mask_words, true) > smem_limit;
+  const size_t sel_smem = ops::attention_forward_smem_bytes(max_context, mask_words, true, !keys_in_global);
+  LY_CHECK(sel_smem <= smem_limit, ErrorCode::kUnsupported,
+           "GpuStudent: max_context {} needs {} KiB of shared memory per block for the selection's sets; "
+           "this GPU allows {} KiB", max_context, sel_smem >> 10, smem_limit >> 10);
 
+  LY_CUDA_CHECK(cudaGetDevice(&device));
   LY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (cudaEvent_t& e : ev) LY_CUDA_CHECK(cudaEventCreate(&e));
   if (tuning.profile_layer >= 0)
@@ -148,6 +154,7 @@ GpuStudent::Impl::Impl(const ModelConfig& config, const WeightSource& ws, const 
 GpuStudent::Impl::~Impl() { release(); }
 
 void GpuStudent::Impl::release() {
+  if (stream != nullptr) cudaSetDevice(device);  // the buffers' destructors run after this, on it too
   if (stream != nullptr) cudaStreamSynchronize(stream);
   if (blas != nullptr) cublasDestroy(blas);
   for (cudaEvent_t e : ev)
@@ -172,6 +179,11 @@ void GpuStudent::Impl::upload_weights(const WeightSource& ws) {
   std::vector<LayerOffsets> lo(static_cast<size_t>(n_layers));
   for (int l = 0; l < n_layers; ++l) lo[size_t(l)] = take_layer(arena, ws, c, l);
   arena.upload(weights);
+  if (prefill_bf16) {  // rounded on the device: the host never holds a bf16 copy
+    weights_bf16 = DeviceBuffer<uint16_t>(weights.size());
+    ops::round_to_bf16(weights.data(), weights_bf16.data(), weights.size(), stream);
+    LY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
   const float* base = weights.data();
   auto at = [&](size_t off) { return off == kAbsent ? nullptr : base + off; };
   embed = at(o_embed), output = at(o_output), out_norm = at(o_onorm);
@@ -194,6 +206,7 @@ void GpuStudent::Impl::allocate() {
   const size_t R = size_t(act_rows), Tm = size_t(max_targets), NL = size_t(n_layers);
   kv = DeviceBuffer<float>(NL * 2 * n_kv * size_t(max_context) * hd);
   x = DeviceBuffer<float>(R * d);
+  if (prefill_bf16) act_bf16 = DeviceBuffer<uint16_t>(R * size_t(std::max({d, q_dim, ff})));
   h = DeviceBuffer<float>(R * d);
   qkv = DeviceBuffer<float>(R * qkv_dim);
   q = DeviceBuffer<float>(R * q_dim);
@@ -211,6 +224,7 @@ void GpuStudent::Impl::allocate() {
   gus = DeviceBuffer<float>(NL * Tm * 2 * ff);
   stats = DeviceBuffer<float4>(NL * n_heads * Tm);
   masks = DeviceBuffer<uint32_t>(NL * n_kv * Tm * mask_words);
+  if (keys_in_global) select_keys = DeviceBuffer<float>(size_t(n_kv) * Tm * ld_max);
   hfin = DeviceBuffer<float>(Tm * d);
   const size_t out_width = opt.loss == train::DistillLoss::kLogits ? size_t(vocab) : size_t(d);
   if (opt.loss == train::DistillLoss::kLogits) logits = DeviceBuffer<float>(Tm * vocab);
@@ -251,12 +265,14 @@ GpuStudent::GpuStudent(const ModelConfig& config, const WeightSource& weights, c
 GpuStudent::~GpuStudent() = default;
 
 size_t GpuStudent::memory_bytes() const {
-  const Impl& s = *impl_;
-  size_t total = s.blas_ws.bytes() + s.weights.bytes() + s.rope_cos.bytes() + s.rope_sin.bytes() + s.kv.bytes();
+  const Impl& s = *impl_;  // host-side sizes only: no device call
+  size_t total = s.blas_ws.bytes() + s.weights.bytes() + s.rope_cos.bytes() + s.rope_sin.bytes() + s.kv.bytes() +
+                 s.weights_bf16.bytes() + s.act_bf16.bytes();
   for (const DeviceBuffer<float>* b : {&s.x, &s.h, &s.qkv, &s.q, &s.att, &s.gu, &s.m, &s.s_buf, &s.g_buf,
                                        &s.s_store, &s.xs, &s.x2s, &s.qkvs, &s.qs, &s.gus, &s.hfin, &s.logits,
                                        &s.teacher_out, &s.dx, &s.dh, &s.dqkv, &s.da, &s.dgu, &s.dm, &s.dq, &s.dk,
-                                       &s.dv, &s.w_tail, &s.dz_part, &s.dz_dev, &s.z_dev, &s.flash_scratch})
+                                       &s.dv, &s.w_tail, &s.dz_part, &s.dz_dev, &s.z_dev, &s.flash_scratch,
+                                       &s.select_keys})
     total += b->bytes();
   return total + s.stats.bytes() + s.masks.bytes() + s.ctx_tokens.bytes() + s.tgt_tokens.bytes();
 }
