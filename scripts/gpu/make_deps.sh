@@ -14,13 +14,14 @@
 #   .whl/router/               sglang-router (the replicas' router, run_all.sh bench-replicas) and its
 #                              dependencies for CPython 3.12; its 31 MB wheel repacked as an xz tar
 #                              (scripts/gpu/wheel_xz.py, 20 MB): carry [.whl/router] alone, ~27 MB
-#   .carry/model_a/part        the default model's GGUF in three parts (32, 31 and ~35 MB: one call
-#   .carry/model_b/part        carries at most 64 MiB, the working tree included), joined there by
+#   .carry/model_a/part        the default model's GGUF, xz-compressed, in three parts (~30 MB each: one
+#   .carry/model_b/part        call carries at most 64 MiB, the working tree included), joined there by
 #   .carry/model_c/part        run_all.sh stage-a/stage-b/stage-c; .carry/model_c/sha256 holds the
 #                              whole file's checksum
 # A GPU session then runs, each call right after the last (the machine stays warm 30 s):
-#   carry [.carry/model_a, .deps]: scripts/gpu/run_all.sh stage-a .carry/model_a/part && scripts/gpu/run_all.sh all env,build
-#   carry [.carry/model_b, .whl/server]: scripts/gpu/run_all.sh stage-b .carry/model_b/part && (work that needs no model)
+#   carry [.deps, .whl/server]: scripts/gpu/run_all.sh all env,build
+#   carry [.carry/model_a]: scripts/gpu/run_all.sh stage-a .carry/model_a/part && (work that needs no model)
+#   carry [.carry/model_b]: scripts/gpu/run_all.sh stage-b .carry/model_b/part
 #   carry [.carry/model_c]: scripts/gpu/run_all.sh stage-c .carry/model_c/part && scripts/gpu/run_all.sh all test,server,...
 # (the build, .deps and .whl/server stay on the warm machine between calls)
 # (a part and .deps together with the working tree stay under the 64 MiB a call may carry)
@@ -152,19 +153,22 @@ fi
 if [ ! -f "$carry/model_a/part" ] || [ ! -f "$carry/model_b/part" ] || [ ! -f "$carry/model_c/part" ] \
    || [ ! -f "$carry/model_c/sha256" ]; then
   [ -f "$model" ] || "$root/scripts/fetch_assets.sh"
-  size="$(stat -c %s "$model")"
-  # Unequal parts, so that each call also does work: part a travels with .deps (the build, 4.7 MB),
-  # part b with .whl/server (the server tests' client, 5.9 MB), part c alone; each call's carry plus
-  # the ~29 MB working tree stays under 64 MiB. MODEL_PART_A_MB / MODEL_PART_B_MB change the split.
-  a_bytes=$(( ${MODEL_PART_A_MB:-32} * 1000000 )) b_bytes=$(( ${MODEL_PART_B_MB:-31} * 1000000 ))
-  [ $(( a_bytes + b_bytes )) -lt "$size" ] || { log "parts a + b ($a_bytes + $b_bytes bytes) cover the whole model ($size)"; exit 1; }
+  # The call's working tree counts in disk blocks (~32 MiB of 1,800 small files), so a part must stay
+  # near 29 MiB: the model travels xz-compressed (98.4 -> 90.5 MB), cut in three equal parts that
+  # run_all.sh stage-c joins and decompresses; each needs a call of its own, .deps another.
   rm -rf "$carry/model_a" "$carry/model_b" "$carry/model_c"
   mkdir -p "$carry/model_a" "$carry/model_b" "$carry/model_c"
-  head -c "$a_bytes" "$model" > "$carry/model_a/part"
-  dd if="$model" of="$carry/model_b/part" bs=1M iflag=skip_bytes,count_bytes skip="$a_bytes" count="$b_bytes" status=none
-  tail -c +"$(( a_bytes + b_bytes + 1 ))" "$model" > "$carry/model_c/part"
+  tmpxz="$(mktemp)"
+  xz -T0 -6 -c "$model" > "$tmpxz"
+  size="$(stat -c %s "$tmpxz")"
+  third=$(( (size + 2) / 3 ))
+  head -c "$third" "$tmpxz" > "$carry/model_a/part"
+  dd if="$tmpxz" of="$carry/model_b/part" bs=1M iflag=skip_bytes,count_bytes skip="$third" count="$third" status=none
+  tail -c +"$(( 2 * third + 1 ))" "$tmpxz" > "$carry/model_c/part"
+  rm -f "$tmpxz"
+  echo xz > "$carry/model_c/format"
   sha256sum "$model" | cut -d' ' -f1 > "$carry/model_c/sha256"
-  got="$(cat "$carry/model_a/part" "$carry/model_b/part" "$carry/model_c/part" | sha256sum | cut -d' ' -f1)"
+  got="$(cat "$carry/model_a/part" "$carry/model_b/part" "$carry/model_c/part" | xz -dc | sha256sum | cut -d' ' -f1)"
   [ "$got" = "$(cat "$carry/model_c/sha256")" ] || { log "the parts do not join back to $model"; exit 1; }
   made+=(".carry/model_{a,b,c}/part (sha256 $got)")
 fi

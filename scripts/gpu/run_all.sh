@@ -179,7 +179,11 @@ case "${1:-}" in
     cat "$2" >> "$stage/partial" && echo "staged part 2 of 3 ($(stat -c %s "$stage/partial") bytes)" ;;
   stage-c)
     [ -f "$stage/partial" ] || { echo "stage-c: no parts 1-2 in $stage (run stage-a, stage-b first, on this warm machine)"; exit 1; }
-    cat "$stage/partial" "$2" > "$stage/smollm2.gguf" && rm -f "$stage/partial" || exit 1
+    if [ "$(cat "$(dirname "$2")/format" 2>/dev/null)" = xz ]; then  # make_deps.sh's parts of the xz stream
+      cat "$stage/partial" "$2" | xz -dc > "$stage/smollm2.gguf" && rm -f "$stage/partial" || exit 1
+    else
+      cat "$stage/partial" "$2" > "$stage/smollm2.gguf" && rm -f "$stage/partial" || exit 1
+    fi
     sha256sum "$stage/smollm2.gguf"
     want="$(dirname "$2")/sha256"   # written by scripts/gpu/make_deps.sh
     if [ -f "$want" ] && [ "$(sha256sum < "$stage/smollm2.gguf" | cut -d' ' -f1)" != "$(cat "$want")" ]; then
