@@ -69,6 +69,27 @@ TEST(QuantizeRowQ8, RoundsToNearestWithinHalfAStepAndKeepsSums) {
   }
 }
 
+// quantize_row_q8 takes the AVX2 loop where the CPU has it: the same blocks as the scalar loop
+// bit for bit, on random rows (an all-zero block and outliers among them) and on rows of exact
+// half-step ties (x * (1 / d) = k + 0.5, rounded to even by both).
+TEST(QuantizeRowQ8, Avx2EqualsTheScalarLoopBitForBit) {
+  std::mt19937 rng(29);
+  for (int64_t n : {32, 96, 576, 1536}) {
+    std::vector<float> x = random_activations(n, rng);
+    for (int i = 0; i < 32 && n > 64; ++i) x[size_t(32 + i)] = 0.0f;
+    std::vector<float> ties(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ties[size_t(i)] = i % 32 == 0 ? 127.0f : float(i % 7 - 3) + 0.5f;
+    for (const std::vector<float>* row : {&x, &ties}) {
+      std::vector<Q8Block> got(size_t(n / 32)), want(size_t(n / 32));
+      quantize_row_q8(row->data(), n, got.data());
+      quantize_row_q8_scalar(row->data(), n, want.data());
+      for (int64_t b = 0; b < n / 32; ++b)
+        ASSERT_EQ(std::memcmp(&got[size_t(b)], &want[size_t(b)], sizeof(Q8Block)), 0) << "n " << n << " block " << b;
+    }
+  }
+  if (detected_quant_isa() != QuantIsa::kAvx2) GTEST_SKIP() << "no AVX2 here: both are the scalar loop";
+}
+
 // The kernels' f32 rounding: each of the n/32 block terms (an exact integer sum times an f32
 // scale product) and its accumulation add at most a few ulps of the term, so the error is within
 // (n/256 + 12) * 2^-24 of Σ|terms|: ~1.3e-6 of it at n = 4128, the largest size here. The terms

@@ -37,6 +37,7 @@ static_assert(sizeof(Q8Block) == 44);
   void dot8_q4_1(const uint8_t* w, const Q8Block* a, int64_t n, float* out);                       \
   void dot8_q8_0(const uint8_t* w, const Q8Block* a, int64_t n, float* out);                       \
   void dequant_q8_0(const uint8_t* w, int64_t n, float* out);                                      \
+  void quantize_q8(const float* x, int64_t n, Q8Block* out);                                       \
   void dequant_q4_0(const uint8_t* w, int64_t n, float* out);                                      \
   void dequant_q4_1(const uint8_t* w, int64_t n, float* out);                                      \
   }
