@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -226,6 +227,56 @@ TEST(NativeDefaultModel, DecodeStepsDoNotDependOnThePolicyPathOrTheThreadCount) 
   EXPECT_EQ(decode(full.get(), 1), plain);
   EXPECT_EQ(decode(nullptr, 2), plain);
   EXPECT_EQ(decode(full.get(), 2), plain);
+}
+
+// Where the CPU has AVX2 the native model re-lays its Q4_1 and Q8_0 matrices out in eight-row
+// groups (cpu/quant_pack.h) whose products equal the scalar one-row kernel's bit for bit, so a
+// model whose quantised matrices all have that layout gives the scalar kernels' logits exactly,
+// decode steps and prefill alike; LYCHEE_CPU_PACK=0 keeps the file's rows and the AVX2 one-row
+// kernels, which differ from the scalar ones by f32 rounding.
+void expect_packed_equals_scalar(const std::string& path, const std::string& golden_prompts) {
+  const Checkpoint ck = Checkpoint::open(path);
+  cpu::Model packed(ck.config(), HostWeights::load(ck, WeightFormat::kNative));
+  ASSERT_EQ(setenv("LYCHEE_CPU_PACK", "0", 1), 0);
+  cpu::Model rows(ck.config(), HostWeights::load(ck, WeightFormat::kNative));
+  ASSERT_EQ(setenv("LYCHEE_CPU_PACK", "2", 1), 0);
+  test::expect_error([&] { cpu::Model(ck.config(), HostWeights::load(ck, WeightFormat::kNative)); },
+                     ErrorCode::kInvalidArgument, {"LYCHEE_CPU_PACK must be 0 or 1", "\"2\""});
+  ASSERT_EQ(unsetenv("LYCHEE_CPU_PACK"), 0);
+  int n_packed = 0;  // every quantised matrix (all Q4_1 or Q8_0 here) is packed
+  for (int layer = 0; layer < ck.config().n_layers; ++layer)
+    for (WeightId id : {WeightId::kWq, WeightId::kWk, WeightId::kWv, WeightId::kWo, WeightId::kWGate,
+                        WeightId::kWUp, WeightId::kWDown, WeightId::kOutput}) {
+      const WeightView& v = packed.weights().view(id, layer);
+      if (!v.quantized() || (id == WeightId::kOutput && layer > 0)) continue;
+      ASSERT_EQ(v.row_group, cpu::kPackRows) << path << " " << weight_gguf_name(weight_spec(id), layer);
+      ASSERT_EQ(rows.weights().view(id, layer).row_group, 1);
+      ++n_packed;
+    }
+  EXPECT_GT(n_packed, 0) << path;
+  packed.set_min_gemm_rows(cpu::kNoGemm);
+  rows.set_min_gemm_rows(cpu::kNoGemm);
+  const auto ids = test::read_json(golden_prompts)["prompts"][0]["ids"].get<std::vector<int32_t>>();
+  rows.set_quant_isa(QuantIsa::kScalar);
+  const std::vector<float> want = logits_of(rows, ids, true);
+  EXPECT_EQ(logits_of(packed, ids, true), want) << path << ": packed avx2 decode vs scalar";
+  EXPECT_EQ(logits_of(packed, ids, false), want) << path << ": packed avx2 prefill vs scalar";
+  packed.set_quant_isa(QuantIsa::kScalar);
+  EXPECT_EQ(logits_of(packed, ids, true), want) << path << ": packed scalar vs scalar";
+  rows.set_quant_isa(QuantIsa::kAvx2);
+  const double rel = test::rel_error(logits_of(rows, ids, true), want);
+  // The one-row AVX2 kernels round differently; through 30 layers' int8 roundings that moves the
+  // default model's logits by 0.037 (relative), as far as native weights move them from f32.
+  EXPECT_GT(rel, 0.0) << path << ": the one-row AVX2 kernels round differently";
+  EXPECT_LT(rel, 0.06) << path;
+}
+
+TEST(NativeWeights, PackedProductsGiveTheScalarKernelsLogits) {
+  if (cpu::detected_quant_isa() != QuantIsa::kAvx2) GTEST_SKIP() << "no AVX2 here: matrices keep the file's layout";
+  expect_packed_equals_scalar(test::golden_dir() + "/gguf/qwen2_q8_0.gguf",
+                              test::golden_dir() + "/models/qwen2_untied_f16/reference.json");
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  expect_packed_equals_scalar(path, test::golden_dir() + "/smollm2/reference.json");
 }
 
 // Malformed quantised tensors are refused at open with the loader's messages, before either

@@ -18,9 +18,13 @@
 #include "cpu/ops.h"
 #include "cpu/quant_dot.h"
 #include "cpu/weight_linear.h"
+#include "quant_blocks.h"
 
 namespace lychee::cpu {
 namespace {
+
+using test::random_activations;
+using test::random_blocks;
 
 const DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K,
                         DType::kQ5_K, DType::kQ6_K, DType::kQ8_K};
@@ -29,51 +33,6 @@ std::vector<QuantIsa> isas() {
   std::vector<QuantIsa> v = {QuantIsa::kScalar};
   if (detected_quant_isa() == QuantIsa::kAvx2) v.push_back(QuantIsa::kAvx2);
   return v;
-}
-
-void put_f16(uint8_t* p, float v) {
-  const uint16_t h = f32_to_f16(v);
-  std::memcpy(p, &h, 2);
-}
-
-// n_blocks random blocks of type t: random code bytes (or every code byte `fill` when fill >= 0,
-// the extreme codes), scales of a realistic range and mins no larger than the codes' range, as
-// quantisers write them (a min is about the block's minimum value).
-std::vector<uint8_t> random_blocks(DType t, int64_t n_blocks, std::mt19937& rng, int fill = -1) {
-  const int64_t bb = dtype_block_bytes(t);
-  std::vector<uint8_t> out(size_t(n_blocks * bb));
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.002f, 0.02f), unit(0.0f, 1.0f);
-  for (auto& b : out) b = uint8_t(fill >= 0 ? fill : byte(rng));
-  for (int64_t i = 0; i < n_blocks; ++i) {
-    uint8_t* b = out.data() + i * bb;
-    const float d = scale(rng) * (unit(rng) < 0.5f ? -1.0f : 1.0f);
-    switch (t) {
-      case DType::kQ8_0:
-      case DType::kQ4_0: put_f16(b, d); break;
-      case DType::kQ4_1:
-        put_f16(b, std::fabs(d));
-        put_f16(b + 2, -15.0f * std::fabs(d) * unit(rng));
-        break;
-      case DType::kQ4_K:
-      case DType::kQ5_K:
-        put_f16(b, std::fabs(d) / 16);  // times 6-bit sub-block scales
-        put_f16(b + 2, std::fabs(d) * unit(rng) / 4);
-        break;
-      case DType::kQ6_K: put_f16(b + 208, d / 64); break;  // times int8 sub-block scales
-      case DType::kQ8_K: std::memcpy(b, &d, 4); break;
-      default: ADD_FAILURE() << "not a block type";
-    }
-  }
-  return out;
-}
-
-// Activations: mostly uniform in [-1, 1] with a few large outliers, as hidden states have.
-std::vector<float> random_activations(int64_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f), pick(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (float& v : x) v = pick(rng) < 0.01f ? 20.0f * u(rng) : u(rng);
-  return x;
 }
 
 std::vector<float> dequantised(const std::vector<Q8Block>& q) {
@@ -108,6 +67,27 @@ TEST(QuantizeRowQ8, RoundsToNearestWithinHalfAStepAndKeepsSums) {
     for (int i = 0; i < 32; ++i) qmax = std::max(qmax, std::abs(int(q[b].q[i])));
     EXPECT_EQ(qmax, 127);
   }
+}
+
+// quantize_row_q8 takes the AVX2 loop where the CPU has it: the same blocks as the scalar loop
+// bit for bit, on random rows (an all-zero block and outliers among them) and on rows of exact
+// half-step ties (x * (1 / d) = k + 0.5, rounded to even by both).
+TEST(QuantizeRowQ8, Avx2EqualsTheScalarLoopBitForBit) {
+  std::mt19937 rng(29);
+  for (int64_t n : {32, 96, 576, 1536}) {
+    std::vector<float> x = random_activations(n, rng);
+    for (int i = 0; i < 32 && n > 64; ++i) x[size_t(32 + i)] = 0.0f;
+    std::vector<float> ties(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ties[size_t(i)] = i % 32 == 0 ? 127.0f : float(i % 7 - 3) + 0.5f;
+    for (const std::vector<float>* row : {&x, &ties}) {
+      std::vector<Q8Block> got(size_t(n / 32)), want(size_t(n / 32));
+      quantize_row_q8(row->data(), n, got.data());
+      quantize_row_q8_scalar(row->data(), n, want.data());
+      for (int64_t b = 0; b < n / 32; ++b)
+        ASSERT_EQ(std::memcmp(&got[size_t(b)], &want[size_t(b)], sizeof(Q8Block)), 0) << "n " << n << " block " << b;
+    }
+  }
+  if (detected_quant_isa() != QuantIsa::kAvx2) GTEST_SKIP() << "no AVX2 here: both are the scalar loop";
 }
 
 // The kernels' f32 rounding: each of the n/32 block terms (an exact integer sum times an f32

@@ -11,7 +11,10 @@ compared with llama.cpp's tg G at depth P; prefill with pp P at depth 0. Writes 
 medians as JSON (stamped with the commands, commit, machine and date) and prints a Markdown table.
 
   scripts/bench/cpu_vs_llamacpp.py --out docs/results/cpu_vs_llamacpp.json
-llama.cpp comes from scripts/bench/build_llamacpp.sh (built on first use).
+llama.cpp comes from scripts/bench/build_llamacpp.sh (built on first use). --isa avx2 compares
+both as they run on a plain AVX2 CPU: llama.cpp built for AVX2/FMA/F16C only (LLAMACPP_ISA=avx2)
+and lychee with LYCHEE_QUANT_VNNI=0. --baseline BIN adds another lychee binary (an earlier
+build) to every round, native weights, so that before and after alternate with llama.cpp.
 """
 import argparse, datetime, json, os, platform, statistics, subprocess, sys, tempfile
 
@@ -22,15 +25,22 @@ def loadavg():
     return float(open("/proc/loadavg").read().split()[0])
 
 
-def run_lychee(args, weights):
+def lychee_env(args):
+    env = dict(os.environ)
+    if args.isa == "avx2":
+        env["LYCHEE_QUANT_VNNI"] = "0"
+    return env
+
+
+def run_lychee(args, weights, binary=None):
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        cmd = [os.path.join(ROOT, "build/bin/lychee"), "bench", "--device", "cpu", "--cpu-weights", weights,
+        cmd = [binary or args.lychee, "bench", "--device", "cpu", "--cpu-weights", weights,
                "--prompt-tokens", str(args.prompt), "--gen-tokens", str(args.gen), "--repeats", "1",
                "--threads", str(args.threads), "--json", f.name] + (["-m", args.model] if args.model else [])
         before = loadavg()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=lychee_env(args))
         r = json.load(open(f.name))
-    return {"engine": f"lychee {weights}", "load_before": before, "load_after": loadavg(),
+    return {"engine": f"lychee {weights}" + (f" ({binary})" if binary else ""), "load_before": before, "load_after": loadavg(),
             "prefill_tok_s": r["prefill_tok_s"], "decode_tok_s": r["decode_tok_s"], "command": " ".join(cmd[1:])}
 
 
@@ -62,16 +72,24 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--weights", nargs="+", default=["native", "f32"], choices=["native", "f32"])
+    ap.add_argument("--isa", choices=["native", "avx2"], default="native",
+                    help="native: every extension of this CPU; avx2: both engines as on a plain AVX2 CPU")
+    ap.add_argument("--lychee", default=os.path.join(ROOT, "build/bin/lychee"), help="the lychee binary")
+    ap.add_argument("--baseline", help="another lychee binary to run in every round (native weights)")
     ap.add_argument("--out", help="write the JSON here")
     args = ap.parse_args()
     model = args.model or default_model()
     bindir = subprocess.run([os.path.join(ROOT, "scripts/bench/build_llamacpp.sh")], check=True,
-                            capture_output=True, text=True).stdout.strip().splitlines()[-1]
+                            capture_output=True, text=True, env=dict(os.environ, LLAMACPP_ISA=args.isa)
+                            ).stdout.strip().splitlines()[-1]
     uptime_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     runs = []
     for i in range(args.rounds):
         for w in args.weights:
             runs.append(dict(run_lychee(args, w), round=i))
+            print(f"round {i}: {runs[-1]['engine']}: prefill {runs[-1]['prefill_tok_s']:.1f}, decode {runs[-1]['decode_tok_s']:.1f} tok/s", file=sys.stderr)
+        if args.baseline:
+            runs.append(dict(run_lychee(args, "native", args.baseline), round=i))
             print(f"round {i}: {runs[-1]['engine']}: prefill {runs[-1]['prefill_tok_s']:.1f}, decode {runs[-1]['decode_tok_s']:.1f} tok/s", file=sys.stderr)
         runs.append(dict(run_llamacpp(args, bindir, model), round=i))
         print(f"round {i}: llama.cpp: prefill {runs[-1]['prefill_tok_s']:.1f}, decode {runs[-1]['decode_tok_s']:.1f} tok/s", file=sys.stderr)
@@ -79,10 +97,16 @@ def main():
     engines = list(dict.fromkeys(r["engine"] for r in runs))
     med = {e: {k: statistics.median(r[k] for r in runs if r["engine"] == e) for k in ("prefill_tok_s", "decode_tok_s")}
            for e in engines}
+    # Per round, each engine over llama.cpp's run of the same round: the medians of these ratios
+    # are steadier on a shared machine than the ratio of the medians.
+    llama = {r["round"]: r for r in runs if r["engine"] == "llama.cpp"}
+    paired = {e: {k: statistics.median(r[k] / llama[r["round"]][k] for r in runs if r["engine"] == e)
+                  for k in ("prefill_tok_s", "decode_tok_s")} for e in engines}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = {"model": os.path.relpath(model, ROOT) if model.startswith(ROOT) else model, "prompt_tokens": args.prompt,
-              "gen_tokens": args.gen, "threads": args.threads, "rounds": runs, "median": med, "commit": commit,
+              "gen_tokens": args.gen, "threads": args.threads, "isa": args.isa, "rounds": runs, "median": med,
+              "paired_ratio_median": paired, "commit": commit,
               "machine": f"{cpu}, {os.cpu_count()} cores", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="minutes"),
               "uptime_before": uptime_before, "uptime_after": uptime_after,
               "command": "scripts/bench/cpu_vs_llamacpp.py " + " ".join(sys.argv[1:])}
@@ -90,11 +114,12 @@ def main():
         json.dump(result, open(args.out, "w"), indent=2)
     ref = med["llama.cpp"]
     print(f"| engine ({args.threads} threads) | prefill {args.prompt} tok/s | decode {args.gen} after {args.prompt} tok/s "
-          "| prefill / llama.cpp | decode / llama.cpp |")
-    print("|---|---:|---:|---:|---:|")
+          "| prefill / llama.cpp | decode / llama.cpp | paired per round: prefill, decode |")
+    print("|---|---:|---:|---:|---:|---|")
     for e in engines:
         print(f"| {e} | {med[e]['prefill_tok_s']:.1f} | {med[e]['decode_tok_s']:.1f} "
-              f"| {med[e]['prefill_tok_s'] / ref['prefill_tok_s']:.2f} | {med[e]['decode_tok_s'] / ref['decode_tok_s']:.2f} |")
+              f"| {med[e]['prefill_tok_s'] / ref['prefill_tok_s']:.2f} | {med[e]['decode_tok_s'] / ref['decode_tok_s']:.2f} "
+              f"| {paired[e]['prefill_tok_s']:.2f}, {paired[e]['decode_tok_s']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,16 @@
 #include <limits>
 #include <vector>
 
+#include "cpu/quant_dot.h"
+
 namespace lychee::cpu {
+
+#if defined(__x86_64__)
+namespace avx2 {  // decode_attention_avx2.cpp; p: [n] scratch
+void attend_head(const float* qh, const float* kh, const float* vh, int hd, const int32_t* tokens, int n,
+                 float scale, float* out, float* p);
+}
+#endif
 
 // Not inlined, so that a decode step and a prompt row run the very same instructions (the
 // native path's results must not depend on how a prompt was chunked, nor on whether a decode
@@ -14,6 +23,13 @@ namespace lychee::cpu {
                                    int n_ctx, float scale, float* o) {
   thread_local std::vector<float> p;  // [n_ctx] scores, then probabilities
   p.resize(size_t(n_ctx));
+#if defined(__x86_64__)
+  // The same steps with AVX2 + FMA where the CPU has them (every call takes the same branch)
+  if (hd % 8 == 0 && detected_quant_isa() == QuantIsa::kAvx2) {
+    avx2::attend_head(qh, kh, vh, hd, tokens, n_ctx, scale, o, p.data());
+    return;
+  }
+#endif
   float mx = -std::numeric_limits<float>::infinity();
   for (int j = 0; j < n_ctx; ++j) {
     const float* kj = kh + int64_t(tokens != nullptr ? tokens[j] : j) * hd;

@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "core/error.h"
 #include "cpu/decode_attention.h"
 #include "cpu/ops.h"
+#include "cpu/quant_pack.h"
 
 namespace lychee::cpu {
 
@@ -28,6 +30,31 @@ int64_t gemm_rows_setting() {
   return rows;
 }
 
+// LYCHEE_CPU_PACK=0 (a lab knob, docs/results/cpu_default.md): keep every matrix in the file's
+// row-major layout, through the one-row kernels; unset or 1: eight-row groups where there is a layout.
+bool pack_setting() {
+  const char* v = std::getenv("LYCHEE_CPU_PACK");
+  if (v == nullptr) return true;
+  const std::string_view s(v);
+  LY_CHECK(s == "0" || s == "1", ErrorCode::kInvalidArgument, "LYCHEE_CPU_PACK must be 0 or 1, got \"{}\"", v);
+  return s == "1";
+}
+
+// Every block-quantised matrix the products read, of a type with an eight-row layout and at
+// least one group, re-laid out into cpu/quant_pack.h's groups. The token embedding only when it
+// is the (tied) LM head: lookups read one row, which the layout makes slower.
+void pack_for_decode(HostWeights& w, const ModelConfig& c) {
+  const bool tied = w.view(WeightId::kOutput).data == w.view(WeightId::kTokEmbd).data;
+  for (const WeightSpec& spec : weight_table())
+    for (int layer = 0; layer < (spec.per_layer ? c.n_layers : 1); ++layer) {
+      if (spec.id == (tied ? WeightId::kOutput : WeightId::kTokEmbd)) continue;
+      const WeightView& v = w.view(spec.id, layer);
+      if (v.data == nullptr || !v.quantized() || !packable(v.dtype) || v.rows < kPackRows) continue;
+      w.relayout(spec.id, layer, kPackRows,
+                 [](uint8_t* bytes, const WeightView& m) { pack_rows8(m.dtype, bytes, m.rows, m.cols); });
+    }
+}
+
 }  // namespace
 
 Model::Model(const ModelConfig& config, HostWeights weights)
@@ -36,6 +63,8 @@ Model::Model(const ModelConfig& config, HostWeights weights)
   if (const float* ff = weights_.get(WeightId::kRopeFreqs)) {  // GGUF llama3 frequency factors
     for (size_t i = 0; i < inv_freq_.size(); ++i) inv_freq_[i] /= ff[i];
   }
+  if (weights_.format() == WeightFormat::kNative && detected_quant_isa() == QuantIsa::kAvx2 && pack_setting())
+    pack_for_decode(weights_, config_);
 }
 
 void Model::forward(std::span<const int32_t> tokens, KvCache& kv, std::vector<float>& logits,

@@ -21,8 +21,9 @@ struct Q8Block {
 };
 static_assert(sizeof(Q8Block) == 44);
 
-// Defined in quant_dot_avx2.cpp (namespace avx2; call only when detected_quant_isa() == kAvx2)
-// and again in quant_dot_vnni.cpp (namespace avx2vnni; only when quant_vnni() is true too).
+// Defined in quant_dot_avx2.cpp and quant_pack_avx2.cpp (dot8_*) (namespace avx2; call only when
+// detected_quant_isa() == kAvx2) and again in quant_dot_vnni.cpp and quant_pack_vnni.cpp
+// (namespace avx2vnni; only when quant_vnni() is true too).
 #define LY_QUANT_KERNELS(ns)                                                                       \
   namespace ns {                                                                                   \
   float dot_q8_0(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
@@ -33,7 +34,10 @@ static_assert(sizeof(Q8Block) == 44);
   float dot_q6_k(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
   float dot_q8_k(const uint8_t* w, const Q8Block* a, int64_t n);                                   \
   void dot4_q4_1(const uint8_t* w, const Q8Block* a, int64_t a_stride, int64_t n, float* out);     \
+  void dot8_q4_1(const uint8_t* w, const Q8Block* a, int64_t n, float* out);                       \
+  void dot8_q8_0(const uint8_t* w, const Q8Block* a, int64_t n, float* out);                       \
   void dequant_q8_0(const uint8_t* w, int64_t n, float* out);                                      \
+  void quantize_q8(const float* x, int64_t n, Q8Block* out);                                       \
   void dequant_q4_0(const uint8_t* w, int64_t n, float* out);                                      \
   void dequant_q4_1(const uint8_t* w, int64_t n, float* out);                                      \
   }

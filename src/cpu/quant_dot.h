@@ -17,8 +17,10 @@
 
 namespace lychee::cpu {
 
-// x: [n] f32, n a multiple of 32 -> out: [n / 32].
+// x: [n] f32, n a multiple of 32 -> out: [n / 32]. With AVX2 where the CPU has it; the same
+// blocks as quantize_row_q8_scalar bit for bit.
 void quantize_row_q8(const float* x, int64_t n, Q8Block* out);
+void quantize_row_q8_scalar(const float* x, int64_t n, Q8Block* out);
 
 enum class QuantIsa { kScalar, kAvx2 };
 // kAvx2 when this CPU has AVX2, FMA and F16C (checked once, at run time), else kScalar.

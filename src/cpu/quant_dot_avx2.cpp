@@ -252,6 +252,43 @@ float dot_q8_k(const uint8_t* w, const Q8Block* a, int64_t n) {
   return hsum(acc);
 }
 
+// quantize_row_q8 (quant_dot.cpp) 32 elements at a time, bit for bit: the same max, d = amax / 127
+// and 1 / d as scalars, x * (1 / d) rounded to nearest even by vcvtps2dq (as nearbyint in the
+// default rounding mode), clamped to +-127, and the two halves' exact sums. A decode step
+// quantises ~120 rows serially between the products' parallel regions.
+void quantize_q8(const float* x, int64_t n, Q8Block* out) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 8 * i);
+    const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+                                   _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float d = _mm_cvtss_f32(m4) / 127.0f;
+    const __m256 id = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+    __m256i r[4];
+    for (int i = 0; i < 4; ++i)
+      r[i] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], id)), lo), hi);
+    // packs interleave 4-element groups across the 128-bit halves; the permute puts them back in order
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    Q8Block& o = out[b];
+    o.d = d;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.q),
+                        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i s8 = _mm256_add_epi32(r[2 * h], r[2 * h + 1]);
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+      o.sum[h] = int16_t(_mm_cvtsi128_si32(s4));
+    }
+    o.ds = d * float(o.sum[0] + o.sum[1]);
+  }
+}
+
 // Dequantisation (the dequantised sgemm's tiles, weight_linear.cpp): each element d * q (+ m) as
 // one multiply and one add, unfused, so every value equals core/dtype.cpp's convert_to_f32 (compiled
 // with -ffp-contract=off) bit for bit.

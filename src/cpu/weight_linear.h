@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cpu/quant_dot.h"
+#include "cpu/quant_pack.h"
 #include "model/checkpoint.h"
 
 namespace lychee::cpu {
@@ -40,7 +41,8 @@ struct LinearScratch {
   std::vector<Q8Block> qx;  // [n, k / 32]
   struct Fns {
     QuantDotFn dot;
-    QuantDot4Fn dot4;
+    QuantDot4Fn dot4;  // nullptr: none
+    QuantDot8Fn dot8;  // a matrix in eight-row groups (cpu/quant_pack.h), else nullptr
   };
   struct Tile {
     int product;

@@ -310,6 +310,17 @@ const WeightView& HostWeights::view(WeightId id, int layer) const {
   return v;
 }
 
+void HostWeights::relayout(WeightId id, int layer, int64_t row_group,
+                           const std::function<void(uint8_t*, const WeightView&)>& pack) {
+  WeightView& v = views_[size_t(layer)][size_t(id)];
+  LY_CHECK(v.data != nullptr && v.quantized() && v.row_group == 1, ErrorCode::kInternal,
+           "weight {} of layer {} cannot be re-laid out (absent, f32 or done already)",
+           weight_gguf_name(weight_spec(id), layer), layer);
+  // The view points into arena_, which this object owns and allocated writable.
+  pack(const_cast<uint8_t*>(v.data), v);
+  v.row_group = row_group;
+}
+
 const float* HostWeights::get(WeightId id, int layer) const {
   const WeightView& v = view(id, layer);
   if (v.data == nullptr) return nullptr;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -94,12 +95,15 @@ std::vector<std::string> gpu_weight_format_names();  // as weight_format_names
 
 // One weight as HostWeights holds it. A matrix is [rows, cols] row-major (HF order, [out, in]);
 // a vector has rows = 1. dtype is kF32, or with WeightFormat::kNative a block-quantised type
-// whose rows are `row_bytes` apart (cols is a multiple of its block size).
+// whose rows are `row_bytes` apart (cols is a multiple of its block size); the CPU backend may
+// then re-lay it out in place (HostWeights::relayout): row_group 8 means cpu/quant_pack.h's
+// groups of eight interleaved rows, the same bytes in another order.
 struct WeightView {
   DType dtype = DType::kF32;
   const uint8_t* data = nullptr;  // nullptr when the weight is absent
   int64_t rows = 0, cols = 0;
   int64_t row_bytes = 0;
+  int64_t row_group = 1;  // 1: row-major as the file has it; 8: interleaved groups of 8 rows
   bool quantized() const { return dtype != DType::kF32; }
   int64_t n_bytes() const { return rows * row_bytes; }
   const float* f32() const { return reinterpret_cast<const float*>(data); }
@@ -136,6 +140,10 @@ class HostWeights {
   const WeightView& view(WeightId id, int layer = 0) const;
   size_t n_bytes() const { return n_bytes_; }
   WeightFormat format() const { return format_; }
+  // Rewrites a block-quantised weight's bytes in place (`pack` gets them, n_bytes() of them) and
+  // records the layout it leaves as the view's row_group (the CPU backend's decode layout,
+  // cpu/quant_pack.h). Error(kInternal) for an absent or f32 weight or one already re-laid out.
+  void relayout(WeightId id, int layer, int64_t row_group, const std::function<void(uint8_t*, const WeightView&)>& pack);
 
  private:
   struct FreeDeleter { void operator()(uint8_t* p) const; };
