@@ -1565,9 +1565,12 @@ PY
     stages="${2:-env,build,test,memcheck,bench-kernels,bench-hybrid,bench-e2e,bench-model,bench-fp8,e2e-fp8,fp8-quality}"
     IFS=, read -r -a list <<< "$stages"
     for s in "${list[@]}"; do
-      case "$s" in env|build|test|server|memcheck|bench-kernels|bench-hybrid|bench-e2e|bench-model|bench-fp8|e2e-fp8|fp8-quality|fp8-keep|fp8-lm-head|trace|bench-peers|python|python-diag|bench-python|bench-serve|bench-tp|tp-diag|tp-env|bench-prefill-split|bench-pdl|bench-block|bench-tradeoff|fp8-prefill|sweep-eighth|sweep-strategies|bench-mixed|bench-gemv|bench-fused|bench-ab|bench-train|bench-spec|bench-fp8-fused|bench-knob|bench-vllm|bench-70b|vllm-install|bench-kv8|kv8-accuracy) ;;
-        *) echo "all: unknown stage '$s' (env, build, test, server, memcheck, bench-kernels, bench-hybrid, bench-e2e, bench-model, bench-fp8, e2e-fp8, fp8-quality, fp8-keep, fp8-lm-head, trace, bench-peers, python, python-diag, bench-python, bench-serve, bench-tp, tp-diag, tp-env, bench-prefill-split, bench-pdl, bench-block, bench-tradeoff, fp8-prefill, sweep-eighth, sweep-strategies, bench-mixed, bench-gemv, bench-fused, bench-ab, bench-train, bench-spec, bench-fp8-fused, bench-knob, bench-vllm, bench-70b, vllm-install, bench-kv8, kv8-accuracy)"; exit 2 ;;
-      esac
+      # A stage is any of this script's commands but those that take arguments or stage carried
+      # parts (read off the case labels below, so a new stage needs no second list here).
+      known=$(sed -n 's/^  \([a-z0-9-]*\))$/\1/p' "$0" | grep -vxE 'stage-[abc]|fi-stage-[ab]|all|train')
+      if ! grep -qx -- "$s" <<< "$known"; then
+        echo "all: unknown stage '$s' ($(echo $known | sed 's/ /, /g'))"; exit 2
+      fi
     done
     deadline=$(( SECONDS + ${RUN_ALL_SECONDS:-570} ))
     work=/tmp/lychee_all   # outside $OUT: only results.tgz and all.log come back
