@@ -934,7 +934,7 @@ PY
             tb "llama3-8b_$ctx" --shape llama3-8b --context "$ctx" --targets "${TRAIN_TARGETS:-1024}" --steps "${TRAIN_STEPS_8B:-2}" "${vars[@]}"
             grep -A14 "^ops of layer" "$out/llama3-8b_$ctx.log"
           done
-          for shape in ${TRAIN_QWEN:-qwen2.5-7b qwen3-8b}; do
+          for shape in ${TRAIN_QWEN-qwen2.5-7b qwen3-8b}; do  # TRAIN_QWEN="" runs none
             tb "${shape}_8192" --shape "$shape" --context 8192 --targets "${TRAIN_TARGETS:-1024}" --steps "${TRAIN_STEPS_8B:-2}" "${vars[@]}"
           done ;;
         tests)  # the GPU trainer tests (needs lychee_tests built: BUILD_TARGETS with it, or the full build)
