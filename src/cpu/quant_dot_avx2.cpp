@@ -44,17 +44,7 @@ inline __m256i dot_u8(__m256i u, __m256i q, __m256i scale16) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), scale16);
 }
 
-// u: 32 unsigned bytes (<= 128), q: 32 int8 -> 8 int32 lanes, lane i = sum of the products of bytes
-// 4i .. 4i + 3. AVX2: maddubs then madd with ones; AVX-VNNI (this file compiled again as
-// quant_dot_vnni.cpp): one vpdpbusd. The same integers: no pair of products reaches int16's limit
-// (2 x 128 x 127 = 32512), so maddubs never saturates here.
-inline __m256i dot_u8_ones(__m256i u, __m256i q) {
-#if defined(LY_QUANT_VNNI)
-  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, q);
-#else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
-#endif
-}
+#include "cpu/quant_avx2_pairs.h"
 
 // 16 bytes of Q4 nibbles -> 32 codes in element order (low nibbles 0..15, high nibbles 16..31).
 inline __m256i unpack_nibbles16(const uint8_t* p) {

@@ -33,15 +33,7 @@
 namespace lychee::cpu::LY_QUANT_NS {
 namespace {
 
-// Eight int32 lanes of pair sums of u (unsigned bytes) and q (int8): lane i = Σ of bytes 4i..4i+3.
-// AVX2: maddubs + madd with ones (no pair reaches int16's limit: 2 x 128 x 127); AVX-VNNI: vpdpbusd.
-inline __m256i dot_u8_ones(__m256i u, __m256i q) {
-#if defined(LY_QUANT_VNNI)
-  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, q);
-#else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
-#endif
-}
+#include "cpu/quant_avx2_pairs.h"
 
 // Q4_1 codes of two rows (32 bytes: row r's 16 nibble bytes, then row r + 1's) against one
 // activation block: lanes 0..3 partial sums of row r, lanes 4..7 of row r + 1. lo_q / hi_q: the
