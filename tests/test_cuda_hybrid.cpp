@@ -126,6 +126,30 @@ TEST(HybridSelect, TopKAndRatioMatchTheReferenceExactly) {
   }
 }
 
+// Rows as long as a 128K-256K context's: unit 16 (up to 16K units, in shared memory) and unit 1
+// past the kernel's 32768 shared units (global scratch), top-k with ties, forced sink and recent.
+TEST(HybridSelect, LongRowsMatchTheReferenceInSharedAndGlobalScratch) {
+  LY_REQUIRE_GPU();
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 12; ++trial) {
+    SelectCase c;
+    c.unit = trial % 3 == 2 ? 1 : 16;
+    c.score_unit = c.unit == 1 ? 1 : 16;
+    c.n = c.unit == 1 ? 32768 + 1 + int(rng() % 20000) : 100000 + int(rng() % 160000);
+    c.params.strategy = trial % 4 == 3 ? SelectStrategy::kRatio : SelectStrategy::kTopK;
+    c.params.budget = 256 + int(rng() % 8192);
+    c.params.value = 0.01 + 0.2 * double(rng() % 1000) / 1000.0;
+    c.params.sink = trial % 2 ? 64 : 0;
+    c.params.recent = trial % 2 ? 256 : 0;
+    std::vector<float> scores(size_t((c.n + c.score_unit - 1) / c.score_unit));
+    for (float& s : scores) s = trial % 2 ? float(int(rng() % 17) - 8) * 0.25f : std::normal_distribution<float>(0, 3)(rng);
+    const auto us = unit_max(scores, c.n, c.unit, c.score_unit);
+    const auto want = select_units(us, c.unit, c.n, c.params, 0.125f);
+    const auto got = gpu_select(c, scores, 0.125f);
+    ASSERT_EQ(got, want) << "trial " << trial << ": n " << c.n << " unit " << c.unit << " budget " << c.params.budget;
+  }
+}
+
 TEST(HybridSelect, TopPAndThresholdMatchAwayFromTheBoundary) {
   LY_REQUIRE_GPU();
   std::mt19937 rng(8);
