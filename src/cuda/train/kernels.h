@@ -148,14 +148,5 @@ void flash_attention_tf32(const float* q, int ld_q, const float* k_cache, const 
                           int ld_kv, float* out, int ld_out, int n, int pos0, int n_heads,
                           int n_kv_heads, int head_dim, float scale, float* scratch,
                           size_t scratch_floats, cudaStream_t s);
-// The same with bf16 tensor cores (q, K, V and the probabilities rounded to bf16; fp32
-// accumulation and softmax statistics). Lab version, not used by GpuStudent: on an H200 (call 1 of
-// issue 40) the 8B prefill took 607 ms at 8K and 18.8 s at 64K with it against 585 ms and 16.6 s
-// with the TF32 kernel (its tiles are staged without overlap; converting K/V while staging
-// costs what the bf16 MMAs save).
-void flash_attention_bf16(const float* q, int ld_q, const float* k_cache, const float* v_cache,
-                          int ld_kv, float* out, int ld_out, int n, int pos0, int n_heads,
-                          int n_kv_heads, int head_dim, float scale, float* scratch,
-                          size_t scratch_floats, cudaStream_t s);
 
 }  // namespace lychee::cuda::train_ops
