@@ -34,6 +34,25 @@ __global__ void round_to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16*
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = __float2bfloat16_rn(x[i]);
 }
 
+// Block blockIdx.y: its first n elements rounded, a grid-stride loop over x.
+__global__ void round_blocks_to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y, size_t stride,
+                                            size_t n) {
+  const size_t base = size_t(blockIdx.y) * stride, step = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
+    y[base + i] = __float2bfloat16_rn(x[base + i]);
+}
+
+__global__ void widen_bf16_kernel(const __nv_bfloat16* __restrict__ x, float* __restrict__ y, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = __bfloat162float(x[i]);
+}
+
+__global__ void set_sdpa_lengths_kernel(int32_t* meta, int q_len, int kv_len) {
+  meta[0] = 0;
+  meta[1] = q_len;
+  meta[2] = kv_len;
+}
+
 __global__ void bias_rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ bias,
                                     const float* __restrict__ w, float* __restrict__ y, int d,
                                     float eps) {
@@ -251,6 +270,27 @@ void round_to_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s) {
   if (n == 0) return;
   const int blocks = int(std::min<size_t>((n + 255) / 256, size_t(device_info().sm_count) * 32));
   round_to_bf16_kernel<<<blocks, 256, 0, s>>>(x, reinterpret_cast<__nv_bfloat16*>(y), n);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void round_blocks_to_bf16(const float* x, uint16_t* y, int n_blocks, size_t stride, size_t n, cudaStream_t s) {
+  if (n == 0 || n_blocks <= 0) return;
+  const int per_block = std::max(1, int(size_t(device_info().sm_count) * 8 / size_t(n_blocks)));
+  const unsigned blocks = unsigned(std::min<size_t>((n + 255) / 256, size_t(per_block)));
+  round_blocks_to_bf16_kernel<<<dim3(blocks, unsigned(n_blocks)), 256, 0, s>>>(
+      x, reinterpret_cast<__nv_bfloat16*>(y), stride, n);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void widen_bf16(const uint16_t* x, float* y, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  const int blocks = int(std::min<size_t>((n + 255) / 256, size_t(device_info().sm_count) * 32));
+  widen_bf16_kernel<<<blocks, 256, 0, s>>>(reinterpret_cast<const __nv_bfloat16*>(x), y, n);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void set_sdpa_lengths(int32_t* meta, int q_len, int kv_len, cudaStream_t s) {
+  set_sdpa_lengths_kernel<<<1, 1, 0, s>>>(meta, q_len, kv_len);
   LY_CUDA_CHECK_LAUNCH();
 }
 
