@@ -66,6 +66,7 @@ struct Pass {
   std::vector<float> teacher, dz;
   double loss = 0;
   std::vector<std::vector<int32_t>> sets;  // the last layer's
+  std::string backend;                     // GpuStudent::sdpa_backend() after the pass
 };
 
 Pass run_gpu(const ModelConfig& c, const HostWeights& w, const cuda::GpuStudentTuning& tuning,
@@ -79,6 +80,7 @@ Pass run_gpu(const ModelConfig& c, const HostWeights& w, const cuda::GpuStudentT
   p.dz.assign(z.size(), NAN);
   p.loss = gpu.student(z, p.dz);
   p.sets = gpu.selected_sets(c.n_layers - 1);
+  p.backend = gpu.sdpa_backend();
   return p;
 }
 
@@ -126,10 +128,10 @@ TEST_P(CudnnPrefill, MatchesTf32PathAndCpuOracle) {
     for (size_t i = 0; i < p.sets.size(); ++i) mismatches += p.sets[i] != ref.sets[i];
     const double t_tf32 = test::rel_error(p.teacher, ref.teacher), t_cpu = test::rel_error(p.teacher, teacher_cpu);
     const double dz_tf32 = test::rel_error(p.dz, ref.dz), dz_cpu_err = test::rel_error(p.dz, dz_cpu);
-    std::printf("[ cudnn prefill ] %s: teacher vs tf32 %.2e, vs cpu %.2e; dz vs tf32 %.2e, vs cpu %.2e (tf32 vs cpu "
-                "%.2e); last layer's sets differing from tf32's: %d of %zu\n",
-                label.c_str(), t_tf32, t_cpu, dz_tf32, dz_cpu_err, test::rel_error(ref.dz, dz_cpu), mismatches,
-                p.sets.size());
+    std::printf("[ cudnn prefill ] %s (%s): teacher vs tf32 %.2e, vs cpu %.2e; dz vs tf32 %.2e, vs cpu %.2e (tf32 "
+                "vs cpu %.2e); last layer's sets differing from tf32's: %d of %zu\n",
+                label.c_str(), p.backend.c_str(), t_tf32, t_cpu, dz_tf32, dz_cpu_err, test::rel_error(ref.dz, dz_cpu),
+                mismatches, p.sets.size());
     EXPECT_LE(t_tf32, kTeacherTol) << label;
     EXPECT_LE(t_cpu, kTeacherTol) << label;
     EXPECT_LE(dz_tf32, kDzTol) << label;
@@ -158,23 +160,24 @@ TEST(CudaTrainCudnn, AllGatesOneIsTheTeacher) {
     const Pass p = run_gpu(c, m.weights, cudnn_tuning(true, teacher), ctx, tgt, ones);
     double scale = 0;
     for (float v : p.teacher) scale += double(v) * v / double(tgt.size());
-    std::printf("[ cudnn prefill ] all gates 1, teacher on cudnn %d: loss / scale %.3g\n", int(teacher),
-                p.loss / scale);
+    std::printf("[ cudnn prefill ] all gates 1, teacher on cudnn %d (%s): loss / scale %.3g\n", int(teacher),
+                p.backend.c_str(), p.loss / scale);
     EXPECT_LT(p.loss, (teacher ? kTeacherTol * kTeacherTol : 1e-4) * scale) << "teacher on cudnn " << teacher;
     for (float g : p.dz) EXPECT_TRUE(std::isfinite(g));
   }
 }
 
-// A context of two prefill chunks (8192 rows, then the rest): the second chunk's queries sit at
+// A context of two prefill chunks (8192 rows, then 1000): the second chunk's queries sit at
 // positions 8192 ... and see every earlier key, the causal offset cuDNN takes from
-// kv_len − q_len. Random weights through a WeightSource (no CPU oracle at this length: the TF32
+// kv_len − q_len (1000 rows give enough blocks that the kernels keep cuDNN rather than their
+// split kernel, prefill_kv_splits). Random weights through a WeightSource (no CPU oracle at this length: the TF32
 // path, whose flash kernel takes absolute positions, is the reference); the rows of each chunk
 // are compared on their own so that a wrong offset in the short second chunk cannot hide.
 TEST(CudaTrainCudnn, TwoChunkContextMatchesTf32Path) {
   LY_REQUIRE_GPU();
   ModelConfig c = model_shape("smollm2-135m");
   c.n_layers = 2, c.d_model = 128, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 64, c.d_ff = 256;
-  c.vocab_size = 256, c.max_context = 8400;
+  c.vocab_size = 256, c.max_context = 9300;
   std::map<std::pair<int, int>, std::vector<float>> w;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -195,7 +198,7 @@ TEST(CudaTrainCudnn, TwoChunkContextMatchesTf32Path) {
     if (it == w.end() && id == WeightId::kOutput) it = w.find({int(WeightId::kTokEmbd), 0});  // tied
     return it == w.end() ? nullptr : it->second.data();
   };
-  const int L = 8300, T = 20, first = 8192;
+  const int L = 9192, T = 20, first = 8192;
   const std::vector<int32_t> ctx = tokens(L, c.vocab_size, 31), tgt = tokens(T, c.vocab_size, 32);
   std::vector<std::vector<float>> kv[2];
   for (int v = 0; v < 2; ++v) {
@@ -203,6 +206,7 @@ TEST(CudaTrainCudnn, TwoChunkContextMatchesTf32Path) {
                                                                                : cudnn_tuning(false, false));
     gpu.set_context(ctx);
     for (int l = 0; l < c.n_layers; ++l) kv[v].push_back(gpu.context_kv(l));
+    if (v == 1) std::printf("[ cudnn prefill ] two chunks: the last chunk ran on %s\n", gpu.sdpa_backend().c_str());
   }
   EXPECT_EQ(kv[1][0], kv[0][0]) << "layer 0 precedes any attention";
   const size_t hd = size_t(c.head_dim), blocks = 2 * size_t(c.n_kv_heads);

@@ -35,11 +35,12 @@ __global__ void round_to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16*
 }
 
 // Block blockIdx.y: its first n elements rounded, a grid-stride loop over x.
-__global__ void round_blocks_to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y, size_t stride,
-                                            size_t n) {
-  const size_t base = size_t(blockIdx.y) * stride, step = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
-    y[base + i] = __float2bfloat16_rn(x[base + i]);
+__global__ void round_blocks_to_bf16_kernel(const float* __restrict__ x, size_t x_stride, __nv_bfloat16* __restrict__ y,
+                                            size_t y_stride, size_t n) {
+  const float* xb = x + size_t(blockIdx.y) * x_stride;
+  __nv_bfloat16* yb = y + size_t(blockIdx.y) * y_stride;
+  const size_t step = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) yb[i] = __float2bfloat16_rn(xb[i]);
 }
 
 __global__ void widen_bf16_kernel(const __nv_bfloat16* __restrict__ x, float* __restrict__ y, size_t n) {
@@ -273,12 +274,13 @@ void round_to_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s) {
   LY_CUDA_CHECK_LAUNCH();
 }
 
-void round_blocks_to_bf16(const float* x, uint16_t* y, int n_blocks, size_t stride, size_t n, cudaStream_t s) {
+void round_blocks_to_bf16(const float* x, size_t x_stride, uint16_t* y, size_t y_stride, int n_blocks, size_t n,
+                          cudaStream_t s) {
   if (n == 0 || n_blocks <= 0) return;
   const int per_block = std::max(1, int(size_t(device_info().sm_count) * 8 / size_t(n_blocks)));
   const unsigned blocks = unsigned(std::min<size_t>((n + 255) / 256, size_t(per_block)));
   round_blocks_to_bf16_kernel<<<dim3(blocks, unsigned(n_blocks)), 256, 0, s>>>(
-      x, reinterpret_cast<__nv_bfloat16*>(y), stride, n);
+      x, x_stride, reinterpret_cast<__nv_bfloat16*>(y), y_stride, n);
   LY_CUDA_CHECK_LAUNCH();
 }
 

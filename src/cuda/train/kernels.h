@@ -14,9 +14,10 @@ namespace lychee::cuda::train_ops {
 
 // y[n] = x[n] rounded to bf16 (nearest even), as bit patterns (the bf16 prefill's product inputs).
 void round_to_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s);
-// The first n of each of n_blocks blocks: y[b · stride + i] = bf16(x[b · stride + i]) for i < n
-// (one layer's K/V [2 n_kv_heads][ld_kv][head_dim], rows below the keys of a call, for cuDNN).
-void round_blocks_to_bf16(const float* x, uint16_t* y, int n_blocks, size_t stride, size_t n, cudaStream_t s);
+// The first n of each of n_blocks blocks: y[b · y_stride + i] = bf16(x[b · x_stride + i]) for
+// i < n (one layer's K/V [2 n_kv_heads][ld][head_dim], rows below the keys of a call, for cuDNN).
+void round_blocks_to_bf16(const float* x, size_t x_stride, uint16_t* y, size_t y_stride, int n_blocks, size_t n,
+                          cudaStream_t s);
 // y[n] = x[n] widened from bf16 bit patterns to f32 (exact).
 void widen_bf16(const uint16_t* x, float* y, size_t n, cudaStream_t s);
 // The device-side lengths of one cuDNN SDPA call of batch 1 (cuda/kernels/prefill_attention.h):

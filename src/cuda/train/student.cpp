@@ -38,7 +38,7 @@ bool GpuStudent::Impl::dense_attention(int l, int n, int pos0) {
   return false;
 }
 
-// cuDNN's SDPA (batch 1, the layer's K/V as one contiguous page of max_context rows) on bf16
+// cuDNN's SDPA (batch 1, the layer's K/V as one contiguous page of ld_sdpa rows) on bf16
 // copies: rows 0 .. pos0 + n − 1 of K and V rounded (K and V of a layer are adjacent, so that is
 // 2 n_kv blocks of the cache), q rounded; o_bf16 [n][q_dim]. The rounding reads the visible keys
 // once more in f32 (an 8B model at 32K: ~30 GB over the step's 124 calls, ~8 ms at 4 TB/s, against
@@ -46,22 +46,33 @@ bool GpuStudent::Impl::dense_attention(int l, int n, int pos0) {
 void GpuStudent::Impl::sdpa_attention(int l, int n, int pos0) {
   const int n_keys = pos0 + n;
   LY_ASSERT(n_keys <= max_context && size_t(n) * q_dim <= q_bf16.size());
-  ops::round_blocks_to_bf16(kc(l), kv_bf16.data(), 2 * n_kv, size_t(max_context) * hd, size_t(n_keys) * hd, stream);
+  ops::round_blocks_to_bf16(kc(l), size_t(max_context) * hd, kv_bf16.data(), size_t(ld_sdpa) * hd, 2 * n_kv,
+                            size_t(n_keys) * hd, stream);
   ops::round_to_bf16(q.data(), q_bf16.data(), size_t(n) * q_dim, stream);
   ops::set_sdpa_lengths(sdpa_meta.data(), n, n_keys, stream);
   PrefillAttentionArgs a;
   a.q = reinterpret_cast<const bf16*>(q_bf16.data());
   a.k_pool = reinterpret_cast<const bf16*>(kv_bf16.data());
-  a.v_pool = a.k_pool + size_t(n_kv) * max_context * hd;
+  a.v_pool = a.k_pool + size_t(n_kv) * ld_sdpa * hd;
   a.page_table = sdpa_meta.data();
   a.q_lens = sdpa_meta.data() + 1;
   a.kv_lens = sdpa_meta.data() + 2;
   a.out = reinterpret_cast<bf16*>(o_bf16.data());
   a.batch = 1, a.q_len_max = n, a.max_kv_len = n_keys, a.n_heads = n_heads, a.n_kv_heads = n_kv, a.head_dim = hd;
-  a.page_size = max_context, a.n_pages = 1, a.max_pages = 1;
+  a.page_size = ld_sdpa, a.n_pages = 1, a.max_pages = 1;
   a.scale = scale;
   a.kv_contiguous = true;
   sdpa->run(a, stream);
+}
+
+std::string GpuStudent::Impl::sdpa_backend_name() const {
+  if (!sdpa) return "none";
+  switch (sdpa->last_backend()) {
+    case PrefillAttention::Backend::kCudnn: return "cudnn";
+    case PrefillAttention::Backend::kSplitKv: return "split-kv";
+    case PrefillAttention::Backend::kFallback: return "fallback (" + sdpa->fallback_reason() + ")";
+  }
+  return "?";
 }
 
 // One layer of the frozen model's forward over rows xr[n][d] in place; full = false stops after
@@ -334,6 +345,8 @@ std::vector<std::vector<int32_t>> GpuStudent::selected_sets(int layer) const {
     }
   return sets;
 }
+
+std::string GpuStudent::sdpa_backend() const { return impl_->sdpa_backend_name(); }
 
 std::vector<float> GpuStudent::context_kv(int layer) const {
   Impl& s = *impl_;

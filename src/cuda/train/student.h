@@ -112,6 +112,10 @@ class GpuStudent final : public train::Student {
   // K (after RoPE) then V of the context in `layer`, [2][n_kv_heads][L][head_dim], as the last
   // set_context left them (the tests compare the prefill paths with it).
   std::vector<float> context_kv(int layer) const;
+  // What ran the last cuDNN SDPA call (prefill_cudnn / teacher_cudnn): "cudnn", "split-kv" (the
+  // kernels' own split kernel, chosen for few query rows over many keys), "fallback (why)", or
+  // "none" without those options.
+  std::string sdpa_backend() const;
   // Device bytes reserved at construction (cuDNN's workspace, grown at its graphs' builds, aside).
   size_t memory_bytes() const;
   // Waits for the device and returns the phase times of the last calls.

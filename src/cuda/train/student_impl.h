@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -83,7 +84,8 @@ struct GpuStudent::Impl {
   DeviceBuffer<uint16_t> act_bf16;      // with prefill_bf16: [act_rows][max(d, q_dim, ff)] product input
   // cuDNN SDPA (prefill_cudnn / teacher_cudnn): its graphs, and one layer's inputs in bf16.
   std::unique_ptr<PrefillAttention> sdpa;
-  DeviceBuffer<uint16_t> kv_bf16;       // [2][n_kv][max_context][hd]: one layer's K, V rows below the call's keys
+  DeviceBuffer<uint16_t> kv_bf16;       // [2][n_kv][ld_sdpa][hd]: one layer's K, V rows below the call's keys
+  int ld_sdpa = 0;                      // max_context rounded up to 64: cuDNN's one page, whole key tiles
   DeviceBuffer<uint16_t> q_bf16, o_bf16;  // [sdpa_rows][q_dim]: the rounded q, the attention output
   DeviceBuffer<int32_t> sdpa_meta;      // [3]: the page table (one page), q_len, kv_len
   std::vector<LayerWeights> lw;
@@ -181,6 +183,7 @@ struct GpuStudent::Impl {
   // (cuDNN), false: in att.
   bool dense_attention(int l, int n, int pos0);
   void sdpa_attention(int l, int n, int pos0);
+  std::string sdpa_backend_name() const;
   void dense_layer(int l, float* xr, int n, int pos0, bool full, bool profile = false);
   void student_layer_forward(int l);
   void student_layer_backward(int l, bool input_grad);

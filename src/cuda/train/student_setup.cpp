@@ -160,6 +160,7 @@ GpuStudent::Impl::~Impl() { release(); }
 void GpuStudent::Impl::release() {
   if (stream != nullptr) cudaSetDevice(device);  // the buffers' destructors run after this, on it too
   if (stream != nullptr) cudaStreamSynchronize(stream);
+  sdpa.reset();  // its cuDNN handle was bound to the stream
   if (blas != nullptr) cublasDestroy(blas);
   for (cudaEvent_t e : ev)
     if (e != nullptr) cudaEventDestroy(e);
@@ -223,10 +224,11 @@ void GpuStudent::Impl::allocate() {
   if (prefill_cudnn || teacher_cudnn) {
     sdpa = std::make_unique<PrefillAttention>();
     // cuDNN's graph pads the query rows to their power-of-two bucket (prefill_q_bucket).
-    const size_t q_rows = size_t(prefill_q_bucket(int(R), max_context));
+    const size_t q_rows = size_t(prefill_q_bucket(int(R), int(round_up(size_t(max_context), 64))));
     q_bf16 = DeviceBuffer<uint16_t>(q_rows * q_dim);
     o_bf16 = DeviceBuffer<uint16_t>(q_rows * q_dim);
-    kv_bf16 = DeviceBuffer<uint16_t>(size_t(2) * n_kv * size_t(max_context) * hd);
+    ld_sdpa = int(round_up(size_t(max_context), 64));
+    kv_bf16 = DeviceBuffer<uint16_t>(size_t(2) * n_kv * size_t(ld_sdpa) * hd);
     // Rows past a call's keys are read by whole tiles and masked: finite values there (0 · NaN is NaN).
     LY_CUDA_CHECK(cudaMemset(kv_bf16.data(), 0, kv_bf16.bytes()));
     LY_CUDA_CHECK(cudaMemset(q_bf16.data(), 0, q_bf16.bytes()));
