@@ -10,8 +10,8 @@
 // tied); llama3-8b (32 layers, d 4096, 32/8 heads of 128, d_ff 14336, vocab 128256, θ 500000);
 // qwen2.5-7b (28 layers, d 3584, 28/4 heads of 128, d_ff 18944, vocab 152064, q/k/v biases,
 // θ 1e6); qwen3-8b (36 layers, d 4096, 32/8 heads of 128, d_ff 12288, vocab 151936, q/k norms).
-// Without --all the default variant, the bf16 prefill and stored logits run (stored logits are
-// skipped where they would not fit); the first variant also times the ops of one middle layer
+// Without --all the default variant, the bf16 + cuDNN prefill and stored logits run (stored
+// logits are skipped where they would not fit); the first variant also times the ops of one middle layer
 // (CUDA events around each op).
 //
 // Napkin numbers for SmolLM2 at 7292 + 900 tokens: the prefill is ~1.6 TFLOP of projections plus
@@ -156,16 +156,21 @@ HostModel random_model(const ModelConfig& c) {
 
 struct Variant {
   const char* name;
-  bool tf32, flash, store_logits, prefill_bf16;
+  bool tf32, flash, store_logits, prefill_bf16, prefill_cudnn, teacher_cudnn;
   int steps;  // 0: the --steps value
   bool always;
 };
 
-const Variant kVariants[] = {{"tf32, flash prefill", true, true, false, false, 0, true},
-                             {"bf16 prefill", true, true, false, true, 0, true},
-                             {"tf32, flash, stored logits", true, true, true, false, 0, true},
-                             {"tf32, materialised prefill", true, false, false, false, 0, false},
-                             {"fp32 pedantic", false, false, false, false, 2, false}};
+// "bf16 + cudnn prefill" is `train-heads --prefill bf16` (auto's choice for the 8B shapes);
+// "bf16 prefill" its products alone (attention on the TF32 flash kernel, call 2's variant).
+const Variant kVariants[] = {{"tf32, flash prefill", true, true, false, false, false, false, 0, true},
+                             {"bf16 + cudnn prefill", true, true, false, true, true, false, 0, true},
+                             {"bf16 prefill", true, true, false, true, false, false, 0, false},
+                             {"cudnn prefill, tf32 products", true, true, false, false, true, false, 0, false},
+                             {"bf16 + cudnn prefill and teacher", true, true, false, true, true, true, 0, false},
+                             {"tf32, flash, stored logits", true, true, true, false, false, false, 0, true},
+                             {"tf32, materialised prefill", true, false, false, false, false, false, 0, false},
+                             {"fp32 pedantic", false, false, false, false, false, false, 2, false}};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -262,6 +267,8 @@ int main(int argc, char** argv) try {
     tuning.flash = v.flash;
     tuning.store_logits = v.store_logits;
     tuning.prefill_bf16 = v.prefill_bf16;
+    tuning.prefill_cudnn = v.prefill_cudnn;
+    tuning.teacher_cudnn = v.teacher_cudnn;
     const bool first = vp == variants.front();
     if (first) tuning.profile_layer = c.n_layers / 2;
     std::unique_ptr<cuda::GpuStudent> sp;
@@ -316,8 +323,9 @@ int main(int argc, char** argv) try {
     std::printf("%-28s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.2f %8.2f %11.5g %9.2e\n", v.name, median(ctx_ms),
                 median(tea_ms), median(fwd_ms), median(loss_ms), median(bwd_ms), median(wall_ms), gib, dev_gib, loss,
                 diff);
+    if (v.prefill_cudnn || v.teacher_cudnn) std::printf("%-28s   (SDPA: %s)\n", "", s.sdpa_backend().c_str());
     std::fflush(stdout);
-    results.push_back({{"variant", v.name}, {"context_ms", median(ctx_ms)}, {"teacher_ms", median(tea_ms)},
+    results.push_back({{"variant", v.name}, {"sdpa", s.sdpa_backend()}, {"context_ms", median(ctx_ms)}, {"teacher_ms", median(tea_ms)},
                        {"student_forward_ms", median(fwd_ms)}, {"student_loss_ms", median(loss_ms)},
                        {"student_backward_ms", median(bwd_ms)}, {"step_wall_ms", median(wall_ms)},
                        {"memory_gib", gib}, {"device_used_gib", dev_gib}, {"device_used_before_gib", base_gib},
