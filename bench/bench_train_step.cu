@@ -31,7 +31,15 @@
 //     14 TFLOP of projections; the rows: G and S written (8.8 GB), read twice and G rewritten by the
 //     rows kernel (22 GB), G read by dQ (4.4 GB): ~35 GB per layer, 1.09 TB in all: 0.36 s.
 //   So ~2.2 s with a TF32 prefill and materialised rows at their bounds; the prefill in bf16 takes
-//   0.74 s off that bound. Memory: fp32 weights 32.1 GB, K/V of every layer 8.9 GB, S and G
+//   0.74 s off that bound.
+//   Expected with the bf16 + cuDNN prefill (from call 2 on the H200: the bf16 products ran the 8K
+//   prefill's 114 TFLOP in ~0.26 s, ~440 TFLOP/s with their fp32 element-wise passes; cuDNN's SDPA
+//   ~600 TFLOP/s on one H100 sequence, docs/kernels/prefill-attention.md): prefill ~1.0 s of products + ~0.5 s of
+//   attention + ~10 ms of K/V rounding (~30 GB); teacher 0.29 s, student 0.46 + 0.38 s as measured
+//   (unchanged): ~2.6 s per step, ~70 GiB reserved (call 2's 72.0 less the 2 GiB bf16 copy of the
+//   embedding and LM head, plus ~0.3 GiB of bf16 q, output and one layer's K/V). The teacher's
+//   attention on cuDNN (variant "... and teacher") would take ~0.2 s more off; the student's rows
+//   kernels (~0.33 + 0.19 s at 32K on the H200) are then the largest attention item. Memory: fp32 weights 32.1 GB, K/V of every layer 8.9 GB, S and G
 //   buffers 8.9 GB, per-layer activations 6.2 GB, logits 1.1 GB, sets 1.1 GB: ~58 GB.
 //
 // Measured (H100 80GB HBM3, driver 580.159.04, 2026-11, median of 5 steps, ms):
