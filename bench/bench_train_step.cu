@@ -328,12 +328,13 @@ int main(int argc, char** argv) try {
       diff = std::sqrt(num / std::max(den, 1e-300));
     }
     const double gib = double(s.memory_bytes()) / double(1u << 30), dev_gib = device_used_gib();
-    std::printf("%-28s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.2f %8.2f %11.5g %9.2e\n", v.name, median(ctx_ms),
+    const std::string sdpa = v.prefill_cudnn || v.teacher_cudnn ? "  sdpa " + s.sdpa_backend() : "";
+    std::printf("%-28s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.2f %8.2f %11.5g %9.2e%s\n", v.name, median(ctx_ms),
                 median(tea_ms), median(fwd_ms), median(loss_ms), median(bwd_ms), median(wall_ms), gib, dev_gib, loss,
-                diff);
-    if (v.prefill_cudnn || v.teacher_cudnn) std::printf("%-28s   (SDPA: %s)\n", "", s.sdpa_backend().c_str());
+                diff, sdpa.c_str());
     std::fflush(stdout);
-    results.push_back({{"variant", v.name}, {"sdpa", s.sdpa_backend()}, {"context_ms", median(ctx_ms)}, {"teacher_ms", median(tea_ms)},
+    results.push_back({{"variant", v.name}, {"sdpa", s.sdpa_backend()}, {"context_ms", median(ctx_ms)},
+                       {"teacher_ms", median(tea_ms)},
                        {"student_forward_ms", median(fwd_ms)}, {"student_loss_ms", median(loss_ms)},
                        {"student_backward_ms", median(bwd_ms)}, {"step_wall_ms", median(wall_ms)},
                        {"memory_gib", gib}, {"device_used_gib", dev_gib}, {"device_used_before_gib", base_gib},
