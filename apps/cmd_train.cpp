@@ -81,8 +81,10 @@ void register_train(CLI::App& app) {
   cmd->add_option("--stop-after", args->stop_after, "Checkpoint and stop after this step (continue with --resume)")
       ->check(positive_int());
   cmd->add_flag("!--no-tf32", args->tf32, "CUDA: exact fp32 matrix products instead of TF32 tensor cores");
-  cmd->add_option("--prefill", args->prefill, "CUDA: the context prefill's products and attention in tf32 or bf16")
-      ->check(CLI::IsMember({"tf32", "bf16"}));
+  cmd->add_option("--prefill", args->prefill,
+                  "CUDA: the context prefill in tf32 or bf16 (bf16 products, cuDNN attention); auto: bf16 from 1B "
+                  "parameters")
+      ->check(CLI::IsMember({"auto", "tf32", "bf16"}));
   cmd->add_option("--data-parallel", args->data_parallel,
                   "Samples per step, one per rank (GPU); the mean of their gradients")
       ->check(positive_int());

@@ -10,8 +10,8 @@
 // tied); llama3-8b (32 layers, d 4096, 32/8 heads of 128, d_ff 14336, vocab 128256, θ 500000);
 // qwen2.5-7b (28 layers, d 3584, 28/4 heads of 128, d_ff 18944, vocab 152064, q/k/v biases,
 // θ 1e6); qwen3-8b (36 layers, d 4096, 32/8 heads of 128, d_ff 12288, vocab 151936, q/k norms).
-// Without --all the default variant, the bf16 prefill and stored logits run (stored logits are
-// skipped where they would not fit); the first variant also times the ops of one middle layer
+// Without --all the default variant, the bf16 + cuDNN prefill and stored logits run (stored
+// logits are skipped where they would not fit); the first variant also times the ops of one middle layer
 // (CUDA events around each op).
 //
 // Napkin numbers for SmolLM2 at 7292 + 900 tokens: the prefill is ~1.6 TFLOP of projections plus
@@ -31,7 +31,15 @@
 //     14 TFLOP of projections; the rows: G and S written (8.8 GB), read twice and G rewritten by the
 //     rows kernel (22 GB), G read by dQ (4.4 GB): ~35 GB per layer, 1.09 TB in all: 0.36 s.
 //   So ~2.2 s with a TF32 prefill and materialised rows at their bounds; the prefill in bf16 takes
-//   0.74 s off that bound. Memory: fp32 weights 32.1 GB, K/V of every layer 8.9 GB, S and G
+//   0.74 s off that bound.
+//   Expected with the bf16 + cuDNN prefill (from call 2 on the H200: the bf16 products ran the 8K
+//   prefill's 114 TFLOP in ~0.26 s, ~440 TFLOP/s with their fp32 element-wise passes; cuDNN's SDPA
+//   ~600 TFLOP/s on one H100 sequence, docs/kernels/prefill-attention.md): prefill ~1.0 s of products + ~0.5 s of
+//   attention + ~10 ms of K/V rounding (~30 GB); teacher 0.29 s, student 0.46 + 0.38 s as measured
+//   (unchanged): ~2.6 s per step, ~70 GiB reserved (call 2's 72.0 less the 2 GiB bf16 copy of the
+//   embedding and LM head, plus ~0.3 GiB of bf16 q, output and one layer's K/V). The teacher's
+//   attention on cuDNN (variant "... and teacher") would take ~0.2 s more off; the student's rows
+//   kernels (~0.33 + 0.19 s at 32K on the H200) are then the largest attention item. Memory: fp32 weights 32.1 GB, K/V of every layer 8.9 GB, S and G
 //   buffers 8.9 GB, per-layer activations 6.2 GB, logits 1.1 GB, sets 1.1 GB: ~58 GB.
 //
 // Measured (H100 80GB HBM3, driver 580.159.04, 2026-11, median of 5 steps, ms):
@@ -156,16 +164,21 @@ HostModel random_model(const ModelConfig& c) {
 
 struct Variant {
   const char* name;
-  bool tf32, flash, store_logits, prefill_bf16;
+  bool tf32, flash, store_logits, prefill_bf16, prefill_cudnn, teacher_cudnn;
   int steps;  // 0: the --steps value
   bool always;
 };
 
-const Variant kVariants[] = {{"tf32, flash prefill", true, true, false, false, 0, true},
-                             {"bf16 prefill", true, true, false, true, 0, true},
-                             {"tf32, flash, stored logits", true, true, true, false, 0, true},
-                             {"tf32, materialised prefill", true, false, false, false, 0, false},
-                             {"fp32 pedantic", false, false, false, false, 2, false}};
+// "bf16 + cudnn prefill" is `train-heads --prefill bf16` (auto's choice for the 8B shapes);
+// "bf16 prefill" its products alone (attention on the TF32 flash kernel, call 2's variant).
+const Variant kVariants[] = {{"tf32, flash prefill", true, true, false, false, false, false, 0, true},
+                             {"bf16 + cudnn prefill", true, true, false, true, true, false, 0, true},
+                             {"bf16 prefill", true, true, false, true, false, false, 0, false},
+                             {"cudnn prefill, tf32 products", true, true, false, false, true, false, 0, false},
+                             {"bf16 + cudnn prefill and teacher", true, true, false, true, true, true, 0, false},
+                             {"tf32, flash, stored logits", true, true, true, false, false, false, 0, true},
+                             {"tf32, materialised prefill", true, false, false, false, false, false, 0, false},
+                             {"fp32 pedantic", false, false, false, false, false, false, 2, false}};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -262,6 +275,8 @@ int main(int argc, char** argv) try {
     tuning.flash = v.flash;
     tuning.store_logits = v.store_logits;
     tuning.prefill_bf16 = v.prefill_bf16;
+    tuning.prefill_cudnn = v.prefill_cudnn;
+    tuning.teacher_cudnn = v.teacher_cudnn;
     const bool first = vp == variants.front();
     if (first) tuning.profile_layer = c.n_layers / 2;
     std::unique_ptr<cuda::GpuStudent> sp;
@@ -313,11 +328,13 @@ int main(int argc, char** argv) try {
       diff = std::sqrt(num / std::max(den, 1e-300));
     }
     const double gib = double(s.memory_bytes()) / double(1u << 30), dev_gib = device_used_gib();
-    std::printf("%-28s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.2f %8.2f %11.5g %9.2e\n", v.name, median(ctx_ms),
+    const std::string sdpa = v.prefill_cudnn || v.teacher_cudnn ? "  sdpa " + s.sdpa_backend() : "";
+    std::printf("%-28s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.2f %8.2f %11.5g %9.2e%s\n", v.name, median(ctx_ms),
                 median(tea_ms), median(fwd_ms), median(loss_ms), median(bwd_ms), median(wall_ms), gib, dev_gib, loss,
-                diff);
+                diff, sdpa.c_str());
     std::fflush(stdout);
-    results.push_back({{"variant", v.name}, {"context_ms", median(ctx_ms)}, {"teacher_ms", median(tea_ms)},
+    results.push_back({{"variant", v.name}, {"sdpa", s.sdpa_backend()}, {"context_ms", median(ctx_ms)},
+                       {"teacher_ms", median(tea_ms)},
                        {"student_forward_ms", median(fwd_ms)}, {"student_loss_ms", median(loss_ms)},
                        {"student_backward_ms", median(bwd_ms)}, {"step_wall_ms", median(wall_ms)},
                        {"memory_gib", gib}, {"device_used_gib", dev_gib}, {"device_used_before_gib", base_gib},

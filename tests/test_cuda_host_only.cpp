@@ -437,6 +437,19 @@ TEST(PrefillAttentionArgs, RejectsBadShapes) {
   EXPECT_NO_THROW(validate_prefill_args(a));
   a.v_scale = nullptr;
   test::expect_error([&] { validate_prefill_args(a); }, ErrorCode::kInvalidArgument, "not neither");
+  // kv_contiguous: bf16 pools of one page per sequence only.
+  a.v_scale = reinterpret_cast<const float*>(&dummy);
+  a.kv_contiguous = true;
+  test::expect_error([&] { validate_prefill_args(a); }, ErrorCode::kInvalidArgument, "kv_contiguous");  // FP8
+  a.k8_pool = a.v8_pool = nullptr;
+  a.k_scale = a.v_scale = nullptr;
+  a.k_pool = a.v_pool = reinterpret_cast<const bf16*>(&dummy);
+  EXPECT_NO_THROW(validate_prefill_args(a));
+  a.max_pages = 2;
+  test::expect_error([&] { validate_prefill_args(a); }, ErrorCode::kInvalidArgument, "kv_contiguous", "max_pages 2");
+  a.max_pages = 1;
+  a.batch = 2, a.n_pages = 1;
+  test::expect_error([&] { validate_prefill_args(a); }, ErrorCode::kInvalidArgument, "n_pages 1 for batch 2");
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // lengths; pages are a random permutation of the pool, unused table entries hold random valid
 // ids (a kernel that reads past kv_len picks up wrong data and fails), the output is poisoned
 // with NaN and every valid element must be written. One tolerance: |out - ref| / |ref| <= 1e-2.
-// The reference is attention_reference.h's. The bucket and argument checks, which need no GPU,
+// The reference is attention_reference.h's. kv_contiguous (one sequence's pool as its one page)
+// equals the gathered pages. The bucket and argument checks, which need no GPU,
 // are in test_cuda_host_only.cpp.
 #include <gtest/gtest.h>
 
@@ -156,7 +157,7 @@ std::vector<double> reference(const Problem& p) {
 }
 
 // Runs the problem on `attn` and returns the output (poisoned with NaN before the run).
-std::vector<uint16_t> run_gpu(PrefillAttention& attn, const Problem& p) {
+std::vector<uint16_t> run_gpu(PrefillAttention& attn, const Problem& p, bool kv_contiguous = false) {
   auto q = test::to_device_bf16_bits(p.q);
   auto k = test::to_device_bf16_bits(p.k);
   auto v = test::to_device_bf16_bits(p.v);
@@ -183,6 +184,7 @@ std::vector<uint16_t> run_gpu(PrefillAttention& attn, const Problem& p) {
   a.n_pages = p.n_pages;
   a.max_pages = p.max_pages;
   a.scale = p.scale;
+  a.kv_contiguous = kv_contiguous;
   attn.run(a, nullptr);
   LY_CUDA_CHECK(cudaDeviceSynchronize());
   return test::to_host_bf16_bits(out);
@@ -386,6 +388,40 @@ TEST(PrefillAttentionSplit, MatchesCpuReference) {
   (void)run_gpu(attn, nan);
   EXPECT_EQ(attn.last_backend(), Backend::kFallback);
   EXPECT_EQ(attn.last_kv_splits(), 1);
+}
+
+// kv_contiguous (the trainer's context K/V): one sequence whose pool is its one page, read by
+// cuDNN as it is, gives the paged problem's output bit for bit (the same graph shape over the
+// same values: the paged run gathers exactly that page first), and the reference's on every
+// backend (the fallback and split kernels read the one page through the table).
+TEST(PrefillAttentionContiguous, EqualsGatheredPages) {
+  LY_REQUIRE_GPU();
+  for (const Seq seq : {Seq{300, 1000}, Seq{1000, 1000}, Seq{16, 1000}}) {
+    const Problem paged = make_problem(2, 4, 128, 1024, {seq}, 5151 + seq.q_len);
+    Problem one = paged;  // the sequence's page as the whole pool
+    const size_t page_elems = size_t(one.n_kv_heads) * one.page_size * one.head_dim;
+    const size_t first = size_t(paged.table[0]) * page_elems;
+    one.k.assign(paged.k.begin() + ptrdiff_t(first), paged.k.begin() + ptrdiff_t(first + page_elems));
+    one.v.assign(paged.v.begin() + ptrdiff_t(first), paged.v.begin() + ptrdiff_t(first + page_elems));
+    one.table = {0};
+    one.max_pages = one.n_pages = 1;
+    const std::vector<double> ref = reference(paged);
+    const std::string what = "q_len " + std::to_string(seq.q_len) + " kv_len " + std::to_string(seq.kv_len);
+    PrefillAttention a, b;
+    const std::vector<uint16_t> out_paged = run_gpu(a, paged), out_one = run_gpu(b, one, true);
+    EXPECT_EQ(a.last_backend(), b.last_backend()) << what;
+    if (a.last_backend() == Backend::kCudnn) {
+      EXPECT_EQ(out_one, out_paged) << what << ": kv_contiguous against the gathered page";
+    }
+    expect_close(one, out_one, ref, what + ", kv_contiguous");
+    PrefillAttention f;
+    f.set_backend(Backend::kFallback);
+    f.set_kv_splits(-1);
+    expect_close(one, run_gpu(f, one, true), ref, what + ", kv_contiguous, fallback");
+  }
+  PrefillAttention attn;
+  const Problem two = make_problem(2, 4, 128, 1024, {{10, 10}, {10, 10}}, 5252);  // max_pages 4
+  EXPECT_THROW(run_gpu(attn, two, true), Error) << "kv_contiguous with a table of several pages";
 }
 
 }  // namespace

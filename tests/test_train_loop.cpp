@@ -1,6 +1,7 @@
 // The head-role training loop on the CPU student: a synthetic model where one head is known to
 // carry the output ends with exactly that head as its retrieval head; a resumed run equals an
-// uninterrupted one; the files it writes load and validate; bad options fail clearly; the
+// uninterrupted one; the files it writes load and validate; bad options fail clearly (and
+// --prefill auto resolves by the model's size); the
 // train-heads command runs end to end on a tiny checkpoint; and data parallelism: ranks on
 // threads of their own equal one student serving them in turn (what two GPUs must equal one GPU
 // summing both ranks' gradients), two ranks of duplicated samples equal one rank (the mean), and
@@ -19,6 +20,7 @@
 #include "test_util.h"
 #include "tiny_checkpoint.h"
 #include "train/cpu_student.h"
+#include "train/train_heads.h"
 #include "train/trainer.h"
 
 namespace lychee {
@@ -316,6 +318,23 @@ TEST(TrainLoop, BadOptionsFailClearly) {
   std::ofstream(base + "/c/checkpoint.json") << "{\"format\": ";
   expect_error(o, "malformed checkpoint");
   EXPECT_THROW(train::parse_role_decision("best"), Error);
+}
+
+// --prefill auto (train/train_heads.h): bf16 (products and cuDNN attention) for the 8B shapes,
+// tf32 for the default model and under --no-tf32; tf32 and bf16 pass through; bf16 with
+// --no-tf32 and unknown values fail naming the option.
+TEST(TrainLoop, PrefillAutoIsBf16FromOneBillionParameters) {
+  const ModelConfig big = model_shape("llama3-8b"), small = model_shape("smollm2-135m");
+  ASSERT_GE(big.n_params(), train::kBf16PrefillParams);
+  ASSERT_LT(small.n_params(), train::kBf16PrefillParams);
+  EXPECT_EQ(train::resolve_prefill("auto", big, true), "bf16");
+  EXPECT_EQ(train::resolve_prefill("auto", small, true), "tf32");
+  EXPECT_EQ(train::resolve_prefill("auto", big, false), "tf32");
+  EXPECT_EQ(train::resolve_prefill("tf32", big, true), "tf32");
+  EXPECT_EQ(train::resolve_prefill("bf16", small, true), "bf16");
+  test::expect_error([&] { train::resolve_prefill("bf16", big, false); }, ErrorCode::kInvalidArgument, "--no-tf32");
+  test::expect_error([&] { train::resolve_prefill("fp16", big, true); }, ErrorCode::kInvalidArgument,
+                     "expected auto, tf32 or bf16");
 }
 
 TEST(TrainLoop, CliTrainsHeadsOnATinyCheckpoint) {

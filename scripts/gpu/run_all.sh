@@ -941,10 +941,10 @@ PY
           LYCHEE_REQUIRE_GPU=1 "$build/bin/lychee_tests" --gtest_brief=1 \
             --gtest_filter="${TRAIN_TEST_FILTER:-CudaTrain*:TrainDataParallel*}" > "$out/train_tests.log" 2>&1 \
             || rc=$(failed $? "trainer tests")
-          grep -E "Failure|FAILED|Skipped|Which is|Expected|actual|\[ (bf16|tf32|gpu-vs-cpu)" "$out/train_tests.log" | head -40
+          grep -E "Failure|FAILED|Skipped|Which is|Expected|actual|\[ (bf16|tf32|gpu-vs-cpu|cudnn prefill)" "$out/train_tests.log" | head -80
           tail -4 "$out/train_tests.log" ;;
         model)
-          # TRAIN_8B_ARGS: extra train-heads options (e.g. --prefill bf16; the default tf32 prefill measured faster)
+          # TRAIN_8B_ARGS: extra train-heads options (e.g. --prefill tf32; auto, the default, is bf16 + cuDNN at 8B)
           TRAIN_8B_OUT="$out/train_8b" bash scripts/gpu/train_8b.sh "$build/bin/lychee" ${TRAIN_8B_ARGS:-} \
             || rc=$(failed $? "train_8b.sh") ;;
         *) rc=$(failed 2 "TRAIN_PARTS: unknown part '$part' (bench, tests, model)") ;;

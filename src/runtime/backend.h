@@ -97,7 +97,8 @@ std::unique_ptr<train::Student> make_gpu_student(const ModelConfig& c, const Hos
 // gradients gathered to every device over NCCL (bit copies), then summed in rank order, so the
 // sum is the host's exactly (null with one device: the trainer's host sum). The type is
 // train::GradientReduce (train/trainer.h) spelled out: grads[r] [n_params] in, the sum in each out.
-// prefill_bf16: GpuStudentTuning::prefill_bf16 (cuda/train/student.h). Error(kInvalidArgument)
+// prefill_bf16: the bf16 context prefill, GpuStudentTuning::prefill_bf16 and prefill_cudnn
+// (cuda/train/student.h). Error(kInvalidArgument)
 // naming a device that does not exist; kUnsupported without CUDA.
 struct GpuStudentRanks {
   std::vector<std::unique_ptr<train::Student>> students;  // one per distinct device

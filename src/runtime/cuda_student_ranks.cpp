@@ -119,7 +119,7 @@ GpuStudentRanks make_cuda_student_ranks(const ModelConfig& c, const HostWeights&
     if (it == devices.end()) devices.push_back(dev);
   }
   cuda::GpuStudentTuning tuning;
-  tuning.prefill_bf16 = prefill_bf16;
+  tuning.prefill_bf16 = tuning.prefill_cudnn = prefill_bf16;  // bf16 products and cuDNN's attention
   // The uploads of the devices overlap (each reads the same host weights).
   std::vector<std::future<std::unique_ptr<train::Student>>> built;
   for (int dev : devices)

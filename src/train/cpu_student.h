@@ -15,7 +15,9 @@
 // Threads: OpenMP over KV heads where the work is large enough, BLAS inside.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -58,6 +60,18 @@ class CpuStudent final : public Student {
   // [0, L + t] that KV head `kv_head` of `layer` attended to in its sparse part (the set as it
   // stood before this layer's own selection). Layer 0 is dense: T empty rows.
   const std::vector<std::vector<int32_t>>& selected(int layer, int kv_head) const;
+  // K (after RoPE) then V of the context in `layer`: [2][n_kv_heads][L][head_dim] (the GPU
+  // prefill's tests compare with it).
+  std::vector<Real> context_kv(int layer) const {
+    const size_t L = size_t(context_length()), hd = size_t(config_.head_dim), n_kv = size_t(config_.n_kv_heads);
+    std::vector<Real> out;
+    out.reserve(2 * n_kv * L * hd);
+    for (const auto* cache : {&k_.at(size_t(layer)), &v_.at(size_t(layer))})
+      for (size_t h = 0; h < n_kv; ++h)
+        out.insert(out.end(), cache->begin() + ptrdiff_t(h * max_context_ * hd),
+                   cache->begin() + ptrdiff_t((h * max_context_ + L) * hd));
+    return out;
+  }
 
  private:
   struct LayerWeights {  // HF layout in Real; an absent optional weight is an empty vector

@@ -54,7 +54,8 @@ RankStudents make_students(const TrainHeadsConfig& a, const std::string& device,
   RankStudents out;
   if (device == "cuda") {
     const std::vector<int> devs = rank_devices(a.gpus, a.data_parallel);
-    GpuStudentRanks g = make_gpu_student_ranks(c, w, so, max_context, max_targets, devs, a.prefill == "bf16");
+    GpuStudentRanks g = make_gpu_student_ranks(c, w, so, max_context, max_targets, devs,
+                                               resolve_prefill(a.prefill, c, a.tf32) == "bf16");
     out.owned = std::move(g.students);
     out.ranks = std::move(g.ranks);
     out.reduce = std::move(g.reduce);
@@ -67,6 +68,15 @@ RankStudents make_students(const TrainHeadsConfig& a, const std::string& device,
 }
 
 }  // namespace
+
+std::string resolve_prefill(const std::string& prefill, const ModelConfig& c, bool tf32) {
+  LY_CHECK(prefill == "auto" || prefill == "tf32" || prefill == "bf16", ErrorCode::kInvalidArgument,
+           "--prefill '{}': expected auto, tf32 or bf16", prefill);
+  LY_CHECK(prefill != "bf16" || tf32, ErrorCode::kInvalidArgument,
+           "--prefill bf16 rounds the context's products to bf16; --no-tf32 asks for exact fp32 (drop one)");
+  if (prefill != "auto") return prefill;
+  return tf32 && c.n_params() >= kBf16PrefillParams ? "bf16" : "tf32";
+}
 
 TrainHeadsRun train_heads(const TrainHeadsConfig& a, const TrainProgress& progress) {
   const Checkpoint ck = open_checkpoint(a.model);
@@ -86,8 +96,7 @@ TrainHeadsRun train_heads(const TrainHeadsConfig& a, const TrainProgress& progre
   LY_CHECK(a.steps > 0, ErrorCode::kInvalidArgument, "steps must be positive, got {}", a.steps);
   LY_CHECK(a.data_parallel >= 1, ErrorCode::kInvalidArgument, "--data-parallel must be >= 1, got {}",
            a.data_parallel);
-  LY_CHECK(a.prefill == "tf32" || a.prefill == "bf16", ErrorCode::kInvalidArgument,
-           "--prefill '{}': expected tf32 or bf16", a.prefill);
+  const std::string prefill = resolve_prefill(a.prefill, c, a.tf32);  // checks the value before any work
   o.steps = a.steps;
   o.lr = a.lr;
   o.lambda_lr = a.lambda_lr;
@@ -131,7 +140,7 @@ TrainHeadsRun train_heads(const TrainHeadsConfig& a, const TrainProgress& progre
   const RankStudents students = make_students(a, run.device, c, weights, so, max_len, data->max_target_tokens());
   nlohmann::json provenance = {{"tool", "lychee train-heads"}, {"model_path", ck.path()},
                                {"device", run.device}, {"max_len", max_len}, {"min_len", a.min_len}};
-  if (run.device == "cuda") provenance["prefill"] = a.prefill;
+  if (run.device == "cuda") provenance["prefill"] = prefill;
   run.result = train_head_roles(c, students.ranks, *data, o, provenance, progress, students.reduce);
   return run;
 }

@@ -31,7 +31,7 @@ struct TrainHeadsConfig {
   int log_every = 10, checkpoint_every = 100;
   int stop_after = 0;              // > 0: checkpoint and stop after this step (--resume continues)
   bool tf32 = true;                // CUDA: TF32 tensor cores for the fp32 products
-  std::string prefill = "tf32";    // CUDA: the context prefill in tf32 or bf16 (GpuStudentTuning::prefill_bf16)
+  std::string prefill = "auto";    // CUDA: the context prefill in tf32, bf16 or auto (resolve_prefill)
   int data_parallel = 1;           // ranks: samples per step, one per GPU (docs/trainer.md, "Data parallel")
   std::string gpus;                // CUDA: rank r's device, comma-separated ("" = 0, 1, ..., ranks − 1)
 };
@@ -43,6 +43,15 @@ struct TrainHeadsRun {
   std::string out_dir;
   int n_target = 0;     // the target number of retrieval heads in layers >= 1
 };
+
+// The CUDA context prefill `--prefill` gives for this model: "tf32" (TF32 products, the TF32
+// flash attention), "bf16" (bf16 products and cuDNN's SDPA: GpuStudentTuning::prefill_bf16 and
+// prefill_cudnn) or "auto": bf16 for models of at least kBf16PrefillParams parameters (the 8B
+// shapes, where the prefill is most of a long sample's step) with TF32 on, tf32 otherwise (small
+// models keep the TF32 numerics their committed roles were trained with, and --no-tf32 means exact
+// fp32). Error(kInvalidArgument) for another value, or bf16 with tf32 off.
+constexpr int64_t kBf16PrefillParams = 1'000'000'000;
+std::string resolve_prefill(const std::string& prefill, const ModelConfig& c, bool tf32);
 
 // Runs the training; progress lines (the run's description first, then the trainer's) go to
 // `progress`. Error(kInvalidArgument) naming the option when a value does not fit the model.

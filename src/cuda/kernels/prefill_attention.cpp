@@ -63,6 +63,9 @@ void validate_prefill_args(const PrefillAttentionArgs& a) {
            "KV), not {}", bf16_kv ? "both" : "neither");
   LY_CHECK(a.q && a.page_table && a.q_lens && a.kv_lens && a.out,
            ErrorCode::kInvalidArgument, "prefill attention: a null device pointer in the arguments");
+  LY_CHECK(!a.kv_contiguous || (bf16_kv && a.max_pages == 1 && a.n_pages >= a.batch), ErrorCode::kInvalidArgument,
+           "prefill attention: kv_contiguous needs bf16 pools of one page per sequence (max_pages {} and n_pages {} "
+           "for batch {})", a.max_pages, a.n_pages, a.batch);
 }
 
 void prefill_attention_fallback(const PrefillAttentionArgs& a, cudaStream_t stream) {
@@ -192,7 +195,7 @@ struct PrefillAttention::Impl {
   DeviceBuffer<bf16> k_contig, v_contig;  // [batch][n_kv_heads][kv_bucket][head_dim] (contiguous variant)
   DeviceBuffer<float> split_part;          // split-KV partial outputs, then their log-sum-exps
   DeviceBuffer<int32_t> widened_table;     // FP8 KV: [batch] one page per sequence (b -> b)
-  bool widened = false;                    // this run's K/V are k_contig / v_contig already
+  bool widened = false;                    // this run's K/V are contiguous already (k_contig / v_contig, or kv_contiguous)
 
   ~Impl() {
     if (handle != nullptr) cudnnDestroy(handle);
@@ -337,7 +340,7 @@ void PrefillAttention::use_fallback(const PrefillAttentionArgs& a, cudaStream_t 
 void PrefillAttention::run(const PrefillAttentionArgs& a, cudaStream_t stream) {
   validate_prefill_args(a);
   if (a.k8_pool != nullptr) return run_widened(a, stream);
-  impl_->widened = false;
+  impl_->widened = a.kv_contiguous;  // the caller's pools are the contiguous layout already
   run_bf16(a, stream);
 }
 
@@ -424,7 +427,7 @@ void PrefillAttention::run_bf16(const PrefillAttentionArgs& a, cudaStream_t stre
   // of ~1/500 of the time) at ~600, and dropping the ragged offsets for one sequence a few percent
   // more. LYCHEE_PREFILL_PAGED=1 keeps the paged read (cuDNN >= 9.19 runs it as fast).
   const char* paged = std::getenv("LYCHEE_PREFILL_PAGED");
-  key.contiguous = paged == nullptr || *paged == '\0' || *paged == '0';
+  key.contiguous = a.kv_contiguous || paged == nullptr || *paged == '\0' || *paged == '0';
   key.ragged = a.batch > 1;
   const CachedGraph& c = impl_->graph_for(key, a.scale, stream);
   if (!c.graph) return use_fallback(a, stream, c.error);

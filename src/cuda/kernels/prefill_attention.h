@@ -48,6 +48,10 @@ struct PrefillAttentionArgs {
   const uint8_t* v8_pool = nullptr;
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
+  // bf16 pools that already hold one page per sequence (max_pages 1, page_table[b] = b, page_size
+  // >= max_kv_len): the layout [batch][n_kv_heads][page_size][head_dim] cuDNN's graph reads, so
+  // run() skips its gather of the pages into a contiguous copy (the trainer's context K/V).
+  bool kv_contiguous = false;
 };
 
 // Checks the host-visible shape fields; Error(kInvalidArgument) naming the field otherwise.

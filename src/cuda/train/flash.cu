@@ -1,8 +1,8 @@
-// The trainer's flash-attention forwards (declared in cuda/train/kernels.h): dense causal
-// attention for the context prefill and the teacher, TF32 or bf16 tensor cores (fp32 in and out),
-// with the keys split over blocks and merged when there are few query rows.
-#include <cuda_bf16.h>
-
+// The trainer's flash-attention forward (declared in cuda/train/kernels.h): dense causal
+// attention for the teacher and the TF32 context prefill on TF32 tensor cores (fp32 in and out),
+// with the keys split over blocks and merged when there are few query rows. (A bf16 twin of this
+// kernel, measured slower than TF32 on an H200, was removed when the bf16 prefill moved to cuDNN's
+// SDPA: git log -S flash_bf16_kernel.)
 #include <algorithm>
 #include <cfloat>
 
@@ -209,153 +209,6 @@ __global__ void __launch_bounds__(kFlashThreads) flash_tf32_kernel(FlashArgs a) 
   write_flash_output<D>(a, o, m0, m1, l0, l1, split, b, r0, r1, qd);
 }
 
-// ---- bf16 flash attention (forward, dense causal; the prefill's long rows) ----
-// m16n8k16 bf16 fragments (g = lane / 4, q = lane % 4; each register holds two bf16, the lower
-// index in the low half): A a0 (g, 2q..2q+1), a1 (g + 8, 2q..), a2 (g, 2q + 8..), a3 (g + 8, 2q + 8..);
-// B b0 (k = 2q..2q+1, n = g), b1 (k = 2q + 8.., n = g); C as the TF32 kernel's. The C layout of two
-// adjacent 8-key tiles of S is the A layout of P for one 16-key step of P·V, so P needs no shuffle.
-// K is staged [key][dim] and V transposed [dim][key], both bf16 converted from the fp32 cache while
-// staging, so every B register is one conflict-free 32-bit shared load (row strides of 4 mod 32
-// words). Per 64-key tile a warp issues 2 × 8 × D/16 MMAs of 4096 FLOP each: twice the FLOP per
-// instruction of the TF32 kernel, whose fragment loads and conversions bound it.
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <int D>
-constexpr size_t flash_bf16_smem_bytes() {  // K [keys][D + 8] and Vᵀ [D][keys + 8], bf16, one stage
-  return sizeof(__nv_bfloat16) * (size_t(kFlashKeys) * (D + 8) + size_t(D) * (kFlashKeys + 8));
-}
-
-template <int D>
-__global__ void __launch_bounds__(kFlashThreads) flash_bf16_kernel(FlashArgs a) {
-  constexpr int kKs = D + 8, kVs = kFlashKeys + 8;  // row strides in bf16
-  constexpr int kSteps = D / 16, kKeyTiles = kFlashKeys / 8, kDimTiles = D / 8;
-  extern __shared__ __nv_bfloat16 smb[];
-  __nv_bfloat16* ks = smb;                          // [kFlashKeys][kKs]
-  __nv_bfloat16* vt = smb + kFlashKeys * kKs;       // [D][kVs]
-  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp, gr = lane / 4, qd = lane % 4;
-  const int tile = gridDim.y - 1 - blockIdx.y;      // longest rows first
-  const int b = blockIdx.x, h = b / (a.n_heads / a.n_kv_heads), split = blockIdx.z;
-  const int row0 = tile * kFlashRows + warp * 16;
-  const int r0 = row0 + gr, r1 = r0 + 8;
-  const int block_last = min(tile * kFlashRows + kFlashRows, a.n) - 1;
-  const int n_keys = a.pos0 + block_last + 1;
-  const int n_tiles = (n_keys + kFlashKeys - 1) / kFlashKeys;
-  const int per_split = (n_tiles + a.n_splits - 1) / a.n_splits;
-  const int kt0 = min(split * per_split, n_tiles), kt1 = min(kt0 + per_split, n_tiles);
-  const float* kc = a.k + size_t(h) * a.ld_kv * D;
-  const float* vc = a.v + size_t(h) * a.ld_kv * D;
-
-  const float qscale = a.scale * 1.4426950408889634f;  // softmax in base 2
-  uint32_t qf[kSteps][4];
-  const float* q0 = a.q + size_t(r0) * a.ld_q + b * D;
-  const float* q1 = a.q + size_t(r1) * a.ld_q + b * D;
-#pragma unroll
-  for (int kk = 0; kk < kSteps; ++kk) {
-    const int c0 = kk * 16 + 2 * qd, c1 = c0 + 8;
-    qf[kk][0] = r0 < a.n ? pack_bf16(q0[c0] * qscale, q0[c0 + 1] * qscale) : 0u;
-    qf[kk][1] = r1 < a.n ? pack_bf16(q1[c0] * qscale, q1[c0 + 1] * qscale) : 0u;
-    qf[kk][2] = r0 < a.n ? pack_bf16(q0[c1] * qscale, q0[c1 + 1] * qscale) : 0u;
-    qf[kk][3] = r1 < a.n ? pack_bf16(q1[c1] * qscale, q1[c1 + 1] * qscale) : 0u;
-  }
-  float o[kDimTiles][4];
-#pragma unroll
-  for (int i = 0; i < kDimTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  const int p0 = a.pos0 + r0, p1 = a.pos0 + r1;
-
-  for (int kt = kt0; kt < kt1; ++kt) {
-    __syncthreads();  // the previous tile is consumed
-    for (int c = tid; c < kFlashKeys * D / 4; c += kFlashThreads) {  // zeros past the keys: 0 · V, not NaN
-      const int r = c / (D / 4), col = (c % (D / 4)) * 4, key = kt * kFlashKeys + r;
-      float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), vv = kv;
-      if (key < n_keys) {
-        kv = *reinterpret_cast<const float4*>(kc + size_t(key) * D + col);
-        vv = *reinterpret_cast<const float4*>(vc + size_t(key) * D + col);
-      }
-      *reinterpret_cast<uint2*>(ks + r * kKs + col) = make_uint2(pack_bf16(kv.x, kv.y), pack_bf16(kv.z, kv.w));
-      vt[(col + 0) * kVs + r] = __float2bfloat16_rn(vv.x);
-      vt[(col + 1) * kVs + r] = __float2bfloat16_rn(vv.y);
-      vt[(col + 2) * kVs + r] = __float2bfloat16_rn(vv.z);
-      vt[(col + 3) * kVs + r] = __float2bfloat16_rn(vv.w);
-    }
-    __syncthreads();
-    float s[kKeyTiles][4];
-#pragma unroll
-    for (int nt = 0; nt < kKeyTiles; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-      const __nv_bfloat16* kr = ks + (nt * 8 + gr) * kKs + 2 * qd;
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk)
-        mma_bf16(s[nt], qf[kk], *reinterpret_cast<const uint32_t*>(kr + kk * 16),
-                 *reinterpret_cast<const uint32_t*>(kr + kk * 16 + 8));
-    }
-    if (kt * kFlashKeys + kFlashKeys - 1 > a.pos0 + row0) {  // causal mask on this tile
-#pragma unroll
-      for (int nt = 0; nt < kKeyTiles; ++nt) {
-        const int key = kt * kFlashKeys + nt * 8 + 2 * qd;
-        if (key > p0) s[nt][0] = -INFINITY;
-        if (key + 1 > p0) s[nt][1] = -INFINITY;
-        if (key > p1) s[nt][2] = -INFINITY;
-        if (key + 1 > p1) s[nt][3] = -INFINITY;
-      }
-    }
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
-    for (int nt = 0; nt < kKeyTiles; ++nt) {
-      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(kFull, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(kFull, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(kFull, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(kFull, mx1, 2));
-    const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;  // as the TF32 kernel
-    const float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);
-    m0 = mx0;
-    m1 = mx1;
-    l0 *= c0;
-    l1 *= c1;
-#pragma unroll
-    for (int i = 0; i < kDimTiles; ++i) {
-      o[i][0] *= c0;
-      o[i][1] *= c0;
-      o[i][2] *= c1;
-      o[i][3] *= c1;
-    }
-#pragma unroll
-    for (int nt = 0; nt < kKeyTiles; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - b0);
-      s[nt][1] = exp2f(s[nt][1] - b0);
-      s[nt][2] = exp2f(s[nt][2] - b1);
-      s[nt][3] = exp2f(s[nt][3] - b1);
-      l0 += s[nt][0] + s[nt][1];
-      l1 += s[nt][2] + s[nt][3];
-    }
-#pragma unroll
-    for (int j = 0; j < kKeyTiles / 2; ++j) {
-      const uint32_t pa[4] = {pack_bf16(s[2 * j][0], s[2 * j][1]), pack_bf16(s[2 * j][2], s[2 * j][3]),
-                              pack_bf16(s[2 * j + 1][0], s[2 * j + 1][1]), pack_bf16(s[2 * j + 1][2], s[2 * j + 1][3])};
-      const __nv_bfloat16* vr = vt + gr * kVs + j * 16 + 2 * qd;
-#pragma unroll
-      for (int dt = 0; dt < kDimTiles; ++dt)
-        mma_bf16(o[dt], pa, *reinterpret_cast<const uint32_t*>(vr + dt * 8 * kVs),
-                 *reinterpret_cast<const uint32_t*>(vr + dt * 8 * kVs + 8));
-    }
-  }
-  write_flash_output<D>(a, o, m0, m1, l0, l1, split, b, r0, r1, qd);
-}
-
 // out[row][b] = Σ_s 2^(m_s − M)·o_s / Σ_s 2^(m_s − M)·l_s; split 0 holds key 0, so M is finite.
 __global__ void flash_combine_kernel(FlashArgs a, int head_dim) {
   const int row = blockIdx.x, b = blockIdx.y;
@@ -377,18 +230,13 @@ __global__ void flash_combine_kernel(FlashArgs a, int head_dim) {
 }
 
 template <int D>
-void launch_flash(const FlashArgs& fa, bool bf16, cudaStream_t s) {
+void launch_flash(const FlashArgs& fa, cudaStream_t s) {
   static uint64_t configured = 0;  // function attributes live in each device's context
   if (first_on_device(configured))
     LY_CUDA_CHECK(cudaFuncSetAttribute(flash_tf32_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(flash_smem_bytes<D>())));
   const dim3 grid(fa.n_heads, (fa.n + kFlashRows - 1) / kFlashRows, fa.n_splits);
-  static_assert(flash_bf16_smem_bytes<D>() <= 48 * 1024, "the bf16 kernel runs without the opt-in attribute");
-  if (bf16) {
-    flash_bf16_kernel<D><<<grid, kFlashThreads, flash_bf16_smem_bytes<D>(), s>>>(fa);
-  } else {
-    flash_tf32_kernel<D><<<grid, kFlashThreads, flash_smem_bytes<D>(), s>>>(fa);
-  }
+  flash_tf32_kernel<D><<<grid, kFlashThreads, flash_smem_bytes<D>(), s>>>(fa);
   LY_CUDA_CHECK_LAUNCH();
   if (fa.n_splits > 1) {
     flash_combine_kernel<<<dim3(fa.n, fa.n_heads), D, 0, s>>>(fa, D);
@@ -410,39 +258,22 @@ int flash_splits(int n, int pos0, int n_heads, size_t scratch_floats, int ld_out
   return splits;
 }
 
-namespace {
-void flash_attention(const float* q, int ld_q, const float* k_cache, const float* v_cache, int ld_kv, float* out,
-                     int ld_out, int n, int pos0, int n_heads, int n_kv_heads, int head_dim, float scale,
-                     float* scratch, size_t scratch_floats, bool bf16, cudaStream_t s) {
+void flash_attention_tf32(const float* q, int ld_q, const float* k_cache, const float* v_cache,
+                          int ld_kv, float* out, int ld_out, int n, int pos0, int n_heads,
+                          int n_kv_heads, int head_dim, float scale, float* scratch,
+                          size_t scratch_floats, cudaStream_t s) {
   const int splits = scratch != nullptr ? flash_splits(n, pos0, n_heads, scratch_floats, ld_out) : 1;
   float* part_o = scratch;
   float2* part_ml = splits > 1 ? reinterpret_cast<float2*>(scratch + size_t(splits) * n * ld_out) : nullptr;
   const FlashArgs fa{q, k_cache, v_cache, out, part_o, part_ml, ld_q, ld_kv, ld_out, n, pos0, n_heads,
                      n_kv_heads, splits, scale};
   if (head_dim == 64) {
-    launch_flash<64>(fa, bf16, s);
+    launch_flash<64>(fa, s);
   } else if (head_dim == 128) {
-    launch_flash<128>(fa, bf16, s);
+    launch_flash<128>(fa, s);
   } else {
-    fail_cuda_msg("flash_attention: unsupported head_dim (64 and 128 only)", head_dim, __FILE__, __LINE__);
+    fail_cuda_msg("flash_attention_tf32: unsupported head_dim (64 and 128 only)", head_dim, __FILE__, __LINE__);
   }
-}
-}  // namespace
-
-void flash_attention_tf32(const float* q, int ld_q, const float* k_cache, const float* v_cache,
-                          int ld_kv, float* out, int ld_out, int n, int pos0, int n_heads,
-                          int n_kv_heads, int head_dim, float scale, float* scratch,
-                          size_t scratch_floats, cudaStream_t s) {
-  flash_attention(q, ld_q, k_cache, v_cache, ld_kv, out, ld_out, n, pos0, n_heads, n_kv_heads, head_dim, scale,
-                  scratch, scratch_floats, false, s);
-}
-
-void flash_attention_bf16(const float* q, int ld_q, const float* k_cache, const float* v_cache,
-                          int ld_kv, float* out, int ld_out, int n, int pos0, int n_heads,
-                          int n_kv_heads, int head_dim, float scale, float* scratch,
-                          size_t scratch_floats, cudaStream_t s) {
-  flash_attention(q, ld_q, k_cache, v_cache, ld_kv, out, ld_out, n, pos0, n_heads, n_kv_heads, head_dim, scale,
-                  scratch, scratch_floats, true, s);
 }
 
 }  // namespace lychee::cuda::train_ops

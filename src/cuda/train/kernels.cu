@@ -34,6 +34,26 @@ __global__ void round_to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16*
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = __float2bfloat16_rn(x[i]);
 }
 
+// Block blockIdx.y: its first n elements rounded, a grid-stride loop over x.
+__global__ void round_blocks_to_bf16_kernel(const float* __restrict__ x, size_t x_stride, __nv_bfloat16* __restrict__ y,
+                                            size_t y_stride, size_t n) {
+  const float* xb = x + size_t(blockIdx.y) * x_stride;
+  __nv_bfloat16* yb = y + size_t(blockIdx.y) * y_stride;
+  const size_t step = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) yb[i] = __float2bfloat16_rn(xb[i]);
+}
+
+__global__ void widen_bf16_kernel(const __nv_bfloat16* __restrict__ x, float* __restrict__ y, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = __bfloat162float(x[i]);
+}
+
+__global__ void set_sdpa_lengths_kernel(int32_t* meta, int q_len, int kv_len) {
+  meta[0] = 0;
+  meta[1] = q_len;
+  meta[2] = kv_len;
+}
+
 __global__ void bias_rmsnorm_kernel(float* __restrict__ x, const float* __restrict__ bias,
                                     const float* __restrict__ w, float* __restrict__ y, int d,
                                     float eps) {
@@ -251,6 +271,28 @@ void round_to_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s) {
   if (n == 0) return;
   const int blocks = int(std::min<size_t>((n + 255) / 256, size_t(device_info().sm_count) * 32));
   round_to_bf16_kernel<<<blocks, 256, 0, s>>>(x, reinterpret_cast<__nv_bfloat16*>(y), n);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void round_blocks_to_bf16(const float* x, size_t x_stride, uint16_t* y, size_t y_stride, int n_blocks, size_t n,
+                          cudaStream_t s) {
+  if (n == 0 || n_blocks <= 0) return;
+  const int per_block = std::max(1, int(size_t(device_info().sm_count) * 8 / size_t(n_blocks)));
+  const unsigned blocks = unsigned(std::min<size_t>((n + 255) / 256, size_t(per_block)));
+  round_blocks_to_bf16_kernel<<<dim3(blocks, unsigned(n_blocks)), 256, 0, s>>>(
+      x, x_stride, reinterpret_cast<__nv_bfloat16*>(y), y_stride, n);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void widen_bf16(const uint16_t* x, float* y, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  const int blocks = int(std::min<size_t>((n + 255) / 256, size_t(device_info().sm_count) * 32));
+  widen_bf16_kernel<<<blocks, 256, 0, s>>>(reinterpret_cast<const __nv_bfloat16*>(x), y, n);
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void set_sdpa_lengths(int32_t* meta, int q_len, int kv_len, cudaStream_t s) {
+  set_sdpa_lengths_kernel<<<1, 1, 0, s>>>(meta, q_len, kv_len);
   LY_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,7 @@
 // The kernels of the head-role trainer's student/teacher pass (cuda/train_student.h): fp32
 // forward ops that keep what their backward needs, the backward of each, the attention rows
 // (dense softmax, the student's selection and dense/sparse mix, and its backward), the
-// distillation loss and a TF32 flash-attention forward for the dense prefill.
+// distillation loss and a TF32 flash-attention forward for the dense prefill and the teacher.
 // Row-major, outermost dimension first; "raw logits" are q·k without the 1/√D scale.
 #pragma once
 
@@ -14,6 +14,15 @@ namespace lychee::cuda::train_ops {
 
 // y[n] = x[n] rounded to bf16 (nearest even), as bit patterns (the bf16 prefill's product inputs).
 void round_to_bf16(const float* x, uint16_t* y, size_t n, cudaStream_t s);
+// The first n of each of n_blocks blocks: y[b · y_stride + i] = bf16(x[b · x_stride + i]) for
+// i < n (one layer's K/V [2 n_kv_heads][ld][head_dim], rows below the keys of a call, for cuDNN).
+void round_blocks_to_bf16(const float* x, size_t x_stride, uint16_t* y, size_t y_stride, int n_blocks, size_t n,
+                          cudaStream_t s);
+// y[n] = x[n] widened from bf16 bit patterns to f32 (exact).
+void widen_bf16(const uint16_t* x, float* y, size_t n, cudaStream_t s);
+// The device-side lengths of one cuDNN SDPA call of batch 1 (cuda/kernels/prefill_attention.h):
+// meta[0] = 0 (the page table: one page), meta[1] = q_len, meta[2] = kv_len.
+void set_sdpa_lengths(int32_t* meta, int q_len, int kv_len, cudaStream_t s);
 
 // x[n][d] = rows of table[vocab][d] picked by tokens[n].
 void embed(const int32_t* tokens, const float* table, float* x, int n, int d, cudaStream_t s);
@@ -134,8 +143,8 @@ constexpr int kLossBlocks = 264;
 void squared_difference(float* a, const float* b, size_t n, float grad_scale, double loss_scale,
                         double* partials, double* loss, cudaStream_t s);
 
-// Dense causal attention with TF32 tensor cores (fp32 in and out), for the prefill and the
-// teacher: q[t] at position pos0 + t against keys 0 .. pos0 + t of its KV head.
+// Dense causal attention with TF32 tensor cores (fp32 in and out), for the TF32 prefill and the
+// teacher (the bf16 prefill runs cuDNN's SDPA instead, GpuStudentTuning::prefill_cudnn): q[t] at position pos0 + t against keys 0 .. pos0 + t of its KV head.
 // q: [n][ld_q] (head b at column b·head_dim); caches [n_kv_heads][ld_kv][head_dim]; out like q.
 // When the rows alone give too few blocks to fill the GPU (the teacher's few hundred rows), the
 // keys are split over up to kMaxFlashSplits blocks whose partial outputs are merged; scratch
@@ -145,15 +154,6 @@ bool flash_supported(int head_dim);
 // The number of key splits flash_attention_tf32 uses (1: none).
 int flash_splits(int n, int pos0, int n_heads, size_t scratch_floats, int ld_out);
 void flash_attention_tf32(const float* q, int ld_q, const float* k_cache, const float* v_cache,
-                          int ld_kv, float* out, int ld_out, int n, int pos0, int n_heads,
-                          int n_kv_heads, int head_dim, float scale, float* scratch,
-                          size_t scratch_floats, cudaStream_t s);
-// The same with bf16 tensor cores (q, K, V and the probabilities rounded to bf16; fp32
-// accumulation and softmax statistics). Lab version, not used by GpuStudent: on an H200 (call 1 of
-// issue 40) the 8B prefill took 607 ms at 8K and 18.8 s at 64K with it against 585 ms and 16.6 s
-// with the TF32 kernel (its tiles are staged without overlap; converting K/V while staging
-// costs what the bf16 MMAs save).
-void flash_attention_bf16(const float* q, int ld_q, const float* k_cache, const float* v_cache,
                           int ld_kv, float* out, int ld_out, int n, int pos0, int n_heads,
                           int n_kv_heads, int head_dim, float scale, float* scratch,
                           size_t scratch_floats, cudaStream_t s);

@@ -15,14 +15,16 @@ void GpuStudent::Impl::check_tokens(std::span<const int32_t> tokens, const char*
              i, vocab);
 }
 
-// Dense causal attention of rows at positions pos0 .. pos0 + n - 1 (q → att).
-void GpuStudent::Impl::dense_attention(int l, int n, int pos0) {
+// Dense causal attention of rows at positions pos0 .. pos0 + n - 1 (q → att, or o_bf16 for cuDNN).
+bool GpuStudent::Impl::dense_attention(int l, int n, int pos0) {
+  if (in_prefill ? prefill_cudnn : teacher_cudnn) {
+    sdpa_attention(l, n, pos0);
+    return true;
+  }
   if (use_flash) {
-    // The TF32 kernel for the bf16 prefill too: the bf16 one (train_ops::flash_attention_bf16) measured
-    // slower (kernels.h).
     ops::flash_attention_tf32(q.data(), q_dim, kc(l), vc(l), max_context, att.data(), q_dim, n, pos0,
                               n_heads, n_kv, hd, scale, flash_scratch.data(), flash_scratch.size(), stream);
-    return;
+    return false;
   }
   const int n_cols = pos0 + n, ld = int(round_up(size_t(n_cols), 4));
   LY_ASSERT(n <= rows_mat && ld <= ld_max);
@@ -33,6 +35,44 @@ void GpuStudent::Impl::dense_attention(int l, int n, int pos0) {
   fa.n = n, fa.n_cols = n_cols, fa.ld = ld, fa.pos0 = pos0, fa.n_heads = n_heads, fa.n_kv_heads = n_kv;
   ops::attention_forward_rows(fa, stream);
   per_head(l, false, false, n, hd, n_cols, S, ld, (long long)n * ld, att.data(), q_dim, hd);
+  return false;
+}
+
+// cuDNN's SDPA (batch 1, the layer's K/V as one contiguous page of ld_sdpa rows) on bf16
+// copies: rows 0 .. pos0 + n − 1 of K and V rounded (K and V of a layer are adjacent, so that is
+// 2 n_kv blocks of the cache), q rounded; o_bf16 [n][q_dim]. The rounding reads the visible keys
+// once more in f32 (an 8B model at 32K: ~30 GB over the step's 124 calls, ~8 ms at 4 TB/s, against
+// ~0.5 s of attention at cuDNN's rate).
+void GpuStudent::Impl::sdpa_attention(int l, int n, int pos0) {
+  const int n_keys = pos0 + n;
+  LY_ASSERT(n_keys <= max_context && size_t(n) * q_dim <= q_bf16.size());
+  ops::round_blocks_to_bf16(kc(l), size_t(max_context) * hd, kv_bf16.data(), size_t(ld_sdpa) * hd, 2 * n_kv,
+                            size_t(n_keys) * hd, stream);
+  ops::round_to_bf16(q.data(), q_bf16.data(), size_t(n) * q_dim, stream);
+  ops::set_sdpa_lengths(sdpa_meta.data(), n, n_keys, stream);
+  PrefillAttentionArgs a;
+  a.q = reinterpret_cast<const bf16*>(q_bf16.data());
+  a.k_pool = reinterpret_cast<const bf16*>(kv_bf16.data());
+  a.v_pool = a.k_pool + size_t(n_kv) * ld_sdpa * hd;
+  a.page_table = sdpa_meta.data();
+  a.q_lens = sdpa_meta.data() + 1;
+  a.kv_lens = sdpa_meta.data() + 2;
+  a.out = reinterpret_cast<bf16*>(o_bf16.data());
+  a.batch = 1, a.q_len_max = n, a.max_kv_len = n_keys, a.n_heads = n_heads, a.n_kv_heads = n_kv, a.head_dim = hd;
+  a.page_size = ld_sdpa, a.n_pages = 1, a.max_pages = 1;
+  a.scale = scale;
+  a.kv_contiguous = true;
+  sdpa->run(a, stream);
+}
+
+std::string GpuStudent::Impl::sdpa_backend_name() const {
+  if (!sdpa) return "none";
+  switch (sdpa->last_backend()) {
+    case PrefillAttention::Backend::kCudnn: return "cudnn";
+    case PrefillAttention::Backend::kSplitKv: return "split-kv";
+    case PrefillAttention::Backend::kFallback: return "fallback (" + sdpa->fallback_reason() + ")";
+  }
+  return "?";
 }
 
 // One layer of the frozen model's forward over rows xr[n][d] in place; full = false stops after
@@ -48,9 +88,14 @@ void GpuStudent::Impl::dense_layer(int l, float* xr, int n, int pos0, bool full,
                 stream);
   if (!full) return;
   mark(pl, "teacher: norm, QKV, RoPE");
-  dense_attention(l, n, pos0);
+  const bool out_bf16 = dense_attention(l, n, pos0);
   mark(pl, "teacher: attention");
-  linear(att.data(), w.wo, xr, n, q_dim, d, 1.0f);
+  if (out_bf16 && in_prefill && prefill_bf16) {
+    linear_bf16(o_bf16.data(), w.wo, xr, n, q_dim, d, 1.0f);  // the O projection's input is bf16 anyway
+  } else {
+    if (out_bf16) ops::widen_bf16(o_bf16.data(), att.data(), size_t(n) * q_dim, stream);
+    linear(att.data(), w.wo, xr, n, q_dim, d, 1.0f);
+  }
   ops::bias_rmsnorm(xr, w.bo, w.ffn_norm, h.data(), n, d, c.rms_eps, stream);
   linear(h.data(), w.wgu, gu.data(), n, d, 2 * ff, 0.0f);
   ops::silu_mul(gu.data(), w.bgu, m.data(), n, ff, stream);
@@ -171,7 +216,7 @@ void GpuStudent::set_context(std::span<const int32_t> tokens) {
   if (n > 0)
     LY_CUDA_CHECK(cudaMemcpyAsync(s.ctx_tokens.data(), s.ctx_pinned.data(), size_t(n) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, s.stream));
-  const int chunk = s.use_flash ? s.act_rows : s.rows_mat;
+  const int chunk = s.long_chunks ? s.act_rows : s.rows_mat;
   s.in_prefill = true;
   try {
     for (int c0 = 0; c0 < n; c0 += chunk) {
@@ -299,6 +344,23 @@ std::vector<std::vector<int32_t>> GpuStudent::selected_sets(int layer) const {
         if ((row[j >> 5] >> (j & 31)) & 1u) sets[size_t(h) * s.T + t].push_back(j);
     }
   return sets;
+}
+
+std::string GpuStudent::sdpa_backend() const { return impl_->sdpa_backend_name(); }
+
+std::vector<float> GpuStudent::context_kv(int layer) const {
+  Impl& s = *impl_;
+  s.use_device();
+  LY_CHECK(s.have_context, ErrorCode::kInvalidArgument, "GpuStudent: context_kv() before set_context()");
+  LY_CHECK(layer >= 0 && layer < s.n_layers, ErrorCode::kInvalidArgument, "GpuStudent: layer {} of {}", layer,
+           s.n_layers);
+  const size_t row = size_t(s.L) * s.hd;  // one KV head's context rows
+  std::vector<float> out(2 * size_t(s.n_kv) * row);
+  LY_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  if (row > 0)
+    LY_CUDA_CHECK(cudaMemcpy2D(out.data(), row * sizeof(float), s.kc(layer), size_t(s.max_context) * s.hd * sizeof(float),
+                               row * sizeof(float), 2 * size_t(s.n_kv), cudaMemcpyDeviceToHost));
+  return out;
 }
 
 GpuStudentTimes GpuStudent::last_times() const {

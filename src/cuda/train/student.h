@@ -1,6 +1,7 @@
 // The student/teacher pass of head-role training on the GPU (docs/trainer.md, "The pass";
 // the semantics are train::Student's): fp32 weights and activations, cuBLAS matrix products
-// (TF32 tensor cores when options.tf32, pedantic fp32 otherwise), materialised attention rows
+// (TF32 tensor cores when options.tf32, pedantic fp32 otherwise; bf16 for the context prefill with
+// GpuStudentTuning::prefill_bf16 / prefill_cudnn), materialised attention rows
 // for the student (top-k selection and dense/sparse mix on the device), hand-written backward
 // with respect to activations. The interface has no CUDA types (like gpu_runner.h).
 //
@@ -12,6 +13,8 @@
 // of teacher and student [max_targets][vocab] each; the selected sets as bit masks
 // [n_layers][n_kv_heads][max_targets][max_context / 32] u32; past ~56K max_context the selection's
 // keys [n_kv_heads][max_targets][max_context] (they no longer fit a block's shared memory).
+// With prefill_cudnn, cuDNN's graph for each query-length bucket (a power of two, at most ~8 of
+// them) is built at its first use, with its workspace: the first steps of a run pay for those.
 #pragma once
 
 #include <cstddef>
@@ -44,13 +47,26 @@ struct GpuStudentTuning {
   // head_dim is 64 or 128 (otherwise materialised rows, like the student).
   bool flash = true;
   // The context prefill's projections (set_context) with bf16 tensor cores: a bf16 copy of the
-  // weights (+2 bytes per parameter of device memory) times the activations rounded to bf16, f32
-  // accumulation and output; its attention stays the TF32 flash kernel (the bf16 one measured
-  // slower). The teacher and the student read the same context K/V, so all gates 1 still give the
-  // teacher; only the context's representation moves (by bf16's 2^-9 relative rounding, as a bf16
-  // inference engine computes it). Needs flash and options.tf32. (Issue 40's first version rounded
-  // inside cuBLAS, CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 weights: no faster than TF32 on an H200.)
+  // layers' weights (+2 bytes per parameter of device memory, the embedding and LM head excepted:
+  // the prefill uses neither) times the activations rounded to bf16, f32 accumulation and output.
+  // The teacher and the student read the same context K/V, so all gates 1 still give the teacher;
+  // only the context's representation moves (by bf16's 2^-9 relative rounding, as a bf16 inference
+  // engine computes it). Needs options.tf32 and the long prefill chunks of flash or prefill_cudnn.
+  // (Issue 40's first version rounded inside cuBLAS, CUBLAS_COMPUTE_32F_FAST_16BF on the fp32
+  // weights: no faster than TF32 on an H200.)
   bool prefill_bf16 = false;
+  // The context prefill's causal attention through cuDNN's fused SDPA (cuda/kernels'
+  // PrefillAttention, as the inference prefill) on bf16 copies of q and of the layer's K/V, f32
+  // accumulation, bf16 output (the O projection's input as it is with prefill_bf16, widened to f32
+  // otherwise). The f32 K/V cache the teacher and the student read is what the projections wrote;
+  // only the context's later layers see the bf16 attention. No gradient flows through the context,
+  // so no backward is needed. Needs options.tf32 and head_dim a multiple of 8 up to 256; replaces
+  // the TF32 flash kernel there (without a usable cuDNN, PrefillAttention's own bf16 kernel runs).
+  bool prefill_cudnn = false;
+  // The teacher's attention the same way (a measurement variant, not a default: the student's dense
+  // rows stay TF32, so the teacher then differs from all gates 1 by bf16's rounding of its
+  // attention, which does not cancel in the loss as the shared context K/V's does).
+  bool teacher_cudnn = false;
   // >= 0: CUDA events around the ops of this layer in teacher() and student() (a few µs of
   // overhead), reported in GpuStudentTimes::layer_ops.
   int profile_layer = -1;
@@ -93,7 +109,14 @@ class GpuStudent final : public train::Student {
   // The sets the last student() pass used in `layer` (1 <= layer < n_layers): for KV head h
   // and target row t, entry [h * T + t] holds its positions, ascending.
   std::vector<std::vector<int32_t>> selected_sets(int layer) const;
-  // Device bytes reserved at construction.
+  // K (after RoPE) then V of the context in `layer`, [2][n_kv_heads][L][head_dim], as the last
+  // set_context left them (the tests compare the prefill paths with it).
+  std::vector<float> context_kv(int layer) const;
+  // What ran the last cuDNN SDPA call (prefill_cudnn / teacher_cudnn): "cudnn", "split-kv" (the
+  // kernels' own split kernel, chosen for few query rows over many keys), "fallback (why)", or
+  // "none" without those options.
+  std::string sdpa_backend() const;
+  // Device bytes reserved at construction (cuDNN's workspace, grown at its graphs' builds, aside).
   size_t memory_bytes() const;
   // Waits for the device and returns the phase times of the last calls.
   GpuStudentTimes last_times() const;

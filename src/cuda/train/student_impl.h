@@ -4,12 +4,15 @@
 
 #include <cublas_v2.h>
 
+#include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "cuda/common/common.h"
 #include "cuda/common/device_buffer.h"
+#include "cuda/kernels/prefill_attention.h"
 #include "cuda/train/kernels.h"
 #include "cuda/train/student.h"
 
@@ -61,6 +64,8 @@ struct GpuStudent::Impl {
   int ld_max = 0, mask_words = 0, rows_mat = 0, act_rows = 0;
   bool use_flash = false;
   bool prefill_bf16 = false;  // tuning.prefill_bf16 where it applies
+  bool prefill_cudnn = false, teacher_cudnn = false;  // tuning's, where they apply
+  bool long_chunks = false;   // the prefill in chunks of kContextChunk rows (flash or cuDNN attention)
   bool keys_in_global = false;  // the selection's keys in select_keys (contexts past shared memory)
   bool in_prefill = false;    // set_context is running: its products may use bf16
 
@@ -74,8 +79,15 @@ struct GpuStudent::Impl {
   DeviceBuffer<uint8_t> blas_ws;
 
   DeviceBuffer<float> weights;
-  DeviceBuffer<uint16_t> weights_bf16;  // with prefill_bf16: the arena rounded to bf16, same offsets
+  DeviceBuffer<uint16_t> weights_bf16;  // with prefill_bf16: the arena from bf16_base on (the layers) rounded
+  size_t bf16_base = 0;                 // arena offset of weights_bf16[0] (floats)
   DeviceBuffer<uint16_t> act_bf16;      // with prefill_bf16: [act_rows][max(d, q_dim, ff)] product input
+  // cuDNN SDPA (prefill_cudnn / teacher_cudnn): its graphs, and one layer's inputs in bf16.
+  std::unique_ptr<PrefillAttention> sdpa;
+  DeviceBuffer<uint16_t> kv_bf16;       // [2][n_kv][ld_sdpa][hd]: one layer's K, V rows below the call's keys
+  int ld_sdpa = 0;                      // max_context rounded up to 64: cuDNN's one page, whole key tiles
+  DeviceBuffer<uint16_t> q_bf16, o_bf16;  // [sdpa_rows][q_dim]: the rounded q, the attention output
+  DeviceBuffer<int32_t> sdpa_meta;      // [3]: the page table (one page), q_len, kv_len
   std::vector<LayerWeights> lw;
   const float *embed = nullptr, *out_norm = nullptr, *output = nullptr;
   DeviceBuffer<float> rope_cos, rope_sin;  // [max_context][head_dim / 2]
@@ -138,16 +150,20 @@ struct GpuStudent::Impl {
   // bf16 tensor cores with f32 accumulation and output.
   void linear(const float* x_, const float* w, float* y, int n, int k, int m_, float beta) {
     if (in_prefill && prefill_bf16) {
-      LY_ASSERT(w >= weights.data() && w < weights.data() + weights.size() && size_t(n) * k <= act_bf16.size());
+      LY_ASSERT(size_t(n) * k <= act_bf16.size());
       ops::round_to_bf16(x_, act_bf16.data(), size_t(n) * k, stream);
-      const float alpha = 1.0f;
-      check_blas(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, m_, n, k, &alpha, weights_bf16.data() + (w - weights.data()),
-                              CUDA_R_16BF, k, act_bf16.data(), CUDA_R_16BF, k, &beta, y, CUDA_R_32F, m_,
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx (bf16 prefill)", __LINE__);
-      return;
+      return linear_bf16(act_bf16.data(), w, y, n, k, m_, beta);
     }
     gemm(false, true, n, m_, k, x_, k, 0, w, k, 0, beta, y, m_, 0);
+  }
+  // The same from an input already in bf16, xb[n][k] bits, with W's bf16 copy (prefill_bf16).
+  void linear_bf16(const uint16_t* xb, const float* w, float* y, int n, int k, int m_, float beta) {
+    LY_ASSERT(prefill_bf16 && w >= weights.data() + bf16_base && w < weights.data() + weights.size());
+    const float alpha = 1.0f;
+    check_blas(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, m_, n, k, &alpha,
+                            weights_bf16.data() + (size_t(w - weights.data()) - bf16_base), CUDA_R_16BF, k, xb,
+                            CUDA_R_16BF, k, &beta, y, CUDA_R_32F, m_, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx (bf16 prefill)", __LINE__);
   }
   // dx[n][k] = dy[n][m] · W[m][k]
   void linear_backward(const float* dy, const float* w, float* dx_, int n, int k, int m_) {
@@ -163,7 +179,11 @@ struct GpuStudent::Impl {
            (long long)max_context * hd, 0.0f, out + g * out_head, ldo, group * out_head, n_kv);
   }
 
-  void dense_attention(int l, int n, int pos0);
+  // Dense causal attention of rows pos0 .. pos0 + n − 1 from q; true: the output is in o_bf16
+  // (cuDNN), false: in att.
+  bool dense_attention(int l, int n, int pos0);
+  void sdpa_attention(int l, int n, int pos0);
+  std::string sdpa_backend_name() const;
   void dense_layer(int l, float* xr, int n, int pos0, bool full, bool profile = false);
   void student_layer_forward(int l);
   void student_layer_backward(int l, bool input_grad);

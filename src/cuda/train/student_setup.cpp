@@ -119,9 +119,13 @@ GpuStudent::Impl::Impl(const ModelConfig& config, const WeightSource& ws, const 
   ld_max = int(round_up(size_t(max_context), 4));
   mask_words = (max_context + 31) / 32;
   use_flash = tuning.flash && opt.tf32 && ops::flash_supported(hd);
-  prefill_bf16 = tuning.prefill_bf16 && use_flash;
+  const bool sdpa_shape = opt.tf32 && hd % 8 == 0 && hd <= 256;  // cuDNN's SDPA (validate_prefill_args)
+  prefill_cudnn = tuning.prefill_cudnn && sdpa_shape;
+  teacher_cudnn = tuning.teacher_cudnn && sdpa_shape;
+  long_chunks = use_flash || prefill_cudnn;
+  prefill_bf16 = tuning.prefill_bf16 && opt.tf32 && long_chunks;
   rows_mat = std::max(max_targets, std::min(kMinMaterialisedRows, max_context));
-  act_rows = std::max(rows_mat, use_flash ? std::min(kContextChunk, max_context) : 0);
+  act_rows = std::max(rows_mat, long_chunks ? std::min(kContextChunk, max_context) : 0);
   // The selection keeps the group sums of a row in shared memory up to ~56K columns (227 KiB per
   // block on an H100), in a global scratch of n_kv × max_targets rows beyond.
   const size_t smem_limit = ops::attention_forward_smem_limit();
@@ -156,6 +160,7 @@ GpuStudent::Impl::~Impl() { release(); }
 void GpuStudent::Impl::release() {
   if (stream != nullptr) cudaSetDevice(device);  // the buffers' destructors run after this, on it too
   if (stream != nullptr) cudaStreamSynchronize(stream);
+  sdpa.reset();  // its cuDNN handle was bound to the stream
   if (blas != nullptr) cublasDestroy(blas);
   for (cudaEvent_t e : ev)
     if (e != nullptr) cudaEventDestroy(e);
@@ -179,9 +184,10 @@ void GpuStudent::Impl::upload_weights(const WeightSource& ws) {
   std::vector<LayerOffsets> lo(static_cast<size_t>(n_layers));
   for (int l = 0; l < n_layers; ++l) lo[size_t(l)] = take_layer(arena, ws, c, l);
   arena.upload(weights);
-  if (prefill_bf16) {  // rounded on the device: the host never holds a bf16 copy
-    weights_bf16 = DeviceBuffer<uint16_t>(weights.size());
-    ops::round_to_bf16(weights.data(), weights_bf16.data(), weights.size(), stream);
+  if (prefill_bf16) {  // the layers' tensors rounded on the device (the host never holds a bf16 copy)
+    bf16_base = lo[0][0];  // the first layer's first tensor: the embedding and LM head come before
+    weights_bf16 = DeviceBuffer<uint16_t>(weights.size() - bf16_base);
+    ops::round_to_bf16(weights.data() + bf16_base, weights_bf16.data(), weights_bf16.size(), stream);
     LY_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   const float* base = weights.data();
@@ -215,6 +221,19 @@ void GpuStudent::Impl::allocate() {
   m = DeviceBuffer<float>(R * ff);
   s_buf = DeviceBuffer<float>(size_t(n_heads) * rows_mat * ld_max);
   if (use_flash) flash_scratch = DeviceBuffer<float>(size_t(ops::kMaxFlashSplits) * Tm * (q_dim + 2 * n_heads));
+  if (prefill_cudnn || teacher_cudnn) {
+    sdpa = std::make_unique<PrefillAttention>();
+    // cuDNN's graph pads the query rows to their power-of-two bucket (prefill_q_bucket).
+    const size_t q_rows = size_t(prefill_q_bucket(int(R), int(round_up(size_t(max_context), 64))));
+    q_bf16 = DeviceBuffer<uint16_t>(q_rows * q_dim);
+    o_bf16 = DeviceBuffer<uint16_t>(q_rows * q_dim);
+    ld_sdpa = int(round_up(size_t(max_context), 64));
+    kv_bf16 = DeviceBuffer<uint16_t>(size_t(2) * n_kv * size_t(ld_sdpa) * hd);
+    // Rows past a call's keys are read by whole tiles and masked: finite values there (0 · NaN is NaN).
+    LY_CUDA_CHECK(cudaMemset(kv_bf16.data(), 0, kv_bf16.bytes()));
+    LY_CUDA_CHECK(cudaMemset(q_bf16.data(), 0, q_bf16.bytes()));
+    sdpa_meta = DeviceBuffer<int32_t>(3);
+  }
   g_buf = DeviceBuffer<float>(size_t(n_heads) * Tm * ld_max);
   if (tuning.store_logits) s_store = DeviceBuffer<float>(NL * n_heads * Tm * ld_max);
   xs = DeviceBuffer<float>((NL + 1) * Tm * d);
@@ -267,7 +286,8 @@ GpuStudent::~GpuStudent() = default;
 size_t GpuStudent::memory_bytes() const {
   const Impl& s = *impl_;  // host-side sizes only: no device call
   size_t total = s.blas_ws.bytes() + s.weights.bytes() + s.rope_cos.bytes() + s.rope_sin.bytes() + s.kv.bytes() +
-                 s.weights_bf16.bytes() + s.act_bf16.bytes();
+                 s.weights_bf16.bytes() + s.act_bf16.bytes() + s.kv_bf16.bytes() + s.q_bf16.bytes() +
+                 s.o_bf16.bytes() + s.sdpa_meta.bytes();
   for (const DeviceBuffer<float>* b : {&s.x, &s.h, &s.qkv, &s.q, &s.att, &s.gu, &s.m, &s.s_buf, &s.g_buf,
                                        &s.s_store, &s.xs, &s.x2s, &s.qkvs, &s.qs, &s.gus, &s.hfin, &s.logits,
                                        &s.teacher_out, &s.dx, &s.dh, &s.dqkv, &s.da, &s.dgu, &s.dm, &s.dq, &s.dk,
