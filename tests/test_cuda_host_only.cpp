@@ -1,6 +1,7 @@
 // The host-only parts of the CUDA layer, no GPU needed: the decode split planner by its
 // invariants (every page of every head covered once, slots contiguous per head, balanced splits,
-// at most max_items items), the decode and prefill argument checks, and the prefill graph buckets.
+// at most max_items items), the decode and prefill argument checks (rows_per_seq's too), and the
+// prefill graph buckets.
 //
 // They live in src/cuda, which is compiled only with nvcc; a build without nvcc runs the
 // placeholder at the end instead, a visible skip naming these tests.
@@ -347,6 +348,66 @@ TEST(DecodeAttention, TakesBf16OrFp8PagesNotBothOrNeither) {
   test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kInvalidArgument, "not both");
   a.k8_pool = a.v8_pool = nullptr;
   a.k_scale = a.v_scale = nullptr;
+  EXPECT_NO_THROW(cuda::check_decode_args(a));
+}
+
+// Speculative verification (rows_per_seq R > 1): dense items only, one mma tile of group x R rows,
+// bf16 KV; each refusal names the field that stands in the way.
+TEST(DecodeAttention, RowsPerSeqChecksNameTheField) {
+  cuda::DecodeAttentionArgs a{};
+  int32_t dummy = 0;
+  const auto* b = reinterpret_cast<const cuda::bf16*>(&dummy);
+  a.q = a.k_pool = a.v_pool = b;
+  a.out = reinterpret_cast<cuda::bf16*>(&dummy);
+  a.block_table = a.seq_lens = a.n_items = a.merge_begin = a.merge_count = &dummy;
+  a.items = reinterpret_cast<const cuda::DecodeWorkItem*>(&dummy);
+  a.head_dim = 128, a.page_size = 64, a.n_heads = 32, a.n_kv_heads = 8, a.max_pages = 1, a.scale = 0.1f;  // group 4
+  a.rows_per_seq = 0;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kInvalidArgument, "rows_per_seq 0");
+  for (int r = 1; r <= 4; ++r) {
+    a.rows_per_seq = r;
+    EXPECT_NO_THROW(cuda::check_decode_args(a)) << "R " << r;
+  }
+  a.rows_per_seq = 5;  // 20 rows
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "rows_per_seq: 5", "20 query rows",
+                     "at most 16");
+  a.n_heads = 24;  // group 3 (the default model): R up to 5
+  EXPECT_NO_THROW(cuda::check_decode_args(a));
+  a.rows_per_seq = 6;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "18 query rows");
+  a.rows_per_seq = 2;
+  int32_t list = 0;
+  float score = 0.0f;
+  unsigned long long reads = 0;
+  a.unit_lists = &list;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "unit_lists");
+  a.unit_lists = nullptr;
+  a.list_counts = &list;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "list_counts");
+  a.list_counts = nullptr;
+  a.scores = &score;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "scores");
+  a.scores = nullptr;
+  a.token_reads = &reads;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "token_reads");
+  a.token_reads = nullptr;
+  a.window_recent = 64;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "window");
+  a.window_recent = 0;
+  EXPECT_NO_THROW(cuda::check_decode_args(a));
+  // FP8 pages: the FP8 reader serves 8 rows (one R = 1 decode step, or the prefill path).
+  const auto* u8 = reinterpret_cast<const uint8_t*>(&dummy);
+  const auto* f = reinterpret_cast<const float*>(&dummy);
+  a.k_pool = a.v_pool = nullptr;
+  a.k8_pool = a.v8_pool = u8;
+  a.k_scale = a.v_scale = f;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "FP8", "k8_pool");
+  a.rows_per_seq = 1;
+  EXPECT_NO_THROW(cuda::check_decode_args(a));
+  // R = 1 keeps every policy field (a decode step).
+  a.unit_lists = &list;
+  a.scores = &score;
+  a.window_recent = 64;
   EXPECT_NO_THROW(cuda::check_decode_args(a));
 }
 

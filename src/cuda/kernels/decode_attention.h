@@ -49,22 +49,26 @@ struct DecodeWorkItem {
   int16_t pad = 0;
 };
 
+// The most query rows one m16n8k16 tile holds: a KV head's group x rows_per_seq (verification).
+inline constexpr int kDecodeMaxTileRows = 16;
+
 struct DecodeAttentionArgs {
-  const bf16* q;               // [batch][n_heads][head_dim], after RoPE
+  const bf16* q;               // [batch][rows_per_seq][n_heads][head_dim], after RoPE
   const bf16* k_pool;          // [n_pages][n_kv_heads][page_size][head_dim] (one layer; null with FP8 KV)
   const bf16* v_pool;
   const int32_t* block_table;  // [batch][max_pages] physical page ids
   const int32_t* unit_lists;   // kUnits lists (may be null when no item uses them)
   const int32_t* list_counts;  // their lengths
-  const int32_t* seq_lens;     // [batch] tokens including the current one
+  const int32_t* seq_lens;     // [batch] tokens including the current one (all rows_per_seq new ones)
   const DecodeWorkItem* items; // the plans of all layers
   const int32_t* item_offset;  // device scalar: this launch's plan starts at items + *item_offset (null: 0)
   const int32_t* n_items;      // device scalar: items beyond it are idle (grid fixed for CUDA graphs)
   const int32_t* merge_begin;  // [batch * n_heads]: first slot of (seq, query head); its slots are contiguous
   const int32_t* merge_count;  // [batch * n_heads]: slots to merge (0 = written directly)
-  float* partial_o;            // [max_slots][group][head_dim]: a slot's row r is query row r of the group
-  float* partial_lse;          // [max_slots][group] natural-log LSE of the scaled logits
-  bf16* out;                   // [batch][n_heads][head_dim]
+  float* partial_o;            // [max_slots][rows_per_seq * group][head_dim]: a slot's row p * group + r is
+                               //   query row r of the group at new position p
+  float* partial_lse;          // [max_slots][rows_per_seq * group] natural-log LSE of the scaled logits
+  bf16* out;                   // [batch][rows_per_seq][n_heads][head_dim]
   float* scores;               // fused scores: row (seq * n_kv_heads + kv) for group kinds,
   int score_stride;            //   (seq * n_heads + head) for kRowToken; entry = position / 16 or position
   unsigned long long* token_reads;  // optional [batch]: += tokens read by GQA-packed items
@@ -74,6 +78,12 @@ struct DecodeAttentionArgs {
   bool invariant_merge = false;  // the merge's slot lanes fixed (8), not chosen by grid size:
                                  //   results independent of the batch (batch-invariant steps)
   float scale;                 // softmax scale, 1/sqrt(head_dim)
+  // Query positions per sequence (speculative verification: γ + 1), causal among themselves: the
+  // row of new position p (0..R-1) sees tokens [0, seq_lens[seq] - (R - 1 - p)). R > 1 takes dense
+  // GQA-packed items only (kDense, ScoreKind::kNone, all of a group's rows: dense_decode_heads'
+  // plan, whose merge arrays serve every position), bf16 KV, group x R <= kDecodeMaxTileRows, and
+  // none of the policy fields (lists, scores, window, token_reads); check_decode_args says which.
+  int rows_per_seq = 1;
   // FP8 KV (core/kv_dtype.h), in place of k_pool / v_pool (exactly one of the two kinds is set):
   // codes [n_pages][n_kv_heads][page_size][head_dim] e4m3 and scales [n_pages][n_kv_heads]
   // [page_size] f32, one layer. The kernel copies half the bytes of bf16 (plus 4 per token and
@@ -87,8 +97,9 @@ struct DecodeAttentionArgs {
 
 // Launches the attention kernel (grid = max_items CTAs, each reading its item; idle when >= *n_items)
 // and the merge kernel. No host synchronisation; capturable in a CUDA graph.
-// Supported: head_dim 64 or 128, page_size 16, 32, 64 or 128, group = n_heads / n_kv_heads in 1..8;
-// anything else throws lychee::Error (kUnsupported / kInvalidArgument) naming the field.
+// Supported: head_dim 64 or 128, page_size 16, 32, 64 or 128, group = n_heads / n_kv_heads in 1..8,
+// rows_per_seq as above (group x rows_per_seq > 8 takes the kernel's 16-row variant); anything
+// else throws lychee::Error (kUnsupported / kInvalidArgument) naming the field.
 // Both kernels use programmatic dependent launch: the attention kernel waits for the previous
 // kernel in the stream before reading anything, the merge kernel waits for the attention kernel.
 void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);

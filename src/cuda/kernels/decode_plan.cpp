@@ -197,6 +197,33 @@ std::vector<DecodeHeadWork> dense_decode_heads(std::span<const int32_t> seq_lens
   return heads;
 }
 
+namespace {
+
+// rows_per_seq > 1 (verification): dense attention only. The items are on the device, so what is
+// checked here is that no policy field is set; the runner plans such a step with
+// dense_decode_heads.
+void check_decode_rows(const DecodeAttentionArgs& a) {
+  const int group = a.n_heads / a.n_kv_heads, r = a.rows_per_seq;
+  LY_CHECK(r >= 1, ErrorCode::kInvalidArgument, "decode_attention: rows_per_seq {}; expected >= 1", r);
+  if (r == 1) return;
+  LY_CHECK(group * r <= kDecodeMaxTileRows, ErrorCode::kUnsupported,
+           "unsupported rows_per_seq: {} positions x a GQA group of {} is {} query rows per KV head (at most {})", r,
+           group, group * r, kDecodeMaxTileRows);
+  LY_CHECK(a.k8_pool == nullptr, ErrorCode::kUnsupported,
+           "unsupported rows_per_seq: {} with FP8 KV pages (k8_pool; the FP8 reader serves 8 query rows)", r);
+  const char* policy_field = a.unit_lists != nullptr    ? "unit_lists"
+                             : a.list_counts != nullptr ? "list_counts"
+                             : a.scores != nullptr      ? "scores"
+                             : a.token_reads != nullptr ? "token_reads"
+                             : a.window_sink != 0 || a.window_recent != 0 ? "window_sink/window_recent"
+                                                                           : nullptr;
+  LY_CHECK(policy_field == nullptr, ErrorCode::kUnsupported,
+           "unsupported rows_per_seq: {} with {} set (several positions per sequence take dense items only)", r,
+           policy_field);
+}
+
+}  // namespace
+
 void check_decode_args(const DecodeAttentionArgs& a) {
   LY_CHECK(a.head_dim == 64 || a.head_dim == 128, ErrorCode::kUnsupported, "unsupported head_dim: {}",
            a.head_dim);
@@ -223,6 +250,7 @@ void check_decode_args(const DecodeAttentionArgs& a) {
   LY_CHECK(a.q && a.block_table && a.seq_lens && a.items && a.n_items && a.merge_begin &&
                a.merge_count && a.out,
            ErrorCode::kInvalidArgument, "decode_attention: a device pointer in DecodeAttentionArgs is null");
+  check_decode_rows(a);
 }
 
 }  // namespace lychee::cuda
