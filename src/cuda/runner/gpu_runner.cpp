@@ -166,8 +166,10 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
       h_lo = DeviceBuffer<bf16>(size_t(kBf16GemvMaxRows) * size_t(c.d_model));
     }
   }
-  partial_o = DeviceBuffer<float>(size_t(max_slots) * c.group_size() * c.head_dim);
-  partial_lse = DeviceBuffer<float>(size_t(max_slots) * c.group_size());
+  // A slot's rows: the group, or a verification step's group x rows_per_seq (at most one mma tile).
+  const size_t slot_rows = size_t(std::max(c.group_size(), kDecodeMaxTileRows));
+  partial_o = DeviceBuffer<float>(size_t(max_slots) * slot_rows * c.head_dim);
+  partial_lse = DeviceBuffer<float>(size_t(max_slots) * slot_rows);
   sampled = DeviceBuffer<int32_t>(size_t(o.max_batch));
   meta_h = PinnedBuffer<uint8_t>(meta.total + meta.step_bytes());
   std::memset(meta_h.data(), 0, meta_h.size());
@@ -421,7 +423,7 @@ void GpuRunner::Impl::upload_step_everywhere(size_t bytes) {
   }
 }
 
-int logit_rows(const RunnerOptions& o) { return std::max(o.max_batch, kMaxVerifyRows); }
+int logit_rows(const RunnerOptions& o) { return std::max(o.max_batch * kVerifyStepRowsPerSeq, kMaxVerifyRows); }
 
 void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens, bool all_logits) {
   Impl& im = *impl_;
@@ -469,8 +471,28 @@ void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> t
   impl_->decode(seqs, tokens, use_policy, impl_->o.cuda_graphs, batch_invariant);
 }
 
+bool GpuRunner::verify_step_fits(int batch, int rows_per_seq) const {
+  const Impl& im = *impl_;
+  const Shard& m = *im.shards[0];
+  const int rows = batch * rows_per_seq;
+  return im.size() == 1 && !m.pool->fp8() && batch >= 1 && batch <= im.o.max_batch && rows_per_seq >= 1 &&
+         im.c.group_size() * rows_per_seq <= kDecodeMaxTileRows && rows <= logit_rows(im.o) && rows <= m.max_tokens;
+}
+
+void GpuRunner::verify(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, int rows_per_seq) {
+  const int batch = int(seqs.size());
+  LY_CHECK(verify_step_fits(batch, rows_per_seq), ErrorCode::kUnsupported,
+           "GPU verification step: {} sequences x {} rows (GQA group {}, {} KV pages, {} GPUs) does not fit the decode "
+           "kernel (group x rows <= {}, bf16 KV, one GPU, batch <= {}, rows <= {})",
+           batch, rows_per_seq, impl_->c.group_size(), kv_cache_dtype_name(impl_->lead().pool->dtype()),
+           impl_->size(), kDecodeMaxTileRows, impl_->o.max_batch, logit_rows(impl_->o));
+  LY_CHECK(int(tokens.size()) == batch * rows_per_seq, ErrorCode::kInvalidArgument,
+           "GPU verification step: {} tokens for {} sequences x {} rows", tokens.size(), batch, rows_per_seq);
+  impl_->decode(seqs, tokens, false, impl_->o.cuda_graphs, false, rows_per_seq);
+}
+
 void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy,
-                             bool use_graphs, bool invariant) {
+                             bool use_graphs, bool invariant, int rows) {
   before_forward();  // before the logits rows are overwritten
   Shard& lead_shard = lead();
   const int batch = int(seqs.size());
@@ -478,20 +500,22 @@ void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int3
            "decode batch of {} sequences (1..{} supported)", batch, o.max_batch);
   LY_CHECK(!invariant || batch <= batch_invariant_rows(o), ErrorCode::kInvalidArgument,
            "a batch-invariant decode step of {} sequences (at most {})", batch, batch_invariant_rows(o));
-  LY_CHECK(tokens.empty() || int(tokens.size()) == batch, ErrorCode::kInvalidArgument,
-           "decode got {} tokens for {} sequences", tokens.size(), batch);
+  LY_CHECK(tokens.empty() ? rows == 1 : int(tokens.size()) == batch * rows, ErrorCode::kInvalidArgument,
+           "decode got {} tokens for {} sequences x {} rows", tokens.size(), batch, rows);
   for (int b = 0; b < batch; ++b) {  // every check and page before any state changes
     GpuSeq& s = *seqs[size_t(b)];
     LY_CHECK(s.length > 0, ErrorCode::kInvalidArgument, "decode of an empty sequence (prefill first)");
-    if (!tokens.empty())
-      LY_CHECK(tokens[size_t(b)] >= 0 && tokens[size_t(b)] < c.vocab_size, ErrorCode::kInvalidArgument,
-               "token id {} is outside the vocabulary (size {})", tokens[size_t(b)], c.vocab_size);
-    lead_shard.ensure_pages(s, s.length + 1);
+    for (int r = 0; r < (tokens.empty() ? 0 : rows); ++r) {
+      const int32_t t = tokens[size_t(b * rows + r)];
+      LY_CHECK(t >= 0 && t < c.vocab_size, ErrorCode::kInvalidArgument,
+               "token id {} is outside the vocabulary (size {})", t, c.vocab_size);
+    }
+    lead_shard.ensure_pages(s, s.length + rows);
   }
   for (int b = 0; b < batch; ++b)
     if (seqs[size_t(b)]->table_id == 0) seqs[size_t(b)]->table_id = ++next_table_id;
   std::vector<int> lens(static_cast<size_t>(batch));
-  for (int b = 0; b < batch; ++b) lens[size_t(b)] = seqs[size_t(b)]->length + 1;
+  for (int b = 0; b < batch; ++b) lens[size_t(b)] = seqs[size_t(b)]->length + rows;
   // The step's section, written once (on rank 0) for every rank. The block table lives on the
   // devices; a step sends only the pages a row's device copy lacks (a sequence new to its row:
   // all of them; otherwise the pages added since).
@@ -512,11 +536,14 @@ void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int3
       ++n_deltas;
     }
     row_synced[size_t(b)] = int(s.pages.size());
-    if (!tokens.empty()) m.meta_host<int32_t>(m.meta.tokens)[b] = tokens[size_t(b)];
-    m.meta_host<int32_t>(m.meta.positions)[b] = s.length;
-    m.meta_host<int32_t>(m.meta.kv_page)[b] = s.pages[size_t(s.length / m.o.page_size)];
-    m.meta_host<int32_t>(m.meta.kv_row)[b] = s.length % m.o.page_size;
-    m.meta_host<int32_t>(m.meta.seq_lens)[b] = s.length + 1;
+    for (int r = 0; r < rows; ++r) {  // token row i = b rows + r at position length + r
+      const int i = b * rows + r, pos = s.length + r;
+      if (!tokens.empty()) m.meta_host<int32_t>(m.meta.tokens)[i] = tokens[size_t(i)];
+      m.meta_host<int32_t>(m.meta.positions)[i] = pos;
+      m.meta_host<int32_t>(m.meta.kv_page)[i] = s.pages[size_t(pos / m.o.page_size)];
+      m.meta_host<int32_t>(m.meta.kv_row)[i] = pos % m.o.page_size;
+    }
+    m.meta_host<int32_t>(m.meta.seq_lens)[b] = s.length + rows;
     m.meta_host<int32_t>(m.meta.quest_from)[b] = s.quest_epoch == m.policy_epoch ? std::min(s.quest_from, s.length) : 0;
   }
   m.meta_host<int32_t>(m.meta.n_deltas)[0] = n_deltas;
@@ -545,17 +572,21 @@ void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int3
     }
   }
   ++n_forwards;
+  // Decode steps (rows 1) and verification steps (rows > 1: keys past every decode step's) each
+  // have their graph; forward's q_len is the decode attention's rows_per_seq.
+  const int n = batch * rows;
   if (use_graphs) {
     const std::vector<cudaStream_t> st = streams();
-    graphs.run(batch * 4 + (invariant ? 2 : 0) + (step_policy ? 1 : 0), devices, st,
-               [&] { forward(batch, true, batch, 1, 0, batch); });
+    const int key = rows == 1 ? batch * 4 + (invariant ? 2 : 0) + (step_policy ? 1 : 0)
+                              : (1 << 20) + batch * (kDecodeMaxTileRows + 1) + rows;
+    graphs.run(key, devices, st, [&] { forward(n, true, batch, rows, 0, n); });
   } else {
-    forward(batch, true, batch, 1, 0, batch);
+    forward(n, true, batch, rows, 0, n);
   }
-  count_reduces(batch, batch);
+  count_reduces(n, n);
   lead_shard.use();
   for (GpuSeq* s : seqs) {
-    s->length += 1;
+    s->length += rows;
     if (step_policy && lead_shard.policy->spec.has(lychee::ScoreKind::kPageBound)) {
       s->quest_from = s->length;
       s->quest_epoch = lead_shard.policy_epoch;
