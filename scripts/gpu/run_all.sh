@@ -1256,7 +1256,9 @@ PY
     # eval's prompts (4 tasks, SPEC_LENGTHS, depth 0.5, 2 samples), drafts lychee/tidal/quest/duo at
     # budget SPEC_BUDGET, γ in SPEC_GAMMAS: eval --speculate records drafted/accepted (and its
     # outputs are Full's: every policy's score must equal Full's). (b) bench_spec on the 8B shape with
-    # random weights: Full step, LycheeDecode step, verification of γ + 1 rows per sequence, batch
+    # random weights: Full step, LycheeDecode step, verification of γ + 1 rows per sequence (the
+    # decode-kernel verification step where the 8B's group of 4 x (γ + 1) <= 16, i.e. γ <= 3, and
+    # the prefill pass for every γ: verify_step_ms / verify_step_rows_ms / verify_prefill_ms), batch
     # SPEC_BATCHES x SPEC_CONTEXTS. (c) scripts/plot_speculative.py: tokens/s COMPUTED from (b)'s
     # times and (a)'s lychee acceptance (spec_summary.md/.json, speedup.svg).
     link_model
