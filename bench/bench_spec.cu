@@ -1,9 +1,10 @@
 // Self-speculative decoding's step times on the GPU (issue 39; docs/speculative.md): for each
 // batch and context, a Full decode step, a LycheeDecode decode step (the draft's) and the
 // verification of γ + 1 rows per sequence, two ways: the verification step (GpuRunner::verify:
-// one decode step over batch x (γ + 1) rows, the KV read once, captured; where the decode kernel
-// takes the rows, group x (γ + 1) <= 16), and the prefill pass (GpuRunner::prefill with
-// all_logits, one pass per sequence; what GpuSession::verify runs where the step does not fit).
+// one decode step over batch x (γ + 1) rows, captured; the KV read once where group x (γ + 1) <=
+// 16, once per 16 / group positions past it: the 8B's group of 4 reads it twice at γ = 4..7,
+// three times at γ = 8), and the prefill pass (GpuRunner::prefill with all_logits, one pass per
+// sequence; what GpuSession::verify runs where the step does not fit: γ >= 16, FP8 KV).
 // Both copy every row's logits to the host as the session does; verify_step_ms is the step with
 // only its last row copied (the device time plus one copy). On a model of --shape with random
 // weights (decode time does not depend on the values).
@@ -13,7 +14,8 @@
 // scripts/gpu/run_all.sh measures on the default model with real weights and combines with these
 // times (tokens/s = batch x E[tokens per cycle] / (γ T_draft + T_verify)). A draft step is the
 // batch's LycheeDecode step (drafts of every sequence batched), the verification step the
-// batch's too; verify_ms is the verification step where it fits, else the prefill pass.
+// batch's too; verify_ms is the verification step where it fits (verify_step_fits), else the
+// prefill pass.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +33,7 @@
 #include "bench_env.h"
 #include "core/json_io.h"
 #include "cuda/common/common.h"
+#include "cuda/kernels/decode_attention.h"
 #include "cuda/runner/gpu_runner.h"
 
 namespace {
@@ -216,6 +219,7 @@ int main(int argc, char** argv) try {
                                          "rows, every row copied to the host) where it fits (verify_step_rows_ms; "
                                          "verify_step_ms: only the last row copied), else verify_prefill_ms (per "
                                          "sequence: GpuRunner::prefill all_logits, rows copied to the host)"},
+                              {"positions_per_item", cuda::decode_positions_per_item(c.group_size(), 16)},
                               {"command", command},
                               {"commit", std::getenv("LYCHEE_COMMIT") ? std::getenv("LYCHEE_COMMIT") : "unknown"},
                               {"rows", rows}};

@@ -1,8 +1,9 @@
 // Decode attention with several query positions per sequence (DecodeAttentionArgs::rows_per_seq,
 // speculative verification's γ + 1 rows): the kernel against the double-precision reference of
 // attention_reference.h, the row of new position p of a sequence of length L (all R new tokens
-// counted) attending over its first L - (R - 1 - p) tokens. Every group size with every R up to
-// one mma tile (group x R <= 16: the narrow variant up to 8 rows, the Wide one past it), head dims
+// counted) attending over its first L - (R - 1 - p) tokens. Every group size with R = 1..9 and 16
+// (within one mma tile, group x R <= 16: the narrow variant up to 8 rows, the Wide one past it;
+// beyond it the plan cuts a head's positions over several items and merges them apart), head dims
 // 64 and 128, pages of 16 and 64, lengths that are not page multiples with the new tokens across a
 // page boundary, several sequences, whole and split plans (the new tokens then span two items);
 // and under programmatic dependent launch behind a slow producer of q and all R appended K/V rows,
@@ -106,12 +107,16 @@ struct RowsDevice {
   cuda::DecodeAttentionArgs args{};
 };
 
-// The dense plan (R does not change it: every item serves all rows of its KV head): one item per
-// head (split false), or the whole machine's worth of splits of at least a page.
+// The dense plan for R rows: one split per head (split false; past one tile, one item per group
+// of positions), or the whole machine's worth of splits of at least a page.
 DecodePlan rows_plan(const RowsProblem& p, bool split) {
   const auto heads = cuda::dense_decode_heads(p.seq_lens, p.n_kv_heads, p.group, p.page_size, p.max_pages);
-  if (!split) return cuda::plan_decode(heads, p.batch, p.n_heads(), p.n_kv_heads, 1, 1, 1 << 30, int(heads.size()));
-  return cuda::plan_decode(heads, p.batch, p.n_heads(), p.n_kv_heads, 132, 2, p.page_size, 4096);
+  const int per_item = cuda::decode_positions_per_item(p.group, p.rows);
+  const int chunks = (p.rows + per_item - 1) / per_item;
+  if (!split)
+    return cuda::plan_decode(heads, p.batch, p.n_heads(), p.n_kv_heads, 1, 1, 1 << 30, int(heads.size()) * chunks, 0,
+                             p.rows);
+  return cuda::plan_decode(heads, p.batch, p.n_heads(), p.n_kv_heads, 132, 2, p.page_size, 4096, 0, p.rows);
 }
 
 void rows_setup(RowsDevice& dp, const RowsProblem& p, const DecodePlan& plan) {
@@ -199,7 +204,7 @@ TEST(DecodeAttentionRows, MatchTheCausalReference) {
   for (const int d : {64, 128})
     for (const int ps : {16, 64})
       for (const int group : {1, 3, 4, 8})
-        for (int rows = 1; group * rows <= cuda::kDecodeMaxTileRows; ++rows)
+        for (const int rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16})
           for (const bool split : {false, true}) {
             SCOPED_TRACE("d " + std::to_string(d) + ", page " + std::to_string(ps) + ", group " +
                          std::to_string(group) + ", rows " + std::to_string(rows) + (split ? ", split" : ", whole"));
@@ -228,11 +233,12 @@ TEST(DecodeAttentionRows, MatchTheCausalReference) {
 
 // The rows' results do not depend on the other rows: position p of an R-row step equals the
 // one-row step (R = 1) of the sequence cut to its length L - (R - 1 - p), bit for bit when both
-// plans are whole (one item per head: the same tokens in the same order; the 8-row and 16-row
-// variants sum the same products).
+// plans are whole (one split per head: the same tokens in the same order; the 8-row and 16-row
+// variants sum the same products; past one tile each group of positions its own item).
 TEST(DecodeAttentionRows, EachRowEqualsTheOneRowStepOfItsPrefix) {
   LY_REQUIRE_GPU();
-  for (const auto& [group, rows] : {std::pair{4, 4}, std::pair{3, 5}, std::pair{8, 2}, std::pair{1, 16}}) {
+  for (const auto& [group, rows] :
+       {std::pair{4, 4}, std::pair{3, 5}, std::pair{8, 2}, std::pair{1, 16}, std::pair{4, 9}, std::pair{8, 5}}) {
     SCOPED_TRACE("group " + std::to_string(group) + ", rows " + std::to_string(rows));
     const RowsProblem p = make_rows_problem({1000, 65}, 2, group, 128, 16, rows, 77u + uint32_t(group));
     RowsDevice dp;
@@ -273,7 +279,7 @@ TEST(DecodeAttentionRows, AppendedRowsWrittenSlowlyBeforeTheStep) {
   LY_REQUIRE_GPU();
   if (std::getenv("LYCHEE_NO_PDL") != nullptr) GTEST_SKIP() << "LYCHEE_NO_PDL is set: nothing can race";
   for (const auto& [group, rows, ps] : {std::tuple{4, 4, 16}, std::tuple{3, 5, 64}, std::tuple{1, 16, 16},
-                                        std::tuple{8, 1, 64}})
+                                        std::tuple{8, 1, 64}, std::tuple{4, 7, 16}})
     for (const bool split : {false, true}) {
       SCOPED_TRACE("group " + std::to_string(group) + ", rows " + std::to_string(rows) + ", page " +
                    std::to_string(ps) + (split ? ", split" : ", whole"));

@@ -1,8 +1,10 @@
 // Self-speculative decoding on the GPU (runtime/speculative.h, GpuSession::verify). The GPU's
-// verification is one decode step of γ + 1 rows per sequence (GpuRunner::verify, the decode
-// kernel's rows_per_seq) where the model's GQA group x (γ + 1) fits one mma tile (<= 16 rows: the
-// default model's group of 3 takes γ <= 4), else one chunk through the prefill kernels (the
-// split-KV fallback for a short chunk over a long cache) with every row's logits. Either way its
+// verification is one decode step of γ + 1 <= 16 rows per sequence (GpuRunner::verify, the decode
+// kernel's rows_per_seq: the KV read once where the model's GQA group x (γ + 1) fits one mma tile
+// of 16 rows, the default model's group of 3 up to γ = 4, once per tile's worth of positions
+// past it), else one chunk through the prefill kernels (the split-KV fallback for a short chunk
+// over a long cache) with every row's logits (FP8 KV pages, γ = 16; compared here through
+// GpuRunner::prefill's all_logits directly). Either way its
 // rows equal Full's decode steps within bf16 rounding of another summation order, not bit for
 // bit as on the CPU. Tested: the rows of both against Full's decode steps of the same tokens (the
 // bound HybridPolicies uses for policies that read every token in another order) and against each
@@ -123,9 +125,9 @@ void expect_rows_near(const std::vector<std::vector<float>>& got, const std::vec
 
 // The verification step (GpuRunner::verify: one decode step of R rows, the decode kernel's
 // rows_per_seq) against the prefill pass's verification of the same tokens and against R
-// successive Full decode steps, for every R the default model's group of 3 takes (up to 5); then
-// the cache after a rejection: truncated to the accepted tokens, the next Full step equals the
-// step over a cache built from those tokens alone.
+// successive Full decode steps, R = 1..9 (the default model's group of 3 fits one tile up to 5;
+// 6..9 take two items per head); then the cache after a rejection: truncated to the accepted
+// tokens, the next Full step equals the step over a cache built from those tokens alone.
 TEST(CudaSpeculative, VerifyStepRowsMatchPrefillVerifyAndFullSteps) {
   LY_REQUIRE_GPU();
   LY_REQUIRE_DEFAULT_MODEL(path);
@@ -134,10 +136,9 @@ TEST(CudaSpeculative, VerifyStepRowsMatchPrefillVerifyAndFullSteps) {
   const ModelConfig& c = g.ck.config();
   std::vector<int32_t> prompt;
   for (int i = 0; i < 900; ++i) prompt.push_back(int32_t((i * 37 + 11) % c.vocab_size));
-  const int max_rows = cuda::kDecodeMaxTileRows / c.group_size();
-  ASSERT_GE(max_rows, 2);
-  ASSERT_FALSE(r.verify_step_fits(1, max_rows + 1));
-  for (int rows = 1; rows <= max_rows; ++rows) {
+  ASSERT_EQ(cuda::decode_positions_per_item(c.group_size(), 9), 5);
+  ASSERT_FALSE(r.verify_step_fits(1, cuda::kDecodeMaxVerifyRows + 1));
+  for (int rows = 1; rows <= 9; ++rows) {
     SCOPED_TRACE("rows " + std::to_string(rows));
     ASSERT_TRUE(r.verify_step_fits(1, rows));
     std::vector<int32_t> toks;

@@ -1257,9 +1257,9 @@ PY
     # budget SPEC_BUDGET, γ in SPEC_GAMMAS: eval --speculate records drafted/accepted (and its
     # outputs are Full's: every policy's score must equal Full's). (b) bench_spec on the 8B shape with
     # random weights: Full step, LycheeDecode step, verification of γ + 1 rows per sequence (the
-    # decode-kernel verification step where the 8B's group of 4 x (γ + 1) <= 16, i.e. γ <= 3, and
-    # the prefill pass for every γ: verify_step_ms / verify_step_rows_ms / verify_prefill_ms), batch
-    # SPEC_BATCHES x SPEC_CONTEXTS. (c) scripts/plot_speculative.py: tokens/s COMPUTED from (b)'s
+    # decode-kernel verification step, the KV read once for γ <= 3 on the 8B's group of 4 and twice
+    # for γ 4-7, and the prefill pass: verify_step_ms / verify_step_rows_ms / verify_prefill_ms),
+    # batch SPEC_BATCHES x SPEC_CONTEXTS. (c) scripts/plot_speculative.py: tokens/s COMPUTED from (b)'s
     # times and (a)'s lychee acceptance (spec_summary.md/.json, speedup.svg).
     link_model
     rc=0

@@ -181,7 +181,7 @@ __device__ __forceinline__ void attend_tile(uint32_t k_tile, uint32_t v_tile,
 // only item, else the normalised partial O and the natural-log LSE of its slot.
 // kPairedDims (the FP8 reader): o[2 c + j][i] holds dim 16 c + 4 t4 + 2 i + j, in units of o_scale;
 // else o[j][i] holds dim 8 j + 2 t4 + i (and o[j][2 + i] row g + 8's in the Wide variant).
-// Tile row j is position j / n_rows of the sequence's new ones, query row j % n_rows of the item.
+// Tile row j is new position pos_begin + j / n_rows of the sequence, query row j % n_rows of the item.
 template <int HeadDim, bool kPairedDims = false, bool Wide = false>
 __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const DecodeWorkItem& item,
                                            int group, uint8_t* smem,
@@ -240,10 +240,11 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
 
   constexpr int kVec = HeadDim / 4;  // 4 dims per thread and step
   const int n_rows = item.n_rows, row_begin = item.row_begin, R = a.rows_per_seq;
+  const int n_pos = item.n_pos > 0 ? item.n_pos : R, p0 = item.pos_begin;
   const int slot_rows = group * R;   // a slot's rows: every position's group
-  for (int idx = threadIdx.x; idx < n_rows * R * kVec; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < n_rows * n_pos * kVec; idx += kThreads) {
     const int j = idx / kVec, c = (idx % kVec) * 4;
-    const int pos = j / n_rows, r = row_begin + j % n_rows;
+    const int pos = p0 + j / n_rows, r = row_begin + j % n_rows;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
@@ -259,8 +260,8 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
       *reinterpret_cast<float4*>(a.partial_o + (size_t(item.slot) * slot_rows + pos * group + r) * HeadDim + c) = acc;
     }
   }
-  if (item.slot >= 0 && int(threadIdx.x) < n_rows * R) {
-    const int j = threadIdx.x, pos = j / n_rows, r = row_begin + j % n_rows;
+  if (item.slot >= 0 && int(threadIdx.x) < n_rows * n_pos) {
+    const int j = threadIdx.x, pos = p0 + j / n_rows, r = row_begin + j % n_rows;
     a.partial_lse[size_t(item.slot) * slot_rows + pos * group + r] = s_lse[j];
   }
 }
@@ -309,8 +310,9 @@ __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const Dec
 
   // Q as A fragments, loaded while the first tiles are in flight: tile row j = g + 8 h (h = 1: the
   // Wide variant) is query head kv_head * group + row_begin + j % n_rows at new position
-  // j / n_rows (zero for j >= n_rows R), k = dims (FP8: Fp8Query's f16 layout). lim[h]: the
-  // row's causal end in item tokens (R > 1: dense items), n_tok otherwise.
+  // pos_begin + j / n_rows (zero for j >= n_rows x the item's positions), k = dims (FP8:
+  // Fp8Query's f16 layout). lim[h]: the row's causal end in item tokens (R > 1: dense items),
+  // n_tok otherwise.
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   uint32_t qf[DecodeTraits<HeadDim>::kKSteps][4];
   Fp8Query<HeadDim> q8;
@@ -319,9 +321,9 @@ __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const Dec
   bool q_ok[2];
 #pragma unroll
   for (int h = 0; h < (Wide ? 2 : 1); ++h) {
-    const int j = g + 8 * h, n_rows = item.n_rows;
-    q_ok[h] = j < n_rows * R;
-    const int pos = q_ok[h] ? j / n_rows : 0, r = q_ok[h] ? j % n_rows : 0;
+    const int j = g + 8 * h, n_rows = item.n_rows, n_pos = item.n_pos > 0 ? item.n_pos : R;
+    q_ok[h] = j < n_rows * n_pos;
+    const int pos = q_ok[h] ? item.pos_begin + j / n_rows : 0, r = q_ok[h] ? j % n_rows : 0;
     q_rows[h] = a.q + ((size_t(item.seq) * R + pos) * a.n_heads + size_t(item.kv_head) * group + item.row_begin + r) *
                           HeadDim;
     if (R > 1 && q_ok[h]) lim[h] = min(n_tok, max(0, new0 + pos + 1));
@@ -501,9 +503,11 @@ auto with_variant(int head_dim, int page_size, F&& f) {
 
 void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   check_decode_args(a);
+  const int group = a.n_heads / a.n_kv_heads;
   with_variant(a.head_dim, a.page_size, [&](auto d, auto p) {
     if (a.k8_pool != nullptr) launch_decode<d.value, p.value, true, false>(a, stream);
-    else if ((a.n_heads / a.n_kv_heads) * a.rows_per_seq > kMaxGroup) launch_decode<d.value, p.value, false, true>(a, stream);
+    else if (group * decode_positions_per_item(group, a.rows_per_seq) > kMaxGroup)
+      launch_decode<d.value, p.value, false, true>(a, stream);
     else launch_decode<d.value, p.value, false, false>(a, stream);
   });
 }

@@ -50,7 +50,10 @@ __global__ void __launch_bounds__(merge_threads<HeadDim, Lanes>()) decode_merge_
   const int seq = blockIdx.x / (R * a.n_heads), pos = blockIdx.x / a.n_heads % R, h = blockIdx.x % a.n_heads;
   const int mi = seq * a.n_heads + h, r = pos * group + h % group;
   const int count = a.merge_count[mi];
-  const int begin = a.merge_begin[mi];
+  // Past one tile the head's slots are one run of `count` per group of positions (plan_decode):
+  // decode_positions_per_item's number, computed here the same way.
+  const int per_item = min(R, max(1, kDecodeMaxTileRows / group));
+  const int begin = a.merge_begin[mi] + (pos / per_item) * count;
   wait_previous_kernel();  // the attention's partials (a PDL product after it may load its weights meanwhile)
   // A head written directly by its only item returns only now: a CTA that ended before its wait
   // would let the next kernel start before the attention kernel ends.

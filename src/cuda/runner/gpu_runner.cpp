@@ -326,8 +326,9 @@ void Shard::upload_step(size_t bytes) {
   LY_CUDA_CHECK(cudaEventRecord(step_consumed[staging], stream));
 }
 
-void Shard::plan_and_upload(const GpuPolicyPlan* plan, std::span<const int> lens) {
-  const size_t end = planner.plan(plan, lens, meta_h.data(), [&] { wait_event(plan_consumed); }, invariant);
+void Shard::plan_and_upload(const GpuPolicyPlan* plan, std::span<const int> lens, int rows_per_seq) {
+  const size_t end =
+      planner.plan(plan, lens, meta_h.data(), [&] { wait_event(plan_consumed); }, invariant, rows_per_seq);
   if (end == 0) return;  // the plans on the device are still right
   LY_CUDA_CHECK(cudaMemcpyAsync(meta_d.data() + meta.n_items, meta_h.data() + meta.n_items, end - meta.n_items,
                                 cudaMemcpyHostToDevice, stream));
@@ -475,17 +476,20 @@ bool GpuRunner::verify_step_fits(int batch, int rows_per_seq) const {
   const Impl& im = *impl_;
   const Shard& m = *im.shards[0];
   const int rows = batch * rows_per_seq;
+  const int per_item = decode_positions_per_item(im.c.group_size(), std::max(rows_per_seq, 1));
+  const int items = batch * im.c.n_kv_heads * ((rows_per_seq + per_item - 1) / per_item);  // at least
   return im.size() == 1 && !m.pool->fp8() && batch >= 1 && batch <= im.o.max_batch && rows_per_seq >= 1 &&
-         im.c.group_size() * rows_per_seq <= kDecodeMaxTileRows && rows <= logit_rows(im.o) && rows <= m.max_tokens;
+         rows_per_seq <= kDecodeMaxVerifyRows && rows <= logit_rows(im.o) && rows <= m.max_tokens &&
+         items <= m.max_items;
 }
 
 void GpuRunner::verify(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, int rows_per_seq) {
   const int batch = int(seqs.size());
   LY_CHECK(verify_step_fits(batch, rows_per_seq), ErrorCode::kUnsupported,
-           "GPU verification step: {} sequences x {} rows (GQA group {}, {} KV pages, {} GPUs) does not fit the decode "
-           "kernel (group x rows <= {}, bf16 KV, one GPU, batch <= {}, rows <= {})",
-           batch, rows_per_seq, impl_->c.group_size(), kv_cache_dtype_name(impl_->lead().pool->dtype()),
-           impl_->size(), kDecodeMaxTileRows, impl_->o.max_batch, logit_rows(impl_->o));
+           "GPU verification step: {} sequences x {} rows ({} KV pages, {} GPUs) does not fit the decode kernel "
+           "(rows per sequence <= {}, bf16 KV, one GPU, batch <= {}, rows <= {})",
+           batch, rows_per_seq, kv_cache_dtype_name(impl_->lead().pool->dtype()), impl_->size(),
+           kDecodeMaxVerifyRows, impl_->o.max_batch, logit_rows(impl_->o));
   LY_CHECK(int(tokens.size()) == batch * rows_per_seq, ErrorCode::kInvalidArgument,
            "GPU verification step: {} tokens for {} sequences x {} rows", tokens.size(), batch, rows_per_seq);
   impl_->decode(seqs, tokens, false, impl_->o.cuda_graphs, false, rows_per_seq);
@@ -560,7 +564,7 @@ void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int3
     r.use();
     r.step_policy = step_policy;
     r.invariant = invariant;
-    r.plan_and_upload(step_policy ? &*r.policy : nullptr, lens);
+    r.plan_and_upload(step_policy ? &*r.policy : nullptr, lens, rows);
     if (!tokens.empty()) continue;
     if (r.rank == 0) {
       LY_CUDA_CHECK(cudaMemcpyAsync(r.meta_dev<int32_t>(r.meta.tokens), r.sampled.data(), size_t(batch) * 4,

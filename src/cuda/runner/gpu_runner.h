@@ -213,11 +213,13 @@ class GpuRunner {
   // causal among themselves), every product on the batch x R rows, the logits of token b R + r in
   // row b R + r; captured in a CUDA graph per (batch, R). Rows equal R successive dense decode
   // steps within bf16 rounding of another split-KV summation order (CudaSpeculative tests).
-  // kUnsupported where verify_step_fits says no (callers take prefill's all_logits pass then).
+  // Where group x R passes one mma tile (16 rows) a head's positions are cut over several items,
+  // each reading the KV (the 8B's group of 4: 4 positions an item). kUnsupported where
+  // verify_step_fits says no (callers take prefill's all_logits pass then).
   void verify(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, int rows_per_seq);
   // Whether verify takes `batch` sequences of `rows_per_seq` rows: one GPU, bf16 KV pages (the FP8
-  // reader serves 8 query rows), group x rows_per_seq <= 16 (one mma tile), batch x rows_per_seq
-  // within the logits rows and the activation buffers. Pure.
+  // reader serves 8 query rows), rows_per_seq <= kDecodeMaxVerifyRows, batch x rows_per_seq within
+  // the logits rows and the activation buffers. Pure.
   bool verify_step_fits(int batch, int rows_per_seq) const;
 
   // The decode-attention policy of later steps (Full by default), as the backend-neutral

@@ -207,7 +207,7 @@ struct Shard {
   void upload_step(size_t bytes);
   // Plans the decode step's patterns; on a replan, waits for the last plan upload, rewrites the
   // plan section and queues its copy.
-  void plan_and_upload(const GpuPolicyPlan* policy, std::span<const int> lens);
+  void plan_and_upload(const GpuPolicyPlan* policy, std::span<const int> lens, int rows_per_seq = 1);
   void ensure_pages(GpuSeq& seq, int new_length);
   void allocate_policy_buffers();
 
