@@ -188,6 +188,21 @@ TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
   }
 }
 
+// The logits rows hold a decode step's batch, a verification pass (17 rows) and a verification
+// step of up to 8 sequences x 9 rows, never more than that for a large max_batch.
+TEST(RunnerPlan, LogitRowsHoldAVerificationStep) {
+  const auto rows = [](int max_batch) {
+    cuda::RunnerOptions o;
+    o.max_batch = max_batch;
+    return cuda::logit_rows(o);
+  };
+  EXPECT_EQ(rows(1), cuda::kMaxVerifyRows);
+  EXPECT_EQ(rows(4), 4 * cuda::kVerifyStepRowsPerSeq);
+  EXPECT_EQ(rows(8), 8 * cuda::kVerifyStepRowsPerSeq);
+  EXPECT_EQ(rows(64), 8 * cuda::kVerifyStepRowsPerSeq);
+  EXPECT_EQ(rows(100), 100);
+}
+
 // A verification step's plan (rows_per_seq R): dense only; a change of R replans (past one tile
 // the items carry position groups), the same R reuses the plan, and the plan written is
 // plan_decode's with that R.

@@ -424,7 +424,9 @@ void GpuRunner::Impl::upload_step_everywhere(size_t bytes) {
   }
 }
 
-int logit_rows(const RunnerOptions& o) { return std::max(o.max_batch * kVerifyStepRowsPerSeq, kMaxVerifyRows); }
+int logit_rows(const RunnerOptions& o) {
+  return std::max({o.max_batch, kMaxVerifyRows, std::min(o.max_batch, kVerifyStepSeqs) * kVerifyStepRowsPerSeq});
+}
 
 void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens, bool all_logits) {
   Impl& im = *impl_;
