@@ -1,5 +1,6 @@
 // The hybrid-head split-KV paged decode attention (FlashDecoding-style, LycheeDecode's Appendix C)
-// for Hopper: one query token per sequence, tensor cores (mma.sync m16n8k16 bf16), a cp.async
+// for Hopper: one query token per sequence (or rows_per_seq of them, causal among themselves:
+// speculative verification), tensor cores (mma.sync m16n8k16 bf16), a cp.async
 // pipeline over the paged KV cache, and a log-sum-exp merge of the splits. Dense heads, sparse
 // heads and per-query-head baselines run in ONE launch: every head's work is a list of entries
 // (pages, 16-token chunks or single tokens) cut into splits of equal token count over all SMs.

@@ -1,5 +1,5 @@
-// GpuRunner's state, shared by its files: gpu_runner.cpp (construction, prefill, decode, policy
-// setting, pages), forward.cpp (the layers and the decode-time selections), sampling.cpp and
+// GpuRunner's state, shared by its files: gpu_runner.cpp (construction, prefill, policy setting,
+// pages), decode_step.cpp (decode and verification steps), forward.cpp (the layers and the decode-time selections), sampling.cpp and
 // graph_cache.cpp. Private to the runner. The runner is one Shard per GPU (one without tensor
 // parallelism) driven by one host thread.
 #pragma once
