@@ -81,7 +81,8 @@ struct DecodeAttentionArgs {
   const int32_t* merge_begin;  // [batch * n_heads]: first slot of (seq, query head); its slots are contiguous
   const int32_t* merge_count;  // [batch * n_heads]: slots to merge (0 = written directly)
   float* partial_o;            // [max_slots][rows_per_seq * group][head_dim]: a slot's row p * group + r is
-                               //   query row r of the group at new position p
+                               //   query row r of the group at new position p (past one tile an item
+                               //   writes its positions' rows only)
   float* partial_lse;          // [max_slots][rows_per_seq * group] natural-log LSE of the scaled logits
   bf16* out;                   // [batch][rows_per_seq][n_heads][head_dim]
   float* scores;               // fused scores: row (seq * n_kv_heads + kv) for group kinds,

@@ -32,7 +32,8 @@ constexpr int merge_threads() { return Lanes * HeadDim / 4; }
 using namespace ptx;
 
 // One CTA per (sequence, new position, query head): out = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i
-// - M) over the head's slots (a slot holds every position's rows: rows_per_seq x group). kSlotLanes slots are combined in parallel, each by HeadDim / 4 threads.
+// - M) over the head's slots (a slot holds every position's rows: rows_per_seq x group).
+// kSlotLanes slots are combined in parallel, each by HeadDim / 4 threads.
 template <int HeadDim, int Lanes>
 __global__ void __launch_bounds__(merge_threads<HeadDim, Lanes>()) decode_merge_kernel(const DecodeAttentionArgs a) {
   constexpr int kThreads = merge_threads<HeadDim, Lanes>();

@@ -166,8 +166,9 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
       h_lo = DeviceBuffer<bf16>(size_t(kBf16GemvMaxRows) * size_t(c.d_model));
     }
   }
-  // A slot's rows: the group, or a verification step's group x rows_per_seq (at most one mma tile).
-  const size_t slot_rows = size_t(std::max(c.group_size(), kDecodeMaxTileRows));
+  // A slot's rows: the group, or a verification step's group x rows_per_seq (every position's
+  // rows, also past one mma tile: up to kDecodeMaxVerifyRows positions).
+  const size_t slot_rows = size_t(c.group_size()) * kDecodeMaxVerifyRows;
   partial_o = DeviceBuffer<float>(size_t(max_slots) * slot_rows * c.head_dim);
   partial_lse = DeviceBuffer<float>(size_t(max_slots) * slot_rows);
   sampled = DeviceBuffer<int32_t>(size_t(o.max_batch));
