@@ -1,14 +1,21 @@
 // Self-speculative decoding's step times on the GPU (issue 39; docs/speculative.md): for each
 // batch and context, a Full decode step, a LycheeDecode decode step (the draft's) and the
-// verification pass of γ + 1 rows (GpuRunner::prefill with all_logits, one pass per sequence, as
-// GpuSession::verify runs it, each row's logits copied to the host as the session does), on a
-// model of --shape with random weights (decode time does not depend on the values).
+// verification of γ + 1 rows per sequence, two ways: the verification step (GpuRunner::verify:
+// one decode step over batch x (γ + 1) rows, captured; the KV read once where group x (γ + 1) <=
+// 16, once per 16 / group positions past it: the 8B's group of 4 reads it twice at γ = 4..7,
+// three times at γ = 8), and the prefill pass (GpuRunner::prefill with all_logits, one pass per
+// sequence; what GpuSession::verify runs where the step does not fit: γ >= 16, FP8 KV).
+// Both copy every row's logits to the host as the session does; verify_step_ms is the step with
+// only its last row copied (the device time plus one copy). On a model of --shape with random
+// weights (decode time does not depend on the values).
 //   bench_spec [--shape llama3-8b] [--contexts 32768,65536,131072] [--batches 1,4,8] [--gammas 2,4,6,8]
 //              [--budget 4096] [--block-size 16] [--retrieval 32] [--steps 16] [--json FILE]
 // It measures times only: tokens per second need an acceptance rate, which the bench-spec stage of
 // scripts/gpu/run_all.sh measures on the default model with real weights and combines with these
 // times (tokens/s = batch x E[tokens per cycle] / (γ T_draft + T_verify)). A draft step is the
-// batch's LycheeDecode step (drafts of every sequence batched); the verification is per sequence.
+// batch's LycheeDecode step (drafts of every sequence batched), the verification step the
+// batch's too; verify_ms is the verification step where it fits (verify_step_fits), else the
+// prefill pass.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +33,7 @@
 #include "bench_env.h"
 #include "core/json_io.h"
 #include "cuda/common/common.h"
+#include "cuda/kernels/decode_attention.h"
 #include "cuda/runner/gpu_runner.h"
 
 namespace {
@@ -96,8 +104,30 @@ double step_ms(cuda::GpuRunner& r, std::vector<cuda::GpuSeq*>& seqs, const Decod
   return ms;
 }
 
-// Milliseconds of one verification of γ + 1 rows for every sequence of the batch (median of reps).
-double verify_ms(cuda::GpuRunner& r, std::vector<cuda::GpuSeq*>& seqs, int gamma, int reps, int ctx) {
+// Milliseconds of one verification step of γ + 1 rows per sequence for the whole batch (median of
+// reps, the first two, which capture its graph, not counted): every row's logits copied to the
+// host (all_rows), or only the last one's.
+double verify_step_ms(cuda::GpuRunner& r, std::vector<cuda::GpuSeq*>& seqs, int gamma, int reps, int ctx,
+                      bool all_rows) {
+  const int vocab = r.config().vocab_size, batch = int(seqs.size()), rows = batch * (gamma + 1);
+  std::vector<int32_t> tokens(static_cast<size_t>(rows));
+  for (int i = 0; i < rows; ++i) tokens[size_t(i)] = 1000 + i % (gamma + 1);
+  std::vector<float> row(static_cast<size_t>(vocab));
+  std::vector<double> times;
+  for (int rep = 0; rep < reps + 2; ++rep) {
+    const auto t0 = Clock::now();
+    r.verify(seqs, tokens, gamma + 1);
+    for (int i = all_rows ? 0 : rows - 1; i < rows; ++i) r.copy_logits(i, row);
+    if (rep > 1) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    for (cuda::GpuSeq* s : seqs) r.truncate(*s, ctx);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Milliseconds of one prefill-pass verification of γ + 1 rows for every sequence of the batch
+// (median of reps).
+double verify_prefill_ms(cuda::GpuRunner& r, std::vector<cuda::GpuSeq*>& seqs, int gamma, int reps, int ctx) {
   const int vocab = r.config().vocab_size;
   std::vector<int32_t> tokens(static_cast<size_t>(gamma + 1));
   for (int i = 0; i <= gamma; ++i) tokens[size_t(i)] = 1000 + i;
@@ -135,7 +165,8 @@ int main(int argc, char** argv) try {
   const auto& dev = cuda::device_info();
   std::printf("%s, %d SMs; %s random weights; LycheeDecode budget %d, block %d, %d retrieval KV heads\n", dev.name,
               dev.sm_count, c.name.c_str(), opt.budget, opt.block_size, opt.n_retrieval);
-  std::printf("%6s %8s %10s %10s %6s %12s\n", "batch", "context", "full ms", "lychee ms", "gamma", "verify ms");
+  std::printf("%6s %8s %10s %10s %6s %12s %12s %12s\n", "batch", "context", "full ms", "lychee ms", "gamma",
+              "step ms", "step+rows ms", "prefill ms");
   nlohmann::json rows = nlohmann::json::array();
   for (const int batch : batches)
     for (const int ctx : contexts) {
@@ -154,14 +185,29 @@ int main(int argc, char** argv) try {
       }
       const double t_full = step_ms(r, ptrs, full, opt.steps, ctx);
       const double t_draft = step_ms(r, ptrs, lychee, opt.steps, ctx);
-      nlohmann::json verify = nlohmann::json::object();
+      nlohmann::json verify = nlohmann::json::object(), step = nlohmann::json::object(),
+                     step_rows = nlohmann::json::object(), prefill = nlohmann::json::object();
       for (const int g : gammas) {
-        const double t = verify_ms(r, ptrs, g, 5, ctx);
-        verify[std::to_string(g)] = t;
-        std::printf("%6d %8d %10.3f %10.3f %6d %12.3f\n", batch, ctx, t_full, t_draft, g, t);
+        const std::string key = std::to_string(g);
+        const double t_prefill = verify_prefill_ms(r, ptrs, g, 5, ctx);
+        prefill[key] = t_prefill;
+        if (r.verify_step_fits(batch, g + 1)) {
+          const double t_step = verify_step_ms(r, ptrs, g, 5, ctx, false);
+          const double t_rows = verify_step_ms(r, ptrs, g, 5, ctx, true);
+          step[key] = t_step;
+          step_rows[key] = t_rows;
+          verify[key] = t_rows;
+          std::printf("%6d %8d %10.3f %10.3f %6d %12.3f %12.3f %12.3f\n", batch, ctx, t_full, t_draft, g, t_step,
+                      t_rows, t_prefill);
+        } else {
+          verify[key] = t_prefill;
+          std::printf("%6d %8d %10.3f %10.3f %6d %12s %12s %12.3f\n", batch, ctx, t_full, t_draft, g, "-", "-",
+                      t_prefill);
+        }
       }
       rows.push_back({{"batch", batch}, {"context", ctx}, {"full_ms", t_full}, {"draft_ms", t_draft},
-                      {"verify_ms", verify}});
+                      {"verify_ms", verify}, {"verify_step_ms", step}, {"verify_step_rows_ms", step_rows},
+                      {"verify_prefill_ms", prefill}});
       for (auto& s : seqs) r.release(s);
     }
   if (!opt.json_path.empty()) {
@@ -169,7 +215,11 @@ int main(int argc, char** argv) try {
     for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
     const nlohmann::json j = {{"gpu", dev.name}, {"model", c.name}, {"budget", opt.budget},
                               {"block_size", opt.block_size}, {"retrieval_kv_heads", opt.n_retrieval},
-                              {"verify", "per sequence: GpuRunner::prefill all_logits, rows copied to the host"},
+                              {"verify", "verify_ms: the verification step (GpuRunner::verify, batch x (gamma + 1) "
+                                         "rows, every row copied to the host) where it fits (verify_step_rows_ms; "
+                                         "verify_step_ms: only the last row copied), else verify_prefill_ms (per "
+                                         "sequence: GpuRunner::prefill all_logits, rows copied to the host)"},
+                              {"positions_per_item", cuda::decode_positions_per_item(c.group_size(), 16)},
                               {"command", command},
                               {"commit", std::getenv("LYCHEE_COMMIT") ? std::getenv("LYCHEE_COMMIT") : "unknown"},
                               {"rows", rows}};

@@ -1,6 +1,7 @@
 // The host-only parts of the CUDA layer, no GPU needed: the decode split planner by its
 // invariants (every page of every head covered once, slots contiguous per head, balanced splits,
-// at most max_items items), the decode and prefill argument checks, and the prefill graph buckets.
+// at most max_items items), the decode and prefill argument checks (rows_per_seq's too), and the
+// prefill graph buckets.
 //
 // They live in src/cuda, which is compiled only with nvcc; a build without nvcc runs the
 // placeholder at the end instead, a visible skip naming these tests.
@@ -348,6 +349,131 @@ TEST(DecodeAttention, TakesBf16OrFp8PagesNotBothOrNeither) {
   a.k8_pool = a.v8_pool = nullptr;
   a.k_scale = a.v_scale = nullptr;
   EXPECT_NO_THROW(cuda::check_decode_args(a));
+}
+
+// Speculative verification (rows_per_seq R > 1): dense items only, R <= 16, bf16 KV; each refusal
+// names the field that stands in the way.
+TEST(DecodeAttention, RowsPerSeqChecksNameTheField) {
+  cuda::DecodeAttentionArgs a{};
+  int32_t dummy = 0;
+  const auto* b = reinterpret_cast<const cuda::bf16*>(&dummy);
+  a.q = a.k_pool = a.v_pool = b;
+  a.out = reinterpret_cast<cuda::bf16*>(&dummy);
+  a.block_table = a.seq_lens = a.n_items = a.merge_begin = a.merge_count = &dummy;
+  a.items = reinterpret_cast<const cuda::DecodeWorkItem*>(&dummy);
+  a.head_dim = 128, a.page_size = 64, a.n_heads = 32, a.n_kv_heads = 8, a.max_pages = 1, a.scale = 0.1f;  // group 4
+  a.rows_per_seq = 0;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kInvalidArgument, "rows_per_seq 0");
+  for (int r = 1; r <= cuda::kDecodeMaxVerifyRows; ++r) {  // past 4 the plan cuts positions over items
+    a.rows_per_seq = r;
+    EXPECT_NO_THROW(cuda::check_decode_args(a)) << "R " << r;
+  }
+  a.rows_per_seq = 17;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "rows_per_seq: 17", "at most 16");
+  a.rows_per_seq = 2;
+  int32_t list = 0;
+  float score = 0.0f;
+  unsigned long long reads = 0;
+  a.unit_lists = &list;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "unit_lists");
+  a.unit_lists = nullptr;
+  a.list_counts = &list;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "list_counts");
+  a.list_counts = nullptr;
+  a.scores = &score;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "scores");
+  a.scores = nullptr;
+  a.token_reads = &reads;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "token_reads");
+  a.token_reads = nullptr;
+  a.window_recent = 64;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "window");
+  a.window_recent = 0;
+  EXPECT_NO_THROW(cuda::check_decode_args(a));
+  // FP8 pages: the FP8 reader serves 8 rows (one R = 1 decode step, or the prefill path).
+  const auto* u8 = reinterpret_cast<const uint8_t*>(&dummy);
+  const auto* f = reinterpret_cast<const float*>(&dummy);
+  a.k_pool = a.v_pool = nullptr;
+  a.k8_pool = a.v8_pool = u8;
+  a.k_scale = a.v_scale = f;
+  test::expect_error([&] { cuda::check_decode_args(a); }, ErrorCode::kUnsupported, "FP8", "k8_pool");
+  a.rows_per_seq = 1;
+  EXPECT_NO_THROW(cuda::check_decode_args(a));
+  // R = 1 keeps every policy field (a decode step).
+  a.unit_lists = &list;
+  a.scores = &score;
+  a.window_recent = 64;
+  EXPECT_NO_THROW(cuda::check_decode_args(a));
+}
+
+// A verification plan (rows_per_seq R): while a KV head's group x R fits one tile (16 rows) the
+// plan is the R = 1 plan (items serve every position); past it every split is cut into
+// ceil(R / positions per item) items over consecutive position groups, each group's splits a run
+// of merge_count slots after the previous group's, and only dense GQA-packed heads are taken.
+TEST(DecodePlan, VerifyRowsCutPositionsPastOneTile) {
+  const std::vector<int32_t> lens = {5000, 70, 1};
+  const int n_kv = 8, group = 4, nh = n_kv * group;
+  const auto heads = cuda::dense_decode_heads(lens, n_kv, group, 64, 100);
+  const DecodePlan one = cuda::plan_decode(heads, 3, nh, n_kv, 132, 2, 128, 1024);
+  EXPECT_EQ(cuda::decode_positions_per_item(4, 4), 4);
+  EXPECT_EQ(cuda::decode_positions_per_item(4, 9), 4);
+  EXPECT_EQ(cuda::decode_positions_per_item(3, 5), 5);
+  EXPECT_EQ(cuda::decode_positions_per_item(8, 16), 2);
+  EXPECT_EQ(cuda::decode_positions_per_item(1, 16), 16);
+  for (const int rows : {2, 4}) {  // within one tile: the same plan, every item all positions
+    const DecodePlan p = cuda::plan_decode(heads, 3, nh, n_kv, 132, 2, 128, 1024, 0, rows);
+    ASSERT_EQ(p.items.size(), one.items.size());
+    EXPECT_EQ(p.merge_begin, one.merge_begin);
+    EXPECT_EQ(p.merge_count, one.merge_count);
+    for (const DecodeWorkItem& it : p.items) EXPECT_EQ(it.n_pos, 0);
+  }
+  for (const int rows : {5, 9}) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    const int chunks = (rows + 3) / 4;
+    const DecodePlan p = cuda::plan_decode(heads, 3, nh, n_kv, 132, 2, 128, 1024, 0, rows);
+    EXPECT_LE(int(p.items.size()), 1024);
+    // Per (seq, kv head): each position group's items cover the head's entries once, and the
+    // position groups cover [0, rows) once.
+    for (int s = 0; s < 3; ++s)
+      for (int kv = 0; kv < n_kv; ++kv) {
+        std::vector<int> entries(size_t(chunks), 0), pos_count(size_t(rows), 0);
+        const int count = p.merge_count[size_t(s) * nh + kv * group], begin = p.merge_begin[size_t(s) * nh + kv * group];
+        int n_items = 0;
+        for (const DecodeWorkItem& it : p.items) {
+          if (it.seq != s || it.kv_head != kv) continue;
+          ++n_items;
+          ASSERT_GT(it.n_pos, 0);
+          const int c = it.pos_begin / 4;
+          EXPECT_EQ(it.pos_begin, 4 * c);
+          EXPECT_EQ(it.n_pos, std::min(4, rows - 4 * c));
+          entries[size_t(c)] += it.end - it.begin;
+          if (it.begin == 0)
+            for (int q = it.pos_begin; q < it.pos_begin + it.n_pos; ++q) ++pos_count[size_t(q)];
+          if (count > 0) {  // the group's slots: [begin + c count, begin + (c + 1) count)
+            EXPECT_GE(it.slot, begin + c * count);
+            EXPECT_LT(it.slot, begin + (c + 1) * count);
+          } else {
+            EXPECT_EQ(it.slot, -1);
+          }
+        }
+        const int pages = (lens[size_t(s)] + 63) / 64;
+        for (int c = 0; c < chunks; ++c) EXPECT_EQ(entries[size_t(c)], pages) << "seq " << s << " kv " << kv;
+        for (int q = 0; q < rows; ++q) EXPECT_EQ(pos_count[size_t(q)], 1) << "position " << q;
+        EXPECT_EQ(n_items, chunks * std::max(count, 1));
+        for (int r = 1; r < group; ++r) {  // every query row of the group merges the same slots
+          EXPECT_EQ(p.merge_begin[size_t(s) * nh + kv * group + r], begin);
+          EXPECT_EQ(p.merge_count[size_t(s) * nh + kv * group + r], count);
+        }
+      }
+  }
+  std::vector<DecodeHeadWork> per_q = heads;
+  per_q[0].n_rows = 1;
+  per_q.push_back(per_q[0]);
+  per_q.back().row_begin = 1;
+  test::expect_error([&] { cuda::plan_decode(per_q, 3, nh, n_kv, 132, 2, 128, 1024, 0, 2); },
+                     ErrorCode::kInvalidArgument, "not dense and GQA-packed");
+  test::expect_error([&] { cuda::plan_decode(heads, 3, nh, n_kv, 132, 2, 128, 1024, 0, 17); },
+                     ErrorCode::kInvalidArgument, "rows_per_seq 17");
 }
 
 using cuda::PrefillAttentionArgs;

@@ -1,11 +1,17 @@
 // Self-speculative decoding on the GPU (runtime/speculative.h, GpuSession::verify). The GPU's
-// verification pass is one chunk through the prefill kernels (the split-KV fallback for a short
-// chunk over a long cache) with every row's logits, so its rows equal Full's decode steps within
-// bf16 rounding of another summation order, not bit for bit as on the CPU. Tested: the rows
-// against Full's decode steps of the same tokens (the bound HybridPolicies uses for policies that
-// read every token in another order), and greedy speculation against GPU Full over the eval's
-// prompts on the default model: the same tokens, or a first difference only where Full's own top
-// two logits lie within that rounding (a near-tie; the test prints every such case).
+// verification is one decode step of γ + 1 <= 16 rows per sequence (GpuRunner::verify, the decode
+// kernel's rows_per_seq: the KV read once where the model's GQA group x (γ + 1) fits one mma tile
+// of 16 rows, the default model's group of 3 up to γ = 4, once per tile's worth of positions
+// past it), else one chunk through the prefill kernels (the split-KV fallback for a short chunk
+// over a long cache) with every row's logits (FP8 KV pages, γ = 16; compared here through
+// GpuRunner::prefill's all_logits directly). Either way its
+// rows equal Full's decode steps within bf16 rounding of another summation order, not bit for
+// bit as on the CPU. Tested: the rows of both against Full's decode steps of the same tokens (the
+// bound HybridPolicies uses for policies that read every token in another order) and against each
+// other, a batched step against each sequence alone, the cache after a rollback, and greedy
+// speculation (γ = 4: the decode step) against GPU Full over the eval's prompts on the default
+// model: the same tokens, or a first difference only where Full's own top two logits lie within
+// that rounding (a near-tie; the test prints every such case).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +25,7 @@
 
 #ifdef LYCHEE_HAS_CUDA
 #include "attention/policies.h"
+#include "cuda/kernels/decode_attention.h"
 #include "cuda/runner/gpu_runner.h"
 #include "eval/tasks.h"
 #include "model/chat_template.h"
@@ -94,6 +101,126 @@ TEST(CudaSpeculative, VerifyRowsMatchFullDecodeSteps) {
     EXPECT_LT(err, kRowBound) << "row " << i;
     if (relative_margin(want[i]) > 2 * kRowBound) EXPECT_EQ(argmax(got), argmax(want[i])) << "row " << i;
   }
+}
+
+// The logits rows [n][vocab] the runner holds after a pass.
+std::vector<std::vector<float>> rows_of_logits(cuda::GpuRunner& r, int n) {
+  std::vector<std::vector<float>> out(size_t(n), std::vector<float>(size_t(r.config().vocab_size)));
+  for (int i = 0; i < n; ++i) r.copy_logits(i, out[size_t(i)]);
+  return out;
+}
+
+void expect_rows_near(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                      const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = rel_error(got[i], want[i]);
+    std::printf("%s row %zu: relative error %.2e\n", what, i, err);
+    EXPECT_LT(err, kRowBound) << what << " row " << i;
+    if (relative_margin(want[i]) > 2 * kRowBound) {
+      EXPECT_EQ(argmax(got[i]), argmax(want[i])) << what << " row " << i;
+    }
+  }
+}
+
+// The verification step (GpuRunner::verify: one decode step of R rows, the decode kernel's
+// rows_per_seq) against the prefill pass's verification of the same tokens and against R
+// successive Full decode steps, R = 1..9 (the default model's group of 3 fits one tile up to 5;
+// 6..9 take two items per head); then the cache after a rejection: truncated to the accepted
+// tokens, the next Full step equals the step over a cache built from those tokens alone.
+TEST(CudaSpeculative, VerifyStepRowsMatchPrefillVerifyAndFullSteps) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Gpu g(path);
+  cuda::GpuRunner& r = g.runner;
+  const ModelConfig& c = g.ck.config();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 900; ++i) prompt.push_back(int32_t((i * 37 + 11) % c.vocab_size));
+  ASSERT_EQ(cuda::decode_positions_per_item(c.group_size(), 9), 5);
+  ASSERT_FALSE(r.verify_step_fits(1, cuda::kDecodeMaxVerifyRows + 1));
+  for (int rows = 1; rows <= 9; ++rows) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    ASSERT_TRUE(r.verify_step_fits(1, rows));
+    std::vector<int32_t> toks;
+    for (int i = 0; i < rows; ++i) toks.push_back(int32_t((i * 101 + 5 + rows) % c.vocab_size));
+    cuda::GpuSeq a, b, f;
+    cuda::GpuSeq* pa[] = {&a};
+    r.prefill(a, prompt);
+    r.verify(pa, toks, rows);
+    EXPECT_EQ(a.length, int(prompt.size()) + rows);
+    const auto step = rows_of_logits(r, rows);
+    r.prefill(b, prompt);
+    r.prefill(b, toks, /*all_logits=*/true);
+    const auto pass = rows_of_logits(r, rows);
+    r.prefill(f, prompt);
+    std::vector<std::vector<float>> full;
+    cuda::GpuSeq* pf[] = {&f};
+    for (const int32_t t : toks) {
+      r.decode(pf, std::span<const int32_t>(&t, 1), false);
+      full.push_back(rows_of_logits(r, 1)[0]);
+    }
+    expect_rows_near(step, pass, "step vs prefill pass");
+    expect_rows_near(step, full, "step vs Full steps");
+    // Reject after the first token: keep prompt + toks[0], then one Full step of another token.
+    const int keep = int(prompt.size()) + 1;
+    const int32_t next = int32_t(4242 % c.vocab_size);
+    r.truncate(a, keep);
+    r.decode(pa, std::span<const int32_t>(&next, 1), false);
+    const auto after = rows_of_logits(r, 1);
+    cuda::GpuSeq fresh;
+    cuda::GpuSeq* pn[] = {&fresh};
+    std::vector<int32_t> accepted = prompt;
+    accepted.push_back(toks[0]);
+    r.prefill(fresh, accepted);
+    r.decode(pn, std::span<const int32_t>(&next, 1), false);
+    expect_rows_near(after, rows_of_logits(r, 1), "step after the rollback");
+    for (cuda::GpuSeq* s : {&a, &b, &f, &fresh}) r.release(*s);
+  }
+}
+
+// Two sequences of different lengths in one verification step (their rows b R + r) against each
+// verified alone, and against Full steps.
+TEST(CudaSpeculative, BatchedVerifyStepMatchesEachSequenceAlone) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Gpu g(path);
+  cuda::GpuRunner& r = g.runner;
+  const ModelConfig& c = g.ck.config();
+  constexpr int kRows = 4;
+  ASSERT_TRUE(r.verify_step_fits(2, kRows));
+  std::vector<int32_t> p0, p1, toks;
+  for (int i = 0; i < 700; ++i) p0.push_back(int32_t((i * 37 + 11) % c.vocab_size));
+  for (int i = 0; i < 131; ++i) p1.push_back(int32_t((i * 53 + 3) % c.vocab_size));
+  for (int i = 0; i < 2 * kRows; ++i) toks.push_back(int32_t((i * 97 + 19) % c.vocab_size));
+  cuda::GpuSeq s0, s1;
+  cuda::GpuSeq* both[] = {&s0, &s1};
+  r.prefill(s0, p0);
+  r.prefill(s1, p1);
+  r.verify(both, toks, kRows);
+  const auto batched = rows_of_logits(r, 2 * kRows);
+  for (int b = 0; b < 2; ++b) {
+    SCOPED_TRACE("sequence " + std::to_string(b));
+    const std::span<const int32_t> mine = std::span<const int32_t>(toks).subspan(size_t(b * kRows), kRows);
+    cuda::GpuSeq alone, f;
+    cuda::GpuSeq* pa[] = {&alone};
+    cuda::GpuSeq* pf[] = {&f};
+    r.prefill(alone, b == 0 ? p0 : p1);
+    r.verify(pa, mine, kRows);
+    const auto want = rows_of_logits(r, kRows);
+    r.prefill(f, b == 0 ? p0 : p1);
+    std::vector<std::vector<float>> full;
+    for (const int32_t t : mine) {
+      r.decode(pf, std::span<const int32_t>(&t, 1), false);
+      full.push_back(rows_of_logits(r, 1)[0]);
+    }
+    const std::vector<std::vector<float>> got(batched.begin() + b * kRows, batched.begin() + (b + 1) * kRows);
+    expect_rows_near(got, want, "batched vs alone");
+    expect_rows_near(got, full, "batched vs Full steps");
+    r.release(alone);
+    r.release(f);
+  }
+  r.release(s0);
+  r.release(s1);
 }
 
 // Full's greedy tokens step by step on the GPU, with each step's relative margin.

@@ -188,6 +188,63 @@ TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
   }
 }
 
+// The logits rows hold a decode step's batch, a verification pass (17 rows) and a verification
+// step of up to 8 sequences x 9 rows, never more than that for a large max_batch.
+TEST(RunnerPlan, LogitRowsHoldAVerificationStep) {
+  const auto rows = [](int max_batch) {
+    cuda::RunnerOptions o;
+    o.max_batch = max_batch;
+    return cuda::logit_rows(o);
+  };
+  EXPECT_EQ(rows(1), cuda::kMaxVerifyRows);
+  EXPECT_EQ(rows(4), 4 * cuda::kVerifyStepRowsPerSeq);
+  EXPECT_EQ(rows(8), 8 * cuda::kVerifyStepRowsPerSeq);
+  EXPECT_EQ(rows(64), 8 * cuda::kVerifyStepRowsPerSeq);
+  EXPECT_EQ(rows(100), 100);
+}
+
+// A verification step's plan (rows_per_seq R): dense only; a change of R replans (past one tile
+// the items carry position groups), the same R reuses the plan, and the plan written is
+// plan_decode's with that R.
+TEST(RunnerPlan, StepPlannerPlansVerificationRows) {
+  const ModelConfig c = shape();
+  const GpuPolicyPlan g = cuda::plan_gpu_policy(lychee_spec(c, head_roles_from_layers(c, {0}), 64, {}), c, 64, 8192);
+  cuda::PlannerShape s;
+  s.n_heads = c.n_heads;
+  s.n_kv_heads = c.n_kv_heads;
+  s.page_size = 64;
+  s.sm_count = 132;
+  s.ctas_per_sm = 2;
+  s.max_items = 1056;
+  const cuda::MetaLayout m(64, 4, 130, s.max_items, c.n_heads, c.n_layers + 1);
+  std::vector<uint8_t> meta(m.total, 0);
+  cuda::StepPlanner planner(s, m);
+  const std::vector<int> lens = {705, 5005};
+  test::expect_error([&] { planner.plan(&g, lens, meta.data(), {}, false, 5); }, ErrorCode::kInvalidArgument,
+                     "dense attention only");
+  const int rows = cuda::kDecodeMaxTileRows / c.group_size() + 1;  // past one tile
+  EXPECT_GT(planner.plan(nullptr, lens, meta.data()), m.n_items);
+  EXPECT_GT(planner.plan(nullptr, lens, meta.data(), {}, false, rows), m.n_items);  // R changed
+  EXPECT_EQ(planner.plan(nullptr, lens, meta.data(), {}, false, rows), 0u);
+  EXPECT_GT(planner.plan(nullptr, lens, meta.data()), m.n_items);  // back to R = 1
+  planner.plan(nullptr, lens, meta.data(), {}, false, rows);
+  const std::vector<int32_t> lens32 = {705, 5005};
+  auto heads = cuda::dense_decode_heads(lens32, c.n_kv_heads, c.group_size(), 64, 130);
+  for (auto& h : heads) h.n_entries = cuda::dense_horizon(h.n_entries, 130);
+  const cuda::DecodePlan want = cuda::plan_decode(heads, 2, c.n_heads, c.n_kv_heads, 132, 2, 128, s.max_items, 0, rows);
+  const auto* n_items = reinterpret_cast<const int32_t*>(meta.data() + m.n_items);
+  const auto* items = reinterpret_cast<const cuda::DecodeWorkItem*>(meta.data() + m.items);
+  ASSERT_EQ(n_items[0], int32_t(want.items.size()));
+  int with_positions = 0;
+  for (size_t i = 0; i < want.items.size(); ++i) {
+    EXPECT_EQ(items[i].slot, want.items[i].slot) << i;
+    EXPECT_EQ(items[i].pos_begin, want.items[i].pos_begin) << i;
+    EXPECT_EQ(items[i].n_pos, want.items[i].n_pos) << i;
+    with_positions += items[i].n_pos > 0;
+  }
+  EXPECT_EQ(with_positions, n_items[0]);  // every item serves a group of positions
+}
+
 // Dense heads are planned a little ahead: never fewer pages than they have, never past the row,
 // at most 1/32 (+1 page) more, and a growing sequence replans rarely (about 32 times per doubling).
 TEST(RunnerPlan, DenseHorizonPlansAheadWithinAFewPercent) {

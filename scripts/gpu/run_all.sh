@@ -1256,8 +1256,10 @@ PY
     # eval's prompts (4 tasks, SPEC_LENGTHS, depth 0.5, 2 samples), drafts lychee/tidal/quest/duo at
     # budget SPEC_BUDGET, γ in SPEC_GAMMAS: eval --speculate records drafted/accepted (and its
     # outputs are Full's: every policy's score must equal Full's). (b) bench_spec on the 8B shape with
-    # random weights: Full step, LycheeDecode step, verification of γ + 1 rows per sequence, batch
-    # SPEC_BATCHES x SPEC_CONTEXTS. (c) scripts/plot_speculative.py: tokens/s COMPUTED from (b)'s
+    # random weights: Full step, LycheeDecode step, verification of γ + 1 rows per sequence (the
+    # decode-kernel verification step, the KV read once for γ <= 3 on the 8B's group of 4 and twice
+    # for γ 4-7, and the prefill pass: verify_step_ms / verify_step_rows_ms / verify_prefill_ms),
+    # batch SPEC_BATCHES x SPEC_CONTEXTS. (c) scripts/plot_speculative.py: tokens/s COMPUTED from (b)'s
     # times and (a)'s lychee acceptance (spec_summary.md/.json, speedup.svg).
     link_model
     rc=0

@@ -64,7 +64,15 @@ std::span<const float> GpuSession::verify(std::span<const int32_t> tokens) {
   LY_CHECK(seq_.length + n <= capacity_, ErrorCode::kCapacity,
            "KV cache full: {} cached + {} verified tokens exceed the session's {} tokens", seq_.length, n, capacity_);
   const int before = seq_.length;
-  runner_.prefill(seq_, tokens, /*all_logits=*/true);
+  // One decode step of n rows where the decode kernel takes them (n <= 16, bf16 KV, one GPU): the
+  // KV is read once, as by a Full step, where a group x n fits one mma tile (16 rows), once per
+  // tile's worth of positions past it. Otherwise prefill's pass with every row's logits.
+  if (runner_.verify_step_fits(1, n)) {
+    cuda::GpuSeq* seqs[] = {&seq_};
+    runner_.verify(seqs, tokens, n);
+  } else {
+    runner_.prefill(seq_, tokens, /*all_logits=*/true);
+  }
   forward_ = runner_.forwards();
   const size_t vocab = logits_.size();
   rows_.resize(size_t(n) * vocab);

@@ -31,8 +31,9 @@ class GpuSession final : public Session {
   void truncate(int n) override;
   void copy_prefix(const Session& from, int n) override;
   void set_policy(AttentionPolicy* policy) override;
-  // One forward pass through the prefill kernels with every row's logits (GpuRunner::prefill's
-  // all_logits): Full's decode steps within bf16 rounding, not bit for bit.
+  // One decode step of the n rows (GpuRunner::verify) where it fits, else one forward pass through
+  // the prefill kernels with every row's logits (GpuRunner::prefill's all_logits): Full's decode
+  // steps within bf16 rounding, not bit for bit.
   std::span<const float> verify(std::span<const int32_t> tokens) override;
   const KvReadStats& stats() const override;
   void reset_stats() override;

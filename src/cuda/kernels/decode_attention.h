@@ -1,5 +1,6 @@
 // The hybrid-head split-KV paged decode attention (FlashDecoding-style, LycheeDecode's Appendix C)
-// for Hopper: one query token per sequence, tensor cores (mma.sync m16n8k16 bf16), a cp.async
+// for Hopper: one query token per sequence (or rows_per_seq of them, causal among themselves:
+// speculative verification), tensor cores (mma.sync m16n8k16 bf16), a cp.async
 // pipeline over the paged KV cache, and a log-sum-exp merge of the splits. Dense heads, sparse
 // heads and per-query-head baselines run in ONE launch: every head's work is a list of entries
 // (pages, 16-token chunks or single tokens) cut into splits of equal token count over all SMs.
@@ -12,6 +13,7 @@
 // on the device: items past the end are empty and merge with weight 0.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -33,6 +35,11 @@ enum class ListKind : int8_t { kDense = 0, kUnits = 1, kWindow = 2 };
 //   kRowToken:     q·k per token and query row (TidalDecode's per-head selection)
 enum class ScoreKind : int8_t { kNone = 0, kGroupChunk16 = 1, kGroupToken = 2, kRowToken = 3 };
 
+// The most query rows one m16n8k16 tile holds: a KV head's group x rows_per_seq (verification).
+inline constexpr int kDecodeMaxTileRows = 16;
+// The most new positions per sequence a verification step takes (γ + 1 for γ <= 15).
+inline constexpr int kDecodeMaxVerifyRows = 16;
+
 // A unit of split-KV work: entries [begin, end) of one head's list.
 struct DecodeWorkItem {
   int32_t seq;        // batch index
@@ -46,25 +53,38 @@ struct DecodeWorkItem {
   int8_t n_rows;      //   all of them (GQA-packed) or one (per-query-head selections)
   ListKind kind;
   ScoreKind score;
-  int16_t pad = 0;
+  // Verification (DecodeAttentionArgs::rows_per_seq R): the item serves new positions [pos_begin,
+  // pos_begin + n_pos) of its sequence; n_pos 0: all R (always so when a group x R fits one tile).
+  int8_t pos_begin = 0;
+  int8_t n_pos = 0;
 };
+static_assert(sizeof(DecodeWorkItem) == 36, "the two position bytes took the old padding's place");
+
+// The new positions one item serves: all R while a KV head's group x R rows fit one mma tile,
+// else as many as fit (kDecodeMaxTileRows / group); a head's split then has ceil(R / that) items,
+// each reading the split's KV (the kernel and the merge compute the same number on the device).
+inline int decode_positions_per_item(int group, int rows_per_seq) {
+  return std::min(rows_per_seq, std::max(1, kDecodeMaxTileRows / group));
+}
 
 struct DecodeAttentionArgs {
-  const bf16* q;               // [batch][n_heads][head_dim], after RoPE
+  const bf16* q;               // [batch][rows_per_seq][n_heads][head_dim], after RoPE
   const bf16* k_pool;          // [n_pages][n_kv_heads][page_size][head_dim] (one layer; null with FP8 KV)
   const bf16* v_pool;
   const int32_t* block_table;  // [batch][max_pages] physical page ids
   const int32_t* unit_lists;   // kUnits lists (may be null when no item uses them)
   const int32_t* list_counts;  // their lengths
-  const int32_t* seq_lens;     // [batch] tokens including the current one
+  const int32_t* seq_lens;     // [batch] tokens including the current one (all rows_per_seq new ones)
   const DecodeWorkItem* items; // the plans of all layers
   const int32_t* item_offset;  // device scalar: this launch's plan starts at items + *item_offset (null: 0)
   const int32_t* n_items;      // device scalar: items beyond it are idle (grid fixed for CUDA graphs)
   const int32_t* merge_begin;  // [batch * n_heads]: first slot of (seq, query head); its slots are contiguous
   const int32_t* merge_count;  // [batch * n_heads]: slots to merge (0 = written directly)
-  float* partial_o;            // [max_slots][group][head_dim]: a slot's row r is query row r of the group
-  float* partial_lse;          // [max_slots][group] natural-log LSE of the scaled logits
-  bf16* out;                   // [batch][n_heads][head_dim]
+  float* partial_o;            // [max_slots][rows_per_seq * group][head_dim]: a slot's row p * group + r is
+                               //   query row r of the group at new position p (past one tile an item
+                               //   writes its positions' rows only)
+  float* partial_lse;          // [max_slots][rows_per_seq * group] natural-log LSE of the scaled logits
+  bf16* out;                   // [batch][rows_per_seq][n_heads][head_dim]
   float* scores;               // fused scores: row (seq * n_kv_heads + kv) for group kinds,
   int score_stride;            //   (seq * n_heads + head) for kRowToken; entry = position / 16 or position
   unsigned long long* token_reads;  // optional [batch]: += tokens read by GQA-packed items
@@ -74,6 +94,14 @@ struct DecodeAttentionArgs {
   bool invariant_merge = false;  // the merge's slot lanes fixed (8), not chosen by grid size:
                                  //   results independent of the batch (batch-invariant steps)
   float scale;                 // softmax scale, 1/sqrt(head_dim)
+  // Query positions per sequence (speculative verification: γ + 1), causal among themselves: the
+  // row of new position p (0..R-1) sees tokens [0, seq_lens[seq] - (R - 1 - p)). R > 1 takes dense
+  // GQA-packed items only (kDense, ScoreKind::kNone, all of a group's rows: dense_decode_heads'
+  // heads planned by plan_decode with the same rows_per_seq), bf16 KV, R <= kDecodeMaxVerifyRows,
+  // and none of the policy fields (lists, scores, window, token_reads); check_decode_args says
+  // which. Past one tile (group x R > 16) a head's positions are cut over several items
+  // (decode_positions_per_item), each reading the KV.
+  int rows_per_seq = 1;
   // FP8 KV (core/kv_dtype.h), in place of k_pool / v_pool (exactly one of the two kinds is set):
   // codes [n_pages][n_kv_heads][page_size][head_dim] e4m3 and scales [n_pages][n_kv_heads]
   // [page_size] f32, one layer. The kernel copies half the bytes of bf16 (plus 4 per token and
@@ -87,8 +115,9 @@ struct DecodeAttentionArgs {
 
 // Launches the attention kernel (grid = max_items CTAs, each reading its item; idle when >= *n_items)
 // and the merge kernel. No host synchronisation; capturable in a CUDA graph.
-// Supported: head_dim 64 or 128, page_size 16, 32, 64 or 128, group = n_heads / n_kv_heads in 1..8;
-// anything else throws lychee::Error (kUnsupported / kInvalidArgument) naming the field.
+// Supported: head_dim 64 or 128, page_size 16, 32, 64 or 128, group = n_heads / n_kv_heads in 1..8,
+// rows_per_seq as above (an item's group x positions > 8 takes the kernel's 16-row variant); anything
+// else throws lychee::Error (kUnsupported / kInvalidArgument) naming the field.
 // Both kernels use programmatic dependent launch: the attention kernel waits for the previous
 // kernel in the stream before reading anything, the merge kernel waits for the attention kernel.
 void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);
@@ -125,9 +154,13 @@ struct DecodePlan {
 // splits_per_head > 0: batch-invariant planning instead (decode_plan.cpp): every head gets
 // min(splits_per_head, n_entries, tokens / min_tokens_per_split) splits whatever else the batch
 // holds (kInvalidArgument when they pass max_items).
+// rows_per_seq R > 1 (a verification step; dense GQA-packed heads only, else kInvalidArgument):
+// where a group x R passes one tile, every split of a head becomes c = ceil(R /
+// decode_positions_per_item) items, one per group of positions; the head's slots are then c runs
+// of its split count (merge_count), position group k's at merge_begin + k x merge_count.
 DecodePlan plan_decode(std::span<const DecodeHeadWork> heads, int batch, int n_heads, int n_kv_heads,
                        int sm_count, int ctas_per_sm, int min_tokens_per_split, int max_items,
-                       int splits_per_head = 0);
+                       int splits_per_head = 0, int rows_per_seq = 1);
 
 // Dense attention's work: every (seq, kv head) reads all ceil(seq_lens[seq] / page_size) pages of
 // its block-table row, GQA-packed. Throws kInvalidArgument when a length is < 1 or needs more

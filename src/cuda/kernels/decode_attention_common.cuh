@@ -16,6 +16,7 @@ constexpr int kThreads = 128;     // 4 warps per CTA
 constexpr int kWarps = kThreads / 32;
 constexpr int kTileTokens = 64;   // tokens per pipeline stage: 16 per warp, one mma k-step of P V
 constexpr int kMaxGroup = 8;      // query heads per KV head: mma rows 0..7, rows 8..15 are padding
+constexpr int kMaxRows = kDecodeMaxTileRows;  // the 16-row variant (verification): rows 8..15 used too
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -37,7 +38,7 @@ struct DecodeTraits {
   static constexpr int kOutStride = HeadDim + 8;               // epilogue row, padded (floats)
   static_assert(kChunksPerRow >= 8, "the XOR swizzle needs at least 8 chunks per row");
   static_assert(kStages >= 2, "the pipeline needs two stages");
-  static_assert(kWarps * kMaxGroup * kOutStride * 4 <= kSmemBytes, "epilogue reuses the stages");
+  static_assert(kWarps * kMaxRows * kOutStride * 4 <= kSmemBytes, "epilogue reuses the stages");
 };
 
 // FP8 KV (DecodeAttentionArgs::k8_pool): a stage holds the tile's K codes, V codes, K scales and
@@ -162,10 +163,13 @@ __device__ __forceinline__ void score_tile(const ScoreSink& sc, const float (&s)
   }
 }
 
-// The online softmax of row g over this thread's 4 logits (tokens tok0 + 8n + 2 t4 + i; the row's
-// 4 threads are one quad): s becomes the scaled, masked scores, p their exp2 against the new running
-// max; (m, l) are updated. Returns alpha, the factor the running output must be multiplied by.
-__device__ __forceinline__ float online_softmax(float (&s)[2][4], int tok0, int n_tok, float scale_log2, float& m,
+// The online softmax of row g + 8 Half over this thread's 4 logits s[n][2 Half + i] (tokens tok0 +
+// 8n + 2 t4 + i; the row's 4 threads are one quad): they become the scaled scores, masked from
+// token `lim` on (the item's length, or a verification row's causal end), p their exp2 against
+// the new running max; (m, l) are updated. Returns alpha, the factor the running output must be
+// multiplied by.
+template <int Half = 0>
+__device__ __forceinline__ float online_softmax(float (&s)[2][4], int tok0, int lim, float scale_log2, float& m,
                                                 float& l, float (&p)[2][2]) {
   const int t4 = threadIdx.x & 3;
   float mx = -INFINITY;
@@ -174,8 +178,9 @@ __device__ __forceinline__ float online_softmax(float (&s)[2][4], int tok0, int 
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int tok = tok0 + 8 * n + 2 * t4 + i;
-      s[n][i] = tok < n_tok ? s[n][i] * scale_log2 : -INFINITY;
-      mx = fmaxf(mx, s[n][i]);
+      float& x = s[n][2 * Half + i];
+      x = tok < lim ? x * scale_log2 : -INFINITY;
+      mx = fmaxf(mx, x);
     }
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -187,7 +192,7 @@ __device__ __forceinline__ float online_softmax(float (&s)[2][4], int tok0, int 
   for (int n = 0; n < 2; ++n)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      p[n][i] = ex2(s[n][i] - m_use);
+      p[n][i] = ex2(s[n][2 * Half + i] - m_use);
       p_sum += p[n][i];
     }
   l = l * alpha + p_sum;

@@ -49,7 +49,7 @@ struct Fp8DecodeTraits {
   static constexpr int kLaneChunks = kKSteps / 4;                // a lane's 16-byte chunks of a K row
   static constexpr int kDimTiles = HeadDim / 8;                  // mma n-tiles of P V
   static_assert(kStages >= 2, "the pipeline needs two stages");
-  static_assert(kWarps * kMaxGroup * DecodeTraits<HeadDim>::kOutStride * 4 <= kSmemBytes,
+  static_assert(kWarps * kMaxRows * DecodeTraits<HeadDim>::kOutStride * 4 <= kSmemBytes,
                 "epilogue reuses the stages");
 };
 

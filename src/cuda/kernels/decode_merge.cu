@@ -31,8 +31,9 @@ constexpr int merge_threads() { return Lanes * HeadDim / 4; }
 
 using namespace ptx;
 
-// One CTA per (sequence, query head): out = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M) over
-// the head's slots. kSlotLanes slots are combined in parallel, each by HeadDim / 4 threads.
+// One CTA per (sequence, new position, query head): out = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i
+// - M) over the head's slots (a slot holds every position's rows: rows_per_seq x group).
+// kSlotLanes slots are combined in parallel, each by HeadDim / 4 threads.
 template <int HeadDim, int Lanes>
 __global__ void __launch_bounds__(merge_threads<HeadDim, Lanes>()) decode_merge_kernel(const DecodeAttentionArgs a) {
   constexpr int kThreads = merge_threads<HeadDim, Lanes>();
@@ -46,26 +47,29 @@ __global__ void __launch_bounds__(merge_threads<HeadDim, Lanes>()) decode_merge_
 
   // The merge arrays are the step's plan, written before the attention kernel started
   // (ptx::wait_previous_kernel): read them before the wait.
-  const int group = a.n_heads / a.n_kv_heads;
-  const int seq = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
-  const int mi = seq * a.n_heads + h, r = h % group;
+  const int group = a.n_heads / a.n_kv_heads, R = a.rows_per_seq, slot_rows = group * R;
+  const int seq = blockIdx.x / (R * a.n_heads), pos = blockIdx.x / a.n_heads % R, h = blockIdx.x % a.n_heads;
+  const int mi = seq * a.n_heads + h, r = pos * group + h % group;
   const int count = a.merge_count[mi];
-  const int begin = a.merge_begin[mi];
+  // Past one tile the head's slots are one run of `count` per group of positions (plan_decode):
+  // decode_positions_per_item's number, computed here the same way.
+  const int per_item = min(R, max(1, kDecodeMaxTileRows / group));
+  const int begin = a.merge_begin[mi] + (pos / per_item) * count;
   wait_previous_kernel();  // the attention's partials (a PDL product after it may load its weights meanwhile)
   // A head written directly by its only item returns only now: a CTA that ended before its wait
   // would let the next kernel start before the attention kernel ends.
   if (count <= 0) return;
-  const float* lse = a.partial_lse + size_t(begin) * group + r;  // slot i at lse[i * group]
+  const float* lse = a.partial_lse + size_t(begin) * slot_rows + r;  // slot i at lse[i * slot_rows]
 
   // The max LSE; this thread's first slot's LSE stays in a register for the first pass.
   const int tid = threadIdx.x;
-  const float lse0 = tid < count ? lse[size_t(tid) * group] : -INFINITY;
+  const float lse0 = tid < count ? lse[size_t(tid) * slot_rows] : -INFINITY;
   // This thread's o vectors of the first pass into L1 while the LSEs come back: the second round
   // trip is then an L1 hit.
   for (int i = tid / kVec; i < count && i < kThreads; i += kSlotLanes)
-    prefetch_l1(a.partial_o + (size_t(begin + i) * group + r) * HeadDim + 4 * (tid % kVec));
+    prefetch_l1(a.partial_o + (size_t(begin + i) * slot_rows + r) * HeadDim + 4 * (tid % kVec));
   float m = lse0;
-  for (int i = tid + kThreads; i < count; i += kThreads) m = fmaxf(m, lse[size_t(i) * group]);
+  for (int i = tid + kThreads; i < count; i += kThreads) m = fmaxf(m, lse[size_t(i) * slot_rows]);
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
   if ((tid & 31) == 0) s_max[tid >> 5] = m;
@@ -81,7 +85,7 @@ __global__ void __launch_bounds__(merge_threads<HeadDim, Lanes>()) decode_merge_
   float w_sum = 0.0f;
   for (int c0 = 0; c0 < count; c0 += kThreads) {
     if (c0 + tid < count) {
-      const float l = c0 == 0 ? lse0 : lse[size_t(c0 + tid) * group];
+      const float l = c0 == 0 ? lse0 : lse[size_t(c0 + tid) * slot_rows];
       s_w[tid] = l == -INFINITY ? 0.0f : __expf(l - m);
     }
     __syncthreads();
@@ -90,7 +94,7 @@ __global__ void __launch_bounds__(merge_threads<HeadDim, Lanes>()) decode_merge_
     for (int i = lane; i < n; i += kSlotLanes) {
       const float w = s_w[i];
       if (w > 0.0f) {
-        const float4 x = reinterpret_cast<const float4*>(a.partial_o + (size_t(begin + c0 + i) * group + r) * HeadDim)[vec];
+        const float4 x = reinterpret_cast<const float4*>(a.partial_o + (size_t(begin + c0 + i) * slot_rows + r) * HeadDim)[vec];
         acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
         w_sum += w;
       }
@@ -110,14 +114,14 @@ __global__ void __launch_bounds__(merge_threads<HeadDim, Lanes>()) decode_merge_
   }
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
   acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
-  *reinterpret_cast<uint2*>(a.out + (size_t(seq) * a.n_heads + h) * HeadDim + 4 * vec) = pack_bf16x4(acc);
+  *reinterpret_cast<uint2*>(a.out + ((size_t(seq) * R + pos) * a.n_heads + h) * HeadDim + 4 * vec) = pack_bf16x4(acc);
 }
 
 }  // namespace
 
 void decode_merge(const DecodeAttentionArgs& a, cudaStream_t stream) {
   if (a.batch <= 0) return;
-  const int grid = a.batch * a.n_heads;  // one CTA per (sequence, query head)
+  const int grid = a.batch * a.rows_per_seq * a.n_heads;  // one CTA per (sequence, position, query head)
   if (a.head_dim == 64)
     launch_pdl(decode_merge_kernel<64, 8>, grid, merge_threads<64, 8>(), 0, stream, a);
   else if (!a.invariant_merge && 4 * grid <= device_info().sm_count)

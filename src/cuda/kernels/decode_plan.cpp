@@ -72,9 +72,12 @@ int64_t splits_for_chunk(const DecodeHeadWork& h, int64_t chunk, int64_t min_spl
   return std::max<int64_t>(1, std::min({ceil_div(t, chunk), t / min_split, int64_t(h.n_entries)}));
 }
 
-// Appends the n_splits items of head h (n_entries > 0) to plan.items; when it has more than one,
-// gives each a partial-result slot and points the merge of every query row it serves at them.
-void split_head(const DecodeHeadWork& h, int64_t n_splits, int n_heads, int group, DecodePlan& plan) {
+// Appends the n_splits items of head h (n_entries > 0) to plan.items, for each of `chunks` groups
+// of `per_item` new positions (chunks 1: all positions, n_pos 0); when a group has more than one
+// split, gives each item a partial-result slot (group k's splits after group k - 1's) and points
+// the merge of every query row it serves at them.
+void split_head(const DecodeHeadWork& h, int64_t n_splits, int n_heads, int group, int rows_per_seq, int per_item,
+                int chunks, DecodePlan& plan) {
   const int64_t base = h.n_entries / n_splits, extra = h.n_entries % n_splits;
   if (n_splits > 1) {
     for (int r = h.row_begin; r < h.row_begin + h.n_rows; ++r) {
@@ -83,26 +86,30 @@ void split_head(const DecodeHeadWork& h, int64_t n_splits, int n_heads, int grou
       plan.merge_count[m] = int32_t(n_splits);
     }
   }
-  int32_t e = 0;
-  for (int64_t s = 0; s < n_splits; ++s) {
-    const int32_t len = int32_t(base + (s < extra ? 1 : 0));
-    DecodeWorkItem it{};
-    it.seq = h.seq;
-    it.kv_head = h.kv_head;
-    it.list = h.list;
-    it.count = h.count;
-    it.begin = e;
-    it.end = e + len;
-    it.slot = n_splits > 1 ? plan.n_slots + int32_t(s) : -1;
-    it.unit = int16_t(h.unit);
-    it.row_begin = int8_t(h.row_begin);
-    it.n_rows = int8_t(h.n_rows);
-    it.kind = h.kind;
-    it.score = h.score;
-    plan.items.push_back(it);
-    e += len;
+  for (int c = 0; c < chunks; ++c) {
+    int32_t e = 0;
+    for (int64_t s = 0; s < n_splits; ++s) {
+      const int32_t len = int32_t(base + (s < extra ? 1 : 0));
+      DecodeWorkItem it{};
+      it.seq = h.seq;
+      it.kv_head = h.kv_head;
+      it.list = h.list;
+      it.count = h.count;
+      it.begin = e;
+      it.end = e + len;
+      it.slot = n_splits > 1 ? plan.n_slots + int32_t(c * n_splits + s) : -1;
+      it.unit = int16_t(h.unit);
+      it.row_begin = int8_t(h.row_begin);
+      it.n_rows = int8_t(h.n_rows);
+      it.kind = h.kind;
+      it.score = h.score;
+      it.pos_begin = int8_t(chunks > 1 ? c * per_item : 0);
+      it.n_pos = int8_t(chunks > 1 ? std::min(per_item, rows_per_seq - c * per_item) : 0);
+      plan.items.push_back(it);
+      e += len;
+    }
   }
-  if (n_splits > 1) plan.n_slots += int32_t(n_splits);
+  if (n_splits > 1) plan.n_slots += int32_t(chunks * n_splits);
 }
 
 }  // namespace
@@ -122,7 +129,7 @@ void split_head(const DecodeHeadWork& h, int64_t n_splits, int n_heads, int grou
 // attention gives the same bits alone or in any batch (the server's seeded requests).
 DecodePlan plan_decode(std::span<const DecodeHeadWork> heads, int batch, int n_heads, int n_kv_heads,
                        int sm_count, int ctas_per_sm, int min_tokens_per_split, int max_items,
-                       int splits_per_head) {
+                       int splits_per_head, int rows_per_seq) {
   LY_CHECK(batch >= 0 && n_kv_heads >= 1 && n_heads >= n_kv_heads && n_heads % n_kv_heads == 0 &&
                n_heads / n_kv_heads <= 127 && sm_count >= 1 && ctas_per_sm >= 1 && max_items >= 1,
            ErrorCode::kInvalidArgument,
@@ -133,13 +140,22 @@ DecodePlan plan_decode(std::span<const DecodeHeadWork> heads, int batch, int n_h
            splits_per_head);
   check_heads(heads, batch, n_heads, n_kv_heads);
   const int group = n_heads / n_kv_heads;
+  LY_CHECK(rows_per_seq >= 1 && rows_per_seq <= kDecodeMaxVerifyRows, ErrorCode::kInvalidArgument,
+           "plan_decode: rows_per_seq {}; expected 1 to {}", rows_per_seq, kDecodeMaxVerifyRows);
+  const int per_item = decode_positions_per_item(group, rows_per_seq);
+  const int chunks = (rows_per_seq + per_item - 1) / per_item;
+  for (size_t i = 0; i < heads.size() && rows_per_seq > 1; ++i)
+    LY_CHECK(heads[i].kind == ListKind::kDense && heads[i].score == ScoreKind::kNone && heads[i].n_rows == group,
+             ErrorCode::kInvalidArgument,
+             "plan_decode: head {} is not dense and GQA-packed; rows_per_seq {} takes dense heads only", i,
+             rows_per_seq);
 
   std::vector<DecodeHeadWork> work;
   for (const DecodeHeadWork& h : heads)
     if (h.n_entries > 0) work.push_back(h);
-  LY_CHECK(int64_t(work.size()) <= max_items, ErrorCode::kInvalidArgument,
-           "plan_decode: {} heads have entries but max_items is {}; every head needs at least one item",
-           work.size(), max_items);
+  LY_CHECK(int64_t(work.size()) * chunks <= max_items, ErrorCode::kInvalidArgument,
+           "plan_decode: {} heads have entries, {} items each at least, but max_items is {}", work.size(), chunks,
+           max_items);
 
   DecodePlan plan;
   const size_t n_merge = size_t(batch) * size_t(n_heads);
@@ -152,16 +168,18 @@ DecodePlan plan_decode(std::span<const DecodeHeadWork> heads, int batch, int n_h
     for (const DecodeHeadWork& h : work) {
       const int64_t n = std::max<int64_t>(1, std::min({int64_t(splits_per_head), tokens_of(h) / min_split,
                                                        int64_t(h.n_entries)}));
-      split_head(h, n, n_heads, group, plan);
+      split_head(h, n, n_heads, group, rows_per_seq, per_item, chunks, plan);
     }
     LY_CHECK(int64_t(plan.items.size()) <= max_items, ErrorCode::kInvalidArgument,
              "plan_decode: {} heads at up to {} splits each need {} items; max_items is {}", work.size(),
              splits_per_head, plan.items.size(), max_items);
   } else {
-    const int64_t target = std::min<int64_t>(
-        max_items, std::max<int64_t>(int64_t(ctas_per_sm) * sm_count, int64_t(work.size())));
+    // Every split is `chunks` items: balanced as if each head were `chunks` heads.
+    const int64_t target = std::min<int64_t>(max_items, std::max<int64_t>(int64_t(ctas_per_sm) * sm_count,
+                                                                          int64_t(work.size()) * chunks)) / chunks;
     const int64_t chunk = find_chunk(work, target, min_split);
-    for (const DecodeHeadWork& h : work) split_head(h, splits_for_chunk(h, chunk, min_split), n_heads, group, plan);
+    for (const DecodeHeadWork& h : work)
+      split_head(h, splits_for_chunk(h, chunk, min_split), n_heads, group, rows_per_seq, per_item, chunks, plan);
   }
   // Longest first: when the items outnumber the resident CTAs, the short ones fill the tail.
   std::stable_sort(plan.items.begin(), plan.items.end(), [](const DecodeWorkItem& a, const DecodeWorkItem& b) {
@@ -197,6 +215,32 @@ std::vector<DecodeHeadWork> dense_decode_heads(std::span<const int32_t> seq_lens
   return heads;
 }
 
+namespace {
+
+// rows_per_seq > 1 (verification): dense attention only. The items are on the device, so what is
+// checked here is that no policy field is set; the runner plans such a step with
+// dense_decode_heads and plan_decode's rows_per_seq.
+void check_decode_rows(const DecodeAttentionArgs& a) {
+  const int r = a.rows_per_seq;
+  LY_CHECK(r >= 1, ErrorCode::kInvalidArgument, "decode_attention: rows_per_seq {}; expected >= 1", r);
+  if (r == 1) return;
+  LY_CHECK(r <= kDecodeMaxVerifyRows, ErrorCode::kUnsupported, "unsupported rows_per_seq: {} (at most {})", r,
+           kDecodeMaxVerifyRows);
+  LY_CHECK(a.k8_pool == nullptr, ErrorCode::kUnsupported,
+           "unsupported rows_per_seq: {} with FP8 KV pages (k8_pool; the FP8 reader serves 8 query rows)", r);
+  const char* policy_field = a.unit_lists != nullptr    ? "unit_lists"
+                             : a.list_counts != nullptr ? "list_counts"
+                             : a.scores != nullptr      ? "scores"
+                             : a.token_reads != nullptr ? "token_reads"
+                             : a.window_sink != 0 || a.window_recent != 0 ? "window_sink/window_recent"
+                                                                           : nullptr;
+  LY_CHECK(policy_field == nullptr, ErrorCode::kUnsupported,
+           "unsupported rows_per_seq: {} with {} set (several positions per sequence take dense items only)", r,
+           policy_field);
+}
+
+}  // namespace
+
 void check_decode_args(const DecodeAttentionArgs& a) {
   LY_CHECK(a.head_dim == 64 || a.head_dim == 128, ErrorCode::kUnsupported, "unsupported head_dim: {}",
            a.head_dim);
@@ -223,6 +267,7 @@ void check_decode_args(const DecodeAttentionArgs& a) {
   LY_CHECK(a.q && a.block_table && a.seq_lens && a.items && a.n_items && a.merge_begin &&
                a.merge_count && a.out,
            ErrorCode::kInvalidArgument, "decode_attention: a device pointer in DecodeAttentionArgs is null");
+  check_decode_rows(a);
 }
 
 }  // namespace lychee::cuda

@@ -14,9 +14,10 @@
 
 namespace lychee::cuda {
 
-void Shard::decode_attention_layer(int layer, int batch) {
+void Shard::decode_attention_layer(int layer, int batch, int rows) {
   const int pat = pattern_of(layer);
   const bool window = step_policy && policy->spec.window_recent > 0;
+  const bool verify = rows > 1;  // dense items only: no policy field (check_decode_args)
   DecodeAttentionArgs a{};
   a.q = q.data();
   a.k_pool = pool->k(layer);  // bf16 KV, or the FP8 codes and scales (the others null)
@@ -27,15 +28,15 @@ void Shard::decode_attention_layer(int layer, int batch) {
   a.v_scale = pool->v_scale(layer);
   a.block_table = decode_table.data();
   a.max_pages = max_pages;
-  a.unit_lists = lists.data();
-  a.list_counts = list_counts.data();
+  a.unit_lists = verify ? nullptr : lists.data();
+  a.list_counts = verify ? nullptr : list_counts.data();
   a.seq_lens = meta_dev<int32_t>(meta.seq_lens);
   a.items = meta_dev<DecodeWorkItem>(meta.items);
   a.item_offset = meta_dev<int32_t>(meta.item_offset) + pat;
   a.n_items = meta_dev<int32_t>(meta.n_items) + pat;
   a.merge_begin = meta_dev<int32_t>(meta.merge_begin) + size_t(pat) * meta.merge_stride;
   a.merge_count = meta_dev<int32_t>(meta.merge_count) + size_t(pat) * meta.merge_stride;
-  a.scores = scores.data();
+  a.scores = verify ? nullptr : scores.data();
   a.score_stride = policy ? policy->score_stride : 1;
   a.token_reads = step_policy ? token_reads.data() : nullptr;
   a.window_sink = window ? policy->spec.window_sink : 0;
@@ -51,11 +52,12 @@ void Shard::decode_attention_layer(int layer, int batch) {
   a.max_items = max_items;
   a.invariant_merge = invariant;
   a.scale = 1.0f / std::sqrt(float(c.head_dim));
+  a.rows_per_seq = rows;
   decode_attention(a, stream);
 }
 
 void Shard::attention(int layer, bool decode, int batch, int q_len, int max_kv_len) {
-  if (decode) return decode_attention_layer(layer, batch);
+  if (decode) return decode_attention_layer(layer, batch, q_len);
   PrefillAttentionArgs a{};
   a.q = q.data();
   a.k_pool = pool->k(layer);

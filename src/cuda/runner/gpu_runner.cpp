@@ -166,8 +166,11 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
       h_lo = DeviceBuffer<bf16>(size_t(kBf16GemvMaxRows) * size_t(c.d_model));
     }
   }
-  partial_o = DeviceBuffer<float>(size_t(max_slots) * c.group_size() * c.head_dim);
-  partial_lse = DeviceBuffer<float>(size_t(max_slots) * c.group_size());
+  // A slot's rows: the group, or a verification step's group x rows_per_seq (every position's
+  // rows, also past one mma tile: up to kDecodeMaxVerifyRows positions).
+  const size_t slot_rows = size_t(c.group_size()) * kDecodeMaxVerifyRows;
+  partial_o = DeviceBuffer<float>(size_t(max_slots) * slot_rows * c.head_dim);
+  partial_lse = DeviceBuffer<float>(size_t(max_slots) * slot_rows);
   sampled = DeviceBuffer<int32_t>(size_t(o.max_batch));
   meta_h = PinnedBuffer<uint8_t>(meta.total + meta.step_bytes());
   std::memset(meta_h.data(), 0, meta_h.size());
@@ -324,8 +327,9 @@ void Shard::upload_step(size_t bytes) {
   LY_CUDA_CHECK(cudaEventRecord(step_consumed[staging], stream));
 }
 
-void Shard::plan_and_upload(const GpuPolicyPlan* plan, std::span<const int> lens) {
-  const size_t end = planner.plan(plan, lens, meta_h.data(), [&] { wait_event(plan_consumed); }, invariant);
+void Shard::plan_and_upload(const GpuPolicyPlan* plan, std::span<const int> lens, int rows_per_seq) {
+  const size_t end =
+      planner.plan(plan, lens, meta_h.data(), [&] { wait_event(plan_consumed); }, invariant, rows_per_seq);
   if (end == 0) return;  // the plans on the device are still right
   LY_CUDA_CHECK(cudaMemcpyAsync(meta_d.data() + meta.n_items, meta_h.data() + meta.n_items, end - meta.n_items,
                                 cudaMemcpyHostToDevice, stream));
@@ -421,7 +425,9 @@ void GpuRunner::Impl::upload_step_everywhere(size_t bytes) {
   }
 }
 
-int logit_rows(const RunnerOptions& o) { return std::max(o.max_batch, kMaxVerifyRows); }
+int logit_rows(const RunnerOptions& o) {
+  return std::max({o.max_batch, kMaxVerifyRows, std::min(o.max_batch, kVerifyStepSeqs) * kVerifyStepRowsPerSeq});
+}
 
 void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens, bool all_logits) {
   Impl& im = *impl_;
@@ -462,139 +468,6 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens, bool all_l
     seq.length += n;
   }
   im.lead().use();
-}
-
-void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy,
-                       bool batch_invariant) {
-  impl_->decode(seqs, tokens, use_policy, impl_->o.cuda_graphs, batch_invariant);
-}
-
-void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy,
-                             bool use_graphs, bool invariant) {
-  before_forward();  // before the logits rows are overwritten
-  Shard& lead_shard = lead();
-  const int batch = int(seqs.size());
-  LY_CHECK(batch >= 1 && batch <= o.max_batch, ErrorCode::kInvalidArgument,
-           "decode batch of {} sequences (1..{} supported)", batch, o.max_batch);
-  LY_CHECK(!invariant || batch <= batch_invariant_rows(o), ErrorCode::kInvalidArgument,
-           "a batch-invariant decode step of {} sequences (at most {})", batch, batch_invariant_rows(o));
-  LY_CHECK(tokens.empty() || int(tokens.size()) == batch, ErrorCode::kInvalidArgument,
-           "decode got {} tokens for {} sequences", tokens.size(), batch);
-  for (int b = 0; b < batch; ++b) {  // every check and page before any state changes
-    GpuSeq& s = *seqs[size_t(b)];
-    LY_CHECK(s.length > 0, ErrorCode::kInvalidArgument, "decode of an empty sequence (prefill first)");
-    if (!tokens.empty())
-      LY_CHECK(tokens[size_t(b)] >= 0 && tokens[size_t(b)] < c.vocab_size, ErrorCode::kInvalidArgument,
-               "token id {} is outside the vocabulary (size {})", tokens[size_t(b)], c.vocab_size);
-    lead_shard.ensure_pages(s, s.length + 1);
-  }
-  for (int b = 0; b < batch; ++b)
-    if (seqs[size_t(b)]->table_id == 0) seqs[size_t(b)]->table_id = ++next_table_id;
-  std::vector<int> lens(static_cast<size_t>(batch));
-  for (int b = 0; b < batch; ++b) lens[size_t(b)] = seqs[size_t(b)]->length + 1;
-  // The step's section, written once (on rank 0) for every rank. The block table lives on the
-  // devices; a step sends only the pages a row's device copy lacks (a sequence new to its row:
-  // all of them; otherwise the pages added since).
-  Shard& m = lead_shard;
-  m.use();
-  m.begin_step();
-  auto* deltas = m.meta_host<int32_t>(m.meta.deltas);
-  int n_deltas = 0;
-  for (int b = 0; b < batch; ++b) {
-    GpuSeq& s = *seqs[size_t(b)];
-    if (row_table_id[size_t(b)] != s.table_id || row_synced[size_t(b)] > int(s.pages.size())) {
-      row_table_id[size_t(b)] = s.table_id;
-      row_synced[size_t(b)] = 0;
-    }
-    for (int i = row_synced[size_t(b)]; i < int(s.pages.size()); ++i) {
-      deltas[2 * n_deltas] = b * m.max_pages + i;
-      deltas[2 * n_deltas + 1] = s.pages[size_t(i)];
-      ++n_deltas;
-    }
-    row_synced[size_t(b)] = int(s.pages.size());
-    if (!tokens.empty()) m.meta_host<int32_t>(m.meta.tokens)[b] = tokens[size_t(b)];
-    m.meta_host<int32_t>(m.meta.positions)[b] = s.length;
-    m.meta_host<int32_t>(m.meta.kv_page)[b] = s.pages[size_t(s.length / m.o.page_size)];
-    m.meta_host<int32_t>(m.meta.kv_row)[b] = s.length % m.o.page_size;
-    m.meta_host<int32_t>(m.meta.seq_lens)[b] = s.length + 1;
-    m.meta_host<int32_t>(m.meta.quest_from)[b] = s.quest_epoch == m.policy_epoch ? std::min(s.quest_from, s.length) : 0;
-  }
-  m.meta_host<int32_t>(m.meta.n_deltas)[0] = n_deltas;
-  upload_step_everywhere(m.meta.deltas + size_t(n_deltas) * 8);
-  if (tokens.empty() && size() > 1) {  // ranks > 0 copy rank 0's sampled tokens after its sampling
-    lead_shard.use();
-    LY_CUDA_CHECK(cudaEventRecord(sampled_ready, lead_shard.stream));
-  }
-  // Each rank's plans (its own heads' work) and, without tokens, the tokens sampled on the device
-  // by the previous step.
-  const bool step_policy = use_policy && lead_shard.policy.has_value();
-  for (auto& sp : shards) {
-    Shard& r = *sp;
-    r.use();
-    r.step_policy = step_policy;
-    r.invariant = invariant;
-    r.plan_and_upload(step_policy ? &*r.policy : nullptr, lens);
-    if (!tokens.empty()) continue;
-    if (r.rank == 0) {
-      LY_CUDA_CHECK(cudaMemcpyAsync(r.meta_dev<int32_t>(r.meta.tokens), r.sampled.data(), size_t(batch) * 4,
-                                    cudaMemcpyDeviceToDevice, r.stream));
-    } else {
-      LY_CUDA_CHECK(cudaStreamWaitEvent(r.stream, sampled_ready));
-      LY_CUDA_CHECK(cudaMemcpyPeerAsync(r.meta_dev<int32_t>(r.meta.tokens), r.device, lead_shard.sampled.data(),
-                                        lead_shard.device, size_t(batch) * 4, r.stream));
-    }
-  }
-  ++n_forwards;
-  if (use_graphs) {
-    const std::vector<cudaStream_t> st = streams();
-    graphs.run(batch * 4 + (invariant ? 2 : 0) + (step_policy ? 1 : 0), devices, st,
-               [&] { forward(batch, true, batch, 1, 0, batch); });
-  } else {
-    forward(batch, true, batch, 1, 0, batch);
-  }
-  count_reduces(batch, batch);
-  lead_shard.use();
-  for (GpuSeq* s : seqs) {
-    s->length += 1;
-    if (step_policy && lead_shard.policy->spec.has(lychee::ScoreKind::kPageBound)) {
-      s->quest_from = s->length;
-      s->quest_epoch = lead_shard.policy_epoch;
-    }
-  }
-}
-
-std::vector<std::vector<float>> GpuRunner::profile_decode(std::span<GpuSeq* const> seqs,
-                                                          std::span<const int32_t> tokens, bool use_policy) {
-  Impl& im = *impl_;
-  const int L = im.c.n_layers;
-  for (auto& sp : im.shards) {
-    sp->use();
-    if (sp->attn_events.empty()) {
-      sp->attn_events.resize(size_t(2 * L));
-      for (cudaEvent_t& e : sp->attn_events) LY_CUDA_CHECK(cudaEventCreate(&e));
-    }
-  }
-  try {
-    im.decode(seqs, tokens, use_policy, false);
-  } catch (...) {
-    for (auto& sp : im.shards) {
-      sp->use();
-      for (cudaEvent_t e : sp->attn_events) cudaEventDestroy(e);
-      sp->attn_events.clear();
-    }
-    throw;
-  }
-  std::vector<std::vector<float>> ms(size_t(im.size()), std::vector<float>(size_t(L)));
-  for (auto& sp : im.shards) {
-    sp->use();
-    LY_CUDA_CHECK(cudaStreamSynchronize(sp->stream));
-    for (int l = 0; l < L; ++l)
-      LY_CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(sp->rank)][size_t(l)], sp->attn_events[size_t(2 * l)],
-                                         sp->attn_events[size_t(2 * l + 1)]));
-    for (cudaEvent_t e : sp->attn_events) cudaEventDestroy(e);
-    sp->attn_events.clear();
-  }
-  return ms;
 }
 
 GpuRunner::SelectionProbe GpuRunner::selection(int row, int slot) {

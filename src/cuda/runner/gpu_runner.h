@@ -49,7 +49,13 @@ struct RunnerOptions;
 // The most rows a verification pass returns logits for (GpuRunner::prefill with all_logits):
 // speculative decoding's γ + 1 (runtime/speculative.h's kMaxSpeculate + 1).
 inline constexpr int kMaxVerifyRows = 17;
-// Logits rows the runner holds: a decode step's batch or a verification pass.
+// The logits buffer holds a batched verification step (GpuRunner::verify) of up to
+// kVerifyStepSeqs sequences x kVerifyStepRowsPerSeq rows (γ + 1 for --speculate auto's γ <= 8),
+// or fewer sequences of more rows: 72 rows (37 MB at the 8B's vocabulary) whatever max_batch is.
+inline constexpr int kVerifyStepRowsPerSeq = 9;
+inline constexpr int kVerifyStepSeqs = 8;
+// Logits rows the runner holds: a decode step's batch, a verification pass, or a verification
+// step's min(max_batch, kVerifyStepSeqs) x kVerifyStepRowsPerSeq.
 int logit_rows(const RunnerOptions& o);
 
 // The most sequences a batch-invariant decode step takes (GpuRunner::decode): rows whose products
@@ -203,6 +209,20 @@ class GpuRunner {
   // what the server's seeded requests take.
   void decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy = true,
               bool batch_invariant = false);
+  // Speculative verification as one decode step of R = rows_per_seq query positions per sequence:
+  // seqs[b] is fed tokens[b R .. b R + R) at positions length .. length + R - 1 (K/V appended),
+  // dense attention (the decode kernel's rows_per_seq: each sequence's KV read once, the R rows
+  // causal among themselves), every product on the batch x R rows, the logits of token b R + r in
+  // row b R + r; captured in a CUDA graph per (batch, R). Rows equal R successive dense decode
+  // steps within bf16 rounding of another split-KV summation order (CudaSpeculative tests).
+  // Where group x R passes one mma tile (16 rows) a head's positions are cut over several items,
+  // each reading the KV (the 8B's group of 4: 4 positions an item). kUnsupported where
+  // verify_step_fits says no (callers take prefill's all_logits pass then).
+  void verify(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, int rows_per_seq);
+  // Whether verify takes `batch` sequences of `rows_per_seq` rows: one GPU, bf16 KV pages (the FP8
+  // reader serves 8 query rows), rows_per_seq <= kDecodeMaxVerifyRows, batch x rows_per_seq within
+  // the logits rows and the activation buffers. Pure.
+  bool verify_step_fits(int batch, int rows_per_seq) const;
 
   // The decode-attention policy of later steps (Full by default), as the backend-neutral
   // description every policy compiles to. Throws kUnsupported naming what the GPU path cannot

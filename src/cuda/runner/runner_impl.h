@@ -1,5 +1,5 @@
-// GpuRunner's state, shared by its files: gpu_runner.cpp (construction, prefill, decode, policy
-// setting, pages), forward.cpp (the layers and the decode-time selections), sampling.cpp and
+// GpuRunner's state, shared by its files: gpu_runner.cpp (construction, prefill, policy setting,
+// pages), decode_step.cpp (decode and verification steps), forward.cpp (the layers and the decode-time selections), sampling.cpp and
 // graph_cache.cpp. Private to the runner. The runner is one Shard per GPU (one without tensor
 // parallelism) driven by one host thread.
 #pragma once
@@ -207,11 +207,12 @@ struct Shard {
   void upload_step(size_t bytes);
   // Plans the decode step's patterns; on a replan, waits for the last plan upload, rewrites the
   // plan section and queues its copy.
-  void plan_and_upload(const GpuPolicyPlan* policy, std::span<const int> lens);
+  void plan_and_upload(const GpuPolicyPlan* policy, std::span<const int> lens, int rows_per_seq = 1);
   void ensure_pages(GpuSeq& seq, int new_length);
   void allocate_policy_buffers();
 
-  // forward.cpp, the phases of a forward pass of n tokens (GpuRunner::Impl::forward runs them on
+  // forward.cpp, the phases of a forward pass of n tokens (a decode step's q_len: its rows per
+  // sequence, n = batch x q_len) (GpuRunner::Impl::forward runs them on
   // every shard in turn and all-reduces o_buf between them); decode steps run the policy when
   // step_policy. begin: block-table changes, embedding, first norm. attention_block: layer l's
   // QKV through the output product into o_buf (a partial sum under tensor parallelism).
@@ -250,7 +251,8 @@ struct Shard {
   void fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias, int n,
                      const float* next_norm = nullptr, int pdl_bit = 0, const Bf16GemvRope* rope = nullptr);
   void attention(int layer, bool decode, int batch, int q_len, int max_kv_len);
-  void decode_attention_layer(int layer, int batch);
+  // rows: query positions per sequence (a verification step's R; 1 for a decode step).
+  void decode_attention_layer(int layer, int batch, int rows = 1);
   void select_before(int layer, int batch);
   bool select_after_needed(int layer) const;
   void select_after(int layer, int batch, cudaStream_t s);
@@ -309,8 +311,9 @@ struct GpuRunner::Impl {
   // gather of `rows` logits rows), counted.
   void count_reduces(int n, int rows);
   // Stages and runs one decode step (GpuRunner::decode; `graphs` false: eagerly).
+  // rows > 1: a verification step (GpuRunner::verify), tokens [batch][rows], dense attention.
   void decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, bool use_policy, bool graphs,
-              bool invariant = false);
+              bool invariant = false, int rows = 1);
 };
 
 }  // namespace lychee::cuda

@@ -83,14 +83,16 @@ void StepPlanner::heads_of(const GpuPolicyPlan* policy, int pattern, std::span<c
 }
 
 size_t StepPlanner::plan(const GpuPolicyPlan* policy, std::span<const int> lens, uint8_t* meta,
-                         const std::function<void()>& before_write, bool invariant) {
+                         const std::function<void()>& before_write, bool invariant, int rows_per_seq) {
   LY_CHECK(!invariant || int(lens.size()) <= s_.invariant_rows, ErrorCode::kInvalidArgument,
            "a batch-invariant step of {} sequences (at most {})", lens.size(), s_.invariant_rows);
   const int n_patterns = policy != nullptr ? int(policy->patterns.size()) : 1;
   const int list_stride = policy != nullptr ? policy->list_stride : 1;
   std::vector<std::vector<DecodeHeadWork>> heads(static_cast<size_t>(n_patterns));
   for (int p = 0; p < n_patterns; ++p) heads_of(policy, p, lens, list_stride, heads[size_t(p)]);
-  if (heads == last_heads_ && invariant == last_invariant_) return 0;
+  LY_CHECK(rows_per_seq == 1 || policy == nullptr, ErrorCode::kInvalidArgument,
+           "a verification step of {} rows per sequence plans dense attention only", rows_per_seq);
+  if (heads == last_heads_ && invariant == last_invariant_ && rows_per_seq == last_rows_) return 0;
   if (before_write) before_write();
 
   auto* n_items = reinterpret_cast<int32_t*>(meta + m_.n_items);
@@ -104,7 +106,7 @@ size_t StepPlanner::plan(const GpuPolicyPlan* policy, std::span<const int> lens,
       splits = std::max(1, s_.max_items / (s_.invariant_rows * per_seq));
     }
     const DecodePlan plan = plan_decode(heads[size_t(p)], int(lens.size()), s_.n_heads, s_.n_kv_heads, s_.sm_count,
-                                        s_.ctas_per_sm, 2 * s_.page_size, s_.max_items, splits);
+                                        s_.ctas_per_sm, 2 * s_.page_size, s_.max_items, splits, rows_per_seq);
     item_offset[p] = used;
     n_items[p] = int32_t(plan.items.size());
     std::copy(plan.items.begin(), plan.items.end(), items + used);
@@ -116,6 +118,7 @@ size_t StepPlanner::plan(const GpuPolicyPlan* policy, std::span<const int> lens,
   }
   last_heads_ = std::move(heads);
   last_invariant_ = invariant;
+  last_rows_ = rows_per_seq;
   ++replans_;
   return m_.items + size_t(used) * sizeof(DecodeWorkItem);
 }

@@ -54,9 +54,10 @@ class StepPlanner {
   // equals the last call's and nothing was written. `before_write` runs before any write (the
   // runner waits there for the device to have consumed the last plan upload).
   // `invariant`: batch-invariant plans (plan_decode's splits_per_head; lens.size() <=
-  // invariant_rows): a sequence's splits depend on that sequence alone.
+  // invariant_rows): a sequence's splits depend on that sequence alone. rows_per_seq > 1: a
+  // verification step's dense plan (policy null; plan_decode's rows_per_seq).
   size_t plan(const GpuPolicyPlan* policy, std::span<const int> lens, uint8_t* meta,
-              const std::function<void()>& before_write = {}, bool invariant = false);
+              const std::function<void()>& before_write = {}, bool invariant = false, int rows_per_seq = 1);
   // Forget the cached plans (the next plan() rebuilds them).
   void invalidate() { last_heads_.clear(); }
   int replans() const { return replans_; }
@@ -69,6 +70,7 @@ class StepPlanner {
   MetaLayout m_;
   std::vector<std::vector<DecodeHeadWork>> last_heads_;  // [pattern] the heads last planned
   bool last_invariant_ = false;
+  int last_rows_ = 1;
   int replans_ = 0;
 };
 
