@@ -22,9 +22,13 @@ bool GpuRunner::verify_step_fits(int batch, int rows_per_seq) const {
   const int rows = batch * rows_per_seq;
   const int per_item = decode_positions_per_item(im.c.group_size(), std::max(rows_per_seq, 1));
   const int items = batch * im.c.n_kv_heads * ((rows_per_seq + per_item - 1) / per_item);  // at least
+  // The batch's rows within the fused decode layers' (8): their products give each row what a
+  // one-row step gives it, so the rows equal Full's decode steps bit for bit (H200: R = 1..8). Past
+  // them the products run through cuBLASLt, whose rounding is another's (R = 9: 1.2e-2 relative
+  // from the prefill pass's rows, past the tests' 1e-2), and the prefill pass verifies instead.
   return im.size() == 1 && !m.pool->fp8() && batch >= 1 && batch <= im.o.max_batch && rows_per_seq >= 1 &&
-         rows_per_seq <= kDecodeMaxVerifyRows && rows <= logit_rows(im.o) && rows <= m.max_tokens &&
-         items <= m.max_items;
+         rows_per_seq <= kDecodeMaxVerifyRows && rows <= im.fused_rows() && rows <= logit_rows(im.o) &&
+         rows <= m.max_tokens && items <= m.max_items;
 }
 
 void GpuRunner::verify(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, int rows_per_seq) {

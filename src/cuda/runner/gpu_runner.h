@@ -221,7 +221,8 @@ class GpuRunner {
   void verify(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, int rows_per_seq);
   // Whether verify takes `batch` sequences of `rows_per_seq` rows: one GPU, bf16 KV pages (the FP8
   // reader serves 8 query rows), rows_per_seq <= kDecodeMaxVerifyRows, batch x rows_per_seq within
-  // the logits rows and the activation buffers. Pure.
+  // the fused decode layers' rows (fused_decode_rows: then each row equals a Full decode step's bit
+  // for bit), the logits rows and the activation buffers. Pure.
   bool verify_step_fits(int batch, int rows_per_seq) const;
 
   // The decode-attention policy of later steps (Full by default), as the backend-neutral
