@@ -9,7 +9,11 @@
 // only its last row copied (the device time plus one copy). On a model of --shape with random
 // weights (decode time does not depend on the values).
 //   bench_spec [--shape llama3-8b] [--contexts 32768,65536,131072] [--batches 1,4,8] [--gammas 2,4,6,8]
-//              [--budget 4096] [--block-size 16] [--retrieval 32] [--steps 16] [--json FILE]
+//              [--budget 4096] [--block-size 16] [--retrieval 32] [--steps 16] [--drafts lychee,quest,tidal]
+//              [--json FILE]
+// --drafts: the draft policies whose decode steps are timed (default lychee; quest: pages of 16,
+// tidal: its default selection layers; each at --budget, with bench_e2e's dense layers); the JSON's
+// draft_ms is the first's, draft_ms_by every one's.
 // It measures times only: tokens per second need an acceptance rate, which the bench-spec stage of
 // scripts/gpu/run_all.sh measures on the default model with real weights and combines with these
 // times (tokens/s = batch x E[tokens per cycle] / (γ T_draft + T_verify)). A draft step is the
@@ -44,6 +48,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   std::string shape = "llama3-8b";
   std::string contexts = "32768,65536,131072", batches = "1,4,8", gammas = "2,4,6,8";
+  std::vector<std::string> drafts = {"lychee"};
   int budget = 4096, block_size = 16, n_retrieval = 32, steps = 16;
   std::string json_path;
 };
@@ -71,6 +76,18 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--retrieval") o.n_retrieval = std::stoi(next());
     else if (a == "--steps") o.steps = std::stoi(next());
     else if (a == "--json") o.json_path = next();
+    else if (a == "--drafts") {
+      o.drafts.clear();
+      const std::string list = next();
+      for (size_t b = 0; b <= list.size();) {
+        const size_t e = std::min(list.find(',', b), list.size());
+        const std::string d = list.substr(b, e - b);
+        if (d != "lychee" && d != "quest" && d != "tidal")
+          throw std::invalid_argument("--drafts: lychee, quest or tidal, got '" + d + "'");
+        o.drafts.push_back(d);
+        b = e + 1;
+      }
+    }
     else throw std::invalid_argument("unknown argument " + a);
   }
   for (int g : parse_list(o.gammas))
@@ -161,11 +178,16 @@ int main(int argc, char** argv) try {
   const HeadRoles roles = seeded_head_roles(c, std::clamp(opt.n_retrieval, c.n_kv_heads, c.n_layers * c.n_kv_heads), 7);
   SelectParams select;
   select.budget = opt.budget;
-  const DecodeSpec full = full_spec(c), lychee = lychee_spec(c, roles, opt.block_size, select);
+  const DecodeSpec full = full_spec(c);
+  std::vector<DecodeSpec> drafts;
+  for (const std::string& d : opt.drafts)
+    drafts.push_back(d == "lychee" ? lychee_spec(c, roles, opt.block_size, select)
+                     : d == "quest" ? quest_spec(c, opt.budget, 16, 2)
+                                    : tidal_spec(c, opt.budget, default_tidal_layers(c.n_layers), 2));
   const auto& dev = cuda::device_info();
   std::printf("%s, %d SMs; %s random weights; LycheeDecode budget %d, block %d, %d retrieval KV heads\n", dev.name,
               dev.sm_count, c.name.c_str(), opt.budget, opt.block_size, opt.n_retrieval);
-  std::printf("%6s %8s %10s %10s %6s %12s %12s %12s\n", "batch", "context", "full ms", "lychee ms", "gamma",
+  std::printf("%6s %8s %10s %10s %6s %12s %12s %12s\n", "batch", "context", "full ms", (opt.drafts[0] + " ms").c_str(), "gamma",
               "step ms", "step+rows ms", "prefill ms");
   nlohmann::json rows = nlohmann::json::array();
   for (const int batch : batches)
@@ -184,7 +206,13 @@ int main(int argc, char** argv) try {
         continue;
       }
       const double t_full = step_ms(r, ptrs, full, opt.steps, ctx);
-      const double t_draft = step_ms(r, ptrs, lychee, opt.steps, ctx);
+      nlohmann::json draft_by = nlohmann::json::object();
+      for (size_t d = 0; d < drafts.size(); ++d) {
+        draft_by[opt.drafts[d]] = step_ms(r, ptrs, drafts[d], opt.steps, ctx);
+        if (d > 0) std::printf("%6d %8d %10s %s draft step %.3f ms\n", batch, ctx, "", opt.drafts[d].c_str(),
+                               draft_by[opt.drafts[d]].get<double>());
+      }
+      const double t_draft = draft_by[opt.drafts[0]].get<double>();
       nlohmann::json verify = nlohmann::json::object(), step = nlohmann::json::object(),
                      step_rows = nlohmann::json::object(), prefill = nlohmann::json::object();
       for (const int g : gammas) {
@@ -206,6 +234,7 @@ int main(int argc, char** argv) try {
         }
       }
       rows.push_back({{"batch", batch}, {"context", ctx}, {"full_ms", t_full}, {"draft_ms", t_draft},
+                      {"draft_ms_by", draft_by}, {"draft", opt.drafts[0]},
                       {"verify_ms", verify}, {"verify_step_ms", step}, {"verify_step_rows_ms", step_rows},
                       {"verify_prefill_ms", prefill}});
       for (auto& s : seqs) r.release(s);

@@ -36,21 +36,37 @@ def acceptance(records, policy):
     return accepted / drafted if drafted > 0 else None
 
 
-def combine(times, alpha_by_gamma):
-    """One row per (batch, context, γ) with the computed tokens/s and speed-ups; times = bench_spec's rows."""
+def draft_ms(t, policy):
+    """The draft step of `policy` in a bench_spec row: draft_ms_by (bench_spec --drafts), or draft_ms,
+    which older files timed for LycheeDecode only."""
+    if "draft_ms_by" in t:
+        if policy not in t["draft_ms_by"]:
+            raise SystemExit(f"bench_spec timed no {policy} draft step (it timed {', '.join(t['draft_ms_by'])}): "
+                             f"bench_spec --drafts {policy}")
+        return t["draft_ms_by"][policy]
+    if policy != "lychee":
+        raise SystemExit(f"these bench_spec times have LycheeDecode's draft step only, not {policy}'s")
+    return t["draft_ms"]
+
+
+def combine(times, alpha_by_gamma, policy="lychee"):
+    """One row per (batch, context, γ) with the computed tokens/s and speed-ups; times = bench_spec's rows.
+    The speculative rate uses `policy`'s draft step; "lychee_tok_s" is the draft alone (plain decoding
+    with the draft policy)."""
     out = []
     for t in times:
         if "skipped" in t:
             continue
         b = t["batch"]
         full = 1000.0 * b / t["full_ms"]
-        lychee = 1000.0 * b / t["draft_ms"]
+        t_draft = draft_ms(t, policy)
+        lychee = 1000.0 * b / t_draft
         for g_text, verify_ms in sorted(t["verify_ms"].items(), key=lambda kv: int(kv[0])):
             g = int(g_text)
             alpha = alpha_by_gamma.get(g)
             if alpha is None:
                 continue
-            spec = 1000.0 * b * expected_tokens(alpha, g) / (g * t["draft_ms"] + verify_ms)
+            spec = 1000.0 * b * expected_tokens(alpha, g) / (g * t_draft + verify_ms)
             out.append({"batch": b, "context": t["context"], "gamma": g, "acceptance": alpha,
                         "full_tok_s": full, "lychee_tok_s": lychee, "spec_tok_s": spec,
                         "speedup_vs_full": spec / full, "speedup_vs_lychee": spec / lychee})
@@ -108,7 +124,7 @@ def main():
             raise SystemExit(f"--accept {item}: expected GAMMA=FILE")
         alpha[int(g)] = acceptance(json.load(open(path))["records"], a.policy)
     times = json.load(open(a.times))
-    rows = combine(times["rows"], {g: v for g, v in alpha.items() if v is not None})
+    rows = combine(times["rows"], {g: v for g, v in alpha.items() if v is not None}, a.policy)
     if not rows:
         raise SystemExit(f"{a.times}: no (batch, context, γ) with both a time and an acceptance of {a.policy}")
     sys.stdout.write(markdown(rows))

@@ -1294,12 +1294,19 @@ for label, by_g in rows.items():
 print(f"\nEvery speculative output equals plain Full's: {'yes' if same else 'NO (see the comments above; GPU verification is Full within bf16 rounding)'}")
 PY
     cat "$out/spec_acceptance.md"
+    # SPEC_DRAFTS: the drafts whose 8B steps bench_spec times (default lychee,quest); each gets its
+    # computed summary (lychee: spec_summary.md, speedup.svg; others: spec_summary_<draft>.md, speedup_<draft>.svg).
+    drafts="${SPEC_DRAFTS:-lychee,quest}"
     LYCHEE_COMMIT="$commit" "$build/bin/bench_spec" --contexts "${SPEC_CONTEXTS:-32768,65536,131072}" \
-      --batches "${SPEC_BATCHES:-1,4,8}" --gammas "$(echo $gammas | tr ' ' ',')" --json "$out/spec_times.json" 2>&1 \
-      | tee "$out/spec_times.log" || rc=$(failed $? bench_spec)
-    python3 scripts/plot_speculative.py --times "$out/spec_times.json" --accept "${accept[@]}" --policy lychee \
-      -j "$out/spec_summary.json" -o "$out/speedup.svg" > "$out/spec_summary.md" || rc=$(failed $? plot_speculative.py)
-    cat "$out/spec_summary.md"
+      --batches "${SPEC_BATCHES:-1,4,8}" --gammas "$(echo $gammas | tr ' ' ',')" --drafts "$drafts" \
+      --json "$out/spec_times.json" 2>&1 | tee "$out/spec_times.log" || rc=$(failed $? bench_spec)
+    for d in ${drafts//,/ }; do
+      tag=""; [ "$d" = lychee ] || tag="_$d"
+      python3 scripts/plot_speculative.py --times "$out/spec_times.json" --accept "${accept[@]}" --policy "$d" \
+        -j "$out/spec_summary$tag.json" -o "$out/speedup$tag.svg" > "$out/spec_summary$tag.md" \
+        || rc=$(failed $? "plot_speculative.py $d")
+      echo "draft $d:"; cat "$out/spec_summary$tag.md"
+    done
     exit $rc ;;
   server)
     link_model

@@ -334,6 +334,17 @@ def test_plot_speculative_computes_tokens_per_second_from_times_and_acceptance()
     assert lines["batch 1"] == ([32.0], [pytest.approx(1.75)])
     assert lines["batch 4"] == ([128.0], [pytest.approx(1.4)])
     assert "| 4 | 131072 | 2 | 0.500 |" in m.markdown(rows)
+    # bench_spec --drafts: each policy's own draft step; an old file (LycheeDecode's step only) or a
+    # file without that policy's step is refused instead of computing with another draft's time
+    by = [{"batch": 1, "context": 32768, "full_ms": 4.0, "draft_ms": 1.0, "draft_ms_by": {"lychee": 1.0, "quest": 3.0},
+           "verify_ms": {"2": 2.0}}]
+    q = m.combine(by, {2: 0.5}, "quest")[0]
+    assert q["spec_tok_s"] == pytest.approx(1750.0 / 8.0) and q["lychee_tok_s"] == pytest.approx(1000.0 / 3.0)
+    assert m.combine(by, {2: 0.5}, "lychee")[0]["spec_tok_s"] == pytest.approx(437.5)
+    with pytest.raises(SystemExit, match="tidal"):
+        m.combine(by, {2: 0.5}, "tidal")
+    with pytest.raises(SystemExit, match="LycheeDecode's draft step only"):
+        m.combine(times, {2: 0.5}, "quest")
 
 
 def train_bench(path, shape, results, bench="train_step"):
