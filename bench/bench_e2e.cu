@@ -85,21 +85,11 @@ struct BenchPolicy {
   int window = 0;       // DuoAttention: sink + recent
 };
 
-// The retrieval heads LycheeDecode and DuoAttention get (layer 0's and a seeded draw).
-HeadRoles bench_roles(const ModelConfig& c, int n_retrieval) {
-  return seeded_head_roles(c, std::clamp(n_retrieval, c.n_kv_heads, c.n_layers * c.n_kv_heads), 7);
-}
-
 BenchPolicy make_policy(const std::string& name, const ModelConfig& c, int budget, int n_retrieval, int block_size) {
-  const HeadRoles roles = bench_roles(c, n_retrieval);
-  SelectParams select;
-  select.budget = budget;
-  if (name == "full") return {full_spec(c)};
-  if (name == "lychee") return {lychee_spec(c, roles, block_size, select), roles.n_retrieval()};
-  if (name == "tidal") return {tidal_spec(c, budget, default_tidal_layers(c.n_layers), 2)};
-  if (name == "quest") return {quest_spec(c, budget, 16, 2)};
-  if (name == "duo") return {duo_spec(c, roles, 64, budget - 64), roles.n_retrieval(), budget};
-  throw std::runtime_error("unknown policy " + name);
+  BenchPolicy p{bench::bench_policy(name, c, budget, n_retrieval, block_size)};
+  if (name == "lychee" || name == "duo") p.n_retrieval = bench::bench_roles(c, n_retrieval).n_retrieval();
+  if (name == "duo") p.window = budget;
+  return p;
 }
 
 // Tokens of K/V (and Quest's metadata bytes) the policy's kernels read per step and sequence, as
@@ -125,13 +115,6 @@ std::pair<double, double> policy_reads(const std::string& name, const BenchPolic
     return {2 * KV * n + (L - 2) * KV * G * B, meta};
   }
   return {L * KV * n, 0.0};
-}
-
-std::vector<std::string> split_names(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) v.push_back(item);
-  return v;
 }
 
 // The trace summary per step: device busy/idle, host waits, the largest kernels; with several
@@ -185,7 +168,7 @@ struct Split {
 Split make_split(const Options& opt, const ModelConfig& c, int n_gpus) {
   Split s;
   s.n_gpus = n_gpus;
-  const HeadRoles roles = bench_roles(c, opt.n_retrieval);
+  const HeadRoles roles = bench::bench_roles(c, opt.n_retrieval);
   const TpAssignment a = tp_assign(c, roles, n_gpus, opt.tp_rule == "contiguous" ? TpRule::kContiguous : TpRule::kPermutation);
   s.kv_heads = tp_rank_heads(a);
   s.balance = tp_balance(a, roles);
@@ -247,7 +230,7 @@ void run_policies(const Options& opt, cuda::GpuRunner& r, const cuda::ShardedWei
                   double bw, FullBf16& full_bf16, nlohmann::json& rows) {
   const double kv_token_head_bytes = double(kv_bytes_per_token_head(parse_kv_dtype(kv_dtype), c.head_dim));
   double full_ms = 0.0;
-  for (const std::string& name : split_names(opt.policies)) {
+  for (const std::string& name : bench::parse_names(opt.policies)) {
     const BenchPolicy pol = make_policy(name, c, opt.budget, opt.n_retrieval, opt.block_size);
     std::vector<cuda::GpuSeq> seqs(static_cast<size_t>(batch));
     std::vector<cuda::GpuSeq*> ptrs;
@@ -426,7 +409,7 @@ void run_weights(const Options& opt, const cuda::ShardedWeights& ws, const Split
                  const std::string& weights, double bw, FullBf16& full_bf16, nlohmann::json& rows) {
   for (int batch : parse_list(opt.batches))
     for (int ctx : parse_list(opt.contexts))
-      for (const std::string& kv_dtype : split_names(opt.kv_dtypes))
+      for (const std::string& kv_dtype : bench::parse_names(opt.kv_dtypes))
         run_one(opt, ws, split, c, weights, kv_dtype, batch, ctx, bw, full_bf16, rows);
 }
 
@@ -478,10 +461,10 @@ Options parse_args(int argc, char** argv) {
                      std::to_string(o.block_size));
   if (o.fp8_selector_qkv != "bf16" && o.fp8_selector_qkv != "fp8")
     throw UsageError("--fp8-selector-qkv: bf16 or fp8, got '" + o.fp8_selector_qkv + "'");
-  if (split_names(o.weights).empty()) throw UsageError("--weights: expected bf16, fp8 or both (bf16,fp8)");
-  for (const std::string& name : split_names(o.weights)) parse_weights(name);  // reject before loading anything
-  if (split_names(o.kv_dtypes).empty()) throw UsageError("--kv-cache-dtype: expected bf16, fp8 or both (bf16,fp8)");
-  for (const std::string& name : split_names(o.kv_dtypes)) parse_kv_dtype(name);
+  if (bench::parse_names(o.weights).empty()) throw UsageError("--weights: expected bf16, fp8 or both (bf16,fp8)");
+  for (const std::string& name : bench::parse_names(o.weights)) parse_weights(name);  // reject before loading anything
+  if (bench::parse_names(o.kv_dtypes).empty()) throw UsageError("--kv-cache-dtype: expected bf16, fp8 or both (bf16,fp8)");
+  for (const std::string& name : bench::parse_names(o.kv_dtypes)) parse_kv_dtype(name);
   return o;
 }
 
@@ -497,13 +480,13 @@ int main(int argc, char** argv) try {
   nlohmann::json rows = nlohmann::json::array(), weight_bytes = nlohmann::json::object(),
                  fp8_kept = nlohmann::json::object();
   FullBf16 full_bf16;
-  for (const std::string& weights : split_names(opt.weights)) {
+  for (const std::string& weights : bench::parse_names(opt.weights)) {
     const GpuWeightFormat format = parse_weights(weights);
     // One format's weights at a time (the 8B shape's bf16 weights are 16 GB).
     Fp8Keep keep;
     if (format == GpuWeightFormat::kFp8 && opt.fp8_selector_qkv == "bf16") {
       std::vector<DecodeSpec> specs;
-      for (const std::string& name : split_names(opt.policies))
+      for (const std::string& name : bench::parse_names(opt.policies))
         specs.push_back(make_policy(name, c, opt.budget, opt.n_retrieval, opt.block_size).spec);
       keep = fp8_keep_for(specs);
     }
@@ -540,11 +523,11 @@ int main(int argc, char** argv) try {
     cudaDriverGetVersion(&driver);
     std::string command;
     for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-    const std::vector<std::string> formats = split_names(opt.weights);
+    const std::vector<std::string> formats = bench::parse_names(opt.weights);
     nlohmann::json j = {{"gpu", dev.name}, {"driver", driver}, {"copy_gbps", bw}, {"model", c.name},
                         {"weight_bytes", weight_bytes[formats.front()]}, {"weight_bytes_by_format", weight_bytes},
                         {"fp8_selector_qkv", opt.fp8_selector_qkv}, {"bf16_qkv_layers_by_format", fp8_kept},
-                        {"weights", formats}, {"kv_cache_dtypes", split_names(opt.kv_dtypes)}, {"steps", opt.steps}, {"budget", opt.budget}, {"block_size", opt.block_size},
+                        {"weights", formats}, {"kv_cache_dtypes", bench::parse_names(opt.kv_dtypes)}, {"steps", opt.steps}, {"budget", opt.budget}, {"block_size", opt.block_size},
                         {"retrieval_kv_heads", opt.n_retrieval}, {"command", command},
                         {"tensor_parallel", parse_list(opt.tensor_parallel)}, {"nccl", cuda::nccl_version()},
                         {"commit", std::getenv("LYCHEE_COMMIT") ? std::getenv("LYCHEE_COMMIT") : "unknown"},

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 #include <stdexcept>
+
+#include "attention/policies.h"
 
 namespace lychee::bench {
 
@@ -42,6 +45,31 @@ std::vector<long long> parse_numbers(const std::string& s) {
     start = end + 1;
   }
   return v;
+}
+
+std::vector<std::string> parse_names(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) v.push_back(item);
+  return v;
+}
+
+HeadRoles bench_roles(const ModelConfig& c, int n_retrieval) {
+  return seeded_head_roles(c, std::clamp(n_retrieval, c.n_kv_heads, c.n_layers * c.n_kv_heads), 7);
+}
+
+DecodeSpec bench_policy(const std::string& name, const ModelConfig& c, int budget, int n_retrieval, int block_size) {
+  if (name == "full") return full_spec(c);
+  if (name == "tidal") return tidal_spec(c, budget, default_tidal_layers(c.n_layers), 2);
+  if (name == "quest") return quest_spec(c, budget, 16, 2);
+  const HeadRoles roles = bench_roles(c, n_retrieval);
+  if (name == "duo") return duo_spec(c, roles, 64, budget - 64);
+  if (name == "lychee") {
+    SelectParams select;
+    select.budget = budget;
+    return lychee_spec(c, roles, block_size, select);
+  }
+  throw std::runtime_error("unknown policy " + name);
 }
 
 }  // namespace lychee::bench

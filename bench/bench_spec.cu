@@ -32,7 +32,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "attention/head_roles.h"
 #include "attention/policies.h"
 #include "bench_env.h"
 #include "core/json_io.h"
@@ -77,16 +76,11 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--steps") o.steps = std::stoi(next());
     else if (a == "--json") o.json_path = next();
     else if (a == "--drafts") {
-      o.drafts.clear();
-      const std::string list = next();
-      for (size_t b = 0; b <= list.size();) {
-        const size_t e = std::min(list.find(',', b), list.size());
-        const std::string d = list.substr(b, e - b);
+      o.drafts = bench::parse_names(next());
+      if (o.drafts.empty()) throw std::invalid_argument("--drafts: expected lychee, quest or tidal (a list)");
+      for (const std::string& d : o.drafts)
         if (d != "lychee" && d != "quest" && d != "tidal")
           throw std::invalid_argument("--drafts: lychee, quest or tidal, got '" + d + "'");
-        o.drafts.push_back(d);
-        b = e + 1;
-      }
     }
     else throw std::invalid_argument("unknown argument " + a);
   }
@@ -175,15 +169,10 @@ int main(int argc, char** argv) try {
   ro.max_context = *std::max_element(contexts.begin(), contexts.end()) + 64;
   cuda::GpuRunner r(cuda::random_weights(c, 1234), ro);
   r.fill_kv_random(99);
-  const HeadRoles roles = seeded_head_roles(c, std::clamp(opt.n_retrieval, c.n_kv_heads, c.n_layers * c.n_kv_heads), 7);
-  SelectParams select;
-  select.budget = opt.budget;
   const DecodeSpec full = full_spec(c);
   std::vector<DecodeSpec> drafts;
   for (const std::string& d : opt.drafts)
-    drafts.push_back(d == "lychee" ? lychee_spec(c, roles, opt.block_size, select)
-                     : d == "quest" ? quest_spec(c, opt.budget, 16, 2)
-                                    : tidal_spec(c, opt.budget, default_tidal_layers(c.n_layers), 2));
+    drafts.push_back(bench::bench_policy(d, c, opt.budget, opt.n_retrieval, opt.block_size));
   const auto& dev = cuda::device_info();
   std::printf("%s, %d SMs; %s random weights; LycheeDecode budget %d, block %d, %d retrieval KV heads\n", dev.name,
               dev.sm_count, c.name.c_str(), opt.budget, opt.block_size, opt.n_retrieval);
