@@ -11,6 +11,7 @@
 
 #ifdef LYCHEE_HAS_CUDA
 
+#include "cuda/kernels/bf16_gemv.h"
 #include "cuda/runner/gpu_runner.h"
 #include "cuda/runner/policy_plan.h"
 #include "cuda/runner/step_meta.h"
@@ -188,8 +189,8 @@ TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
   }
 }
 
-// The logits rows hold a decode step's batch, a verification pass (17 rows) and a verification
-// step of up to 8 sequences x 9 rows, never more than that for a large max_batch.
+// The logits rows hold a decode step's batch and a verification pass (17 rows), and with them
+// the largest verification step GpuRunner::verify takes: the fused decode layers' rows.
 TEST(RunnerPlan, LogitRowsHoldAVerificationStep) {
   const auto rows = [](int max_batch) {
     cuda::RunnerOptions o;
@@ -197,10 +198,10 @@ TEST(RunnerPlan, LogitRowsHoldAVerificationStep) {
     return cuda::logit_rows(o);
   };
   EXPECT_EQ(rows(1), cuda::kMaxVerifyRows);
-  EXPECT_EQ(rows(4), 4 * cuda::kVerifyStepRowsPerSeq);
-  EXPECT_EQ(rows(8), 8 * cuda::kVerifyStepRowsPerSeq);
-  EXPECT_EQ(rows(64), 8 * cuda::kVerifyStepRowsPerSeq);
+  EXPECT_EQ(rows(8), cuda::kMaxVerifyRows);
   EXPECT_EQ(rows(100), 100);
+  EXPECT_GE(rows(1), cuda::RunnerOptions{}.fused_decode_max_rows);
+  EXPECT_GE(rows(1), cuda::kBf16GemvMaxRows);
 }
 
 // A verification step's plan (rows_per_seq R): dense only; a change of R replans (past one tile

@@ -426,7 +426,8 @@ void GpuRunner::Impl::upload_step_everywhere(size_t bytes) {
 }
 
 int logit_rows(const RunnerOptions& o) {
-  return std::max({o.max_batch, kMaxVerifyRows, std::min(o.max_batch, kVerifyStepSeqs) * kVerifyStepRowsPerSeq});
+  static_assert(kBf16GemvMaxRows <= kMaxVerifyRows, "a verification step's rows fit the logits rows");
+  return std::max(o.max_batch, kMaxVerifyRows);
 }
 
 void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens, bool all_logits) {

@@ -49,13 +49,9 @@ struct RunnerOptions;
 // The most rows a verification pass returns logits for (GpuRunner::prefill with all_logits):
 // speculative decoding's γ + 1 (runtime/speculative.h's kMaxSpeculate + 1).
 inline constexpr int kMaxVerifyRows = 17;
-// The logits buffer holds a batched verification step (GpuRunner::verify) of up to
-// kVerifyStepSeqs sequences x kVerifyStepRowsPerSeq rows (γ + 1 for --speculate auto's γ <= 8),
-// or fewer sequences of more rows: 72 rows (37 MB at the 8B's vocabulary) whatever max_batch is.
-inline constexpr int kVerifyStepRowsPerSeq = 9;
-inline constexpr int kVerifyStepSeqs = 8;
-// Logits rows the runner holds: a decode step's batch, a verification pass, or a verification
-// step's min(max_batch, kVerifyStepSeqs) x kVerifyStepRowsPerSeq.
+// Logits rows the runner holds: a decode step's batch or a verification pass's kMaxVerifyRows,
+// which also holds a verification step (GpuRunner::verify keeps to the fused decode layers' rows,
+// at most kBf16GemvMaxRows).
 int logit_rows(const RunnerOptions& o);
 
 // The most sequences a batch-invariant decode step takes (GpuRunner::decode): rows whose products
