@@ -138,10 +138,8 @@ TEST(RunnerPlan, HeadEntriesAreExactWhereTheHostKnowsThem) {
   EXPECT_EQ(cuda::head_entries(d, KernelHead{ListKind::kWindow, cuda::ScoreKind::kNone, 1, false}, 64, 9), 9);
 }
 
-// Plans are rebuilt only when a head's work changes; the plan written equals plan_decode's.
-TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
-  const ModelConfig c = shape();
-  const GpuPolicyPlan g = cuda::plan_gpu_policy(lychee_spec(c, head_roles_from_layers(c, {0}), 64, {}), c, 64, 8192);
+// The step planner's shape in these tests: the model's heads, pages of 64, 132 SMs x 2 CTAs.
+cuda::PlannerShape planner_shape(const ModelConfig& c) {
   cuda::PlannerShape s;
   s.n_heads = c.n_heads;
   s.n_kv_heads = c.n_kv_heads;
@@ -149,6 +147,14 @@ TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
   s.sm_count = 132;
   s.ctas_per_sm = 2;
   s.max_items = 1056;
+  return s;
+}
+
+// Plans are rebuilt only when a head's work changes; the plan written equals plan_decode's.
+TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
+  const ModelConfig c = shape();
+  const GpuPolicyPlan g = cuda::plan_gpu_policy(lychee_spec(c, head_roles_from_layers(c, {0}), 64, {}), c, 64, 8192);
+  const cuda::PlannerShape s = planner_shape(c);
   const cuda::MetaLayout m(64, 4, 130, s.max_items, c.n_heads, c.n_layers + 1);
   std::vector<uint8_t> meta(m.total, 0);
   cuda::StepPlanner planner(s, m);
@@ -210,13 +216,7 @@ TEST(RunnerPlan, LogitRowsHoldAVerificationStep) {
 TEST(RunnerPlan, StepPlannerPlansVerificationRows) {
   const ModelConfig c = shape();
   const GpuPolicyPlan g = cuda::plan_gpu_policy(lychee_spec(c, head_roles_from_layers(c, {0}), 64, {}), c, 64, 8192);
-  cuda::PlannerShape s;
-  s.n_heads = c.n_heads;
-  s.n_kv_heads = c.n_kv_heads;
-  s.page_size = 64;
-  s.sm_count = 132;
-  s.ctas_per_sm = 2;
-  s.max_items = 1056;
+  const cuda::PlannerShape s = planner_shape(c);
   const cuda::MetaLayout m(64, 4, 130, s.max_items, c.n_heads, c.n_layers + 1);
   std::vector<uint8_t> meta(m.total, 0);
   cuda::StepPlanner planner(s, m);
