@@ -81,9 +81,7 @@ constexpr int kSelWarps = kSelThreads / kWarpSize;
 template <bool kShared>
 __global__ void __launch_bounds__(kSelThreads) select_kernel(const SelectArgs a) {
   using Reduce = cub::BlockReduce<float, kSelThreads>;
-  __shared__ union {
-    typename Reduce::TempStorage reduce;
-  } tmp;
+  __shared__ typename Reduce::TempStorage tmp;
   __shared__ uint32_t hist[256];  // radix pass: candidates per digit
   __shared__ float mass[256];     // top-p pass: their probability mass per digit
   __shared__ int s_warp_eq[kSelWarps], s_warp_sel[kSelWarps];
@@ -109,7 +107,7 @@ __global__ void __launch_bounds__(kSelThreads) select_kernel(const SelectArgs a)
     us[u] = m;
     local_max = fmaxf(local_max, m);
   }
-  const float mx = Reduce(tmp.reduce).Reduce(local_max, MaxOp{});
+  const float mx = Reduce(tmp).Reduce(local_max, MaxOp{});
   if (threadIdx.x == 0) s_max = mx;
   __syncthreads();  // us is visible to the block; s_max set
 
@@ -122,7 +120,7 @@ __global__ void __launch_bounds__(kSelThreads) select_kernel(const SelectArgs a)
   if (a.strategy == SelectStrategy::kTopP || a.strategy == SelectStrategy::kThreshold) {
     float local = 0.0f;
     for (int u = threadIdx.x; u < n_units; u += kSelThreads) local += __expf(us[u] * a.scale - ms);
-    const float total = Reduce(tmp.reduce).Sum(local);
+    const float total = Reduce(tmp).Sum(local);
     if (threadIdx.x == 0) s_sum = total;
     __syncthreads();
     sum = s_sum;
