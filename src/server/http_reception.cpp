@@ -193,8 +193,10 @@ struct Reception::Impl {
     [[maybe_unused]] const ssize_t n = ::write(wake_fd, &one, sizeof(one));
   }
   void finish(std::unique_ptr<Connection> c) {
-    ::close(c->fd);
+    // Counted out before the close: a client that sees its connection end, and a caller of
+    // open_connections() after that, must not find it still counted.
     --n_open;
+    ::close(c->fd);
   }
   void drop(int fd) {
     epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
