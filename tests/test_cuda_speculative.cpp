@@ -8,7 +8,8 @@
 // rows equal Full's decode steps within bf16 rounding of another summation order, not bit for
 // bit as on the CPU. Tested: the rows of both against Full's decode steps of the same tokens (the
 // bound HybridPolicies uses for policies that read every token in another order) and against each
-// other, a batched step against each sequence alone, the cache after a rollback, and greedy
+// other, a batched step against each sequence alone (and Session::verify_batch's sessions against
+// each verified alone), the cache after a rollback, and greedy
 // speculation (γ = 4: the decode step) against GPU Full over the eval's prompts on the default
 // model: the same tokens, or a first difference only where Full's own top two logits lie within
 // that rounding (a near-tie; the test prints every such case).
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -99,7 +101,9 @@ TEST(CudaSpeculative, VerifyRowsMatchFullDecodeSteps) {
     const double err = rel_error(got, want[i]);
     std::printf("row %zu: relative error %.2e\n", i, err);
     EXPECT_LT(err, kRowBound) << "row " << i;
-    if (relative_margin(want[i]) > 2 * kRowBound) EXPECT_EQ(argmax(got), argmax(want[i])) << "row " << i;
+    if (relative_margin(want[i]) > 2 * kRowBound) {
+      EXPECT_EQ(argmax(got), argmax(want[i])) << "row " << i;
+    }
   }
 }
 
@@ -290,6 +294,60 @@ TEST(CudaSpeculative, GreedyGivesFullsTokensOnTheDefaultModelOverEvalPrompts) {
               identical, prompts, near_ties, total.acceptance(), (unsigned long long)total.accepted,
               (unsigned long long)total.drafted);
   EXPECT_GT(total.accepted, 0u);
+}
+
+// Session::verify_batch on GPU sessions: the two of 3 rows in one verification step (the runner's
+// max_batch is 2), the one of 2 rows alone; each session's rows near what its verify() alone gives
+// and its cache as long.
+TEST(CudaSpeculative, VerifyBatchOfSessionsMatchesEachAlone) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Gpu g(path);
+  const ModelConfig& c = g.ck.config();
+  ASSERT_TRUE(g.runner.verify_step_fits(2, 3));
+  const auto full = make_policy(PolicyOptions{}, c);
+  const std::vector<int> prompt_len = {700, 131, 402}, rows = {3, 3, 2};
+  std::vector<std::vector<int32_t>> prompts(3), toks(3);
+  for (int b = 0; b < 3; ++b) {
+    for (int i = 0; i < prompt_len[size_t(b)]; ++i) prompts[size_t(b)].push_back(int32_t((i * 37 + 11 * b + 5) % c.vocab_size));
+    for (int i = 0; i < rows[size_t(b)]; ++i) toks[size_t(b)].push_back(int32_t((i * 97 + 19 + b) % c.vocab_size));
+  }
+  std::vector<std::unique_ptr<GpuSession>> batch;
+  std::vector<Session*> sessions;
+  std::vector<std::span<const int32_t>> spans;
+  for (int b = 0; b < 3; ++b) {
+    batch.push_back(std::make_unique<GpuSession>(g.runner, 1024));
+    batch.back()->set_policy(full.get());
+    batch.back()->feed(prompts[size_t(b)]);
+    sessions.push_back(batch.back().get());
+    spans.push_back(toks[size_t(b)]);
+  }
+  std::vector<std::vector<std::vector<float>>> got(3);
+  std::vector<int> order;
+  Session::verify_batch(sessions, spans, [&](size_t i, std::span<const float> r) {
+    order.push_back(int(i));
+    for (int k = 0; k < rows[i]; ++k) {
+      const auto row = r.subspan(size_t(k) * size_t(c.vocab_size), size_t(c.vocab_size));
+      got[i].emplace_back(row.begin(), row.end());
+    }
+  });
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  for (int b = 0; b < 3; ++b) {
+    SCOPED_TRACE("session " + std::to_string(b));
+    EXPECT_EQ(batch[size_t(b)]->length(), prompt_len[size_t(b)] + rows[size_t(b)]);
+    GpuSession alone(g.runner, 1024);
+    alone.set_policy(full.get());
+    alone.feed(prompts[size_t(b)]);
+    const std::span<const float> r = alone.verify(toks[size_t(b)]);
+    std::vector<std::vector<float>> want;
+    for (int k = 0; k < rows[size_t(b)]; ++k) {
+      const auto row = r.subspan(size_t(k) * size_t(c.vocab_size), size_t(c.vocab_size));
+      want.emplace_back(row.begin(), row.end());
+    }
+    expect_rows_near(got[size_t(b)], want, "verify_batch vs verify alone");
+  }
+  test::expect_error([&] { Session::verify_batch(sessions, std::span(spans).first(2), nullptr); },
+                     ErrorCode::kInvalidArgument, {"3 sessions but 2 token lists"});
 }
 
 }  // namespace

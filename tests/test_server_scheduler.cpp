@@ -1,9 +1,10 @@
 // The scheduler on the default model through the C++ API: concurrent greedy requests produce
 // exactly what each produces alone, seeded requests the same tokens alone, among others and from
-// the prefix cache, cancellation and finishing free their KV pages, a full queue refuses, cache
-// salts isolate prefixes, an engine fault fails the requests and not the process, and after every
-// run the pool is back to its starting value. On the CPU by default; LYCHEE_TEST_DEVICE=cuda (the
-// GPU script's server stage) runs the same tests on the GPU.
+// the prefix cache, speculating requests batched what each produces alone, cancellation and
+// finishing free their KV pages, a full queue refuses, cache salts isolate prefixes, an engine
+// fault fails the requests and not the process, and after every run the pool is back to its
+// starting value. On the CPU by default; LYCHEE_TEST_DEVICE=cuda (the GPU script's server stage)
+// runs the same tests on the GPU.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -208,6 +209,45 @@ std::string run_one(Scheduler& s, Engine& engine, const std::string& body, int* 
   EXPECT_TRUE(u.finish_reason == "length" || u.finish_reason == "stop") << u.finish_reason << " " << u.error;
   if (cached != nullptr) *cached = u.usage.cached_tokens;
   return u.text;
+}
+
+// Speculating requests at once (their cycles batched: SpeculativeDecoder::cycle_batch) give the
+// text each gives alone, greedy ones Full's text, a seeded sampled one its text alone; each reports
+// its drafts.
+TEST(ServerScheduler, ConcurrentSpeculatingRequestsMatchAloneAndFull) {
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  Engine& engine = default_engine(path);
+  Metrics metrics;
+  SchedulerOptions o;
+  o.max_running = 8;
+  Scheduler s(engine, o, &metrics);
+  const std::string spec = R"(, "lychee": {"policy": "lychee", "budget": 32, "block_size": 16, "sink": 16, "recent": 16, "speculate": 3})";
+  std::vector<std::string> bodies;
+  for (size_t i = 0; i < kPrompts.size(); ++i) bodies.push_back(greedy(kPrompts[i], 10 + int(i), spec));
+  bodies.push_back(sampled(kPrompts[1], 12, 77, spec));
+  std::vector<RequestUpdate> alone;
+  for (const std::string& b : bodies) {
+    auto r = std::make_shared<Request>(params(engine, s, b));
+    s.submit(r);
+    alone.push_back(r->wait());
+    EXPECT_TRUE(alone.back().usage.speculated) << b;
+    EXPECT_GT(alone.back().usage.drafted, 0u) << b;
+  }
+  for (size_t i = 0; i < kPrompts.size(); ++i)
+    EXPECT_EQ(run_one(s, engine, greedy(kPrompts[i], 10 + int(i))), alone[i].text) << kPrompts[i];
+  std::vector<std::shared_ptr<Request>> together;
+  for (const std::string& b : bodies) {
+    together.push_back(std::make_shared<Request>(params(engine, s, b)));
+    s.submit(together.back());
+  }
+  for (size_t i = 0; i < together.size(); ++i) {
+    const RequestUpdate u = together[i]->wait();
+    EXPECT_EQ(u.text, alone[i].text) << bodies[i];
+    EXPECT_EQ(u.finish_reason, alone[i].finish_reason) << bodies[i];
+    EXPECT_EQ(u.usage.completion_tokens, alone[i].usage.completion_tokens) << bodies[i];
+    EXPECT_GT(u.usage.drafted, 0u) << bodies[i];
+  }
+  expect_pool_empty(s);
 }
 
 // A long document so that prompts span several aligned prefill chunks (invariant_chunk 16 here).

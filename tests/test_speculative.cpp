@@ -219,6 +219,162 @@ TEST(SpeculativeCpu, StopTokenAndLimitEndWhereFullEnds) {
   EXPECT_EQ(e.length(), int(prompt.size()) + 2);
 }
 
+// A CPU session whose verify fails on demand (a fault in the middle of a batched cycle).
+class FaultySession final : public Session {
+ public:
+  FaultySession(cpu::Model& model, int capacity) : s_(model, capacity) {}
+  bool fail_verify = false;
+  void feed(std::span<const int32_t> tokens, bool allow_policy = true) override { s_.feed(tokens, allow_policy); }
+  std::span<const float> logits() override { return s_.logits(); }
+  std::span<const float> verify(std::span<const int32_t> tokens) override {
+    LY_CHECK(!fail_verify, ErrorCode::kInternal, "FaultySession: verify fails");
+    return s_.verify(tokens);
+  }
+  int length() const override { return s_.length(); }
+  int capacity() const override { return s_.capacity(); }
+  void truncate(int n) override { s_.truncate(n); }
+  void set_policy(AttentionPolicy* policy) override { s_.set_policy(policy); }
+  const KvReadStats& stats() const override { return s_.stats(); }
+  void reset_stats() override { s_.reset_stats(); }
+  const cpu::KvCache& kv() const { return s_.kv(); }
+
+ private:
+  CpuSession s_;
+};
+
+// cycle_batch over several sessions (different prompts, γ, limits, greedy and seeded sampling)
+// gives each decoder the tokens and cache its cycle() alone gives; greedy ones give Full's tokens.
+TEST(SpeculativeCpu, BatchedCyclesGiveWhatEachCycleAloneGives) {
+  TinyF32 t;
+  const ModelConfig& c = t.ck.config();
+  const auto full = full_policy(c);
+  struct Case {
+    int gamma;
+    bool adaptive;
+    float temperature;
+    int max_tokens;
+  };
+  const std::vector<Case> cases = {{2, false, 0.0f, 20}, {4, false, 0.0f, 17}, {0, true, 0.0f, 19},
+                                   {3, false, 0.9f, 18}, {1, false, 0.0f, 2},  {5, false, 1.0f, 21}};
+  const size_t n = cases.size();
+  std::vector<std::unique_ptr<AttentionPolicy>> drafts;
+  std::vector<std::unique_ptr<CpuSession>> alone_s, batch_s;
+  std::vector<std::unique_ptr<SpeculativeDecoder>> alone_d, batch_d;
+  std::vector<std::vector<int32_t>> alone_tok(n), batch_tok(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto prompt = ids_of(38 + int(i), c.vocab_size, 20 + int(i));
+    drafts.push_back(sparse_draft(c, 4, 1));
+    SamplingParams sp;
+    sp.temperature = cases[i].temperature;
+    sp.seed = 100 + i;
+    SpeculateOptions so;
+    so.gamma = cases[i].gamma;
+    so.adaptive = cases[i].adaptive;
+    for (auto* v : {&alone_s, &batch_s}) {
+      v->push_back(std::make_unique<CpuSession>(t.model, 128));
+      v->back()->set_policy(drafts.back().get());
+      v->back()->feed(prompt);
+    }
+    alone_d.push_back(std::make_unique<SpeculativeDecoder>(*alone_s[i], sp, so));
+    batch_d.push_back(std::make_unique<SpeculativeDecoder>(*batch_s[i], sp, so));
+    alone_tok[i].push_back(alone_d[i]->first());
+    batch_tok[i].push_back(batch_d[i]->first());
+    while (int(alone_tok[i].size()) < cases[i].max_tokens)
+      alone_d[i]->cycle(cases[i].max_tokens - int(alone_tok[i].size()), alone_tok[i]);
+  }
+  int batched_cycles = 0;
+  for (;;) {
+    std::vector<SpeculativeDecoder*> decs;
+    std::vector<int> limits;
+    std::vector<std::vector<int32_t>*> outs;
+    for (size_t i = 0; i < n; ++i) {
+      if (int(batch_tok[i].size()) >= cases[i].max_tokens) continue;
+      decs.push_back(batch_d[i].get());
+      limits.push_back(cases[i].max_tokens - int(batch_tok[i].size()));
+      outs.push_back(&batch_tok[i]);
+    }
+    if (decs.empty()) break;
+    SpeculativeDecoder::cycle_batch(decs, limits, outs);
+    batched_cycles += decs.size() > 1;
+  }
+  EXPECT_GT(batched_cycles, 3);
+  uint64_t drafted = 0, accepted = 0;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(batch_tok[i], alone_tok[i]) << "decoder " << i;
+    EXPECT_EQ(int(batch_tok[i].size()), cases[i].max_tokens) << "decoder " << i;
+    expect_same_cache(batch_s[i]->kv(), alone_s[i]->kv(), c, alone_s[i]->length());
+    if (!cases[i].adaptive) {
+      EXPECT_EQ(batch_d[i]->stats().drafted, alone_d[i]->stats().drafted) << "decoder " << i;
+      EXPECT_EQ(batch_d[i]->stats().accepted, alone_d[i]->stats().accepted) << "decoder " << i;
+    }
+    drafted += batch_d[i]->stats().drafted;
+    accepted += batch_d[i]->stats().accepted;
+    if (cases[i].temperature != 0.0f) continue;
+    CpuSession f(t.model, 128);
+    f.set_policy(full.get());
+    const GenerateResult want = generate(f, ids_of(38 + int(i), c.vocab_size, 20 + int(i)), greedy(cases[i].max_tokens, 0));
+    EXPECT_EQ(batch_tok[i], want.tokens) << "decoder " << i;
+  }
+  EXPECT_GT(accepted, 0u);
+  EXPECT_LT(accepted, drafted);  // rejections happened among the batch, so the rollbacks ran
+}
+
+// A fault in one session's verification leaves every session of the batch at its length before
+// the cycle and every decoder as it was: cycling each alone afterwards gives the tokens an
+// undisturbed run gives.
+TEST(SpeculativeCpu, AFaultInABatchedCycleRollsEverySessionBack) {
+  TinyF32 t;
+  const ModelConfig& c = t.ck.config();
+  const size_t n = 3;
+  std::vector<std::unique_ptr<AttentionPolicy>> drafts;
+  std::vector<std::unique_ptr<FaultySession>> s, ref;
+  std::vector<std::unique_ptr<SpeculativeDecoder>> d, ref_d;
+  std::vector<std::vector<int32_t>> tok(n), ref_tok(n);
+  SamplingParams sp;
+  SpeculateOptions so;
+  so.gamma = 3;
+  for (size_t i = 0; i < n; ++i) {
+    const auto prompt = ids_of(40 + int(i), c.vocab_size, 30 + int(i));
+    drafts.push_back(sparse_draft(c, 4, 1));
+    for (auto* v : {&s, &ref}) {
+      v->push_back(std::make_unique<FaultySession>(t.model, 128));
+      v->back()->set_policy(drafts.back().get());
+      v->back()->feed(prompt);
+    }
+    d.push_back(std::make_unique<SpeculativeDecoder>(*s[i], sp, so));
+    ref_d.push_back(std::make_unique<SpeculativeDecoder>(*ref[i], sp, so));
+    tok[i].push_back(d[i]->first());
+    ref_tok[i].push_back(ref_d[i]->first());
+    for (int k = 0; k < 2; ++k) ref_d[i]->cycle(100, ref_tok[i]);
+  }
+  std::vector<SpeculativeDecoder*> decs = {d[0].get(), d[1].get(), d[2].get()};
+  const std::vector<int> limits(n, 100);
+  std::vector<std::vector<int32_t>*> outs = {&tok[0], &tok[1], &tok[2]};
+  std::vector<int> lengths;
+  for (const auto& x : s) lengths.push_back(x->length());
+  s[1]->fail_verify = true;
+  test::expect_error([&] { SpeculativeDecoder::cycle_batch(decs, limits, outs); }, ErrorCode::kInternal,
+                     {"verify fails"});
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(s[i]->length(), lengths[i]) << "session " << i;
+    EXPECT_EQ(tok[i].size(), 1u) << "session " << i;
+    EXPECT_EQ(d[i]->stats().cycles, 0u) << "session " << i;
+  }
+  s[1]->fail_verify = false;
+  for (size_t i = 0; i < n; ++i) {
+    for (int k = 0; k < 2; ++k) d[i]->cycle(100, tok[i]);
+    EXPECT_EQ(tok[i], ref_tok[i]) << "session " << i;
+    expect_same_cache(s[i]->kv(), ref[i]->kv(), c, ref[i]->length());
+  }
+  // Bad batches are refused before any step.
+  test::expect_error([&] { SpeculativeDecoder::cycle_batch(decs, std::vector<int>(2, 1), outs); },
+                     ErrorCode::kInvalidArgument, {"3 decoders, 2 limits"});
+  std::vector<SpeculativeDecoder*> twice = {d[0].get(), d[0].get()};
+  std::vector<std::vector<int32_t>*> two_outs = {&tok[0], &tok[1]};
+  test::expect_error([&] { SpeculativeDecoder::cycle_batch(twice, std::vector<int>(2, 5), two_outs); },
+                     ErrorCode::kInvalidArgument, {"are the same"});
+}
+
 TEST(SpeculativeAccept, GreedyKeepsDraftsWhileTheyAreFullsArgmax) {
   const int vocab = 8;
   std::vector<float> rows(size_t(3 * vocab), 0.0f);

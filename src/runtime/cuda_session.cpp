@@ -55,14 +55,18 @@ void GpuSession::feed(std::span<const int32_t> tokens, bool allow_policy) {
     stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(seq_.length);
 }
 
-std::span<const float> GpuSession::verify(std::span<const int32_t> tokens) {
-  commit_pending();
-  const int n = int(tokens.size());
+void GpuSession::check_verify_rows(int n) const {
   LY_CHECK(n >= 1 && n <= cuda::kMaxVerifyRows, ErrorCode::kInvalidArgument,
            "verify takes 1..{} tokens, got {}", cuda::kMaxVerifyRows, n);
   LY_CHECK(seq_.length > 0, ErrorCode::kInvalidArgument, "verify of an empty sequence (prefill first)");
   LY_CHECK(seq_.length + n <= capacity_, ErrorCode::kCapacity,
            "KV cache full: {} cached + {} verified tokens exceed the session's {} tokens", seq_.length, n, capacity_);
+}
+
+std::span<const float> GpuSession::verify(std::span<const int32_t> tokens) {
+  commit_pending();
+  const int n = int(tokens.size());
+  check_verify_rows(n);
   const int before = seq_.length;
   // One decode step of n rows where the decode kernel takes them (n <= 16, bf16 KV, one GPU): the
   // KV is read once, as by a Full step, where a group x n fits one mma tile (16 rows), once per
@@ -73,17 +77,75 @@ std::span<const float> GpuSession::verify(std::span<const int32_t> tokens) {
   } else {
     runner_.prefill(seq_, tokens, /*all_logits=*/true);
   }
+  return verified(0, n, before);
+}
+
+// The verification pass just run holds this session's n rows from logits row `first` on.
+std::span<const float> GpuSession::verified(int first, int n, int before) {
   forward_ = runner_.forwards();
   const size_t vocab = logits_.size();
   rows_.resize(size_t(n) * vocab);
-  for (int i = 0; i < n; ++i) runner_.copy_logits(i, std::span<float>(rows_.data() + size_t(i) * vocab, vocab));
+  for (int i = 0; i < n; ++i)
+    runner_.copy_logits(first + i, std::span<float>(rows_.data() + size_t(i) * vocab, vocab));
   std::copy(rows_.end() - std::ptrdiff_t(vocab), rows_.end(), logits_.begin());
-  row_ = n - 1;
+  row_ = first + n - 1;
   logits_valid_ = true;
   const ModelConfig& c = runner_.config();
   stats_.correction_token_reads += uint64_t(c.n_layers) * uint64_t(c.n_kv_heads) * uint64_t(before + n);
   if (policy_ != nullptr) policy_->reset();
   return rows_;
+}
+
+// Sessions of equal row counts, none batch-invariant, as verification steps of as many sequences
+// as GpuRunner::verify_step_fits takes (the KV of each read once, the weights once for all); a
+// session no step takes with another verifies alone (verify: its own step, or the prefill pass).
+void GpuSession::verify_together(std::span<Session* const> sessions,
+                                 std::span<const std::span<const int32_t>> tokens, const VerifiedRows& after) {
+  const size_t n = sessions.size();
+  std::vector<GpuSession*> gs(n);
+  for (size_t i = 0; i < n; ++i) {
+    gs[i] = dynamic_cast<GpuSession*>(sessions[i]);
+    LY_CHECK(gs[i] != nullptr && &gs[i]->runner_ == &runner_, ErrorCode::kInvalidArgument,
+             "verify_batch: session {} is not a GPU session of this runner", i);
+    gs[i]->commit_pending();
+    gs[i]->check_verify_rows(int(tokens[i].size()));
+  }
+  std::vector<bool> done(n, false);
+  std::vector<size_t> group;
+  std::vector<cuda::GpuSeq*> seqs;
+  std::vector<int32_t> group_tokens;
+  std::vector<int> before;
+  for (size_t first = 0; first < n; ++first) {
+    if (done[first]) continue;
+    const int rows = int(tokens[first].size());
+    group.assign(1, first);
+    done[first] = true;
+    if (!gs[first]->batch_invariant_)
+      for (size_t j = first + 1; j < n; ++j)
+        if (!done[j] && !gs[j]->batch_invariant_ && int(tokens[j].size()) == rows &&
+            runner_.verify_step_fits(int(group.size()) + 1, rows)) {
+          group.push_back(j);
+          done[j] = true;
+        }
+    if (group.size() == 1) {
+      const std::span<const float> r = gs[first]->verify(tokens[first]);
+      if (after) after(first, r);
+      continue;
+    }
+    seqs.clear();
+    group_tokens.clear();
+    before.clear();
+    for (size_t j : group) {
+      seqs.push_back(&gs[j]->seq_);
+      group_tokens.insert(group_tokens.end(), tokens[j].begin(), tokens[j].end());
+      before.push_back(gs[j]->seq_.length);
+    }
+    runner_.verify(seqs, group_tokens, rows);
+    // Every row copied before any after(): a caller's step would overwrite the runner's rows.
+    for (size_t r = 0; r < group.size(); ++r) gs[group[r]]->verified(int(r) * rows, rows, before[r]);
+    if (after)
+      for (size_t j : group) after(j, gs[j]->rows_);
+  }
 }
 
 void GpuSession::use_policy() {

@@ -43,6 +43,10 @@ class GpuSession final : public Session {
   // batched runner steps; after(i) right after the step holding session i.
   void decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
                        const std::function<void(size_t)>& after) override;
+  // Groups the sessions by their row count into verification steps (GpuRunner::verify) of as
+  // many sequences as fit; after(i, rows) once session i's rows are copied.
+  void verify_together(std::span<Session* const> sessions, std::span<const std::span<const int32_t>> tokens,
+                       const VerifiedRows& after) override;
 
  private:
   cuda::GpuRunner& runner_;
@@ -50,6 +54,10 @@ class GpuSession final : public Session {
   int capacity_;
   AttentionPolicy* policy_ = nullptr;
   void check_last_forward() const;
+  void check_verify_rows(int n) const;  // verify's checks for n rows
+  // This session's rows [first, first + n) of the verification pass just run, copied into rows_
+  // (before: the length the pass started from).
+  std::span<const float> verified(int first, int n, int before);
   // This session's logits are the runner's rows now: with keep_logits_, copied to the host before
   // the next forward pass (GpuRunner::call_before_next_forward).
   void own_logits();

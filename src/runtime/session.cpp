@@ -103,6 +103,33 @@ std::span<const float> CpuSession::verify(std::span<const int32_t> tokens) {
   return rows_;
 }
 
+void Session::verify_batch(std::span<Session* const> sessions, std::span<const std::span<const int32_t>> tokens,
+                           const VerifiedRows& after) {
+  LY_CHECK(sessions.size() == tokens.size(), ErrorCode::kInvalidArgument,
+           "verify_batch: {} sessions but {} token lists", sessions.size(), tokens.size());
+  if (sessions.empty()) return;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    const Session* s = sessions[i];
+    LY_CHECK(s != nullptr, ErrorCode::kInvalidArgument, "verify_batch: session {} is null", i);
+    try {
+      check_verify(*s, tokens[i]);
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("verify_batch: session {}: {}", i, e.what()));
+    }
+    for (size_t j = 0; j < i; ++j)
+      LY_CHECK(sessions[j] != s, ErrorCode::kInvalidArgument, "verify_batch: sessions {} and {} are the same", j, i);
+  }
+  sessions[0]->verify_together(sessions, tokens, after);
+}
+
+void Session::verify_together(std::span<Session* const> sessions, std::span<const std::span<const int32_t>> tokens,
+                              const VerifiedRows& after) {
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    const std::span<const float> rows = sessions[i]->verify(tokens[i]);
+    if (after) after(i, rows);
+  }
+}
+
 void Session::copy_prefix(const Session&, int) {
   LY_CHECK(false, ErrorCode::kUnsupported, "this backend's sessions cannot copy a cached prefix");
 }

@@ -73,6 +73,16 @@ class Session {
   // before any runs; Error names the session's index.
   static void decode_batch(std::span<Session* const> sessions, std::span<const int32_t> tokens,
                            const std::function<void(size_t)>& after);
+  // Batched verification (the server's speculating requests): sessions[i] verifies tokens[i] as
+  // verify() does (each session at most once, of one backend and model), and after(i, rows) gets
+  // its rows [tokens[i].size(), vocab] once they are in, before any other forward pass. The GPU
+  // runs the sessions of equal row counts as one verification step where the runner takes it
+  // (GpuRunner::verify_step_fits; batch-invariant sessions alone); the default verifies them one
+  // at a time. Every session is checked (a prefix, capacity, distinct) before any runs; Error
+  // names the session's index.
+  using VerifiedRows = std::function<void(size_t, std::span<const float>)>;
+  static void verify_batch(std::span<Session* const> sessions, std::span<const std::span<const int32_t>> tokens,
+                           const VerifiedRows& after);
   virtual int length() const = 0;     // tokens in the cache
   virtual int capacity() const = 0;   // most tokens the cache can hold
   // Keeps the first n tokens; the policy is reset (its per-sequence state is rebuilt).
@@ -95,6 +105,9 @@ class Session {
   // decode_batch's work, called on sessions[0] once the arguments are checked.
   virtual void decode_together(std::span<Session* const> sessions, std::span<const int32_t> tokens,
                                const std::function<void(size_t)>& after);
+  // verify_batch's work, likewise.
+  virtual void verify_together(std::span<Session* const> sessions, std::span<const std::span<const int32_t>> tokens,
+                               const VerifiedRows& after);
 };
 
 class CpuSession final : public Session {

@@ -139,51 +139,114 @@ int32_t SpeculativeDecoder::draft(std::span<const float> logits, uint64_t positi
 }
 
 void SpeculativeDecoder::cycle(int limit, std::vector<int32_t>& out) {
-  LY_CHECK(pending_ >= 0, ErrorCode::kInvalidArgument, "SpeculativeDecoder: cycle before first()");
-  LY_CHECK(limit >= 1, ErrorCode::kInvalidArgument, "SpeculativeDecoder: a cycle emits at least one token");
-  const int length = s_.length();
-  const int gamma = std::max(0, std::min({next_gamma(), limit - 1, s_.capacity() - length - 1}));
-  if (gamma == 0) {  // one dense step: Full's
-    Timer t;
-    const std::span<const float> row = s_.verify(std::span<const int32_t>(&pending_, 1));
-    pending_ = pick(row, uint64_t(length + 1));
-    const double seconds = t.seconds();
-    average(times_.full, seconds);
-    stats_.plain_steps += 1;
-    stats_.plain_seconds += seconds;
-    out.push_back(pending_);
-    return;
+  SpeculativeDecoder* decoders[] = {this};
+  const int limits[] = {limit};
+  std::vector<int32_t>* outs[] = {&out};
+  cycle_batch(decoders, limits, outs);
+}
+
+void SpeculativeDecoder::cycle_batch(std::span<SpeculativeDecoder* const> decoders, std::span<const int> limits,
+                                     std::span<std::vector<int32_t>* const> outs) {
+  const size_t n = decoders.size();
+  LY_CHECK(limits.size() == n && outs.size() == n, ErrorCode::kInvalidArgument,
+           "SpeculativeDecoder::cycle_batch: {} decoders, {} limits, {} outputs", n, limits.size(), outs.size());
+  for (size_t i = 0; i < n; ++i) {
+    LY_CHECK(decoders[i] != nullptr && outs[i] != nullptr, ErrorCode::kInvalidArgument,
+             "SpeculativeDecoder::cycle_batch: decoder {} or its output is null", i);
+    LY_CHECK(decoders[i]->pending_ >= 0, ErrorCode::kInvalidArgument, "SpeculativeDecoder: cycle before first()");
+    LY_CHECK(limits[i] >= 1, ErrorCode::kInvalidArgument, "SpeculativeDecoder: a cycle emits at least one token");
   }
-  // Draft: γ decode steps through the session's policy.
-  drafts_.clear();
-  q_.clear();
-  Timer td;
-  int32_t tok = pending_;
-  for (int i = 1; i <= gamma; ++i) {
-    s_.feed(std::span<const int32_t>(&tok, 1));
-    const std::span<const float> q = s_.logits();
-    q_.insert(q_.end(), q.begin(), q.end());
-    drafts_.push_back(tok = draft(q, uint64_t(length + i)));
+  std::vector<int> length(n), gamma(n), fallback(n);
+  int max_gamma = 0;
+  for (size_t i = 0; i < n; ++i) {
+    SpeculativeDecoder& d = *decoders[i];
+    length[i] = d.s_.length();
+    fallback[i] = d.fallback_left_;  // next_gamma counts it down: restored on an error
+    gamma[i] = std::max(0, std::min({d.next_gamma(), limits[i] - 1, d.s_.capacity() - length[i] - 1}));
+    max_gamma = std::max(max_gamma, gamma[i]);
+    d.drafts_.clear();
+    d.q_.clear();
   }
-  const double draft_seconds = td.seconds();
-  // Roll back the drafts' K/V (computed under the sparse policy) and verify densely.
-  s_.truncate(length);
-  tokens_.assign(1, pending_);
-  tokens_.insert(tokens_.end(), drafts_.begin(), drafts_.end());
-  Timer tv;
-  const Verdict v = accept_drafts(drafts_, q_, s_.verify(tokens_), sampling_, uint64_t(length + 1));
-  const double verify_seconds = tv.seconds();
-  // Keep the pending token and the accepted drafts; the next token is pending.
-  s_.truncate(length + 1 + v.accepted);
-  average(times_.draft, draft_seconds / gamma);
-  average(times_.verify, verify_seconds);
-  stats_.cycles += 1;
-  stats_.drafted += uint64_t(gamma);
-  stats_.accepted += uint64_t(v.accepted);
-  stats_.draft_seconds += draft_seconds;
-  stats_.verify_seconds += verify_seconds;
-  out.insert(out.end(), drafts_.begin(), drafts_.begin() + v.accepted);
-  out.push_back(pending_ = v.next);
+  std::vector<double> draft_seconds(n, 0.0);
+  std::vector<Verdict> verdict(n);
+  double verify_seconds = 0.0;
+  std::vector<Session*> sessions;
+  std::vector<int32_t> tokens;
+  std::vector<size_t> who;
+  try {
+    // Draft: the k-th decode step through the policy of every decoder with γ >= k.
+    for (int k = 1; k <= max_gamma; ++k) {
+      sessions.clear();
+      tokens.clear();
+      who.clear();
+      for (size_t i = 0; i < n; ++i) {
+        if (gamma[i] < k) continue;
+        SpeculativeDecoder& d = *decoders[i];
+        who.push_back(i);
+        sessions.push_back(&d.s_);
+        tokens.push_back(k == 1 ? d.pending_ : d.drafts_.back());
+      }
+      Timer t;
+      Session::decode_batch(sessions, tokens, [&](size_t j) {
+        SpeculativeDecoder& d = *decoders[who[j]];
+        const std::span<const float> q = d.s_.logits();
+        d.q_.insert(d.q_.end(), q.begin(), q.end());
+        d.drafts_.push_back(d.draft(q, uint64_t(length[who[j]] + k)));
+      });
+      const double seconds = t.seconds();
+      for (size_t i : who) draft_seconds[i] += seconds;
+    }
+    // Roll back the drafts' K/V (computed under the sparse policy) and verify densely: the pending
+    // token and the drafts (γ = 0: the pending token alone, one dense step: Full's).
+    std::vector<std::vector<int32_t>> rows_of(n);
+    std::vector<std::span<const int32_t>> spans(n);
+    sessions.clear();
+    for (size_t i = 0; i < n; ++i) {
+      SpeculativeDecoder& d = *decoders[i];
+      if (gamma[i] > 0) d.s_.truncate(length[i]);
+      rows_of[i].assign(1, d.pending_);
+      rows_of[i].insert(rows_of[i].end(), d.drafts_.begin(), d.drafts_.end());
+      spans[i] = rows_of[i];
+      sessions.push_back(&d.s_);
+    }
+    Timer tv;
+    Session::verify_batch(sessions, spans, [&](size_t i, std::span<const float> rows) {
+      SpeculativeDecoder& d = *decoders[i];
+      const uint64_t position = uint64_t(length[i] + 1);
+      if (gamma[i] == 0) verdict[i] = {0, d.pick(rows, position)};
+      else verdict[i] = accept_drafts(d.drafts_, d.q_, rows, d.sampling_, position);
+    });
+    verify_seconds = tv.seconds();
+    // Keep the pending token and the accepted drafts.
+    for (size_t i = 0; i < n; ++i)
+      if (gamma[i] > 0) decoders[i]->s_.truncate(length[i] + 1 + verdict[i].accepted);
+  } catch (...) {
+    for (size_t i = 0; i < n; ++i) {
+      SpeculativeDecoder& d = *decoders[i];
+      d.fallback_left_ = fallback[i];
+      if (d.s_.length() != length[i]) d.s_.truncate(length[i]);
+    }
+    throw;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    SpeculativeDecoder& d = *decoders[i];
+    std::vector<int32_t>& out = *outs[i];
+    if (gamma[i] == 0) {
+      average(d.times_.full, verify_seconds);
+      d.stats_.plain_steps += 1;
+      d.stats_.plain_seconds += verify_seconds;
+    } else {
+      average(d.times_.draft, draft_seconds[i] / gamma[i]);
+      average(d.times_.verify, verify_seconds);
+      d.stats_.cycles += 1;
+      d.stats_.drafted += uint64_t(gamma[i]);
+      d.stats_.accepted += uint64_t(verdict[i].accepted);
+      d.stats_.draft_seconds += draft_seconds[i];
+      d.stats_.verify_seconds += verify_seconds;
+      out.insert(out.end(), d.drafts_.begin(), d.drafts_.begin() + verdict[i].accepted);
+    }
+    out.push_back(d.pending_ = verdict[i].next);
+  }
 }
 
 GenerateResult decode_speculative(Session& session, const GenerateOptions& options, const TokenCallback& on_token) {

@@ -89,6 +89,18 @@ class SpeculativeDecoder {
   // holds everything before the last token appended. limit >= 1; γ is cut to limit - 1 and to
   // the session's capacity.
   void cycle(int limit, std::vector<int32_t>& out);
+  // One cycle of each of `decoders` (on distinct sessions of one backend) at once: the k-th draft
+  // steps of all of them as one Session::decode_batch, the verifications as one
+  // Session::verify_batch (the GPU: one verification step per row count where the runner takes
+  // it), so k speculating sequences read the weights once per step as k decoding ones do.
+  // limits[i] and *outs[i] as cycle()'s; each decoder's tokens are those its cycle() alone gives
+  // (the draws are counter-based; greedy and sampled alike, where the backend's rows do not depend
+  // on the batch, as on the CPU). The step times auto's cost model sees are the batch's: a
+  // batched draft step, verification and plain step. On an error every session is back at its
+  // length before the cycle and no decoder's state has changed (retry each alone to find the one
+  // at fault).
+  static void cycle_batch(std::span<SpeculativeDecoder* const> decoders, std::span<const int> limits,
+                          std::span<std::vector<int32_t>* const> outs);
   const SpeculateStats& stats() const { return stats_; }
 
  private:

@@ -29,8 +29,9 @@ struct GenerationParams {
   int top_logprobs = 0;
   bool ignore_eos = false;  // the model's stop tokens do not end the request (stop strings still do)
   PolicyOptions policy;
-  // Self-speculative decoding with `policy` as the draft: the request runs one draft/verify cycle
-  // per engine step by itself (Scheduler::speculate), not in the batched decode step.
+  // Self-speculative decoding with `policy` as the draft: one draft/verify cycle per engine step,
+  // batched with the other speculating requests' (Scheduler::speculate), apart from the plain
+  // decode step.
   SpeculateOptions speculate;
   bool seeded = false;     // the client gave the seed: batch-invariant (see above)
   std::string cache_salt;  // the prefix-cache namespace ("" = the shared one)

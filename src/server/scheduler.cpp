@@ -354,10 +354,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
     if (decode(decoding)) progress = true;
     else out_of_pages = true;
   }
-  for (Running* r : speculating) {
-    if (speculate(*r)) progress = true;
-    else out_of_pages = true;
-  }
+  if (!speculating.empty()) speculate(speculating, progress, out_of_pages);
   if (!out_of_pages) {
     starved_steps_ = 0;
     return;
@@ -440,9 +437,46 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
   return t;
 }
 
+// One draft/verify cycle of every speculating request, batched (SpeculativeDecoder::cycle_batch:
+// their draft steps and verifications as batched steps), each one's tokens emitted in turn. Where
+// the batch fails (a full KV pool, a fault), no request has moved and each cycles alone, so that
+// only the one at fault waits or fails. progress: some request cycled (or failed); out_of_pages:
+// some request found no KV page (it waits).
+void Scheduler::speculate(const std::vector<Running*>& speculating, bool& progress, bool& out_of_pages) {
+  if (speculating.size() > 1) {
+    std::vector<SpeculativeDecoder*> decoders;
+    std::vector<int> limits;
+    std::vector<std::vector<int32_t>> out(speculating.size());
+    std::vector<std::vector<int32_t>*> outs;
+    for (size_t i = 0; i < speculating.size(); ++i) {
+      Running& r = *speculating[i];
+      decoders.push_back(r.spec.get());
+      limits.push_back(r.request->params().max_tokens - r.n_generated);
+      outs.push_back(&out[i]);
+    }
+    try {
+      SpeculativeDecoder::cycle_batch(decoders, limits, outs);
+      for (size_t i = 0; i < speculating.size(); ++i)
+        for (const int32_t token : out[i]) {
+          if (speculating[i]->finished) break;
+          emit_token(*speculating[i], token, nullptr);
+        }
+      progress = true;
+      return;
+    } catch (const std::exception& e) {
+      LY_LOG_WARN("batched speculative cycle of {} requests failed ({}); each cycles alone", speculating.size(),
+                  e.what());
+    }
+  }
+  for (Running* r : speculating) {
+    if (speculate_alone(*r)) progress = true;
+    else out_of_pages = true;
+  }
+}
+
 // One draft/verify cycle of a speculating request by itself, its tokens emitted in turn. False
 // when the KV pool had no page for it (the request waits; the cycle left its cache as it was).
-bool Scheduler::speculate(Running& r) {
+bool Scheduler::speculate_alone(Running& r) {
   std::vector<int32_t> out;
   const int before = r.session->length();
   try {

@@ -120,7 +120,8 @@ class Scheduler {
   bool decode(const std::vector<Running*>& decoding);
   void sample_and_emit(Running& r);
   void emit_token(Running& r, int32_t token, const TokenLogprob* logprob);
-  bool speculate(Running& r);
+  void speculate(const std::vector<Running*>& speculating, bool& progress, bool& out_of_pages);
+  bool speculate_alone(Running& r);
   void retire(Running& r, const std::string& reason, const std::string& error = "");
   void requeue(Running& r);
   void keep_prompt(Running& r);
