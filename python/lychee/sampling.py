@@ -73,8 +73,8 @@ class SamplingParams:
     speculate: self-speculative decoding with `policy` as the draft and Full verifying
         (docs/speculative.md): 0 = off, N = drafted tokens per cycle (1..16), "auto" = chosen from
         the acceptance and step times. The tokens are Full's (greedy) or Full's distribution
-        (sampling); Completion.drafted / accepted count the drafts. One prompt at a time, without
-        logprobs.
+        (sampling); Completion.drafted / accepted count the drafts. Without logprobs or
+        correct_every; a list of prompts speculates as one batch.
 
     Frozen: replace(**changes) gives a changed copy. Types and ranges are checked here; the engine
     checks temperature and top_p ranges and the policy's options against the model.

@@ -7,8 +7,9 @@
 // text. A batch (a list of prompts): continuous batching as the server's scheduler does it (up to
 // max_batch sequences at once within the KV budget; a finished sequence's place goes to the next
 // waiting prompt in the same step), every running sequence advanced by one batched decode step
-// (Session::decode_batch: on the GPU one launch per layer for the sequences that share a policy).
-// Each sequence samples with a sampler of its own, so a batch gives each prompt the tokens a call
+// (Session::decode_batch: on the GPU one launch per layer for the sequences that share a policy),
+// and the speculating ones (speculate) by one batched draft/verify cycle
+// (SpeculativeDecoder::cycle_batch). Each sequence samples with a sampler of its own, so a batch gives each prompt the tokens a call
 // of its own gives (greedy, or with the same seed); on the CPU bit for bit.
 //
 // The GIL: released while the engine runs. generate() runs on the calling thread and takes the
@@ -51,6 +52,7 @@
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/policy_settings.h"
+#include "runtime/speculative.h"
 #include "runtime/threads.h"
 #include "server/scheduler.h"
 #include "server/schema.h"
@@ -233,11 +235,15 @@ class PyEngine {
       try {
         policies.push_back(check(requests[i]));
         make_policy(policies.back(), c);  // its errors now, not halfway through the batch
-        // Speculation's cycles (γ drafts, a rollback, a verification) do not fit the batch's one
-        // step per sequence; it runs through generate() (one prompt, without logprobs).
-        LY_CHECK(!parse_speculate(requests[i].speculate, "speculate").enabled(), ErrorCode::kInvalidArgument,
-                 "speculate runs one prompt at a time and without logprobs (got {} prompts, logprobs {}); "
-                 "pass the prompts one by one", requests.size(), requests[i].logprobs);
+        // A speculating sequence's tokens come from its verifications, whose rows are not the
+        // logits of one step each; cache correction re-prefills what speculation verifies already.
+        if (parse_speculate(requests[i].speculate, "speculate").enabled()) {
+          LY_CHECK(requests[i].logprobs < 0, ErrorCode::kInvalidArgument,
+                   "speculate does not combine with logprobs (ask for one or the other)");
+          LY_CHECK(requests[i].correct_every == 0, ErrorCode::kInvalidArgument,
+                   "speculate verifies every token densely; it does not combine with correct_every ({})",
+                   requests[i].correct_every);
+        }
         LY_CHECK(capacity(requests[i]) <= kv_tokens_, ErrorCode::kCapacity,
                  "the prompt and max_tokens need {} KV tokens; kv_memory holds {}", capacity(requests[i]),
                  kv_tokens_);
@@ -275,15 +281,23 @@ class PyEngine {
         prefill(*s->session, r.prompt, GenerateOptions{}.prefill_chunk);
         s->decode_start = timer.seconds();
         s->out.prefill_seconds = s->decode_start - t0;
-        take(*s);
+        const SpeculateOptions so = parse_speculate(r.speculate, "speculate");
+        if (so.enabled()) {  // the first token from the prompt's (dense) logits, as generate() draws it
+          s->spec = std::make_unique<SpeculativeDecoder>(*s->session, r.sampling, so);
+          if (!cancelled && !accept(*s, s->spec->first(), timer, on_step)) cancelled = true;
+        } else {
+          take(*s);
+        }
         kv_used += capacity(r);
         running.push_back(std::move(s));
       }
       std::vector<Session*> sessions;
       std::vector<int32_t> tokens;
-      std::vector<Sequence*> stepping;
+      std::vector<Sequence*> stepping, speculating;
       for (const auto& s : running)
-        if (!s->done) {
+        if (!s->done && s->spec) {
+          speculating.push_back(s.get());
+        } else if (!s->done) {
           stepping.push_back(s.get());
           sessions.push_back(s->session.get());
           tokens.push_back(s->out.tokens.back());
@@ -305,6 +319,26 @@ class PyEngine {
           s->since_correction.clear();
           take(*s);
         }
+      }
+      if (!cancelled && !speculating.empty()) {
+        // One draft/verify cycle of every speculating sequence, batched (their draft steps and
+        // verifications as batched steps); each token taken in turn.
+        std::vector<SpeculativeDecoder*> decoders;
+        std::vector<int> limits;
+        std::vector<std::vector<int32_t>> cycle_out(speculating.size());
+        std::vector<std::vector<int32_t>*> outs;
+        for (size_t j = 0; j < speculating.size(); ++j) {
+          Sequence& s = *speculating[j];
+          decoders.push_back(s.spec.get());
+          limits.push_back(s.request.max_tokens - int(s.out.tokens.size()));
+          outs.push_back(&cycle_out[j]);
+        }
+        SpeculativeDecoder::cycle_batch(decoders, limits, outs);
+        for (size_t j = 0; j < speculating.size(); ++j)
+          for (const int32_t token : cycle_out[j]) {
+            if (cancelled || speculating[j]->done) break;
+            if (!accept(*speculating[j], token, timer, on_step)) cancelled = true;
+          }
       }
       // Finished sequences leave in the step that finished them, their KV given back.
       for (auto& s : running)
@@ -347,6 +381,7 @@ class PyEngine {
     std::unique_ptr<AttentionPolicy> policy;
     std::unique_ptr<Session> session;
     std::vector<int32_t> since_correction;  // tokens fed since the last cache correction
+    std::unique_ptr<SpeculativeDecoder> spec;  // speculate: its cycles, from the prompt's end
     double decode_start = 0.0, t_last = 0.0;
     bool done = false;
   };
@@ -355,9 +390,17 @@ class PyEngine {
   // text, a stop token or string, max_tokens); false when on_step cancels.
   bool sample(Sequence& s, const Timer& call, const StepFn& on_step) {
     const Request& r = s.request;
-    const Tokenizer& tok = engine_.tokenizer();
     const int32_t token = s.session->sample(s.sampler);
-    if (r.logprobs >= 0) s.out.logprobs.push_back(server::token_logprob(s.session->logits(), token, r.logprobs, tok));
+    if (r.logprobs >= 0)
+      s.out.logprobs.push_back(server::token_logprob(s.session->logits(), token, r.logprobs, engine_.tokenizer()));
+    return accept(s, token, call, on_step);
+  }
+
+  // Takes s's next token (sampled, or a speculative cycle's): its text, a stop token or string,
+  // max_tokens; false when on_step cancels.
+  bool accept(Sequence& s, int32_t token, const Timer& call, const StepFn& on_step) {
+    const Request& r = s.request;
+    const Tokenizer& tok = engine_.tokenizer();
     s.t_last = call.seconds();
     if (s.out.tokens.empty()) s.out.ttft = s.t_last;
     s.out.tokens.push_back(token);
@@ -383,6 +426,10 @@ class PyEngine {
     if (!out.tokens.empty()) {
       out.decode_seconds = call.seconds() - s.decode_start;
       out.tpot = out.tokens.size() > 1 ? (s.t_last - out.ttft) / double(out.tokens.size() - 1) : 0.0;
+    }
+    if (s.spec) {
+      out.drafted = s.spec->stats().drafted;
+      out.accepted = s.spec->stats().accepted;
     }
     add_stats(out, *s.session);
   }

@@ -545,11 +545,30 @@ def test_speculate_gives_fulls_tokens_and_counts_drafts(engine, prompt_600):
     assert auto.tokens == full.tokens
 
 
-def test_speculate_checks_its_value_and_refuses_batches(engine):
+def test_speculate_checks_its_value_and_its_company(engine):
     with pytest.raises(ValueError, match="speculate"):
         lychee.SamplingParams(speculate="sometimes")
     with pytest.raises(ValueError, match="speculate"):
         lychee.SamplingParams(speculate=17)
     params = lychee.SamplingParams(max_tokens=2, speculate=2, policy=Lychee(budget=64))
-    with pytest.raises(lychee.InvalidArgumentError, match="one prompt at a time"):
-        engine.generate([PROMPT, PROMPT], params)
+    with pytest.raises(lychee.InvalidArgumentError, match=r"prompts\[1\]: speculate does not combine with logprobs"):
+        engine.generate([PROMPT, PROMPT], [params, params.replace(logprobs=2)])
+
+
+def test_speculating_batch_gives_each_prompts_tokens_alone(engine, prompt_600):
+    """A list of prompts with speculate: their cycles batched; each prompt's tokens are those it
+    gets alone (greedy: Full's; seeded sampling: the same draws), beside a plain prompt."""
+    draft = Lychee(budget=32, block_size=16, sink=16, recent=16)
+    greedy = lychee.SamplingParams(max_tokens=10, ignore_eos=True, policy=draft, speculate=3)
+    seeded = greedy.replace(temperature=0.8, seed=5, max_tokens=9)
+    plain = lychee.SamplingParams(max_tokens=8, ignore_eos=True)
+    prompts = [prompt_600, PROMPT, prompt_600, PROMPT]
+    params = [greedy, greedy.replace(speculate=2), seeded, plain]
+    together = engine.generate(prompts, params)
+    for p, sp, got in zip(prompts, params, together):
+        alone = engine.generate(p, sp)
+        assert got.tokens == alone.tokens
+        assert got.drafted == alone.drafted and got.accepted == alone.accepted
+    full = engine.generate(prompt_600, greedy.replace(speculate=0, policy=None))
+    assert together[0].tokens == full.tokens
+    assert together[0].drafted > 0 and together[3].drafted == 0
