@@ -36,7 +36,7 @@ struct ServeArgs {
   std::string model_name;
   int max_running = 4;
   int max_queue = 64;
-  int prefill_chunk = 512;
+  int prefill_chunk = 0;  // the device's default (server::default_prefill_chunk)
   int64_t prefix_cache = -1;
   double drain_seconds = 30.0;
   std::string random_weights;
@@ -224,7 +224,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-queue", args->max_queue, "Requests waiting for admission; more get 503")
       ->check(non_negative_int())->group(g);
   cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt token-equivalents prefilled per scheduler step")
-      ->check(positive_int())->group(g);
+      ->default_str("512 CPU, 2048 GPU")->check(positive_int())->group(g);
   cmd->add_option("--prefix-cache", args->prefix_cache, "KV tokens kept for reuse by prompts with the same start (0 = off)")
       ->default_str("half the pool")->check(CLI::Range(int64_t(-1), int64_t(1) << 40))->group(g);
   cmd->add_option("--drain-seconds,--drain-timeout", args->drain_seconds,

@@ -54,12 +54,15 @@ struct Scheduler::Running {
   bool finished = false;
 };
 
+int default_prefill_chunk(const std::string& device) { return device == "cpu" ? 512 : 2048; }
+
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, Metrics* metrics)
     : engine_(engine), options_(options), metrics_(metrics) {
+  if (options_.prefill_chunk == 0) options_.prefill_chunk = default_prefill_chunk(engine.device());
   LY_CHECK(options_.max_running >= 1, ErrorCode::kInvalidArgument, "max_running must be >= 1, got {}",
            options_.max_running);
   LY_CHECK(options_.max_queue >= 0, ErrorCode::kInvalidArgument, "max_queue must be >= 0, got {}", options_.max_queue);
-  LY_CHECK(options_.prefill_chunk >= 1, ErrorCode::kInvalidArgument, "prefill_chunk must be >= 1");
+  LY_CHECK(options_.prefill_chunk >= 1, ErrorCode::kInvalidArgument, "prefill_chunk must be >= 1 (0: the device's default)");
   LY_CHECK(options_.invariant_chunk >= 1, ErrorCode::kInvalidArgument, "invariant_chunk must be >= 1");
   const int model_context = engine.config().max_context;
   context_ = options_.max_context > 0 ? std::min(options_.max_context, model_context) : model_context;

@@ -67,11 +67,20 @@ double prefill_weight(int64_t n, int64_t position, double k);
 // even one token does not fit).
 int prefill_tokens_within(double budget, int64_t position, double k);
 
+// prefill_chunk's default on a device ("cpu", "cuda"): 512 on the CPU, whose prefill runs at a few
+// hundred tokens a second, so a step with a chunk stays well under a second; 2048 on a GPU, where
+// a step reads the weights once whatever its rows, so 512 left most of its prefill speed unused
+// under load (one H100, 16 clients of 32K prompts: lychee's steps of 25 ms gave 0.6x vLLM's output
+// tok/s at 8192-token steps of 284 ms; docs/results/gpu/vllm_h100).
+int default_prefill_chunk(const std::string& device);
+
 struct SchedulerOptions {
   int max_running = 4;     // sequences in the running batch
   int max_queue = 64;      // waiting requests; more are refused (503)
   int64_t kv_tokens = 0;   // the KV pool in tokens; 0 = max_running x context
-  int prefill_chunk = 512; // prompt token-equivalents prefilled per step, over all requests (see above)
+  // Prompt token-equivalents prefilled per step, over all requests (see above); 0 = the device's
+  // default (default_prefill_chunk).
+  int prefill_chunk = 0;
   int max_context = 0;     // longest sequence; 0 = the model's context
   int64_t prefix_cache_tokens = -1;  // KV tokens kept prompts may hold; -1 = half the pool; 0 = off
   bool deterministic = false;        // every request batch-invariant, seeded or not
