@@ -16,6 +16,13 @@ void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> t
   impl_->decode(seqs, tokens, use_policy, impl_->o.cuda_graphs, batch_invariant);
 }
 
+bool verify_step_rows_fit(const RunnerOptions& o, int fused_rows, int batch, int rows_per_seq) {
+  const int rows = batch * rows_per_seq;
+  const bool fused = fused_rows > 0 && (rows <= fused_rows || (rows_per_seq > 1 && o.fused_verify_chunks));
+  return batch >= 1 && batch <= o.max_batch && rows_per_seq >= 1 && rows_per_seq <= kDecodeMaxVerifyRows && fused &&
+         rows <= logit_rows(o);
+}
+
 bool GpuRunner::verify_step_fits(int batch, int rows_per_seq) const {
   const Impl& im = *impl_;
   const Shard& m = *im.shards[0];
@@ -30,10 +37,8 @@ bool GpuRunner::verify_step_fits(int batch, int rows_per_seq) const {
   // would run through cuBLASLt, whose rounding is another's (R = 9: 1.2e-2 relative from the
   // prefill pass's rows, past the tests' 1e-2), and the prefill pass verifies instead.
   const int fr = im.fused_rows();
-  const bool fused = fr > 0 && (rows <= fr || (rows_per_seq > 1 && im.o.fused_verify_chunks));
-  return im.size() == 1 && !m.pool->fp8() && batch >= 1 && batch <= im.o.max_batch && rows_per_seq >= 1 &&
-         rows_per_seq <= kDecodeMaxVerifyRows && fused && rows <= logit_rows(im.o) && rows <= m.max_tokens &&
-         (rows <= fr || rows <= m.fused_buffer_rows()) && items <= m.max_items;
+  return im.size() == 1 && !m.pool->fp8() && verify_step_rows_fit(im.o, fr, batch, rows_per_seq) &&
+         rows <= m.max_tokens && (rows <= fr || rows <= m.fused_buffer_rows()) && items <= m.max_items;
 }
 
 void GpuRunner::verify(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, int rows_per_seq) {

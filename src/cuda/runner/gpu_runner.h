@@ -53,6 +53,11 @@ inline constexpr int kMaxVerifyRows = 17;
 // also the most rows of a verification step (GpuRunner::verify_step_fits), whose fused products
 // run in chunks of at most kBf16GemvMaxRows past the fused rows (fused_verify_chunks).
 int logit_rows(const RunnerOptions& o);
+// The shape part of GpuRunner::verify_step_fits, given the runner's fused_decode_rows (0: not
+// fused): batch 1..max_batch, rows_per_seq 1..kDecodeMaxVerifyRows, the fused layers on, batch x
+// rows_per_seq within their rows or (rows_per_seq > 1, fused_verify_chunks) past them in chunks,
+// and within logit_rows. Pure (the CPU tests check the bounds).
+bool verify_step_rows_fit(const RunnerOptions& o, int fused_rows, int batch, int rows_per_seq);
 
 // The most sequences a batch-invariant decode step takes (GpuRunner::decode): rows whose products
 // all take the same path whatever their number.
