@@ -142,11 +142,14 @@ TEST(CudaSpeculative, VerifyStepRowsMatchPrefillVerifyAndFullSteps) {
   for (int i = 0; i < 900; ++i) prompt.push_back(int32_t((i * 37 + 11) % c.vocab_size));
   ASSERT_EQ(cuda::decode_positions_per_item(c.group_size(), 9), 5);
   ASSERT_FALSE(r.verify_step_fits(1, cuda::kDecodeMaxVerifyRows + 1));
-  // Past the fused decode layers' rows the products would round as cuBLASLt does: the prefill
-  // pass verifies there (R = 9 measured 1.2e-2 from it on an H200).
+  // Past the fused decode layers' rows the products run in chunks of them (RunnerOptions::
+  // fused_verify_chunks; VerifyStepPastTheFusedRowsMatchesFullStepsBitForBit); a one-row-per-
+  // sequence step past them would be a plain decode step's cuBLASLt products, and the logits rows
+  // bound the rest.
   ASSERT_EQ(r.fused_decode_rows(), 8);
-  ASSERT_FALSE(r.verify_step_fits(1, 9));
-  ASSERT_FALSE(r.verify_step_fits(2, 5));
+  ASSERT_TRUE(r.verify_step_fits(1, 9));
+  ASSERT_TRUE(r.verify_step_fits(2, 5));
+  ASSERT_FALSE(r.verify_step_fits(2, 9));  // 18 rows: past the 17 logits rows of max_batch 2
   for (int rows = 1; rows <= 8; ++rows) {
     SCOPED_TRACE("rows " + std::to_string(rows));
     ASSERT_TRUE(r.verify_step_fits(1, rows));
@@ -230,6 +233,64 @@ TEST(CudaSpeculative, BatchedVerifyStepMatchesEachSequenceAlone) {
   }
   r.release(s0);
   r.release(s1);
+}
+
+// Verification steps past the fused decode layers' 8 rows (batch 4 x 3 = 12 rows, batch 2 x 5 =
+// 10: every product in two chunks, RunnerOptions::fused_verify_chunks) against the same tokens fed
+// as one-row Full decode steps of the same sequences (a step per position, the batch together):
+// every row's logits equal bit for bit (each product row's bits depend only on k, bf16_gemv.h, and
+// the decode kernel's rows as a one-row step's). Prints the first differing rows' error if not.
+TEST(CudaSpeculative, VerifyStepPastTheFusedRowsMatchesFullStepsBitForBit) {
+  LY_REQUIRE_GPU();
+  LY_REQUIRE_DEFAULT_MODEL(path);
+  const Checkpoint ck = Checkpoint::open(path);
+  cuda::RunnerOptions o;
+  o.kv_memory_gib = 0.5;
+  o.max_context = 4096;
+  o.max_batch = 4;
+  cuda::GpuRunner r(cuda::upload_weights(ck), o);
+  const ModelConfig& c = ck.config();
+  ASSERT_EQ(r.fused_decode_rows(), 8);
+  for (const auto& [batch, rows] : {std::pair{4, 3}, std::pair{2, 5}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch) + " x rows " + std::to_string(rows));
+    ASSERT_GT(batch * rows, r.fused_decode_rows());
+    ASSERT_TRUE(r.verify_step_fits(batch, rows));
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
+    for (int b = 0; b < batch; ++b)
+      for (int i = 0; i < 300 + 211 * b; ++i) prompts[size_t(b)].push_back(int32_t((i * 37 + 11 + 7 * b) % c.vocab_size));
+    std::vector<int32_t> toks;  // [batch][rows]
+    for (int i = 0; i < batch * rows; ++i) toks.push_back(int32_t((i * 97 + 19) % c.vocab_size));
+    std::vector<cuda::GpuSeq> v(static_cast<size_t>(batch)), f(static_cast<size_t>(batch));
+    std::vector<cuda::GpuSeq*> pv, pf;
+    for (int b = 0; b < batch; ++b) {
+      r.prefill(v[size_t(b)], prompts[size_t(b)]);
+      r.prefill(f[size_t(b)], prompts[size_t(b)]);
+      pv.push_back(&v[size_t(b)]);
+      pf.push_back(&f[size_t(b)]);
+    }
+    r.verify(pv, toks, rows);
+    const auto step = rows_of_logits(r, batch * rows);
+    std::vector<std::vector<float>> full(static_cast<size_t>(batch * rows));
+    for (int j = 0; j < rows; ++j) {  // position j of every sequence as one decode step
+      std::vector<int32_t> t;
+      for (int b = 0; b < batch; ++b) t.push_back(toks[size_t(b * rows + j)]);
+      r.decode(pf, t, false);
+      const auto got = rows_of_logits(r, batch);
+      for (int b = 0; b < batch; ++b) full[size_t(b * rows + j)] = got[size_t(b)];
+    }
+    int differing = 0;
+    for (size_t i = 0; i < step.size(); ++i) {
+      if (step[i] == full[i]) continue;
+      if (++differing <= 4) std::printf("row %zu differs: relative error %.2e\n", i, rel_error(step[i], full[i]));
+    }
+    EXPECT_EQ(differing, 0) << "of " << step.size() << " rows";
+    expect_rows_near(step, full, "chunked step vs Full steps");
+    for (int b = 0; b < batch; ++b) {
+      EXPECT_EQ(v[size_t(b)].length, f[size_t(b)].length);
+      r.release(v[size_t(b)]);
+      r.release(f[size_t(b)]);
+    }
+  }
 }
 
 // Full's greedy tokens step by step on the GPU, with each step's relative margin.

@@ -196,7 +196,8 @@ TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
 }
 
 // The logits rows hold a decode step's batch and a verification pass (17 rows), and with them
-// the largest verification step GpuRunner::verify takes: the fused decode layers' rows.
+// every verification step GpuRunner::verify takes (verify_step_rows_fit: past the fused decode
+// layers' rows in chunks of them, up to these rows).
 TEST(RunnerPlan, LogitRowsHoldAVerificationStep) {
   const auto rows = [](int max_batch) {
     cuda::RunnerOptions o;
@@ -208,6 +209,38 @@ TEST(RunnerPlan, LogitRowsHoldAVerificationStep) {
   EXPECT_EQ(rows(100), 100);
   EXPECT_GE(rows(1), cuda::RunnerOptions{}.fused_decode_max_rows);
   EXPECT_GE(rows(1), cuda::kBf16GemvMaxRows);
+}
+
+// verify_step_fits' shape bounds: within the fused decode layers' rows (8) always; past them, a
+// verification step (R > 1) with fused_verify_chunks, up to the logits rows and 16 rows a
+// sequence; a step of one row per sequence past them, or with the chunks off, or unfused: no.
+TEST(RunnerPlan, VerifyStepRowsPastTheFusedRowsWithChunks) {
+  cuda::RunnerOptions o;
+  o.max_batch = 4;
+  const int fr = o.fused_decode_max_rows;
+  ASSERT_EQ(fr, 8);
+  ASSERT_EQ(cuda::logit_rows(o), 17);
+  EXPECT_TRUE(cuda::verify_step_rows_fit(o, fr, 1, 8));
+  EXPECT_TRUE(cuda::verify_step_rows_fit(o, fr, 4, 2));
+  EXPECT_TRUE(cuda::verify_step_rows_fit(o, fr, 4, 3));   // 12 rows: two chunks
+  EXPECT_TRUE(cuda::verify_step_rows_fit(o, fr, 2, 5));   // 10
+  EXPECT_TRUE(cuda::verify_step_rows_fit(o, fr, 1, 16));  // kDecodeMaxVerifyRows
+  EXPECT_TRUE(cuda::verify_step_rows_fit(o, fr, 4, 4));   // 16
+  EXPECT_FALSE(cuda::verify_step_rows_fit(o, fr, 1, 17)); // past kDecodeMaxVerifyRows
+  EXPECT_FALSE(cuda::verify_step_rows_fit(o, fr, 2, 9));  // 18 > 17 logits rows
+  EXPECT_FALSE(cuda::verify_step_rows_fit(o, fr, 5, 2));  // past max_batch
+  EXPECT_FALSE(cuda::verify_step_rows_fit(o, fr, 0, 2));
+  EXPECT_FALSE(cuda::verify_step_rows_fit(o, fr, 1, 0));
+  EXPECT_FALSE(cuda::verify_step_rows_fit(o, 0, 1, 2));   // not fused
+  o.max_batch = 12;
+  EXPECT_TRUE(cuda::verify_step_rows_fit(o, fr, 8, 1));
+  EXPECT_FALSE(cuda::verify_step_rows_fit(o, fr, 9, 1));  // one row a sequence: a plain step's cuBLASLt
+  o.fused_verify_chunks = false;                          // the old bound: the fused rows
+  EXPECT_TRUE(cuda::verify_step_rows_fit(o, fr, 4, 2));
+  EXPECT_FALSE(cuda::verify_step_rows_fit(o, fr, 4, 3));
+  EXPECT_FALSE(cuda::verify_step_rows_fit(o, fr, 1, 9));
+  o.fused_verify_chunks = true;
+  EXPECT_TRUE(cuda::verify_step_rows_fit(o, 4, 1, 5));    // fused rows 4 (LYCHEE_FUSED_DECODE_ROWS): chunks of 4
 }
 
 // A verification step's plan (rows_per_seq R): dense only; a change of R replans (past one tile

@@ -181,8 +181,9 @@ __device__ __forceinline__ void attend_tile(uint32_t k_tile, uint32_t v_tile,
 // only item, else the normalised partial O and the natural-log LSE of its slot.
 // kPairedDims (the FP8 reader): o[2 c + j][i] holds dim 16 c + 4 t4 + 2 i + j, in units of o_scale;
 // else o[j][i] holds dim 8 j + 2 t4 + i (and o[j][2 + i] row g + 8's in the Wide variant).
-// Tile row j is new position pos_begin + j / n_rows of the sequence, query row j % n_rows of the item.
-template <int HeadDim, bool kPairedDims = false, bool Wide = false>
+// Tile row j is new position pos_begin + j / n_rows of the sequence, query row j % n_rows of the item
+// (Rows false, a plain decode step's R = 1: position 0, query row j).
+template <int HeadDim, bool kPairedDims = false, bool Wide = false, bool Rows = false>
 __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const DecodeWorkItem& item,
                                            int group, uint8_t* smem,
                                            const float (&o)[DecodeTraits<HeadDim>::kDimTiles][4], const float (&m)[2],
@@ -239,12 +240,14 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
   __syncthreads();
 
   constexpr int kVec = HeadDim / 4;  // 4 dims per thread and step
-  const int n_rows = item.n_rows, row_begin = item.row_begin, R = a.rows_per_seq;
-  const int n_pos = item.n_pos > 0 ? item.n_pos : R, p0 = item.pos_begin;
+  // R = 1 (Rows false) as a constant: no position arithmetic in a plain decode step (the plan's
+  // R = 1 items have pos_begin 0 and n_pos 0).
+  const int n_rows = item.n_rows, row_begin = item.row_begin, R = Rows ? a.rows_per_seq : 1;
+  const int n_pos = Rows ? (item.n_pos > 0 ? item.n_pos : R) : 1, p0 = Rows ? int(item.pos_begin) : 0;
   const int slot_rows = group * R;   // a slot's rows: every position's group
   for (int idx = threadIdx.x; idx < n_rows * n_pos * kVec; idx += kThreads) {
     const int j = idx / kVec, c = (idx % kVec) * 4;
-    const int pos = p0 + j / n_rows, r = row_begin + j % n_rows;
+    const int pos = Rows ? p0 + j / n_rows : 0, r = row_begin + (Rows ? j % n_rows : j);
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
@@ -261,7 +264,7 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
     }
   }
   if (item.slot >= 0 && int(threadIdx.x) < n_rows * n_pos) {
-    const int j = threadIdx.x, pos = p0 + j / n_rows, r = row_begin + j % n_rows;
+    const int j = threadIdx.x, pos = Rows ? p0 + j / n_rows : 0, r = row_begin + (Rows ? j % n_rows : j);
     a.partial_lse[size_t(item.slot) * slot_rows + pos * group + r] = s_lse[j];
   }
 }
@@ -274,12 +277,16 @@ __device__ __forceinline__ void write_item(const DecodeAttentionArgs& a, const D
 // tiles before that one are copied in before the wait, hiding their lookups and their latency
 // behind the previous kernel's tail. With rows_per_seq R > 1 (dense items) the step appended the
 // last R tokens, which may span two tiles and two items: only tiles wholly before them go early.
-template <int HeadDim, bool Fp8, bool Wide, typename Loader>
+// Rows: R > 1 (a verification step); false compiles R = 1 in, without the per-row positions and
+// causal ends (issue 37: the R-generic kernel made the plain step 8.20 -> 8.30 ms, H200, Full b1
+// 128K), the same arithmetic.
+template <int HeadDim, bool Fp8, bool Wide, bool Rows, typename Loader>
 __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const DecodeWorkItem& item, Loader& ld,
                                          const ScoreSink& sc, uint8_t* smem, bool pre_wait) {
   static_assert(!(Fp8 && Wide), "the FP8 reader serves 8 rows");
+  static_assert(!(Fp8 && Rows) && !(Wide && !Rows), "FP8 pages take R = 1 only; 9..16 rows come from R > 1");
   using Tr = StageTraits<HeadDim, Fp8>;
-  const int group = a.n_heads / a.n_kv_heads, R = a.rows_per_seq;
+  const int group = a.n_heads / a.n_kv_heads, R = Rows ? a.rows_per_seq : 1;
   const int n_tok = ld.iv.n_tok;
   const int n_tiles = n_tok > 0 ? (n_tok + kTileTokens - 1) / kTileTokens : 0;
   const int pos0 = item.begin * item.unit;  // kDense: the position of the item's token 0
@@ -321,12 +328,13 @@ __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const Dec
   bool q_ok[2];
 #pragma unroll
   for (int h = 0; h < (Wide ? 2 : 1); ++h) {
-    const int j = g + 8 * h, n_rows = item.n_rows, n_pos = item.n_pos > 0 ? item.n_pos : R;
+    const int j = g + 8 * h, n_rows = item.n_rows, n_pos = Rows ? (item.n_pos > 0 ? item.n_pos : R) : 1;
     q_ok[h] = j < n_rows * n_pos;
-    const int pos = q_ok[h] ? item.pos_begin + j / n_rows : 0, r = q_ok[h] ? j % n_rows : 0;
+    const int pos = Rows && q_ok[h] ? item.pos_begin + j / n_rows : 0;
+    const int r = !q_ok[h] ? 0 : Rows ? j % n_rows : j;
     q_rows[h] = a.q + ((size_t(item.seq) * R + pos) * a.n_heads + size_t(item.kv_head) * group + item.row_begin + r) *
                           HeadDim;
-    if (R > 1 && q_ok[h]) lim[h] = min(n_tok, max(0, new0 + pos + 1));
+    if (Rows && R > 1 && q_ok[h]) lim[h] = min(n_tok, max(0, new0 + pos + 1));
   }
   if constexpr (Fp8) {
     q8.load(q_rows[0], q_ok[0]);
@@ -371,15 +379,17 @@ __device__ __forceinline__ void run_item(const DecodeAttentionArgs& a, const Dec
   }
   cp_async_wait<0>();
   __syncthreads();  // the stages are free for the epilogue
-  write_item<HeadDim, Fp8, Wide>(a, item, group, smem, o, m, l, o_scale);
+  write_item<HeadDim, Fp8, Wide, Rows>(a, item, group, smem, o, m, l, o_scale);
 }
 
-template <int HeadDim, int PageSize, bool Fp8, bool Wide>
+template <int HeadDim, int PageSize, bool Fp8, bool Wide, bool Rows>
 __device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem,
                                               bool pre_wait);
 
-// Wide: the 16-row variant (a KV head's group x rows_per_seq of 9..16 rows, bf16 KV).
-template <int HeadDim, int PageSize, bool Fp8, bool Wide>
+// Wide: the 16-row variant (a KV head's group x rows_per_seq of 9..16 rows, bf16 KV). Rows:
+// rows_per_seq > 1 (run_item); the instances are (Fp8, R = 1), (bf16, R = 1), (bf16, R > 1) and
+// (bf16, Wide, R > 1) per head dim and page size.
+template <int HeadDim, int PageSize, bool Fp8, bool Wide, bool Rows>
 __global__ void __launch_bounds__(kThreads, 2) decode_attention_kernel(const DecodeAttentionArgs a) {
   // bf16: [kStages][K tile, V tile] bf16, swizzled. FP8: [kStages][K codes, V codes, K scales,
   // V scales] (Fp8DecodeTraits).
@@ -392,11 +402,11 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_kernel(const Dec
   if (int(blockIdx.x) >= n_items) return wait_previous_kernel();
   for (int i = int(blockIdx.x); i < n_items; i += int(gridDim.x)) {
     if (i != int(blockIdx.x)) __syncthreads();  // the last item's epilogue is done with the stages
-    run_work_item<HeadDim, PageSize, Fp8, Wide>(a, items[i], smem, i == int(blockIdx.x));
+    run_work_item<HeadDim, PageSize, Fp8, Wide, Rows>(a, items[i], smem, i == int(blockIdx.x));
   }
 }
 
-template <int HeadDim, int PageSize, bool Fp8, bool Wide>
+template <int HeadDim, int PageSize, bool Fp8, bool Wide, bool Rows>
 __device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, const DecodeWorkItem item, uint8_t* smem,
                                               bool pre_wait) {
   using Tr = DecodeTraits<HeadDim>;
@@ -424,19 +434,19 @@ __device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, cons
     if constexpr (PageSize % F8::kRowsPerPass == 0) {
       if (item.unit == PageSize) {
         Fp8PageLoader<HeadDim, PageSize> ld{k, v, ks, vs, page_stride, scale_stride, iv, row0, chunk, {}};
-        return run_item<HeadDim, true, false>(a, item, ld, sc, smem, pre_wait);
+        return run_item<HeadDim, true, false, false>(a, item, ld, sc, smem, pre_wait);
       }
     }
     Fp8GatherLoader<HeadDim, PageSize> ld{k, v, ks, vs, page_stride, scale_stride, iv, row0, chunk, {}, {}};
-    run_item<HeadDim, true, false>(a, item, ld, sc, smem, pre_wait);
+    run_item<HeadDim, true, false, false>(a, item, ld, sc, smem, pre_wait);
   } else {
     const int row0 = threadIdx.x / Tr::kChunksPerRow, chunk = threadIdx.x % Tr::kChunksPerRow;
     if (item.unit == PageSize) {
       PageLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
-      run_item<HeadDim, false, Wide>(a, item, ld, sc, smem, pre_wait);
+      run_item<HeadDim, false, Wide, Rows>(a, item, ld, sc, smem, pre_wait);
     } else {
       GatherLoader<HeadDim, PageSize> ld{a.k_pool + head_rows, a.v_pool + head_rows, page_stride, iv, row0, chunk, {}};
-      run_item<HeadDim, false, Wide>(a, item, ld, sc, smem, pre_wait);
+      run_item<HeadDim, false, Wide, Rows>(a, item, ld, sc, smem, pre_wait);
     }
   }
 }
@@ -445,9 +455,9 @@ __device__ __forceinline__ void run_work_item(const DecodeAttentionArgs& a, cons
 
 // The attention kernel for one (head_dim, page_size), its shared-memory limit raised once per
 // device.
-template <int HeadDim, int PageSize, bool Fp8, bool Wide = false>
+template <int HeadDim, int PageSize, bool Fp8, bool Wide = false, bool Rows = false>
 auto attention_kernel() {
-  auto* kernel = decode_attention_kernel<HeadDim, PageSize, Fp8, Wide>;
+  auto* kernel = decode_attention_kernel<HeadDim, PageSize, Fp8, Wide, Rows>;
   static uint64_t configured = 0;
   if (first_on_device(configured)) {
     LY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -458,25 +468,25 @@ auto attention_kernel() {
   return kernel;
 }
 
-template <int HeadDim, int PageSize, bool Fp8, bool Wide = false>
+template <int HeadDim, int PageSize, bool Fp8, bool Wide = false, bool Rows = false>
 int ctas_per_sm();
 
 // At most one resident wave of CTAs (ctas_per_sm x SMs): a plan with more items loops over them
 // instead of launching CTAs that only find no item.
-template <int HeadDim, int PageSize, bool Fp8, bool Wide>
+template <int HeadDim, int PageSize, bool Fp8, bool Wide, bool Rows>
 void launch_decode(const DecodeAttentionArgs& a, cudaStream_t stream) {
-  static const int resident = ctas_per_sm<HeadDim, PageSize, Fp8, Wide>() * device_info().sm_count;
+  static const int resident = ctas_per_sm<HeadDim, PageSize, Fp8, Wide, Rows>() * device_info().sm_count;
   if (a.max_items > 0)
-    launch_pdl(attention_kernel<HeadDim, PageSize, Fp8, Wide>(), std::min(a.max_items, resident), kThreads,
+    launch_pdl(attention_kernel<HeadDim, PageSize, Fp8, Wide, Rows>(), std::min(a.max_items, resident), kThreads,
                StageTraits<HeadDim, Fp8>::kSmemBytes, stream, a);
   LY_CUDA_CHECK_LAUNCH();
   decode_merge(a, stream);
 }
 
-template <int HeadDim, int PageSize, bool Fp8, bool Wide>
+template <int HeadDim, int PageSize, bool Fp8, bool Wide, bool Rows>
 int ctas_per_sm() {
   int n = 0;
-  LY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<HeadDim, PageSize, Fp8, Wide>(), kThreads,
+  LY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attention_kernel<HeadDim, PageSize, Fp8, Wide, Rows>(), kThreads,
                                                               StageTraits<HeadDim, Fp8>::kSmemBytes));
   return n;
 }
@@ -505,10 +515,13 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   check_decode_args(a);
   const int group = a.n_heads / a.n_kv_heads;
   with_variant(a.head_dim, a.page_size, [&](auto d, auto p) {
-    if (a.k8_pool != nullptr) launch_decode<d.value, p.value, true, false>(a, stream);
+    // R = 1 (every plain decode step; FP8 pages always) takes the Rows-false kernels; group <= 8
+    // (check_decode_args), so only R > 1 needs the 16-row variant.
+    if (a.k8_pool != nullptr) launch_decode<d.value, p.value, true, false, false>(a, stream);
+    else if (a.rows_per_seq == 1) launch_decode<d.value, p.value, false, false, false>(a, stream);
     else if (group * decode_positions_per_item(group, a.rows_per_seq) > kMaxGroup)
-      launch_decode<d.value, p.value, false, true>(a, stream);
-    else launch_decode<d.value, p.value, false, false>(a, stream);
+      launch_decode<d.value, p.value, false, true, true>(a, stream);
+    else launch_decode<d.value, p.value, false, false, true>(a, stream);
   });
 }
 

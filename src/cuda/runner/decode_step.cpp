@@ -16,19 +16,29 @@ void GpuRunner::decode(std::span<GpuSeq* const> seqs, std::span<const int32_t> t
   impl_->decode(seqs, tokens, use_policy, impl_->o.cuda_graphs, batch_invariant);
 }
 
+bool verify_step_rows_fit(const RunnerOptions& o, int fused_rows, int batch, int rows_per_seq) {
+  const int rows = batch * rows_per_seq;
+  const bool fused = fused_rows > 0 && (rows <= fused_rows || (rows_per_seq > 1 && o.fused_verify_chunks));
+  return batch >= 1 && batch <= o.max_batch && rows_per_seq >= 1 && rows_per_seq <= kDecodeMaxVerifyRows && fused &&
+         rows <= logit_rows(o);
+}
+
 bool GpuRunner::verify_step_fits(int batch, int rows_per_seq) const {
   const Impl& im = *impl_;
   const Shard& m = *im.shards[0];
   const int rows = batch * rows_per_seq;
   const int per_item = decode_positions_per_item(im.c.group_size(), std::max(rows_per_seq, 1));
   const int items = batch * im.c.n_kv_heads * ((rows_per_seq + per_item - 1) / per_item);  // at least
-  // The batch's rows within the fused decode layers' (8): their products give each row what a
-  // one-row step gives it, so the rows equal Full's decode steps bit for bit (H200: R = 1..8). Past
-  // them the products run through cuBLASLt, whose rounding is another's (R = 9: 1.2e-2 relative
-  // from the prefill pass's rows, past the tests' 1e-2), and the prefill pass verifies instead.
-  return im.size() == 1 && !m.pool->fp8() && batch >= 1 && batch <= im.o.max_batch && rows_per_seq >= 1 &&
-         rows_per_seq <= kDecodeMaxVerifyRows && rows <= im.fused_rows() && rows <= logit_rows(im.o) &&
-         rows <= m.max_tokens && items <= m.max_items;
+  // The batch's rows through the fused decode layers: their products give each row what a one-row
+  // step gives it, so the rows equal Full's decode steps bit for bit (H200: R = 1..8 in one call).
+  // Past their rows (8) a verification step (R > 1) runs each product in chunks of them
+  // (RunnerOptions::fused_verify_chunks; GpuRunner::Impl::forward): batch 4 x R = 3 is 12 rows in
+  // two calls per product. Compiled, not yet verified on a GPU. Without the chunks the products
+  // would run through cuBLASLt, whose rounding is another's (R = 9: 1.2e-2 relative from the
+  // prefill pass's rows, past the tests' 1e-2), and the prefill pass verifies instead.
+  const int fr = im.fused_rows();
+  return im.size() == 1 && !m.pool->fp8() && verify_step_rows_fit(im.o, fr, batch, rows_per_seq) &&
+         rows <= m.max_tokens && (rows <= fr || rows <= m.fused_buffer_rows()) && items <= m.max_items;
 }
 
 void GpuRunner::verify(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, int rows_per_seq) {
@@ -125,7 +135,9 @@ void GpuRunner::Impl::decode(std::span<GpuSeq* const> seqs, std::span<const int3
   }
   ++n_forwards;
   // Decode steps (rows 1) and verification steps (rows > 1: keys past every decode step's) each
-  // have their graph; forward's q_len is the decode attention's rows_per_seq.
+  // have their graph; forward's q_len is the decode attention's rows_per_seq. Whether a
+  // verification step's products run chunked depends on its rows and the runner's options alone
+  // (fixed at construction), so the (batch, rows) key determines its launches.
   const int n = batch * rows;
   if (use_graphs) {
     const std::vector<cudaStream_t> st = streams();

@@ -103,6 +103,19 @@ void fp8_row_groups(int n, F&& f) {
 }  // namespace
 
 void Shard::linear(const GpuMatrix& w, const bf16* x, bf16* y, int n) {
+  // A chunked verification step (fused, n past the fused rows; only the first layer's QKV without
+  // the RoPE epilogue comes here): groups of the rows a one-row step's product takes the same
+  // path for (the bf16 GEMV's rows, the FP8 GEMV's, or one row for cuBLASLt), so each row gets
+  // that step's bits.
+  if (fused && n > o.fused_decode_max_rows) {
+    const int g = w.fp8() ? kFp8GemvMaxRows
+                          : (gemv_fits(w, x, 1) ? std::min(o.bf16_gemv_max_rows, kBf16GemvMaxRows) : 1);
+    if (n > g) {
+      for (int i = 0; i < n; i += g)
+        linear(w, x + size_t(i) * size_t(w.cols), y + size_t(i) * size_t(w.rows), std::min(g, n - i));
+      return;
+    }
+  }
   if (!w.fp8() && gemv_fits(w, x, n))
     return fused_product(w, x, false, GemvOut::kBf16, y, nullptr, n);
   if (!w.fp8()) return gemm->bf16_out(x, w.values, y, n, w.cols, w.rows);
@@ -137,33 +150,55 @@ bool Shard::gemv_epilogue(const GpuMatrix& w, const bf16* x, int n, int bit) con
 
 void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOut out, void* y, const float* bias,
                           int n, const float* next_norm, int pdl_bit, const Bf16GemvRope* rope) {
-  Bf16GemvArgs a;
-  a.x = x;
-  if (normed) {
-    a.x_lo = w.fp8() ? nullptr : h_lo.data();  // FP8 products take the rounded input alone (bf16_gemv.h)
-    a.ss = ss_part.data();
-    a.ss_count = bf16_gemv_ss_count(c.d_model);
-    a.eps = c.rms_eps;
+  // A verification step past the kernel's rows (GpuRunner::Impl::forward's chunked case): one
+  // call per chunk of up to fused_decode_max_rows rows, each reading and writing only its own rows
+  // of every buffer (x, x_lo, ss, y, xn, xn_lo, ss_out, the RoPE rows' positions and K/V slots),
+  // so no chunk reads what another wrote. A row's bits depend only on k (bf16_gemv.h), so each
+  // row gets what a one-row decode step gives it. Products the kernel takes whole stay one call.
+  const int chunk = n <= kBf16GemvMaxRows ? n : std::clamp(o.fused_decode_max_rows, 1, kBf16GemvMaxRows);
+  const size_t ss_in = size_t(bf16_gemv_ss_count(c.d_model)), ss_next = size_t(bf16_gemv_ss_count(w.rows));
+  // y's row: bf16 [m] (kBf16), f32 [m] (kF32, kAddF32), bf16 [m / 2] (kSwiGlu), bf16 q
+  // [n_heads][head_dim] (kQkvRope).
+  const size_t y_row_bytes = out == GemvOut::kF32 || out == GemvOut::kAddF32 ? size_t(w.rows) * 4
+                             : out == GemvOut::kSwiGlu                     ? size_t(w.rows / 2) * 2
+                             : out == GemvOut::kQkvRope && rope != nullptr
+                                 ? size_t(rope->n_heads) * size_t(rope->head_dim) * 2
+                                 : size_t(w.rows) * 2;
+  for (int i = 0; i < n; i += chunk) {
+    const size_t r = size_t(i);
+    Bf16GemvArgs a;
+    a.x = x + r * size_t(w.cols);
+    if (normed) {  // x is h [n][d_model]: its residues and sums of squares have its rows
+      a.x_lo = w.fp8() ? nullptr : h_lo.data() + r * size_t(c.d_model);  // FP8 products take the rounded input alone (bf16_gemv.h)
+      a.ss = ss_part.data() + r * ss_in;
+      a.ss_count = int(ss_in);
+      a.eps = c.rms_eps;
+    }
+    if (w.fp8())
+      a.w8 = w.codes, a.w_scale = w.scales;
+    else
+      a.w = w.values;
+    a.out = out;
+    a.y = static_cast<uint8_t*>(y) + r * y_row_bytes;
+    a.bias = bias;
+    if (next_norm != nullptr) {  // the residual add: xn is h [n][m], m = d_model
+      a.next_norm = next_norm;
+      a.xn = h.data() + r * size_t(w.rows);
+      a.xn_lo = h_lo.data() + r * size_t(w.rows);
+      a.ss_out = ss_part.data() + r * ss_next;
+    }
+    if (rope != nullptr) {
+      a.rope = *rope;
+      a.rope.positions += i;
+      a.rope.kv_page += i;
+      a.rope.kv_row += i;
+    }
+    a.n = std::min(chunk, n - i);
+    a.k = w.cols;
+    a.m = w.rows;
+    if ((o.fused_pdl_products & pdl_bit) != 0) a.pdl = 1;
+    bf16_gemv(a, stream);
   }
-  if (w.fp8())
-    a.w8 = w.codes, a.w_scale = w.scales;
-  else
-    a.w = w.values;
-  a.out = out;
-  a.y = y;
-  a.bias = bias;
-  if (next_norm != nullptr) {
-    a.next_norm = next_norm;
-    a.xn = h.data();
-    a.xn_lo = h_lo.data();
-    a.ss_out = ss_part.data();
-  }
-  if (rope != nullptr) a.rope = *rope;
-  a.n = n;
-  a.k = w.cols;
-  a.m = w.rows;
-  if ((o.fused_pdl_products & pdl_bit) != 0) a.pdl = 1;
-  bf16_gemv(a, stream);
 }
 
 // The phases of a forward pass on this shard. A decode step first applies the step's
@@ -290,8 +325,14 @@ void Shard::forward_end(int n, bool decode, bool logits_wanted, int rows) {
 // over the ranks by an in-place NCCL all-reduce before the residual add, so x stays the same on
 // every rank. Biases of the output and down products are added once, after the sum.
 void GpuRunner::Impl::forward(int n, bool decode, int batch, int q_len, int max_kv_len, int rows) {
-  // The fused decode layers: one GPU (the residual adds sit where the all-reduces would go).
-  const bool fused = decode && n <= fused_rows();
+  // The fused decode layers: one GPU (the residual adds sit where the all-reduces would go). A
+  // verification step (q_len > 1) past their rows runs them too, every product over chunks of
+  // those rows (Shard::fused_product), so that each row equals a one-row decode step's bit for
+  // bit (RunnerOptions::fused_verify_chunks); a plain decode step past them keeps cuBLASLt (one
+  // pass over the weights). The choice is fixed for a (batch, rows) graph key: the options do not
+  // change after construction.
+  const int fr = fused_rows();
+  const bool fused = decode && fr > 0 && (n <= fr || (q_len > 1 && o.fused_verify_chunks));
   for (auto& s : shards) s->fused = fused;
   for (auto& s : shards) s->forward_begin(n, decode);
   for (int l = 0; l < c.n_layers; ++l) {

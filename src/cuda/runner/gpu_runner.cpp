@@ -161,9 +161,10 @@ Shard::Shard(std::shared_ptr<const GpuWeights> weights, const RunnerOptions& opt
     for (const GpuLayerWeights& L : w->layers)
       fusable = fusable && gemv_weights_fit(L.wqkv) && gemv_weights_fit(L.wo) && gemv_weights_fit(L.w_gate_up) &&
                 gemv_weights_fit(L.w_down) && aligned(L.attn_norm) && aligned(L.ffn_norm);
-    if (fusable) {
-      ss_part = DeviceBuffer<float>(size_t(kBf16GemvMaxRows) * size_t(bf16_gemv_ss_count(c.d_model)));
-      h_lo = DeviceBuffer<bf16>(size_t(kBf16GemvMaxRows) * size_t(c.d_model));
+    if (fusable) {  // a decode step's rows, or a chunked verification step's (up to the logits rows)
+      const size_t rows = size_t(fused_buffer_rows());
+      ss_part = DeviceBuffer<float>(rows * size_t(bf16_gemv_ss_count(c.d_model)));
+      h_lo = DeviceBuffer<bf16>(rows * size_t(c.d_model));
     }
   }
   // A slot's rows: the group, or a verification step's group x rows_per_seq (every position's
@@ -220,6 +221,11 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
     LY_CHECK(std::string(v) == "0" || std::string(v) == "1", ErrorCode::kInvalidArgument,
              "LYCHEE_FUSED_ROPE={}: expected 0 or 1", v);
     o.fused_qkv_rope = std::string(v) == "1";
+  }
+  if (const char* v = std::getenv("LYCHEE_FUSED_VERIFY"); v != nullptr && *v != 0) {
+    LY_CHECK(std::string(v) == "0" || std::string(v) == "1", ErrorCode::kInvalidArgument,
+             "LYCHEE_FUSED_VERIFY={}: expected 0 or 1", v);
+    o.fused_verify_chunks = std::string(v) == "1";
   }
   if (const char* v = std::getenv("LYCHEE_GEMV_EPILOGUES"); v != nullptr && *v != 0)
     o.gemv_epilogues = RunnerOptions::parse_gemv_epilogues(v);
@@ -426,7 +432,7 @@ void GpuRunner::Impl::upload_step_everywhere(size_t bytes) {
 }
 
 int logit_rows(const RunnerOptions& o) {
-  static_assert(kBf16GemvMaxRows <= kMaxVerifyRows, "a verification step's rows fit the logits rows");
+  static_assert(kBf16GemvMaxRows <= kMaxVerifyRows, "a fused decode step's rows fit the logits rows");
   return std::max(o.max_batch, kMaxVerifyRows);
 }
 

@@ -49,10 +49,15 @@ struct RunnerOptions;
 // The most rows a verification pass returns logits for (GpuRunner::prefill with all_logits):
 // speculative decoding's γ + 1 (runtime/speculative.h's kMaxSpeculate + 1).
 inline constexpr int kMaxVerifyRows = 17;
-// Logits rows the runner holds: a decode step's batch or a verification pass's kMaxVerifyRows,
-// which also holds a verification step (GpuRunner::verify keeps to the fused decode layers' rows,
-// at most kBf16GemvMaxRows).
+// Logits rows the runner holds: a decode step's batch or a verification pass's kMaxVerifyRows;
+// also the most rows of a verification step (GpuRunner::verify_step_fits), whose fused products
+// run in chunks of at most kBf16GemvMaxRows past the fused rows (fused_verify_chunks).
 int logit_rows(const RunnerOptions& o);
+// The shape part of GpuRunner::verify_step_fits, given the runner's fused_decode_rows (0: not
+// fused): batch 1..max_batch, rows_per_seq 1..kDecodeMaxVerifyRows, the fused layers on, batch x
+// rows_per_seq within their rows or (rows_per_seq > 1, fused_verify_chunks) past them in chunks,
+// and within logit_rows. Pure (the CPU tests check the bounds).
+bool verify_step_rows_fit(const RunnerOptions& o, int fused_rows, int batch, int rows_per_seq);
 
 // The most sequences a batch-invariant decode step takes (GpuRunner::decode): rows whose products
 // all take the same path whatever their number.
@@ -89,6 +94,14 @@ struct RunnerOptions {
   // gate/up product's epilogue; no add_rmsnorm (but the first layer's) or silu_mul kernels.
   // 0: the unfused path. LYCHEE_FUSED_DECODE_ROWS=<0..8> replaces it (lab A/B).
   int fused_decode_max_rows = 8;
+  // A verification step (GpuRunner::verify, rows_per_seq > 1) of more rows than
+  // fused_decode_max_rows: true runs the fused decode layers anyway, every product as
+  // ceil(rows / fused_decode_max_rows) calls on chunks of rows (a row's bits depend only on k,
+  // bf16_gemv.h), so each row still equals a one-row Full decode step bit for bit and the step is
+  // taken up to the logits rows (batch 4 x γ + 1 = 3: 12 rows) instead of the prefill pass's
+  // verification. Compiled, not yet measured or verified on a GPU. false: such steps are refused
+  // (verify_step_fits) and the prefill pass verifies. LYCHEE_FUSED_VERIFY=0|1 replaces it (lab A/B).
+  bool fused_verify_chunks = true;
   // Fused decode layers: the products launched with programmatic dependent launch whatever their
   // size, as a mask of kPdlQkv, kPdlOutput, kPdlGateUp, kPdlDown (others: by size and grid,
   // bf16_gemv.h: the 8B's down product, a single wave, is launched with PDL that way).
@@ -216,9 +229,11 @@ class GpuRunner {
   // verify_step_fits says no (callers take prefill's all_logits pass then).
   void verify(std::span<GpuSeq* const> seqs, std::span<const int32_t> tokens, int rows_per_seq);
   // Whether verify takes `batch` sequences of `rows_per_seq` rows: one GPU, bf16 KV pages (the FP8
-  // reader serves 8 query rows), rows_per_seq <= kDecodeMaxVerifyRows, batch x rows_per_seq within
-  // the fused decode layers' rows (fused_decode_rows: then each row equals a Full decode step's bit
-  // for bit), the logits rows and the activation buffers. Pure.
+  // reader serves 8 query rows), rows_per_seq <= kDecodeMaxVerifyRows, the fused decode layers on
+  // (fused_decode_rows > 0), batch x rows_per_seq within their rows or, with
+  // RunnerOptions::fused_verify_chunks and rows_per_seq > 1, past them (the products in chunks of
+  // those rows: compiled, not yet verified on a GPU); each row then equals a Full decode step's bit
+  // for bit. And within the logits rows and the activation buffers. Pure.
   bool verify_step_fits(int batch, int rows_per_seq) const;
 
   // The decode-attention policy of later steps (Full by default), as the backend-neutral

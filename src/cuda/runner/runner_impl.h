@@ -4,6 +4,7 @@
 // parallelism) driven by one host thread.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -185,8 +186,14 @@ struct Shard {
   // being recorded uses them (set by GpuRunner::Impl::forward).
   bool fusable = false;
   bool fused = false;
-  DeviceBuffer<float> ss_part;  // fused: [kBf16GemvMaxRows][bf16_gemv_ss_count(d_model)] (bf16_gemv.h)
-  DeviceBuffer<bf16> h_lo;      // fused: [kBf16GemvMaxRows][d_model], the residues of the normed inputs in h
+  DeviceBuffer<float> ss_part;  // fused: [fused_buffer_rows()][bf16_gemv_ss_count(d_model)] (bf16_gemv.h)
+  DeviceBuffer<bf16> h_lo;      // fused: [fused_buffer_rows()][d_model], the residues of the normed inputs in h
+  // The rows ss_part and h_lo hold: a fused decode step's (kBf16GemvMaxRows), or with
+  // fused_verify_chunks a chunked verification step's (GpuRunner::verify_step_fits: at most the
+  // logits rows and max_tokens).
+  int fused_buffer_rows() const {
+    return o.fused_verify_chunks ? std::max(kBf16GemvMaxRows, std::min(logit_rows(o), max_tokens)) : kBf16GemvMaxRows;
+  }
   cudaEvent_t reduce_event = nullptr;  // RunnerOptions::tp_one_device: this rank's o_buf is ready
   // Attention timing (GpuRunner::profile_decode): events around each layer's attention.
   std::vector<cudaEvent_t> attn_events;  // [2 n_layers] when profiling, else empty
