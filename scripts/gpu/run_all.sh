@@ -1507,7 +1507,9 @@ PY
     # then vllm_compare.py. serve: serve_load.py against `lychee serve` (the 8B shape, random
     # weights, Full and LycheeDecode) and `vllm serve` (dummy weights), the same seeded token-id
     # prompts (VLLM_SERVE_PROMPT tokens, 32 out), VLLM_SERVE_CONCURRENCY clients (1,4,16,64), 56 GiB
-    # of KV each. Split over calls with the variables where 10 minutes do not hold them all.
+    # of KV each; VLLM_SERVE_LYCHEE_ARGS is added to lychee serve's arguments (e.g. "--prefill-chunk
+    # 512" against the GPU default 2048; VLLM_SERVE_TAG names that run's files). Split over calls
+    # with the variables where 10 minutes do not hold them all.
     link_model
     vllm_env
     [ -d "$stage/vllm_site/vllm" ] || { echo "bench-vllm: vLLM not staged (vllm-stage-NN, vllm-install)"; exit 1; }
@@ -1530,10 +1532,13 @@ PY
       conc="${VLLM_SERVE_CONCURRENCY:-1,4,16,64}" prompt="${VLLM_SERVE_PROMPT:-32768}"
       common=(--prompt-tokens "$prompt" --output-tokens 32 --concurrency "$conc" --requests-per-level c --vocab 128256 --seed 0)
       python3 scripts/bench/serve_load.py --binary "$build/bin/lychee" \
-        --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 16 --max-context $((prompt + 2048)) --kv-memory 56" \
-        --policy full,lychee --policy-args "--budget 4096" "${common[@]}" --label llama3-8b-random \
-        --json "$out/serve_lychee.json" > "$out/serve_lychee.log" 2>&1 || rc=$(failed $? "serve_load lychee")
-      grep "^|" "$out/serve_lychee.log" | head -20
+        --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 16 --max-context $((prompt + 2048)) --kv-memory 56 ${VLLM_SERVE_LYCHEE_ARGS:-}" \
+        --policy full,lychee --policy-args "--budget 4096" "${common[@]}" --label "llama3-8b-random${VLLM_SERVE_TAG:+ $VLLM_SERVE_TAG}" \
+        --json "$out/serve_lychee${VLLM_SERVE_TAG:+_$VLLM_SERVE_TAG}.json" > "$out/serve_lychee${VLLM_SERVE_TAG:+_$VLLM_SERVE_TAG}.log" 2>&1 \
+        || rc=$(failed $? "serve_load lychee")
+      grep "^|" "$out/serve_lychee${VLLM_SERVE_TAG:+_$VLLM_SERVE_TAG}.log" | head -20
+      # A tagged run is lychee's alone (vLLM's rows come from the untagged one).
+      [ -n "${VLLM_SERVE_TAG:-}" ] && exit $rc
       python3 scripts/bench/vllm_decode.py --write-model-dir "$stage/vllm_llama3_8b" > /dev/null || exit 1
       python3 scripts/bench/serve_load.py --server-cmd "python3 -m vllm.entrypoints.cli.main serve $stage/vllm_llama3_8b \
 --load-format dummy --dtype bfloat16 --max-model-len $((prompt + 2048)) --max-num-seqs 16 --kv-cache-memory-bytes $((56 << 30)) \
