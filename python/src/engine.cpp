@@ -101,7 +101,7 @@ struct Completion {
     thread_local std::mt19937_64 rng{std::random_device{}()};
     const server::Endpoint endpoint = chat ? server::Endpoint::kChat : server::Endpoint::kCompletion;
     const server::ResponseMeta meta{fmt::format("{}{:016x}{:08x}", chat ? "chatcmpl-" : "cmpl-", rng(), uint32_t(rng())),
-                                    int64_t(std::time(nullptr)), model};
+                                    int64_t(std::time(nullptr)), model, /*system_fingerprint=*/""};
     const server::Usage usage{prompt_tokens, int(tokens.size()), 0};
     return server::completion_response(endpoint, meta, server::ChoiceResult{text, finish_reason, logprobs}, usage,
                                        with_logprobs);
