@@ -370,7 +370,8 @@ TEST(CudaSpeculative, VerifyBatchOfSessionsMatchesEachAlone) {
   const std::vector<int> prompt_len = {700, 131, 402}, rows = {3, 3, 2};
   std::vector<std::vector<int32_t>> prompts(3), toks(3);
   for (int b = 0; b < 3; ++b) {
-    for (int i = 0; i < prompt_len[size_t(b)]; ++i) prompts[size_t(b)].push_back(int32_t((i * 37 + 11 * b + 5) % c.vocab_size));
+    for (int i = 0; i < prompt_len[size_t(b)]; ++i)
+      prompts[size_t(b)].push_back(int32_t((i * 37 + 11 * b + 5) % c.vocab_size));
     for (int i = 0; i < rows[size_t(b)]; ++i) toks[size_t(b)].push_back(int32_t((i * 97 + 19 + b) % c.vocab_size));
   }
   std::vector<std::unique_ptr<GpuSession>> batch;

@@ -312,7 +312,8 @@ TEST(SpeculativeCpu, BatchedCyclesGiveWhatEachCycleAloneGives) {
     if (cases[i].temperature != 0.0f) continue;
     CpuSession f(t.model, 128);
     f.set_policy(full.get());
-    const GenerateResult want = generate(f, ids_of(38 + int(i), c.vocab_size, 20 + int(i)), greedy(cases[i].max_tokens, 0));
+    const auto prompt = ids_of(38 + int(i), c.vocab_size, 20 + int(i));
+    const GenerateResult want = generate(f, prompt, greedy(cases[i].max_tokens, 0));
     EXPECT_EQ(batch_tok[i], want.tokens) << "decoder " << i;
   }
   EXPECT_GT(accepted, 0u);

@@ -9,8 +9,9 @@
 // waiting prompt in the same step), every running sequence advanced by one batched decode step
 // (Session::decode_batch: on the GPU one launch per layer for the sequences that share a policy),
 // and the speculating ones (speculate) by one batched draft/verify cycle
-// (SpeculativeDecoder::cycle_batch). Each sequence samples with a sampler of its own, so a batch gives each prompt the tokens a call
-// of its own gives (greedy, or with the same seed); on the CPU bit for bit.
+// (SpeculativeDecoder::cycle_batch). Each sequence samples with a sampler of its own, so a batch
+// gives each prompt the tokens a call of its own gives (greedy, or with the same seed); on the CPU
+// bit for bit.
 //
 // The GIL: released while the engine runs. generate() runs on the calling thread and takes the
 // GIL back once per token to call the on_text callback and PyErr_CheckSignals (Ctrl-C stops the
@@ -231,13 +232,15 @@ class PyEngine {
     Timer timer;  // TTFT is from the call: a request that waits for a place counts the wait
     const ModelConfig& c = engine_.config();
     std::vector<PolicyOptions> policies;
+    std::vector<SpeculateOptions> speculate;
     for (size_t i = 0; i < requests.size(); ++i) {
       try {
         policies.push_back(check(requests[i]));
+        speculate.push_back(parse_speculate(requests[i].speculate, "speculate"));
         make_policy(policies.back(), c);  // its errors now, not halfway through the batch
         // A speculating sequence's tokens come from its verifications, whose rows are not the
         // logits of one step each; cache correction re-prefills what speculation verifies already.
-        if (parse_speculate(requests[i].speculate, "speculate").enabled()) {
+        if (speculate.back().enabled()) {
           LY_CHECK(requests[i].logprobs < 0, ErrorCode::kInvalidArgument,
                    "speculate does not combine with logprobs (ask for one or the other)");
           LY_CHECK(requests[i].correct_every == 0, ErrorCode::kInvalidArgument,
@@ -281,9 +284,8 @@ class PyEngine {
         prefill(*s->session, r.prompt, GenerateOptions{}.prefill_chunk);
         s->decode_start = timer.seconds();
         s->out.prefill_seconds = s->decode_start - t0;
-        const SpeculateOptions so = parse_speculate(r.speculate, "speculate");
-        if (so.enabled()) {  // the first token from the prompt's (dense) logits, as generate() draws it
-          s->spec = std::make_unique<SpeculativeDecoder>(*s->session, r.sampling, so);
+        if (speculate[i].enabled()) {  // the first token from the prompt's (dense) logits, as generate() draws it
+          s->spec = std::make_unique<SpeculativeDecoder>(*s->session, r.sampling, speculate[i]);
           if (!cancelled && !accept(*s, s->spec->first(), timer, on_step)) cancelled = true;
         } else {
           take(*s);

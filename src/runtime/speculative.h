@@ -116,7 +116,7 @@ class SpeculativeDecoder {
   StepTimes times_;
   int32_t pending_ = -1;
   int fallback_left_ = 0;
-  std::vector<int32_t> drafts_, tokens_;
+  std::vector<int32_t> drafts_;
   std::vector<float> q_;
 };
 

@@ -62,7 +62,8 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, Metrics* m
   LY_CHECK(options_.max_running >= 1, ErrorCode::kInvalidArgument, "max_running must be >= 1, got {}",
            options_.max_running);
   LY_CHECK(options_.max_queue >= 0, ErrorCode::kInvalidArgument, "max_queue must be >= 0, got {}", options_.max_queue);
-  LY_CHECK(options_.prefill_chunk >= 1, ErrorCode::kInvalidArgument, "prefill_chunk must be >= 1 (0: the device's default)");
+  LY_CHECK(options_.prefill_chunk >= 1, ErrorCode::kInvalidArgument,
+           "prefill_chunk must be >= 1 (0: the device's default)");
   LY_CHECK(options_.invariant_chunk >= 1, ErrorCode::kInvalidArgument, "invariant_chunk must be >= 1");
   const int model_context = engine.config().max_context;
   context_ = options_.max_context > 0 ? std::min(options_.max_context, model_context) : model_context;
@@ -478,16 +479,15 @@ void Scheduler::speculate(const std::vector<Running*>& speculating, bool& progre
 }
 
 // One draft/verify cycle of a speculating request by itself, its tokens emitted in turn. False
-// when the KV pool had no page for it (the request waits; the cycle left its cache as it was).
+// when the KV pool had no page for it (the request waits; a failed cycle leaves its cache as it
+// was: SpeculativeDecoder::cycle_batch).
 bool Scheduler::speculate_alone(Running& r) {
   std::vector<int32_t> out;
-  const int before = r.session->length();
   try {
     r.spec->cycle(r.request->params().max_tokens - r.n_generated, out);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kCapacity && engine_.kv_pool_pages() > 0) {
       LY_LOG_WARN("speculative cycle found the KV pool full ({}); the request waits", e.what());
-      r.session->truncate(before);
       return false;
     }
     LY_LOG_WARN("request failed: {}", e.what());

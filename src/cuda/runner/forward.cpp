@@ -169,7 +169,8 @@ void Shard::fused_product(const GpuMatrix& w, const bf16* x, bool normed, GemvOu
     Bf16GemvArgs a;
     a.x = x + r * size_t(w.cols);
     if (normed) {  // x is h [n][d_model]: its residues and sums of squares have its rows
-      a.x_lo = w.fp8() ? nullptr : h_lo.data() + r * size_t(c.d_model);  // FP8 products take the rounded input alone (bf16_gemv.h)
+      // FP8 products take the rounded input alone (bf16_gemv.h).
+      a.x_lo = w.fp8() ? nullptr : h_lo.data() + r * size_t(c.d_model);
       a.ss = ss_part.data() + r * ss_in;
       a.ss_count = int(ss_in);
       a.eps = c.rms_eps;

@@ -213,20 +213,19 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
              kBf16GemvMaxRows);
     field = int(r);
   };
+  const auto flag_from_env = [](const char* name, bool& field) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == 0) return;
+    LY_CHECK(std::string(v) == "0" || std::string(v) == "1", ErrorCode::kInvalidArgument, "{}={}: expected 0 or 1",
+             name, v);
+    field = std::string(v) == "1";
+  };
   rows_from_env("LYCHEE_BF16_GEMV_ROWS", o.bf16_gemv_max_rows);
   rows_from_env("LYCHEE_FUSED_DECODE_ROWS", o.fused_decode_max_rows);
   if (const char* v = std::getenv("LYCHEE_FUSED_PDL"); v != nullptr && *v != 0)
     o.fused_pdl_products = RunnerOptions::parse_pdl_products(v);
-  if (const char* v = std::getenv("LYCHEE_FUSED_ROPE"); v != nullptr && *v != 0) {
-    LY_CHECK(std::string(v) == "0" || std::string(v) == "1", ErrorCode::kInvalidArgument,
-             "LYCHEE_FUSED_ROPE={}: expected 0 or 1", v);
-    o.fused_qkv_rope = std::string(v) == "1";
-  }
-  if (const char* v = std::getenv("LYCHEE_FUSED_VERIFY"); v != nullptr && *v != 0) {
-    LY_CHECK(std::string(v) == "0" || std::string(v) == "1", ErrorCode::kInvalidArgument,
-             "LYCHEE_FUSED_VERIFY={}: expected 0 or 1", v);
-    o.fused_verify_chunks = std::string(v) == "1";
-  }
+  flag_from_env("LYCHEE_FUSED_ROPE", o.fused_qkv_rope);
+  flag_from_env("LYCHEE_FUSED_VERIFY", o.fused_verify_chunks);
   if (const char* v = std::getenv("LYCHEE_GEMV_EPILOGUES"); v != nullptr && *v != 0)
     o.gemv_epilogues = RunnerOptions::parse_gemv_epilogues(v);
   row_table_id.assign(size_t(opt.max_batch), 0);
