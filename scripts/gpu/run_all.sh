@@ -1508,7 +1508,8 @@ PY
     # weights, Full and LycheeDecode) and `vllm serve` (dummy weights), the same seeded token-id
     # prompts (VLLM_SERVE_PROMPT tokens, 32 out), VLLM_SERVE_CONCURRENCY clients (1,4,16,64), 56 GiB
     # of KV each; VLLM_SERVE_LYCHEE_ARGS is added to lychee serve's arguments (e.g. "--prefill-chunk
-    # 512" against the GPU default 2048; VLLM_SERVE_TAG names that run's files). Split over calls
+    # 512" against the GPU default 2048; VLLM_SERVE_TAG names that run's files; VLLM_SERVE_POLICIES
+    # the lychee policies, default full,lychee). Split over calls
     # with the variables where 10 minutes do not hold them all.
     link_model
     vllm_env
@@ -1533,7 +1534,7 @@ PY
       common=(--prompt-tokens "$prompt" --output-tokens 32 --concurrency "$conc" --requests-per-level c --vocab 128256 --seed 0)
       python3 scripts/bench/serve_load.py --binary "$build/bin/lychee" \
         --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 16 --max-context $((prompt + 2048)) --kv-memory 56 ${VLLM_SERVE_LYCHEE_ARGS:-}" \
-        --policy full,lychee --policy-args "--budget 4096" "${common[@]}" --label "llama3-8b-random${VLLM_SERVE_TAG:+ $VLLM_SERVE_TAG}" \
+        --policy "${VLLM_SERVE_POLICIES:-full,lychee}" --policy-args "--budget 4096" "${common[@]}" --label "llama3-8b-random${VLLM_SERVE_TAG:+ $VLLM_SERVE_TAG}" \
         --json "$out/serve_lychee${VLLM_SERVE_TAG:+_$VLLM_SERVE_TAG}.json" > "$out/serve_lychee${VLLM_SERVE_TAG:+_$VLLM_SERVE_TAG}.log" 2>&1 \
         || rc=$(failed $? "serve_load lychee")
       grep "^|" "$out/serve_lychee${VLLM_SERVE_TAG:+_$VLLM_SERVE_TAG}.log" | head -20
