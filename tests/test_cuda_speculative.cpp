@@ -239,7 +239,12 @@ TEST(CudaSpeculative, BatchedVerifyStepMatchesEachSequenceAlone) {
 // 10: every product in two chunks, RunnerOptions::fused_verify_chunks) against the same tokens fed
 // as one-row Full decode steps of the same sequences (a step per position, the batch together):
 // every row's logits equal bit for bit (each product row's bits depend only on k, bf16_gemv.h, and
-// the decode kernel's rows as a one-row step's). Prints the first differing rows' error if not.
+// the decode kernel's rows as a one-row step's) where the verified rows add no KV page, so that
+// the verification step and each Full step cut a head's KV into the same splits (plan_decode splits
+// whole pages; prompts of 64 m + 1 tokens keep the rows in one page). Where the rows cross a page
+// (a prompt of 64 m - 1 tokens), a Full step before the boundary merges fewer splits than the
+// verification step, and its rows agree within the bf16 rounding of the split-KV merge (measured on
+// an H200: up to 1.3e-3 relative). Prints the first differing rows' error.
 TEST(CudaSpeculative, VerifyStepPastTheFusedRowsMatchesFullStepsBitForBit) {
   LY_REQUIRE_GPU();
   LY_REQUIRE_DEFAULT_MODEL(path);
@@ -251,13 +256,23 @@ TEST(CudaSpeculative, VerifyStepPastTheFusedRowsMatchesFullStepsBitForBit) {
   cuda::GpuRunner r(cuda::upload_weights(ck), o);
   const ModelConfig& c = ck.config();
   ASSERT_EQ(r.fused_decode_rows(), 8);
-  for (const auto& [batch, rows] : {std::pair{4, 3}, std::pair{2, 5}}) {
-    SCOPED_TRACE("batch " + std::to_string(batch) + " x rows " + std::to_string(rows));
+  const int page = o.page_size;
+  struct Case {
+    int batch, rows;
+    bool crosses_page;  // the second sequence's rows cross a page boundary
+  };
+  for (const Case& k : {Case{4, 3, false}, Case{2, 5, false}, Case{4, 3, true}, Case{2, 5, true}}) {
+    const int batch = k.batch, rows = k.rows;
+    SCOPED_TRACE("batch " + std::to_string(batch) + " x rows " + std::to_string(rows) +
+                 (k.crosses_page ? ", across a page" : ", within a page"));
     ASSERT_GT(batch * rows, r.fused_decode_rows());
     ASSERT_TRUE(r.verify_step_fits(batch, rows));
+    ASSERT_LT(rows + 1, page);
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
-    for (int b = 0; b < batch; ++b)
-      for (int i = 0; i < 300 + 211 * b; ++i) prompts[size_t(b)].push_back(int32_t((i * 37 + 11 + 7 * b) % c.vocab_size));
+    for (int b = 0; b < batch; ++b) {
+      const int n = page * (4 + 3 * b) + (k.crosses_page && b == 1 ? -1 : 1);
+      for (int i = 0; i < n; ++i) prompts[size_t(b)].push_back(int32_t((i * 37 + 11 + 7 * b) % c.vocab_size));
+    }
     std::vector<int32_t> toks;  // [batch][rows]
     for (int i = 0; i < batch * rows; ++i) toks.push_back(int32_t((i * 97 + 19) % c.vocab_size));
     std::vector<cuda::GpuSeq> v(static_cast<size_t>(batch)), f(static_cast<size_t>(batch));
@@ -283,7 +298,8 @@ TEST(CudaSpeculative, VerifyStepPastTheFusedRowsMatchesFullStepsBitForBit) {
       if (step[i] == full[i]) continue;
       if (++differing <= 4) std::printf("row %zu differs: relative error %.2e\n", i, rel_error(step[i], full[i]));
     }
-    EXPECT_EQ(differing, 0) << "of " << step.size() << " rows";
+    if (!k.crosses_page) EXPECT_EQ(differing, 0) << "of " << step.size() << " rows";
+    else std::printf("across a page: %d of %zu rows differ from Full's steps\n", differing, step.size());
     expect_rows_near(step, full, "chunked step vs Full steps");
     for (int b = 0; b < batch; ++b) {
       EXPECT_EQ(v[size_t(b)].length, f[size_t(b)].length);
