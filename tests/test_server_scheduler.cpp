@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -63,6 +64,14 @@ void expect_pool_empty(Scheduler& s) {
 const std::vector<std::string> kPrompts = {"The capital of France is", "Once upon a time", "1, 2, 3, 4,",
                                            "def fibonacci(n):"};
 
+// The value of the sample `name` (with its labels) in a /metrics text; NaN when absent.
+double sample(const std::string& text, const std::string& name) {
+  const std::string key = "\n" + name + " ";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return std::nan("");
+  return std::stod(text.substr(at + key.size(), text.find('\n', at + key.size()) - at - key.size()));
+}
+
 TEST(ServerScheduler, ConcurrentGreedyRequestsMatchAlone) {
   LY_REQUIRE_DEFAULT_MODEL(path);
   Engine& engine = default_engine(path);
@@ -90,14 +99,31 @@ TEST(ServerScheduler, ConcurrentGreedyRequestsMatchAlone) {
     together.push_back(std::make_shared<Request>(params(engine, s, greedy(p, 10))));
     s.submit(together.back());
   }
+  int64_t prompt_tokens = 0;
   for (size_t i = 0; i < together.size(); ++i) {
     const RequestUpdate u = together[i]->wait();
     EXPECT_EQ(u.text, alone[i].text) << kPrompts[i];
     EXPECT_EQ(u.finish_reason, alone[i].finish_reason);
     EXPECT_EQ(u.usage.prompt_tokens, alone[i].usage.prompt_tokens);
+    prompt_tokens += 2 * u.usage.prompt_tokens;  // alone and together
   }
   expect_pool_empty(s);
   EXPECT_EQ(metrics.requests("ok"), 8u);
+  // Every request's queue, prefill and first-token times observed once; every prompt token either
+  // prefilled by an engine step or copied from the prefix cache; 3-token chunks beside decoding
+  // requests make mixed steps, the requests' last tokens decode-only ones.
+  const std::string t = metrics.render(s.gauges());
+  for (const char* h : {"lychee_request_queue_seconds_count", "lychee_request_prefill_seconds_count",
+                        "lychee_time_to_first_token_seconds_count"})
+    EXPECT_EQ(sample(t, h), 8.0) << h << " in\n" << t;
+  double prefilled = 0;
+  for (const char* kind : {"prefill", "decode", "mixed"})
+    prefilled += sample(t, fmt::format("lychee_engine_prefill_tokens_total{{kind=\"{}\"}}", kind));
+  EXPECT_EQ(prefilled + sample(t, "lychee_prefix_cache_reused_tokens_total"), double(prompt_tokens)) << t;
+  EXPECT_EQ(sample(t, "lychee_engine_prefill_tokens_total{kind=\"decode\"}"), 0.0);
+  EXPECT_GT(sample(t, "lychee_engine_steps_total{kind=\"mixed\"}"), 0.0) << t;
+  EXPECT_GT(sample(t, "lychee_engine_steps_total{kind=\"decode\"}"), 0.0) << t;
+  EXPECT_GT(sample(t, "lychee_engine_step_seconds_total{kind=\"decode\"}"), 0.0) << t;
 }
 
 TEST(ServerScheduler, StopStringsAndLogprobs) {

@@ -277,6 +277,10 @@ TEST(ServerMetrics, PrometheusText) {
   m.observe_ttft(0.03);
   m.observe_ttft(100.0);
   m.observe_tpot(0.02);
+  m.observe_queue(0.2);
+  m.observe_prefill(1.5);
+  m.add_step("mixed", 0.25, 100);
+  m.add_step("mixed", 0.5, 28);
   m.add_kv_reads("lychee", 250, 1000);
   const std::string t = m.render(SchedulerGauges{2, 1, 300, 1000});
   for (const char* line : {"lychee_requests_total{outcome=\"ok\"} 2\n", "lychee_requests_total{outcome=\"rejected\"} 1\n",
@@ -287,7 +291,14 @@ TEST(ServerMetrics, PrometheusText) {
                            "lychee_time_per_output_token_seconds_bucket{le=\"0.02\"} 1\n",
                            "lychee_running_requests 2\n", "lychee_waiting_requests 1\n", "lychee_kv_tokens_used 300\n",
                            "lychee_kv_tokens_free 700\n", "lychee_kv_read_ratio{policy=\"lychee\"} 0.25\n",
-                           "# TYPE lychee_time_to_first_token_seconds histogram\n"})
+                           "# TYPE lychee_time_to_first_token_seconds histogram\n",
+                           "lychee_request_queue_seconds_bucket{le=\"0.1\"} 0\n",
+                           "lychee_request_queue_seconds_bucket{le=\"0.5\"} 1\n",
+                           "lychee_request_prefill_seconds_bucket{le=\"1\"} 0\n",
+                           "lychee_request_prefill_seconds_bucket{le=\"2.5\"} 1\n",
+                           "lychee_engine_steps_total{kind=\"mixed\"} 2\n", "lychee_engine_steps_total{kind=\"prefill\"} 0\n",
+                           "lychee_engine_step_seconds_total{kind=\"mixed\"} 0.75\n",
+                           "lychee_engine_prefill_tokens_total{kind=\"mixed\"} 128\n"})
     EXPECT_NE(t.find(line), std::string::npos) << "missing: " << line << "in\n" << t;
   // Every line is a comment or "name{labels} value".
   size_t start = 0;

@@ -250,6 +250,42 @@ def scrape_metrics(port):
     return values, gauges
 
 
+ENGINE_SAMPLES = ("lychee_request_queue_seconds_sum", "lychee_request_queue_seconds_count",
+                  "lychee_request_prefill_seconds_sum", "lychee_request_prefill_seconds_count",
+                  "lychee_engine_steps_total", "lychee_engine_step_seconds_total", "lychee_engine_prefill_tokens_total")
+
+
+def engine_metrics(port):
+    """lychee serve's engine counters (queue and prefill time, steps by kind); {} from other servers."""
+    try:
+        values, _ = scrape_metrics(port)
+    except Exception:  # noqa: BLE001 - a server without /metrics (or another engine's names)
+        return {}
+    return {k: v for k, v in values.items() if k.split("{")[0] in ENGINE_SAMPLES}
+
+
+def engine_delta(before, after):
+    """What a level added to the engine counters: mean queue and prefill seconds per request, and per
+    step kind the steps, their seconds and prefilled tokens (with the tokens/s of prefill-only steps)."""
+    if not after:
+        return {}
+    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    out = {}
+    for h in ("queue", "prefill"):
+        n = d.get(f"lychee_request_{h}_seconds_count", 0)
+        if n:
+            out[f"{h}_s_mean"] = round(d[f"lychee_request_{h}_seconds_sum"] / n, 4)
+    for kind in ("prefill", "decode", "mixed"):
+        lab = f'{{kind="{kind}"}}'
+        steps = d.get("lychee_engine_steps_total" + lab, 0)
+        if steps:
+            secs = d.get("lychee_engine_step_seconds_total" + lab, 0.0)
+            toks = d.get("lychee_engine_prefill_tokens_total" + lab, 0.0)
+            out[kind] = {"steps": int(steps), "seconds": round(secs, 3), "prefill_tokens": int(toks),
+                         "ms_per_step": round(1e3 * secs / steps, 2)}
+    return out
+
+
 def interesting(values, gauges):
     out = {}
     for k, v in values.items():
@@ -471,6 +507,7 @@ def mode_load(a, port, prompts, policy, table_printed):
         n = a.requests_per_level(c)
         ps = prompts.make(f"level/{c}", n, a.prompt_tokens)
         log(f"[{policy}] concurrency {c}: {n} requests")
+        engine_before = engine_metrics(port)
 
         def progress(k, rec, n=n, c=c):
             if k == n or k % max(1, n // 4) == 0:
@@ -490,6 +527,10 @@ def mode_load(a, port, prompts, policy, table_printed):
               "tpot_ms_p50": ms(percentile(tpots, 50)), "tpot_ms_p99": ms(percentile(tpots, 99)),
               "completion_tokens": tokens, "short_outputs": short, "failures": len(fails),
               "errors": [failure_text(r) for r in fails[:5]]}
+        engine = engine_delta(engine_before, engine_metrics(port))
+        if engine:
+            lv["engine"] = engine
+            log(f"[{policy}] c={c}: engine " + json.dumps(engine))
         levels.append(lv)
         if not table_printed[0]:
             print(TABLE_HEAD, flush=True)

@@ -26,8 +26,11 @@ void Histogram::render(std::string& out, const std::string& name) const {
 
 Metrics::Metrics()
     : ttft_({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
-      tpot_({0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28}) {
+      tpot_({0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28}),
+      queue_({0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
+      prefill_({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}) {
   for (const char* o : {"ok", "cancelled", "rejected", "invalid", "error"}) requests_[o] = 0;
+  for (const char* k : {"prefill", "decode", "mixed"}) steps_[k] = Steps{};
 }
 
 void Metrics::count_request(const std::string& outcome) {
@@ -49,6 +52,24 @@ void Metrics::observe_ttft(double s) {
 void Metrics::observe_tpot(double s) {
   std::lock_guard lock(mu_);
   tpot_.observe(s);
+}
+
+void Metrics::observe_queue(double s) {
+  std::lock_guard lock(mu_);
+  queue_.observe(s);
+}
+
+void Metrics::observe_prefill(double s) {
+  std::lock_guard lock(mu_);
+  prefill_.observe(s);
+}
+
+void Metrics::add_step(const std::string& kind, double seconds, int64_t prefill_tokens) {
+  std::lock_guard lock(mu_);
+  Steps& st = steps_[kind];
+  ++st.n;
+  st.seconds += seconds;
+  st.prefill_tokens += uint64_t(prefill_tokens);
 }
 
 void Metrics::add_kv_reads(const std::string& policy, uint64_t bytes, uint64_t dense_bytes) {
@@ -78,12 +99,29 @@ std::string Metrics::render(const SchedulerGauges& g) const {
   out += fmt::format("lychee_prompt_tokens_total {}\n", prompt_tokens_);
   out += "# HELP lychee_generated_tokens_total Tokens generated.\n# TYPE lychee_generated_tokens_total counter\n";
   out += fmt::format("lychee_generated_tokens_total {}\n", generated_tokens_);
-  out += "# HELP lychee_time_to_first_token_seconds From arrival to the first generated token.\n";
+  out += "# HELP lychee_time_to_first_token_seconds From submission (the queue included) to the first generated token.\n";
   out += "# TYPE lychee_time_to_first_token_seconds histogram\n";
   ttft_.render(out, "lychee_time_to_first_token_seconds");
   out += "# HELP lychee_time_per_output_token_seconds Between generated tokens of a request.\n";
   out += "# TYPE lychee_time_per_output_token_seconds histogram\n";
   tpot_.render(out, "lychee_time_per_output_token_seconds");
+  out += "# HELP lychee_request_queue_seconds From submission to admission (a running slot and KV pages).\n";
+  out += "# TYPE lychee_request_queue_seconds histogram\n";
+  queue_.render(out, "lychee_request_queue_seconds");
+  out += "# HELP lychee_request_prefill_seconds From admission to the first generated token (the prompt's prefill).\n";
+  out += "# TYPE lychee_request_prefill_seconds histogram\n";
+  prefill_.render(out, "lychee_request_prefill_seconds");
+  out += "# HELP lychee_engine_steps_total Engine steps by what they ran (prefill: prompt chunks only; decode: decode "
+         "steps only; mixed: both).\n# TYPE lychee_engine_steps_total counter\n";
+  for (const auto& [kind, st] : steps_) out += fmt::format("lychee_engine_steps_total{{kind=\"{}\"}} {}\n", kind, st.n);
+  out += "# HELP lychee_engine_step_seconds_total Wall time of engine steps on the engine thread, by kind.\n";
+  out += "# TYPE lychee_engine_step_seconds_total counter\n";
+  for (const auto& [kind, st] : steps_)
+    out += fmt::format("lychee_engine_step_seconds_total{{kind=\"{}\"}} {}\n", kind, st.seconds);
+  out += "# HELP lychee_engine_prefill_tokens_total Prompt tokens prefilled by engine steps, by kind.\n";
+  out += "# TYPE lychee_engine_prefill_tokens_total counter\n";
+  for (const auto& [kind, st] : steps_)
+    out += fmt::format("lychee_engine_prefill_tokens_total{{kind=\"{}\"}} {}\n", kind, st.prefill_tokens);
   out += "# HELP lychee_running_requests Sequences in the running batch.\n# TYPE lychee_running_requests gauge\n";
   out += fmt::format("lychee_running_requests {}\n", g.running);
   out += "# HELP lychee_waiting_requests Requests queued for admission.\n# TYPE lychee_waiting_requests gauge\n";

@@ -75,6 +75,7 @@ class Request {
   std::mutex mu_;
   std::condition_variable cv_;
   RequestUpdate pending_;  // not yet taken by the HTTP thread
+  std::chrono::steady_clock::time_point submitted_{};  // set by Scheduler::submit (queue time, TTFT)
   friend class Scheduler;
 };
 

@@ -49,12 +49,12 @@ struct Scheduler::Running {
   bool cacheable = false; // finished normally with its whole prompt prefilled: keep its prompt
   bool invariant = false; // batch-invariant (Scheduler::invariant)
   bool requeued = false;  // went back to the queue (no free KV page to start it)
-  Clock::time_point arrival;
+  Clock::time_point admitted;  // when start() took it from the queue
   Clock::time_point last_token_time;
   bool finished = false;
 };
 
-int default_prefill_chunk(const std::string& device) { return device == "cpu" ? 512 : 2048; }
+int default_prefill_chunk(const std::string& device) { return device == "cpu" ? 512 : 8192; }
 
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, Metrics* metrics)
     : engine_(engine), options_(options), metrics_(metrics) {
@@ -106,6 +106,7 @@ void Scheduler::submit(const std::shared_ptr<Request>& r) {
     if (int(waiting_.size()) >= options_.max_queue && !(waiting_.empty() && n_running_ < options_.max_running))
       throw ApiError(503, fmt::format("the server is busy: {} requests are waiting (--max-queue); retry later",
                                       waiting_.size()));
+    r->submitted_ = Clock::now();
     waiting_.push_back(r);
   }
   cv_.notify_all();
@@ -241,7 +242,7 @@ void Scheduler::fail_all(std::vector<std::unique_ptr<Running>>& running, const s
 std::unique_ptr<Scheduler::Running> Scheduler::start(const std::shared_ptr<Request>& r) {
   auto run = std::make_unique<Running>();
   run->request = r;
-  run->arrival = Clock::now();
+  run->admitted = Clock::now();
   run->reservation = reservation_pages(r->params());
   run->invariant = invariant(r->params());
   try {
@@ -292,6 +293,7 @@ std::unique_ptr<Scheduler::Running> Scheduler::start(const std::shared_ptr<Reque
 // backend (Session::decode_batch: on the GPU one launch per layer for the requests that share a
 // policy), each sampled as soon as its step has run.
 void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
+  const Clock::time_point t0 = Clock::now();
   std::vector<Running*> decoding, prefilling, speculating;
   for (std::unique_ptr<Running>& rp : running) {
     Running& r = *rp;
@@ -314,6 +316,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
   const bool pool = engine_.kv_pool_pages() > 0;
   bool out_of_pages = false, progress = false;
   size_t prompts = 0;
+  int64_t prefilled = 0;
   for (Running* rp : prefilling) {
     if (prompts == max_prompts) break;
     Running& r = *rp;
@@ -336,6 +339,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
       r.session->feed(std::span<const int32_t>(prompt.data() + r.n_prefilled, n), false);
       budget -= prefill_weight(int64_t(n), int64_t(r.n_prefilled), k);
       r.n_prefilled += n;
+      prefilled += int64_t(n);
       ++prompts;
       progress = true;
       if (r.n_prefilled == prompt.size()) sample_and_emit(r);
@@ -359,6 +363,10 @@ void Scheduler::step(std::vector<std::unique_ptr<Running>>& running) {
     else out_of_pages = true;
   }
   if (!speculating.empty()) speculate(speculating, progress, out_of_pages);
+  const bool decoded = !decoding.empty() || !speculating.empty();
+  if (metrics_ && (prefilled > 0 || decoded))
+    metrics_->add_step(prefilled == 0 ? "decode" : decoded ? "mixed" : "prefill",
+                       std::chrono::duration<double>(Clock::now() - t0).count(), prefilled);
   if (!out_of_pages) {
     starved_steps_ = 0;
     return;
@@ -526,7 +534,11 @@ void Scheduler::emit_token(Running& r, int32_t token, const TokenLogprob* logpro
   ++r.n_generated;
   const Clock::time_point now = Clock::now();
   if (metrics_) {
-    if (r.n_generated == 1) metrics_->observe_ttft(std::chrono::duration<double>(now - r.arrival).count());
+    if (r.n_generated == 1) {
+      metrics_->observe_ttft(std::chrono::duration<double>(now - r.request->submitted_).count());
+      metrics_->observe_queue(std::chrono::duration<double>(r.admitted - r.request->submitted_).count());
+      metrics_->observe_prefill(std::chrono::duration<double>(now - r.admitted).count());
+    }
     else metrics_->observe_tpot(std::chrono::duration<double>(now - r.last_token_time).count());
   }
   r.last_token_time = now;

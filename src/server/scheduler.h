@@ -68,10 +68,12 @@ double prefill_weight(int64_t n, int64_t position, double k);
 int prefill_tokens_within(double budget, int64_t position, double k);
 
 // prefill_chunk's default on a device ("cpu", "cuda"): 512 on the CPU, whose prefill runs at a few
-// hundred tokens a second, so a step with a chunk stays well under a second; 2048 on a GPU, where
-// a step reads the weights once whatever its rows, so 512 left most of its prefill speed unused
-// under load (one H100, 16 clients of 32K prompts: lychee's steps of 25 ms gave 0.6x vLLM's output
-// tok/s at 8192-token steps of 284 ms; docs/results/gpu/vllm_h100).
+// hundred tokens a second, so a step with a chunk stays well under a second; 8192 on a GPU (vLLM's
+// token budget per step on H100/H200-class GPUs), where a step reads the weights once whatever its
+// rows and a long prompt's deep chunks shrink with the attention weight: one H200, Llama-3-8B
+// shape, 32K prompts, 1-64 clients, 2048 gave 17.8-19.7 output tok/s (TPOT 68 ms) and 8192
+// 20.5-21.2 (TPOT 217 ms, vLLM's 287-310), TTFT p99 at 16 clients 28.1 -> 23.6 s
+// (docs/results/gpu/session17).
 int default_prefill_chunk(const std::string& device);
 
 struct SchedulerOptions {
