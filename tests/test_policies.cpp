@@ -447,5 +447,28 @@ TEST(CacheCorrection, GenerateCorrectsEveryNSteps) {
   EXPECT_EQ(s.stats().correction_token_reads, uint64_t(c.n_layers * c.n_kv_heads) * (34 + 38));
 }
 
+// generate()'s prefill time runs to the first token (what a device that runs ahead still had
+// queued when feed returned counts there, not in decoding); decode_from() alone reports the time
+// to its first token inside its decode time.
+TEST(Generate, PrefillTimeRunsToTheFirstToken) {
+  TinyModel t("llama31_untied_bf16_sharded");
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(i * 11 % 400);
+  GenerateOptions o;
+  o.max_new_tokens = 6;
+  CpuSession s(t.model, 64);
+  const GenerateResult r = generate(s, prompt, o);
+  ASSERT_EQ(r.tokens.size(), 6u);
+  EXPECT_GT(r.prefill_seconds, 0.0);
+  EXPECT_GE(r.decode_seconds, 0.0);
+  EXPECT_EQ(r.first_token_seconds, r.prefill_seconds);
+  CpuSession s2(t.model, 64);
+  prefill(s2, prompt, o.prefill_chunk);
+  const GenerateResult d = decode_from(s2, o);
+  EXPECT_EQ(d.tokens, r.tokens);
+  EXPECT_GT(d.first_token_seconds, 0.0);
+  EXPECT_LE(d.first_token_seconds, d.decode_seconds);
+}
+
 }  // namespace
 }  // namespace lychee

@@ -282,14 +282,15 @@ class PyEngine {
         s->session->set_policy(s->policy.get());
         const double t0 = timer.seconds();
         prefill(*s->session, r.prompt, GenerateOptions{}.prefill_chunk);
-        s->decode_start = timer.seconds();
-        s->out.prefill_seconds = s->decode_start - t0;
         if (speculate[i].enabled()) {  // the first token from the prompt's (dense) logits, as generate() draws it
           s->spec = std::make_unique<SpeculativeDecoder>(*s->session, r.sampling, speculate[i]);
           if (!cancelled && !accept(*s, s->spec->first(), timer, on_step)) cancelled = true;
         } else {
           take(*s);
         }
+        // Up to the first token, as generate() counts it (a GPU prefill's queued work included).
+        s->decode_start = timer.seconds();
+        s->out.prefill_seconds = s->decode_start - t0;
         kv_used += capacity(r);
         running.push_back(std::move(s));
       }
@@ -819,8 +820,8 @@ void bind_engine(nb::module_& m) {
                    "Tokens generated (len(tokens)).")
       .def_ro("ttft", &Completion::ttft, "Seconds from the call to the first token.")
       .def_ro("tpot", &Completion::tpot, "Mean seconds per output token after the first.")
-      .def_ro("prefill_seconds", &Completion::prefill_seconds, "Seconds the prompt's prefill took.")
-      .def_ro("decode_seconds", &Completion::decode_seconds, "Seconds from the end of the prefill to the last token.")
+      .def_ro("prefill_seconds", &Completion::prefill_seconds, "Seconds from the prompt's prefill to its first token (on the GPU the queued prefill work included).")
+      .def_ro("decode_seconds", &Completion::decode_seconds, "Seconds from the first token to the last.")
       .def_ro("kv_bytes_read", &Completion::kv_bytes_read, "K and V bytes the decode steps read (bf16 pages, or FP8 codes and scales with kv_cache_dtype=\"fp8\").")
       .def_ro("kv_bytes_dense", &Completion::kv_bytes_dense, "What full attention would have read.")
       .def_ro("decode_steps", &Completion::decode_steps, "Decode steps run (one per token after the first).")

@@ -34,7 +34,9 @@ GenerateResult generate(Session& session, std::span<const int32_t> prompt,
   const double prefill_seconds = timer.seconds();
   GenerateResult result = decode_from(session, options, on_token);
   result.n_prompt = int(prompt.size());
-  result.prefill_seconds = prefill_seconds;
+  result.prefill_seconds = prefill_seconds + result.first_token_seconds;
+  result.decode_seconds -= result.first_token_seconds;
+  result.first_token_seconds = result.prefill_seconds;
   return result;
 }
 
@@ -57,6 +59,7 @@ GenerateResult decode_from(Session& session, const GenerateOptions& options, con
   for (int i = 0; i < options.max_new_tokens; ++i) {
     const bool more = i + 1 < options.max_new_tokens;
     const int32_t token = ahead ? session.sample_and_feed(sampler, more) : session.sample(sampler);
+    if (i == 0) result.first_token_seconds = timer.seconds();
     const bool fed = ahead && more;
     result.tokens.push_back(token);
     const bool stop = std::find(options.stop_ids.begin(), options.stop_ids.end(), token) !=

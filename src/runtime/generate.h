@@ -30,8 +30,13 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<int32_t> tokens;    // generated tokens (the stop token included if hit)
   int n_prompt = 0;
+  // generate(): the prompt's prefill until its first token is drawn (so on a device that runs
+  // ahead, the GPU, the prefill work still queued when feed returns counts here); decode_seconds
+  // then times the tokens after the first. decode_from() alone: first_token_seconds is the time
+  // to its first token, inside decode_seconds.
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
+  double first_token_seconds = 0.0;
   std::string finish_reason;      // "stop" or "length"
   SpeculateStats speculation;     // drafted / accepted (speculative decoding only)
 };

@@ -270,6 +270,7 @@ GenerateResult decode_speculative(Session& session, const GenerateOptions& optio
   Timer timer;
   std::vector<int32_t> out;
   bool more = options.max_new_tokens > 0 && emit(dec.first());
+  r.first_token_seconds = timer.seconds();
   while (more) {
     out.clear();
     dec.cycle(options.max_new_tokens - int(r.tokens.size()), out);
