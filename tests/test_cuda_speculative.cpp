@@ -244,7 +244,7 @@ TEST(CudaSpeculative, BatchedVerifyStepMatchesEachSequenceAlone) {
 // whole pages; prompts of 64 m + 1 tokens keep the rows in one page). Where the rows cross a page
 // (a prompt of 64 m - 1 tokens), a Full step before the boundary merges fewer splits than the
 // verification step, and its rows agree within the bf16 rounding of the split-KV merge (measured on
-// an H200: up to 1.3e-3 relative). Prints the first differing rows' error.
+// an H200: up to 2.1e-3 relative). Prints the first differing rows' error.
 TEST(CudaSpeculative, VerifyStepPastTheFusedRowsMatchesFullStepsBitForBit) {
   LY_REQUIRE_GPU();
   LY_REQUIRE_DEFAULT_MODEL(path);
