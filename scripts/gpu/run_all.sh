@@ -1328,7 +1328,9 @@ PY
     grep -E "PASSED|FAILED|SKIPPED|ERROR|prefix reuse" "$out/server_pytest.log" | grep -v PASSED | head -30
     grep -cE " PASSED" "$out/server_pytest.log" | sed 's/^/server pytest passed: /'
     tail -3 "$out/server_pytest.log"
-    for f in /tmp/lychee_serve_*.log; do [ -f "$f" ] && cp "$f" "$out/" ; done
+    # The servers' logs as one archive (a call brings back a limited number of files).
+    logs=(/tmp/lychee_serve_*.log)
+    [ -f "${logs[0]}" ] && tar czf "$out/lychee_serve_logs.tgz" -C /tmp "${logs[@]#/tmp/}"
     # The README's and docs' GPU examples (<!-- example: gpu -->), run as written.
     LYCHEE_DOCS_GPU=1 LYCHEE_BUILD_DIR="$build" LYCHEE_MODELS_DIR="$PWD/models" PYTHONPATH=/tmp/server_site \
       timeout -k 10 120 python3 -m pytest -q -rs -k gpu tests/docs > "$out/docs_gpu.log" 2>&1 || rc=$(failed $? "tests/docs (gpu)")
@@ -1534,7 +1536,7 @@ PY
       common=(--prompt-tokens "$prompt" --output-tokens 32 --concurrency "$conc" --requests-per-level c --vocab 128256 --seed 0)
       python3 scripts/bench/serve_load.py --binary "$build/bin/lychee" \
         --server-args "-m $model --random-weights llama3-8b --device cuda --max-running 16 --max-context $((prompt + 2048)) --kv-memory 56 ${VLLM_SERVE_LYCHEE_ARGS:-}" \
-        --policy "${VLLM_SERVE_POLICIES:-full,lychee}" --policy-args "--budget 4096" "${common[@]}" --label "llama3-8b-random${VLLM_SERVE_TAG:+ $VLLM_SERVE_TAG}" \
+        --policy "${VLLM_SERVE_POLICIES:-full,lychee}" --policy-args "--budget 4096" "${common[@]}" --label "llama3-8b-random${VLLM_SERVE_TAG:+ $VLLM_SERVE_TAG}" --log-dir "$out" \
         --json "$out/serve_lychee${VLLM_SERVE_TAG:+_$VLLM_SERVE_TAG}.json" > "$out/serve_lychee${VLLM_SERVE_TAG:+_$VLLM_SERVE_TAG}.log" 2>&1 \
         || rc=$(failed $? "serve_load lychee")
       grep "^|" "$out/serve_lychee${VLLM_SERVE_TAG:+_$VLLM_SERVE_TAG}.log" | head -20
