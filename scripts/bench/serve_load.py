@@ -266,7 +266,7 @@ def engine_metrics(port):
 
 def engine_delta(before, after):
     """What a level added to the engine counters: mean queue and prefill seconds per request, and per
-    step kind the steps, their seconds and prefilled tokens (with the tokens/s of prefill-only steps)."""
+    step kind the steps, their seconds, prefilled tokens and mean milliseconds a step."""
     if not after:
         return {}
     d = {k: after[k] - before.get(k, 0.0) for k in after}

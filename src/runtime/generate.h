@@ -32,8 +32,8 @@ struct GenerateResult {
   int n_prompt = 0;
   // generate(): the prompt's prefill until its first token is drawn (so on a device that runs
   // ahead, the GPU, the prefill work still queued when feed returns counts here); decode_seconds
-  // then times the tokens after the first. decode_from() alone: first_token_seconds is the time
-  // to its first token, inside decode_seconds.
+  // then times the tokens after the first, and first_token_seconds equals prefill_seconds.
+  // decode_from() alone: first_token_seconds is the time to its first token, inside decode_seconds.
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   double first_token_seconds = 0.0;

@@ -538,8 +538,9 @@ void Scheduler::emit_token(Running& r, int32_t token, const TokenLogprob* logpro
       metrics_->observe_ttft(std::chrono::duration<double>(now - r.request->submitted_).count());
       metrics_->observe_queue(std::chrono::duration<double>(r.admitted - r.request->submitted_).count());
       metrics_->observe_prefill(std::chrono::duration<double>(now - r.admitted).count());
+    } else {
+      metrics_->observe_tpot(std::chrono::duration<double>(now - r.last_token_time).count());
     }
-    else metrics_->observe_tpot(std::chrono::duration<double>(now - r.last_token_time).count());
   }
   r.last_token_time = now;
   r.last_token = token;
