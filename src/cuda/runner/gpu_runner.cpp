@@ -228,6 +228,14 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
   flag_from_env("LYCHEE_FUSED_VERIFY", o.fused_verify_chunks);
   if (const char* v = std::getenv("LYCHEE_GEMV_EPILOGUES"); v != nullptr && *v != 0)
     o.gemv_epilogues = RunnerOptions::parse_gemv_epilogues(v);
+  // Prompt tokens per prefill pass (an A/B of the pass size: 2048 against vLLM's 8192-token steps).
+  if (const char* v = std::getenv("LYCHEE_PREFILL_TOKENS"); v != nullptr && *v != 0) {
+    char* end = nullptr;
+    const long t = std::strtol(v, &end, 10);
+    LY_CHECK(*end == 0 && t >= 1 && t <= 65536, ErrorCode::kInvalidArgument,
+             "LYCHEE_PREFILL_TOKENS={}: expected 1 to 65536 tokens per prefill pass", v);
+    o.max_prefill_tokens = int(t);
+  }
   row_table_id.assign(size_t(opt.max_batch), 0);
   row_synced.assign(size_t(opt.max_batch), 0);
   const int n = int(weights.size());
