@@ -8,6 +8,7 @@
 //             [--weights bf16,fp8] [--fp8-selector-qkv bf16|fp8]
 //             [--tensor-parallel 1,2] [--tp-rule permutation|contiguous] [--tp-lm-head split|rank0]
 //             [--profile-attention] [--kv-cache-dtype bf16,fp8]
+//   bench_e2e --prefill 32768[,65536] [--prefill-pass 2048,8192] [--reps 3] [--trace] [--json FILE]
 // --weights: the GPU weight formats to run, in turn (default bf16; fp8 = e4m3 linear matrices with
 // a scale per output channel, gpu_weights.h). Every row records its format; with bf16 run first,
 // rows of other formats also get their speedup over Full attention with bf16 weights at the same
@@ -27,6 +28,14 @@
 // mean per layer. Under TP at batch >= 2 each LycheeDecode row also records the attention balance
 // the mirrored-row rule would give (attention/tp_rows.h: tp_assign_rows, tp_work_balance: KV tokens read per layer and
 // GPU) beside the runner's (every row the same assignment), as "tp_rows_model".
+// --prefill: instead of decode steps, the time to the first token of one prompt of each length
+// (random token ids, batch 1, Full attention): the runner's prefill in passes of --prefill-pass
+// tokens each (RunnerOptions::max_prefill_tokens; a runner per pass size, so they alternate in one
+// run), then the greedy token on the host; a warm-up prompt first (cuDNN's plans, cuBLASLt's
+// heuristics), the median of --reps. Rows give the prompt tokens/s and the TFLOP/s of the pass's
+// products and causal attention (2 x the linear weights' elements per token, 4 x d x the
+// attended pairs per query head and layer); --trace adds one more prompt under CUPTI and its
+// kernel time by name (what a serving TTFT is made of: issue 37's prefill against vLLM's).
 // --kv-cache-dtype: the KV cache element types to run (default bf16; fp8 = e4m3 codes with one
 // f32 scale per token and KV head, core/kv_dtype.h), in turn for each batch and context (a runner
 // each, so they alternate in one run). Rows record it; the KV bytes of the bound are the codes
@@ -150,7 +159,8 @@ struct Options {
   std::string contexts = "16384,32768,65536,131072", batches = "1,4", json_path, model, shape = "llama3-8b";
   std::string policies = "full,lychee,tidal,quest,duo", weights = "bf16", fp8_selector_qkv = "bf16";
   std::string tensor_parallel = "1", tp_rule = "permutation", tp_lm_head = "split", kv_dtypes = "bf16";
-  int steps = 32, budget = 4096, n_retrieval = 32, block_size = 64;
+  std::string prefill, prefill_pass = "2048";
+  int steps = 32, budget = 4096, n_retrieval = 32, block_size = 64, reps = 3;
   bool graphs = true, trace = false, sync_steps = false, profile_attention = false;
 };
 
@@ -413,6 +423,74 @@ void run_weights(const Options& opt, const cuda::ShardedWeights& ws, const Split
         run_one(opt, ws, split, c, weights, kv_dtype, batch, ctx, bw, full_bf16, rows);
 }
 
+// --prefill: the time to the first token of one prompt per (pass size, length), one GPU, Full.
+void run_prefill(const Options& opt, const cuda::ShardedWeights& ws, const ModelConfig& c, const std::string& weights,
+                 nlohmann::json& rows) {
+  // FLOPs of one prompt: the linear products (2 per weight element and token: Q/K/V/O, gate/up/down;
+  // the LM head for the last token only) and causal attention (QK^T and PV, 2 x 2 x d per pair).
+  const double linear =
+      double(c.n_layers) * (double(c.d_model) * (2.0 * c.q_dim() + 2.0 * c.kv_dim()) + 3.0 * c.d_model * double(c.d_ff));
+  std::printf("%8s %8s %10s %10s %10s %10s\n", "prompt", "pass", "TTFT ms", "tok/s", "TFLOP/s", "min ms");
+  for (int pass : parse_list(opt.prefill_pass))
+    for (int len : parse_list(opt.prefill)) {
+      cuda::RunnerOptions o;
+      o.max_batch = 1;
+      o.max_context = len + 64;
+      o.max_prefill_tokens = pass;
+      o.kv_memory_gib = double(len + 192) * 2.0 * c.n_layers * c.n_kv_heads *
+                            double(kv_bytes_per_token_head(KvCacheDtype::kBf16, c.head_dim)) / double(1u << 30) +
+                        0.01;
+      o.cuda_graphs = opt.graphs;
+      nlohmann::json row = {{"mode", "prefill"}, {"prompt_tokens", len}, {"pass_tokens", pass}, {"weights", weights},
+                            {"policy", "full"}, {"batch", 1}};
+      try {
+        cuda::GpuRunner r(ws, o);
+        std::mt19937 rng(7);
+        std::uniform_int_distribution<int32_t> tok(0, c.vocab_size - 1);
+        std::vector<int32_t> prompt(static_cast<size_t>(len));
+        for (auto& t : prompt) t = tok(rng);
+        std::vector<int32_t> out(1);
+        auto one = [&] {
+          cuda::GpuSeq s;
+          const auto t0 = std::chrono::steady_clock::now();
+          r.prefill(s, prompt);
+          r.greedy(1, out);  // waits for the token on the host: the prompt's last pass is done
+          const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          r.release(s);
+          return ms;
+        };
+        one();  // warm-up: the pass shapes' plans and heuristics
+        std::vector<double> ms;
+        for (int i = 0; i < opt.reps; ++i) ms.push_back(one());
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
+        const double L = len;
+        const double flops = 2.0 * linear * L + 2.0 * c.d_model * double(c.vocab_size) +
+                             4.0 * c.head_dim * double(c.n_heads) * c.n_layers * (L * (L + 1) / 2);
+        std::printf("%8d %8d %10.1f %10.0f %10.1f %10.1f\n", len, pass, med, L * 1e3 / med, flops / (med * 1e-3) / 1e12,
+                    ms.front());
+        std::fflush(stdout);
+        row["ttft_ms"] = med;
+        row["ttft_ms_all"] = ms;
+        row["prompt_tok_s"] = L * 1e3 / med;
+        row["flops"] = flops;
+        row["tflops"] = flops / (med * 1e-3) / 1e12;
+        if (opt.trace) {
+          bench::CuptiTrace t;
+          t.start();
+          one();
+          t.stop();
+          row["trace"] = t.summary(1);
+          print_trace(row["trace"]);
+        }
+      } catch (const std::exception& e) {
+        std::printf("%8d %8d   skipped: %s\n", len, pass, e.what());
+        row["skipped"] = e.what();
+      }
+      rows.push_back(row);
+    }
+}
+
 // The issue's comparison: each policy with non-bf16 weights against Full with bf16 weights.
 void print_speedups(const nlohmann::json& rows) {
   for (const auto& row : rows)
@@ -448,6 +526,9 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--tp-lm-head") o.tp_lm_head = next();
     else if (a == "--profile-attention") o.profile_attention = true;
     else if (a == "--kv-cache-dtype") o.kv_dtypes = next();
+    else if (a == "--prefill") o.prefill = next();
+    else if (a == "--prefill-pass") o.prefill_pass = next();
+    else if (a == "--reps") o.reps = std::stoi(next());
     else throw UsageError("unknown argument " + a);
   }
   if (o.tp_lm_head != "rank0" && o.tp_lm_head != "split")
@@ -465,6 +546,16 @@ Options parse_args(int argc, char** argv) {
   for (const std::string& name : bench::parse_names(o.weights)) parse_weights(name);  // reject before loading anything
   if (bench::parse_names(o.kv_dtypes).empty()) throw UsageError("--kv-cache-dtype: expected bf16, fp8 or both (bf16,fp8)");
   for (const std::string& name : bench::parse_names(o.kv_dtypes)) parse_kv_dtype(name);
+  if (!o.prefill.empty()) {
+    for (int n : parse_list(o.prefill))
+      if (n < 1) throw UsageError("--prefill: prompt lengths must be >= 1 token");
+    for (int n : parse_list(o.prefill_pass))
+      if (n < 1 || n > 65536) throw UsageError("--prefill-pass: 1 to 65536 tokens per pass");
+    if (parse_list(o.prefill).empty() || parse_list(o.prefill_pass).empty())
+      throw UsageError("--prefill / --prefill-pass: expected comma-separated token counts");
+    if (o.reps < 1) throw UsageError("--reps: expected >= 1");
+    if (parse_list(o.tensor_parallel) != std::vector<int>{1}) throw UsageError("--prefill: one GPU (--tensor-parallel 1)");
+  }
   return o;
 }
 
@@ -511,6 +602,11 @@ int main(int argc, char** argv) try {
         std::printf(" over %d GPUs, %s split; retrieval heads per GPU", n_gpus, opt.tp_rule.c_str());
         for (int r : split.retrieval) std::printf(" %d", r);
         std::printf("; straggler's dense heads per step %d, bound %d", split.balance.sum_max, split.balance.sum_bound);
+      }
+      if (!opt.prefill.empty()) {  // one GPU (parse_args)
+        std::printf(")\n");
+        run_prefill(opt, ws, c, weights, rows);
+        continue;
       }
       std::printf(")\n%3s %6s %8s %8s %4s %10s %10s %10s %8s %9s\n", "tp", "batch", "context", "policy", "kv",
                   "TPOT ms", "bound ms", "% bound", "tok/s", "vs full");

@@ -82,6 +82,8 @@
 #   scripts/gpu/run_all.sh bench-vllm       vLLM beside lychee in one call (after vllm-install): bench_e2e and
 #                                            scripts/bench/vllm_decode.py at the same shapes (VLLM_BATCHES, VLLM_CONTEXTS),
 #                                            then the serving sweep of both (VLLM_PARTS: decode serve)
+#   scripts/gpu/run_all.sh bench-prefill    one prompt's time to first token per runner pass size (8B shape, Full;
+#                                            PREFILL_PASSES, PREFILL_LENGTHS), and a CUPTI trace of each (kernel time)
 #   scripts/gpu/run_all.sh bench-70b        the llama3-70b shape over 4 GPUs (B70_TP, B70_BATCHES, B70_CONTEXTS,
 #                                            B70_WEIGHTS): Full and LycheeDecode against their bounds; TP=2 vs TP=4
 # Carried paths it needs: .deps (PCRE2, utf8proc, cudnn-frontend headers); .whl for Python wheels.
@@ -325,6 +327,20 @@ case "${1:-}" in
     LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --json "$out/e2e.json" 2>&1 | tee "$out/bench_e2e.log" || rc=$(failed $? bench_e2e)
     python3 scripts/bench/hf_decode.py --json "$out/hf_decode.json" > "$out/hf_decode.log" 2>&1 || rc=$(failed $? hf_decode.py)
     tail -12 "$out/hf_decode.log"
+    exit $rc ;;
+  bench-prefill)
+    # Issue 37's prefill against vLLM's: one prompt's time to the first token on the 8B shape (random
+    # weights, Full) per runner pass size (PREFILL_PASSES, default "2048,4096,8192,16384") and length
+    # (PREFILL_LENGTHS, default 32768), then the same with a CUPTI trace of one prompt per pass size
+    # (kernel time by name: the products, cuDNN's attention, the rest).
+    rc=0
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --prefill "${PREFILL_LENGTHS:-32768}" \
+      --prefill-pass "${PREFILL_PASSES:-2048,4096,8192,16384}" --reps "${PREFILL_REPS:-3}" \
+      --json "$out/prefill.json" 2>&1 | tee "$out/prefill.log" || rc=$(failed $? bench_e2e --prefill)
+    LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --prefill "${PREFILL_TRACE_LENGTHS:-32768}" \
+      --prefill-pass "${PREFILL_TRACE_PASSES:-2048,8192}" --reps 1 --trace \
+      --json "$out/prefill_trace.json" > "$out/prefill_trace.log" 2>&1 || rc=$(failed $? bench_e2e --prefill --trace)
+    head -60 "$out/prefill_trace.log"
     exit $rc ;;
   trace)
     # Where a decode step's time goes: bench_e2e --trace (CUPTI activity trace, per-step summary)
