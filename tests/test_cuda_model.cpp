@@ -158,6 +158,35 @@ TEST(CudaOps, SiluMulAndGemmMatchCpu) {
   EXPECT_LT(rel_error(test::to_host_bf16(act), g), 1e-2);
 }
 
+// silu_mul's eight-element kernel (ff % 8 == 0, aligned rows) against the CPU and, bit for bit,
+// against the element kernel it replaces, with and without biases; rows past 65535 (the grid's y
+// limit) and an ff whose vectors outnumber the x blocks (the loops' strides) included.
+TEST(CudaOps, SiluMulVectorizedEqualsElementwise) {
+  LY_REQUIRE_GPU();
+  for (const auto [n, ff] : {std::pair{5, 104}, std::pair{3, 14336}, std::pair{65537, 8}, std::pair{2, 8 * 128 * 70}}) {
+    auto gu = bf16_round(random_vec(size_t(n) * 2 * ff, 21, 3.0f));
+    const std::vector<float> bias = random_vec(size_t(2) * ff, 22);
+    auto dgu = test::to_device_bf16(gu);
+    auto dbias = test::to_device(bias);
+    for (const bool with_bias : {false, true}) {
+      const float* b = with_bias ? dbias.data() : nullptr;
+      cuda::DeviceBuffer<bf16> vec(size_t(n) * ff), one(size_t(n) * ff);
+      cuda::silu_mul(dgu.data(), b, vec.data(), n, ff, nullptr);
+      cuda::detail::silu_mul_elementwise(dgu.data(), b, one.data(), n, ff, nullptr);
+      const std::vector<float> got = test::to_host_bf16(vec), ref = test::to_host_bf16(one);
+      ASSERT_EQ(got, ref) << "n " << n << ", ff " << ff << (with_bias ? ", bias" : "");
+      std::vector<float> g(size_t(n) * ff), u(g.size());
+      for (int t = 0; t < n; ++t)
+        for (int j = 0; j < ff; ++j) {
+          g[size_t(t) * ff + j] = gu[size_t(t) * 2 * ff + j] + (with_bias ? bias[size_t(j)] : 0.0f);
+          u[size_t(t) * ff + j] = gu[size_t(t) * 2 * ff + ff + j] + (with_bias ? bias[size_t(ff + j)] : 0.0f);
+        }
+      cpu::silu_mul(g.data(), u.data(), int64_t(g.size()));
+      EXPECT_LT(rel_error(got, g), 1e-2) << "n " << n << ", ff " << ff;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- whole models
 
 // A checkpoint on the CPU (f32) and the GPU (bf16); with fp8, both hold the FP8 weights (the CPU

@@ -44,7 +44,8 @@ struct QkvArgs {
 void qkv_rope_append(const QkvArgs& a, cudaStream_t s);
 
 // out[n][ff] = silu(gu[n][j] + b[j]) * (gu[n][ff + j] + b[ff + j]); gu is [n][2 * ff] (gate rows,
-// then up rows); bias f32 [2 * ff] or null.
+// then up rows); bias f32 [2 * ff] or null. Eight elements a thread where ff % 8 == 0 and gu and
+// out are 16-byte aligned, else one (detail::silu_mul_elementwise): the same bits either way.
 void silu_mul(const bf16* gu, const float* bias, bf16* out, int n, int ff, cudaStream_t s);
 
 // out[b] = argmax of logits[b][vocab] (lowest index among equal maxima).
@@ -86,6 +87,9 @@ void dequantize_e4m3(const uint8_t* codes, const float* scales, bf16* out, int r
 void quantize_activations_e4m3(const bf16* x, uint8_t* codes, float* scales, int rows, int cols, cudaStream_t s);
 
 namespace detail {
+// silu_mul one element a thread (any ff, any alignment): what silu_mul falls back to, and its
+// tests' reference for the eight-element kernel's bits.
+void silu_mul_elementwise(const bf16* gu, const float* bias, bf16* out, int n, int ff, cudaStream_t s);
 // dequantize_e4m3's launcher (kernels.cu), without the argument checks.
 void launch_dequantize_e4m3(const uint8_t* codes, const float* scales, bf16* out, int rows, int cols,
                             cudaStream_t s);

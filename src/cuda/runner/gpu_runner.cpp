@@ -228,7 +228,7 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
   flag_from_env("LYCHEE_FUSED_VERIFY", o.fused_verify_chunks);
   if (const char* v = std::getenv("LYCHEE_GEMV_EPILOGUES"); v != nullptr && *v != 0)
     o.gemv_epilogues = RunnerOptions::parse_gemv_epilogues(v);
-  // Prompt tokens per prefill pass (an A/B of the pass size: 2048 against vLLM's 8192-token steps).
+  // Prompt tokens per prefill pass (a lab A/B of the pass size; the default is max_prefill_tokens).
   if (const char* v = std::getenv("LYCHEE_PREFILL_TOKENS"); v != nullptr && *v != 0) {
     char* end = nullptr;
     const long t = std::strtol(v, &end, 10);

@@ -68,7 +68,11 @@ struct RunnerOptions {
   double kv_memory_gib = 0.0;  // 0: what max_batch sequences of max_context tokens need, capped by free memory
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kBf16;  // the pages' element type (core/kv_dtype.h)
   int max_batch = 8;
-  int max_prefill_tokens = 2048;  // tokens per prefill forward (longer prompts are chunked)
+  // Tokens per prefill forward (longer prompts are chunked). 8192: on an H200 the 8B shape's 32K
+  // prompt takes 1378 ms in passes of 2048, 1352 of 4096, 1328 of 8192, 1327 of 16384; a 128K one
+  // 12.12 / 11.72 / 11.55 / 11.77 s (bench_e2e --prefill, docs/results/gpu/session18/); the
+  // activations grow with it (~1.1 GB at the 8B shape).
+  int max_prefill_tokens = 8192;
   int max_context = 0;            // 0: the model's
   bool cuda_graphs = true;
   // FP8 weights: decode-sized products through the FP8 GEMV (true), or every product through the
