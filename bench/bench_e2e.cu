@@ -31,7 +31,8 @@
 // --prefill: instead of decode steps, the time to the first token of one prompt of each length
 // (random token ids, batch 1, Full attention): the runner's prefill in passes of --prefill-pass
 // tokens each (RunnerOptions::max_prefill_tokens; a runner per pass size, so they alternate in one
-// run), then the greedy token on the host; a warm-up prompt first (cuDNN's plans, cuBLASLt's
+// run; LYCHEE_PREFILL_POW2 cuts them in powers of two, RunnerOptions::prefill_pow2_tail), then
+// the greedy token on the host; a warm-up prompt first (cuDNN's plans, cuBLASLt's
 // heuristics), the median of --reps. Rows give the prompt tokens/s and the TFLOP/s of the pass's
 // products and causal attention (2 x the linear weights' elements per token, 4 x d x the
 // attended pairs per query head and layer); --trace adds one more prompt under CUPTI and its
@@ -445,6 +446,9 @@ void run_prefill(const Options& opt, const cuda::ShardedWeights& ws, const Model
                             {"policy", "full"}, {"batch", 1}};
       try {
         cuda::GpuRunner r(ws, o);
+        // What the runner took (its lab knobs LYCHEE_PREFILL_TOKENS / LYCHEE_PREFILL_POW2 override).
+        row["pass_tokens"] = r.options().max_prefill_tokens;
+        row["pow2_tail"] = r.options().prefill_pow2_tail;
         std::mt19937 rng(7);
         std::uniform_int_distribution<int32_t> tok(0, c.vocab_size - 1);
         std::vector<int32_t> prompt(static_cast<size_t>(len));

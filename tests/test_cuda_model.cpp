@@ -620,6 +620,44 @@ TEST(CudaRunner, PrefixCopyPlusSuffixMatchesAWholePromptPrefill) {
   }
 }
 
+// Prefill in power-of-two passes (RunnerOptions::prefill_pow2_tail; 200 tokens in passes of at
+// most 96: 64, 64, 64, 8 against 96, 96, 8): the prompt's last logits and the decode steps after
+// it against the CPU with the same bf16 weights, and against the plain passes.
+TEST(CudaRunner, PowerOfTwoPrefillPassesMatchTheCpuAndThePlainPasses) {
+  LY_REQUIRE_GPU();
+  const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/llama31_untied_bf16_sharded");
+  const int vocab = ck.config().vocab_size;
+  cpu::Model cpu_bf16(ck.config(), HostWeights::load(ck, WeightFormat::kBf16));
+  std::vector<int32_t> ids(200);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 29 + 7) % size_t(vocab));
+  std::vector<std::vector<float>> runs;
+  for (const int tail : {0, 16}) {
+    cuda::RunnerOptions o;
+    o.page_size = 16;
+    o.kv_memory_gib = 0.05;
+    o.max_prefill_tokens = 96;
+    o.prefill_pow2_tail = tail;
+    cuda::GpuRunner r(cuda::upload_weights(ck), o);
+    cuda::GpuSeq seq;
+    r.prefill(seq, ids);
+    std::vector<float> got(static_cast<size_t>(vocab)), all;
+    std::vector<int32_t> prefix = ids;
+    for (int step = 0; step < 4; ++step) {
+      r.copy_logits(0, got);
+      const double e = rel_error(got, cpu_last_logits(cpu_bf16, prefix));
+      EXPECT_LT(e, test::kBf16LogitsTol) << "tail " << tail << ", step " << step;
+      all.insert(all.end(), got.begin(), got.end());
+      const int32_t tok = int32_t((step * 11 + 5) % vocab);
+      cuda::GpuSeq* s[] = {&seq};
+      r.decode(s, std::span<const int32_t>(&tok, 1));
+      prefix.push_back(tok);
+    }
+    r.release(seq);
+    runs.push_back(std::move(all));
+  }
+  EXPECT_LT(rel_l2(runs[1], runs[0]), 3e-2);
+}
+
 // Batch-invariant decode steps: a sequence's logits are the same bits alone and in batches of
 // other sequences of other lengths (its attention splits planned from its own length, the merge's
 // lanes fixed, every product's rows independent of their number), for dense attention and for a

@@ -4,6 +4,8 @@
 // (cuda/runner/step_meta.h). Compiled with the CUDA layer (nvcc at configure time).
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 #include "attention/policies.h"
 #include "core/error.h"
 #include "spec_test_util.h"
@@ -198,6 +200,37 @@ TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
 // The logits rows hold a decode step's batch and a verification pass (17 rows), and with them
 // every verification step GpuRunner::verify takes (verify_step_rows_fit: past the fused decode
 // layers' rows in chunks of them, up to these rows).
+// Prefill passes: max_tokens each, or power-of-two lengths with a short tail (no padded query
+// rows in cuDNN's graph of a pass but the tail's).
+TEST(RunnerPlan, PrefillPassesAreWholeChunksOrPowersOfTwo) {
+  using V = std::vector<int>;
+  EXPECT_EQ(cuda::prefill_pass_sizes(32768, 8192), (V{8192, 8192, 8192, 8192}));
+  EXPECT_EQ(cuda::prefill_pass_sizes(32768, 8192, 512), (V{8192, 8192, 8192, 8192}));
+  EXPECT_EQ(cuda::prefill_pass_sizes(4670, 8192), (V{4670}));
+  EXPECT_EQ(cuda::prefill_pass_sizes(4670, 8192, 512), (V{4096, 512, 62}));
+  EXPECT_EQ(cuda::prefill_pass_sizes(12812, 8192, 512), (V{8192, 4096, 512, 12}));
+  EXPECT_EQ(cuda::prefill_pass_sizes(4670, 2048), (V{2048, 2048, 574}));
+  EXPECT_EQ(cuda::prefill_pass_sizes(300, 8192, 512), (V{300}));
+  EXPECT_EQ(cuda::prefill_pass_sizes(512, 8192, 512), (V{512}));
+  EXPECT_EQ(cuda::prefill_pass_sizes(513, 8192, 512), (V{512, 1}));
+  EXPECT_EQ(cuda::prefill_pass_sizes(200, 96, 16), (V{64, 64, 64, 8}));
+  // A max_tokens that is no power of two: the passes are, below it.
+  EXPECT_EQ(cuda::prefill_pass_sizes(10000, 3000, 512), (V{2048, 2048, 2048, 2048, 1024, 512, 272}));
+  EXPECT_EQ(cuda::prefill_pass_sizes(10000, 3000), (V{3000, 3000, 3000, 1000}));
+  EXPECT_TRUE(cuda::prefill_pass_sizes(0, 2048, 512).empty());
+  EXPECT_EQ(cuda::prefill_pass_sizes(7, 1, 512), (V{1, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(cuda::prefill_pass_sizes(7, 8, 1), (V{4, 2, 1}));
+  for (const int tail : {0, 1, 512})
+    for (const int n : {1, 511, 513, 2049, 65535, 131072}) {
+      const V p = cuda::prefill_pass_sizes(n, 8192, tail);
+      EXPECT_EQ(std::accumulate(p.begin(), p.end(), 0), n);
+      for (const int x : p) EXPECT_TRUE(x >= 1 && x <= 8192);
+    }
+  EXPECT_THROW(cuda::prefill_pass_sizes(10, 0), Error);
+  EXPECT_THROW(cuda::prefill_pass_sizes(-1, 8), Error);
+  EXPECT_THROW(cuda::prefill_pass_sizes(10, 8, -1), Error);
+}
+
 TEST(RunnerPlan, LogitRowsHoldAVerificationStep) {
   const auto rows = [](int max_batch) {
     cuda::RunnerOptions o;

@@ -1,6 +1,7 @@
 #include "cuda/runner/gpu_runner.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -226,6 +227,13 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
     o.fused_pdl_products = RunnerOptions::parse_pdl_products(v);
   flag_from_env("LYCHEE_FUSED_ROPE", o.fused_qkv_rope);
   flag_from_env("LYCHEE_FUSED_VERIFY", o.fused_verify_chunks);
+  if (const char* v = std::getenv("LYCHEE_PREFILL_POW2"); v != nullptr && *v != 0) {
+    char* end = nullptr;
+    const long t = std::strtol(v, &end, 10);
+    LY_CHECK(*end == 0 && t >= 0 && t <= 65536, ErrorCode::kInvalidArgument,
+             "LYCHEE_PREFILL_POW2={}: expected 0 (off) or the tail pass's tokens, up to 65536", v);
+    o.prefill_pow2_tail = int(t);
+  }
   if (const char* v = std::getenv("LYCHEE_GEMV_EPILOGUES"); v != nullptr && *v != 0)
     o.gemv_epilogues = RunnerOptions::parse_gemv_epilogues(v);
   // Prompt tokens per prefill pass (a lab A/B of the pass size; the default is max_prefill_tokens).
@@ -453,8 +461,8 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens, bool all_l
            "a verification pass takes 1..{} tokens after a prefix (max_prefill_tokens {}); got {} after {}",
            kMaxVerifyRows, im.o.max_prefill_tokens, tokens.size(), seq.length);
   im.before_forward();
-  for (size_t start = 0; start < tokens.size(); start += size_t(im.o.max_prefill_tokens)) {
-    const int n = int(std::min(tokens.size() - start, size_t(im.o.max_prefill_tokens)));
+  size_t start = 0;
+  for (const int n : prefill_pass_sizes(int(tokens.size()), im.o.max_prefill_tokens, im.o.prefill_pow2_tail)) {
     for (int t = 0; t < n; ++t) {
       const int32_t tok = tokens[start + size_t(t)];
       LY_CHECK(tok >= 0 && tok < im.c.vocab_size, ErrorCode::kInvalidArgument,
@@ -480,8 +488,23 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens, bool all_l
     im.forward(n, false, 1, n, seq.length + n, all_logits ? n : 1);
     im.count_reduces(n, all_logits ? n : 1);
     seq.length += n;
+    start += size_t(n);
   }
   im.lead().use();
+}
+
+std::vector<int> prefill_pass_sizes(int n, int max_tokens, int pow2_tail) {
+  LY_CHECK(n >= 0 && max_tokens >= 1 && pow2_tail >= 0, ErrorCode::kInvalidArgument,
+           "prefill_pass_sizes: {} tokens in passes of at most {}, power-of-two tail {}; expected n >= 0, "
+           "max_tokens >= 1 and tail >= 0", n, max_tokens, pow2_tail);
+  std::vector<int> passes;
+  for (int left = n; left > 0;) {
+    int p = std::min(left, max_tokens);
+    if (pow2_tail > 0 && p > pow2_tail) p = int(std::bit_floor(unsigned(p)));
+    passes.push_back(p);
+    left -= p;
+  }
+  return passes;
 }
 
 GpuRunner::SelectionProbe GpuRunner::selection(int row, int slot) {

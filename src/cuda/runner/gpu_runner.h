@@ -59,6 +59,11 @@ int logit_rows(const RunnerOptions& o);
 // and within logit_rows. Pure (the CPU tests check the bounds).
 bool verify_step_rows_fit(const RunnerOptions& o, int fused_rows, int batch, int rows_per_seq);
 
+// The passes GpuRunner::prefill cuts n prompt tokens into: max_tokens each and the rest
+// (pow2_tail 0), or the largest power of two within the rest and max_tokens while the rest is
+// longer than pow2_tail tokens, then the rest in one pass. Pure; sums to n.
+std::vector<int> prefill_pass_sizes(int n, int max_tokens, int pow2_tail = 0);
+
 // The most sequences a batch-invariant decode step takes (GpuRunner::decode): rows whose products
 // all take the same path whatever their number.
 int batch_invariant_rows(const RunnerOptions& o);
@@ -68,11 +73,18 @@ struct RunnerOptions {
   double kv_memory_gib = 0.0;  // 0: what max_batch sequences of max_context tokens need, capped by free memory
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kBf16;  // the pages' element type (core/kv_dtype.h)
   int max_batch = 8;
-  // Tokens per prefill forward (longer prompts are chunked). 8192: on an H200 the 8B shape's 32K
-  // prompt takes 1378 ms in passes of 2048, 1352 of 4096, 1328 of 8192, 1327 of 16384; a 128K one
-  // 12.12 / 11.72 / 11.55 / 11.77 s (bench_e2e --prefill, docs/results/gpu/session18/); the
-  // activations grow with it (~1.1 GB at the 8B shape).
-  int max_prefill_tokens = 8192;
+  // Tokens per prefill forward (longer prompts are chunked). One prompt alone is faster in larger
+  // passes (H200, 8B shape, 32K prompt: 1331 ms in passes of 2048, 1285 of 8192), but the server's
+  // chunks are not multiples of a pass, and a pass's attention runs cuDNN's graph for its length
+  // rounded up to a power of two (prefill_q_bucket) over the padded rows too: a 12812-token prompt
+  // in passes of 8192 spent 140 ms in attention against 101 in passes of 2048, and the serving sweep
+  // at 16 clients x 32K gave 19.7 output tok/s with 8192 against 21.7 with 2048
+  // (docs/results/gpu/session18/). 2048 stays the default; prefill_pow2_tail is the A/B.
+  int max_prefill_tokens = 2048;
+  // > 0: passes of power-of-two lengths down to this tail (prefill_pass_sizes): no padded query
+  // rows in cuDNN's graph but the tail pass's, one more weight read per extra pass; 0: off. Lab
+  // knob LYCHEE_PREFILL_POW2=<tail tokens> (512 is the A/B's).
+  int prefill_pow2_tail = 0;
   int max_context = 0;            // 0: the model's
   bool cuda_graphs = true;
   // FP8 weights: decode-sized products through the FP8 GEMV (true), or every product through the
