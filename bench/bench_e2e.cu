@@ -431,6 +431,8 @@ void run_prefill(const Options& opt, const cuda::ShardedWeights& ws, const Model
   // the LM head for the last token only) and causal attention (QK^T and PV, 2 x 2 x d per pair).
   const double linear =
       double(c.n_layers) * (double(c.d_model) * (2.0 * c.q_dim() + 2.0 * c.kv_dim()) + 3.0 * c.d_model * double(c.d_ff));
+  // Info lines: what the prefill chose (e.g. LYCHEE_PREFILL_AUTOTUNE's plan per graph) on stderr.
+  bench::show_info_logs();
   std::printf("%8s %8s %10s %10s %10s %10s\n", "prompt", "pass", "TTFT ms", "tok/s", "TFLOP/s", "min ms");
   for (int pass : parse_list(opt.prefill_pass))
     for (int len : parse_list(opt.prefill)) {

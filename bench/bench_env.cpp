@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "attention/policies.h"
+#include "core/log.h"
 
 namespace lychee::bench {
 
@@ -70,6 +71,10 @@ DecodeSpec bench_policy(const std::string& name, const ModelConfig& c, int budge
     return lychee_spec(c, roles, block_size, select);
   }
   throw std::runtime_error("unknown policy " + name);
+}
+
+void show_info_logs() {
+  if (log_level() > LogLevel::kInfo) set_log_level(LogLevel::kInfo);
 }
 
 }  // namespace lychee::bench

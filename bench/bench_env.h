@@ -20,6 +20,11 @@ std::vector<long long> parse_numbers(const std::string& s);
 // "full,lychee" -> {"full", "lychee"}: a comma-separated list of names ("" -> none).
 std::vector<std::string> parse_names(const std::string& s);
 
+// Lowers the log level to info (where it is higher): what the engine reports of its choices, such
+// as the prefill's autotuned cuDNN plans, reaches stderr (a .cu file cannot include core/log.h:
+// fmt's constexpr code under nvcc).
+void show_info_logs();
+
 // The retrieval heads LycheeDecode and DuoAttention get in the benchmarks: layer 0's and a seeded
 // draw, n_retrieval clamped to [n_kv_heads, all KV heads].
 HeadRoles bench_roles(const ModelConfig& c, int n_retrieval);

@@ -83,7 +83,7 @@
 #                                            scripts/bench/vllm_decode.py at the same shapes (VLLM_BATCHES, VLLM_CONTEXTS),
 #                                            then the serving sweep of both (VLLM_PARTS: decode serve)
 #   scripts/gpu/run_all.sh bench-prefill    one prompt's time to first token per runner pass size (8B shape, Full;
-#                                            PREFILL_PASSES, PREFILL_LENGTHS, PREFILL_POW2_TAILS), and a CUPTI trace of
+#                                            PREFILL_PASSES, PREFILL_LENGTHS, PREFILL_VARIANTS), and a CUPTI trace of
 #                                            each (kernel time)
 #   scripts/gpu/run_all.sh bench-70b        the llama3-70b shape over 4 GPUs (B70_TP, B70_BATCHES, B70_CONTEXTS,
 #                                            B70_WEIGHTS): Full and LycheeDecode against their bounds; TP=2 vs TP=4
@@ -334,16 +334,18 @@ case "${1:-}" in
     # weights, Full) per runner pass size (PREFILL_PASSES, default "2048,4096,8192,16384") and length
     # (PREFILL_LENGTHS, default 32768), then the same with a CUPTI trace of one prompt per pass size
     # (kernel time by name: the products, cuDNN's attention, the rest).
-    # PREFILL_POW2_TAILS (default "0"): each value a run with LYCHEE_PREFILL_POW2 set to it (0: plain
-    # passes; 512: power-of-two passes down to 512 tokens), e.g. "0 512" with PREFILL_LENGTHS
-    # "12812,32768" for the A/B of prompts that are no multiple of a pass.
+    # PREFILL_VARIANTS (default "base"): a run per word, "base" as it is, else the runner's lab
+    # knobs as assignments joined by '+' (e.g. "base LYCHEE_PREFILL_POW2=512
+    # LYCHEE_PREFILL_AUTOTUNE=1": power-of-two passes down to 512 tokens; cuDNN's plans timed and the
+    # fastest kept), with PREFILL_LENGTHS "12812,32768" for prompts that are no multiple of a pass.
     rc=0
-    for tail in ${PREFILL_POW2_TAILS:-0}; do
-      sfx=""; [ "$tail" = 0 ] || sfx="_pow2_$tail"
-      echo "--- LYCHEE_PREFILL_POW2=$tail"
-      LYCHEE_PREFILL_POW2="$tail" LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --prefill "${PREFILL_LENGTHS:-32768}" \
+    for v in ${PREFILL_VARIANTS:-base}; do
+      assign=(); sfx=""
+      if [ "$v" != base ]; then IFS=+ read -r -a assign <<< "$v"; sfx="_$(echo "$v" | tr '=+' '__' | tr 'A-Z' 'a-z')"; fi
+      echo "--- variant $v"
+      env "${assign[@]}" LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --prefill "${PREFILL_LENGTHS:-32768}" \
         --prefill-pass "${PREFILL_PASSES:-2048,4096,8192,16384}" --reps "${PREFILL_REPS:-3}" \
-        --json "$out/prefill$sfx.json" 2>&1 | tee "$out/prefill$sfx.log" || rc=$(failed $? "bench_e2e --prefill pow2 $tail")
+        --json "$out/prefill$sfx.json" 2>&1 | tee "$out/prefill$sfx.log" || rc=$(failed $? "bench_e2e --prefill $v")
     done
     LYCHEE_COMMIT="$commit" "$build/bin/bench_e2e" --prefill "${PREFILL_TRACE_LENGTHS:-32768}" \
       --prefill-pass "${PREFILL_TRACE_PASSES:-2048,8192}" --reps 1 --trace \

@@ -121,7 +121,18 @@ struct GraphKey {
 struct CachedGraph {
   std::shared_ptr<fe::graph::Graph> graph;  // null when cuDNN rejected the shape
   std::string error;                        // why
+  bool tuned = false;                       // autotune: its plans timed on a first run (Impl::execute)
 };
+
+// Lab knob LYCHEE_PREFILL_AUTOTUNE=1: every plan heuristics modes A and FALLBACK offer is built,
+// and a graph's first run times them all on its inputs (cudnn-frontend's autotune) and keeps the
+// fastest, logged by name; default: heuristics' first choice (mode A), built alone.
+bool autotune_from_env() {
+  const char* v = std::getenv("LYCHEE_PREFILL_AUTOTUNE");
+  if (v == nullptr || *v == 0 || std::string(v) == "0") return false;
+  LY_CHECK(std::string(v) == "1", ErrorCode::kInvalidArgument, "LYCHEE_PREFILL_AUTOTUNE={}: expected 0 or 1", v);
+  return true;
+}
 
 std::string fe_error(const char* step, fe::error_t e) {
   return fmt::format("{} failed: cudnn-frontend error {} ({})", step, int(e.get_code()), e.get_message());
@@ -187,6 +198,7 @@ std::shared_ptr<fe::graph::Graph> make_graph(const GraphKey& k, float scale) {
 
 struct PrefillAttention::Impl {
   cudnnHandle_t handle = nullptr;
+  const bool autotune = autotune_from_env();
   bool tried_init = false;
   std::string init_error;  // non-empty: the cuDNN path is unusable in this process
   std::map<GraphKey, CachedGraph> graphs;
@@ -220,7 +232,7 @@ struct PrefillAttention::Impl {
     return init_error.empty();
   }
 
-  const CachedGraph& graph_for(const GraphKey& key, float scale, cudaStream_t stream) {
+  CachedGraph& graph_for(const GraphKey& key, float scale, cudaStream_t stream) {
     if (auto it = graphs.find(key); it != graphs.end()) return it->second;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     LY_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
@@ -231,7 +243,8 @@ struct PrefillAttention::Impl {
     CachedGraph entry = build(key, scale);
     if (entry.graph) {
       int64_t ws = 0;
-      if (auto e = entry.graph->get_workspace_size(ws); e.is_bad()) {
+      if (autotune) ws = entry.graph->get_autotune_workspace_size();  // the largest plan's
+      if (auto e = autotune ? fe::error_t{} : entry.graph->get_workspace_size(ws); e.is_bad()) {
         entry.error = fe_error("get_workspace_size", e);
         entry.graph.reset();
       } else {
@@ -246,10 +259,14 @@ struct PrefillAttention::Impl {
     auto g = make_graph(key, scale);
     if (auto e = g->validate(); e.is_bad()) c.error = fe_error("validate", e);
     else if (auto e2 = g->build_operation_graph(handle); e2.is_bad()) c.error = fe_error("build_operation_graph", e2);
-    else if (auto e3 = g->create_execution_plans({fe::HeurMode_t::A}); e3.is_bad())
+    else if (auto e3 = autotune ? g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK})
+                                : g->create_execution_plans({fe::HeurMode_t::A});
+             e3.is_bad())
       c.error = fe_error("create_execution_plans", e3);
     else if (auto e4 = g->check_support(handle); e4.is_bad()) c.error = fe_error("check_support", e4);
-    else if (auto e5 = g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE); e5.is_bad())
+    else if (auto e5 = g->build_plans(handle, autotune ? fe::BuildPlanPolicy_t::ALL
+                                                       : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE);
+             e5.is_bad())
       c.error = fe_error("build_plans", e5);
     else c.graph = std::move(g);
     if (!c.error.empty())
@@ -270,7 +287,7 @@ struct PrefillAttention::Impl {
     if (off) ragged = DeviceBuffer<int32_t>(size_t(n_offsets));
   }
 
-  void execute(const CachedGraph& c, const GraphKey& key, const PrefillAttentionArgs& a, int32_t q_stride,
+  void execute(CachedGraph& c, const GraphKey& key, const PrefillAttentionArgs& a, int32_t q_stride,
                cudaStream_t stream) {
     detail::fill_ragged_offsets(ragged.data(), a.batch + 1, q_stride, stream);
     const bf16* k_src = a.k_pool;
@@ -303,6 +320,17 @@ struct PrefillAttention::Impl {
     if (key.ragged) {
       pack[kRaggedQ] = ragged.data();
       pack[kRaggedO] = ragged.data();
+    }
+    if (autotune && !c.tuned) {
+      // Once per graph, outside any capture (graph_for checked): every built plan timed here.
+      c.tuned = true;
+      std::string before, after;
+      (void)c.graph->get_plan_name(before);
+      if (auto e = c.graph->autotune(handle, pack, workspace.data()); e.is_bad())
+        LY_LOG_WARN("prefill attention: cuDNN autotune failed ({}); keeping plan {}", e.get_message(), before);
+      (void)c.graph->get_plan_name(after);
+      LY_LOG_INFO("prefill attention: autotuned q bucket {}, kv bucket {} over {} plans: {} (heuristics: {})",
+                  key.q_bucket, key.kv_bucket, c.graph->get_execution_plan_count(), after, before);
     }
     if (auto e = c.graph->execute(handle, pack, workspace.data()); e.is_bad())
       fail(ErrorCode::kCuda, "prefill attention: cuDNN execute failed: cudnn-frontend error {} ({}) [cuDNN {}]",
@@ -429,7 +457,7 @@ void PrefillAttention::run_bf16(const PrefillAttentionArgs& a, cudaStream_t stre
   const char* paged = std::getenv("LYCHEE_PREFILL_PAGED");
   key.contiguous = a.kv_contiguous || paged == nullptr || *paged == '\0' || *paged == '0';
   key.ragged = a.batch > 1;
-  const CachedGraph& c = impl_->graph_for(key, a.scale, stream);
+  CachedGraph& c = impl_->graph_for(key, a.scale, stream);
   if (!c.graph) return use_fallback(a, stream, c.error);
   impl_->execute(c, key, a, int32_t(q_stride), stream);
   fallback_reason_.clear();
