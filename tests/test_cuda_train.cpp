@@ -26,6 +26,7 @@
 
 #include "core/error.h"
 #include "cuda/common/common.h"
+#include "cuda/train/kernels.h"
 #include "cuda/train/student.h"
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
@@ -311,6 +312,30 @@ TEST(CudaTrain, Tf32PathIsCloseToCpuOracle) {
       const test::Deviation d = test::deviation(teacher_flash, t);
       std::printf("[ tf32 ] flash vs materialised teacher: %.2e\n", d.max_abs / d.ref_max);
       EXPECT_LE(d.max_abs, 3e-3 * d.ref_max) << "worst at " << d.worst;
+    }
+  }
+}
+
+// The trainer's silu_mul four elements a thread (ff % 4 == 0) against its element kernel, bit for
+// bit: m, and gu with the biases added in place; rows past the grid's y limit and an ff whose
+// vectors outnumber the x blocks included.
+TEST(CudaTrain, SiluMulFourElementsEqualsElementwise) {
+  LY_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (const auto [n, ff] : {std::pair{5, 100}, std::pair{65537, 4}, std::pair{2, 4 * 128 * 70}}) {
+    std::vector<float> gu(size_t(n) * 2 * ff), bias(size_t(2) * ff);
+    for (float& x : gu) x = nd(rng);
+    for (float& x : bias) x = nd(rng);
+    auto dbias = test::to_device(bias);
+    for (const bool with_bias : {false, true}) {
+      auto gu_a = test::to_device(gu), gu_b = test::to_device(gu);
+      cuda::DeviceBuffer<float> m_a(size_t(n) * ff), m_b(size_t(n) * ff);
+      const float* b = with_bias ? dbias.data() : nullptr;
+      cuda::train_ops::silu_mul(gu_a.data(), b, m_a.data(), n, ff, nullptr);
+      cuda::train_ops::silu_mul_elementwise(gu_b.data(), b, m_b.data(), n, ff, nullptr);
+      ASSERT_EQ(test::to_host(m_a), test::to_host(m_b)) << "n " << n << ", ff " << ff << (with_bias ? ", bias" : "");
+      ASSERT_EQ(test::to_host(gu_a), test::to_host(gu_b)) << "n " << n << ", ff " << ff;
     }
   }
 }

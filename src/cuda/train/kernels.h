@@ -74,8 +74,11 @@ struct QkvPostBackwardArgs {
 void qkv_post_backward(const QkvPostBackwardArgs& a, cudaStream_t s);
 
 // gu[n][2 ff] (gate columns, then up) += bias (in place, bias [2 ff] or null);
-// m[n][ff] = silu(gate) * up.
+// m[n][ff] = silu(gate) * up. Four elements a thread where ff % 4 == 0 and the pointers are
+// 16-byte aligned, else one (silu_mul_elementwise): the same bits either way.
 void silu_mul(float* gu, const float* bias, float* m, int n, int ff, cudaStream_t s);
+// silu_mul one element a thread: the fallback, and the tests' reference for the other's bits.
+void silu_mul_elementwise(float* gu, const float* bias, float* m, int n, int ff, cudaStream_t s);
 // dgu[n][2 ff] from the forward's gu (bias included) and dm[n][ff].
 void silu_mul_backward(const float* gu, const float* dm, float* dgu, int n, int ff, cudaStream_t s);
 
