@@ -451,6 +451,7 @@ void run_prefill(const Options& opt, const cuda::ShardedWeights& ws, const Model
         // What the runner took (its lab knobs LYCHEE_PREFILL_TOKENS / LYCHEE_PREFILL_POW2 override).
         row["pass_tokens"] = r.options().max_prefill_tokens;
         row["pow2_tail"] = r.options().prefill_pow2_tail;
+        row["attn_pow2_tail"] = r.options().prefill_attn_pow2_tail;
         std::mt19937 rng(7);
         std::uniform_int_distribution<int32_t> tok(0, c.vocab_size - 1);
         std::vector<int32_t> prompt(static_cast<size_t>(len));

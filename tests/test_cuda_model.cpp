@@ -658,6 +658,52 @@ TEST(CudaRunner, PowerOfTwoPrefillPassesMatchTheCpuAndThePlainPasses) {
   EXPECT_LT(rel_l2(runs[1], runs[0]), 3e-2);
 }
 
+// A pass's attention in power-of-two parts (RunnerOptions::prefill_attn_pow2_tail; a 200-token
+// pass as 128 + 64 + 8 query rows, each over the cache up to its own end), the products one pass:
+// the prompt's last logits and the decode steps after it against the CPU, and against one
+// attention run per pass; a second prompt after a prefix (parts over a cached prefix).
+TEST(CudaRunner, PrefillAttentionInPartsMatchesTheCpuAndOneRun) {
+  LY_REQUIRE_GPU();
+  const Checkpoint ck = Checkpoint::open(test::golden_dir() + "/models/llama31_untied_bf16_sharded");
+  const int vocab = ck.config().vocab_size;
+  cpu::Model cpu_bf16(ck.config(), HostWeights::load(ck, WeightFormat::kBf16));
+  std::vector<int32_t> ids(230);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 31 + 11) % size_t(vocab));
+  std::vector<std::vector<float>> runs;
+  for (const int tail : {0, 16}) {
+    cuda::RunnerOptions o;
+    o.page_size = 16;
+    o.kv_memory_gib = 0.05;
+    o.max_prefill_tokens = 200;
+    o.prefill_attn_pow2_tail = tail;
+    cuda::GpuRunner r(cuda::upload_weights(ck), o);
+    cuda::GpuSeq seq;
+    r.prefill(seq, std::span<const int32_t>(ids).first(200));  // one pass: 128 + 64 + 8
+    std::vector<float> got(static_cast<size_t>(vocab)), all;
+    r.copy_logits(0, got);
+    std::vector<int32_t> prefix(ids.begin(), ids.begin() + 200);
+    EXPECT_LT(rel_error(got, cpu_last_logits(cpu_bf16, prefix)), test::kBf16LogitsTol) << "tail " << tail;
+    all.insert(all.end(), got.begin(), got.end());
+    r.prefill(seq, std::span<const int32_t>(ids).subspan(200));  // 30 more after 200: 16 + 14
+    r.copy_logits(0, got);
+    EXPECT_LT(rel_error(got, cpu_last_logits(cpu_bf16, ids)), test::kBf16LogitsTol) << "tail " << tail;
+    all.insert(all.end(), got.begin(), got.end());
+    prefix = ids;
+    for (int step = 0; step < 3; ++step) {
+      const int32_t tok = int32_t((step * 13 + 3) % vocab);
+      cuda::GpuSeq* s[] = {&seq};
+      r.decode(s, std::span<const int32_t>(&tok, 1));
+      prefix.push_back(tok);
+      r.copy_logits(0, got);
+      EXPECT_LT(rel_error(got, cpu_last_logits(cpu_bf16, prefix)), test::kBf16LogitsTol) << "tail " << tail << ", step " << step;
+      all.insert(all.end(), got.begin(), got.end());
+    }
+    r.release(seq);
+    runs.push_back(std::move(all));
+  }
+  EXPECT_LT(rel_l2(runs[1], runs[0]), 3e-2);
+}
+
 // Batch-invariant decode steps: a sequence's logits are the same bits alone and in batches of
 // other sequences of other lengths (its attention splits planned from its own length, the merge's
 // lanes fixed, every product's rows independent of their number), for dense attention and for a

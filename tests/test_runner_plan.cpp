@@ -229,6 +229,13 @@ TEST(RunnerPlan, PrefillPassesAreWholeChunksOrPowersOfTwo) {
   EXPECT_THROW(cuda::prefill_pass_sizes(10, 0), Error);
   EXPECT_THROW(cuda::prefill_pass_sizes(-1, 8), Error);
   EXPECT_THROW(cuda::prefill_pass_sizes(10, 8, -1), Error);
+  // A pass's attention parts: the same cut within the pass, or the pass whole.
+  EXPECT_EQ(cuda::prefill_attention_parts(4670, 0), (V{4670}));
+  EXPECT_EQ(cuda::prefill_attention_parts(4670, 512), (V{4096, 512, 62}));
+  EXPECT_EQ(cuda::prefill_attention_parts(8192, 512), (V{8192}));
+  EXPECT_EQ(cuda::prefill_attention_parts(200, 16), (V{128, 64, 8}));
+  EXPECT_EQ(cuda::prefill_attention_parts(65535, 1).size(), 16u);
+  EXPECT_LE(cuda::prefill_attention_parts(65535, 1).size(), size_t(cuda::kMaxAttnParts));
 }
 
 TEST(RunnerPlan, LogitRowsHoldAVerificationStep) {

@@ -80,7 +80,24 @@ void Shard::attention(int layer, bool decode, int batch, int q_len, int max_kv_l
   a.n_pages = pool->n_pages();
   a.max_pages = max_pages;
   a.scale = 1.0f / std::sqrt(float(c.head_dim));
-  prefill_attn->run(a, stream);
+  const std::vector<int> parts = prefill_attention_parts(q_len, o.prefill_attn_pow2_tail);
+  if (parts.size() == 1) return prefill_attn->run(a, stream);
+  // In parts (GpuRunner::prefill wrote each part's lengths): part j's queries are rows [off, off +
+  // p_j) of the pass and see the cache up to their own end, as in one run over the whole pass.
+  const size_t row = size_t(c.n_heads) * c.head_dim;
+  const int prefix = max_kv_len - q_len;
+  int off = 0;
+  for (size_t j = 0; j < parts.size(); ++j) {
+    PrefillAttentionArgs b = a;
+    b.q = q.data() + size_t(off) * row;
+    b.out = att.data() + size_t(off) * row;
+    b.q_lens = meta_dev<int32_t>(meta.attn_parts) + 2 * j;
+    b.kv_lens = meta_dev<int32_t>(meta.attn_parts) + 2 * j + 1;
+    b.q_len_max = parts[j];
+    b.max_kv_len = prefix + off + parts[j];
+    prefill_attn->run(b, stream);
+    off += parts[j];
+  }
 }
 
 // y[n][w.rows] = x[n][w.cols] · wᵀ, bf16 in and out, f32 sums. bf16 weights: cuBLASLt. FP8

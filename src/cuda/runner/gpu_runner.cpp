@@ -227,13 +227,17 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
     o.fused_pdl_products = RunnerOptions::parse_pdl_products(v);
   flag_from_env("LYCHEE_FUSED_ROPE", o.fused_qkv_rope);
   flag_from_env("LYCHEE_FUSED_VERIFY", o.fused_verify_chunks);
-  if (const char* v = std::getenv("LYCHEE_PREFILL_POW2"); v != nullptr && *v != 0) {
+  const auto tail_from_env = [](const char* name, int& field) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == 0) return;
     char* end = nullptr;
     const long t = std::strtol(v, &end, 10);
     LY_CHECK(*end == 0 && t >= 0 && t <= 65536, ErrorCode::kInvalidArgument,
-             "LYCHEE_PREFILL_POW2={}: expected 0 (off) or the tail pass's tokens, up to 65536", v);
-    o.prefill_pow2_tail = int(t);
-  }
+             "{}={}: expected 0 (off) or the tail's tokens, up to 65536", name, v);
+    field = int(t);
+  };
+  tail_from_env("LYCHEE_PREFILL_POW2", o.prefill_pow2_tail);
+  tail_from_env("LYCHEE_PREFILL_ATTN_POW2", o.prefill_attn_pow2_tail);
   if (const char* v = std::getenv("LYCHEE_GEMV_EPILOGUES"); v != nullptr && *v != 0)
     o.gemv_epilogues = RunnerOptions::parse_gemv_epilogues(v);
   // Prompt tokens per prefill pass (a lab A/B of the pass size; the default is max_prefill_tokens).
@@ -481,6 +485,16 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens, bool all_l
     }
     m.meta_host<int32_t>(m.meta.q_lens)[0] = n;
     m.meta_host<int32_t>(m.meta.seq_lens)[0] = seq.length + n;
+    if (im.o.prefill_attn_pow2_tail > 0) {  // Shard::attention's parts: (q_len, kv_len) each
+      int32_t* parts = m.meta_host<int32_t>(m.meta.attn_parts);
+      int end = 0, j = 0;
+      for (const int p : prefill_attention_parts(n, im.o.prefill_attn_pow2_tail)) {
+        end += p;
+        parts[2 * j] = p;
+        parts[2 * j + 1] = int32_t(seq.length + end);
+        ++j;
+      }
+    }
     std::copy(seq.pages.begin(), seq.pages.end(), m.meta_host<int32_t>(m.meta.block_table));
     m.meta_host<int32_t>(m.meta.n_deltas)[0] = 0;
     im.upload_step_everywhere(m.meta.deltas);
@@ -491,6 +505,12 @@ void GpuRunner::prefill(GpuSeq& seq, std::span<const int32_t> tokens, bool all_l
     start += size_t(n);
   }
   im.lead().use();
+}
+
+std::vector<int> prefill_attention_parts(int n, int pow2_tail) {
+  std::vector<int> parts = pow2_tail > 0 ? prefill_pass_sizes(n, std::max(n, 1), pow2_tail) : std::vector<int>{n};
+  LY_ASSERT(int(parts.size()) <= kMaxAttnParts);
+  return parts;
 }
 
 std::vector<int> prefill_pass_sizes(int n, int max_tokens, int pow2_tail) {

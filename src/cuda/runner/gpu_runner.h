@@ -63,6 +63,9 @@ bool verify_step_rows_fit(const RunnerOptions& o, int fused_rows, int batch, int
 // (pow2_tail 0), or the largest power of two within the rest and max_tokens while the rest is
 // longer than pow2_tail tokens, then the rest in one pass. Pure; sums to n.
 std::vector<int> prefill_pass_sizes(int n, int max_tokens, int pow2_tail = 0);
+// The parts a pass of n tokens runs its attention in (RunnerOptions::prefill_attn_pow2_tail):
+// prefill_pass_sizes(n, n, pow2_tail), or {n} with pow2_tail 0. At most kMaxAttnParts. Pure.
+std::vector<int> prefill_attention_parts(int n, int pow2_tail);
 
 // The most sequences a batch-invariant decode step takes (GpuRunner::decode): rows whose products
 // all take the same path whatever their number.
@@ -85,6 +88,11 @@ struct RunnerOptions {
   // rows in cuDNN's graph but the tail pass's, one more weight read per extra pass; 0: off. Lab
   // knob LYCHEE_PREFILL_POW2=<tail tokens> (512 is the A/B's).
   int prefill_pow2_tail = 0;
+  // > 0: a pass's attention alone in parts of power-of-two lengths down to this tail (the same
+  // prefill_pass_sizes cut, each part a cuDNN run over the cache up to its own end; the products
+  // stay one pass): no padded query rows but the tail part's, no extra weight reads; 0: off. Lab
+  // knob LYCHEE_PREFILL_ATTN_POW2=<tail tokens>.
+  int prefill_attn_pow2_tail = 0;
   int max_context = 0;            // 0: the model's
   bool cuda_graphs = true;
   // FP8 weights: decode-sized products through the FP8 GEMV (true), or every product through the

@@ -22,6 +22,7 @@ MetaLayout::MetaLayout(int max_tokens, int max_batch, int max_pages, int max_ite
   q_lens = take(size_t(max_batch) * 4);
   quest_from = take(size_t(max_batch) * 4);
   block_table = take(size_t(max_pages) * 4);
+  attn_parts = take(size_t(kMaxAttnParts) * 8);
   n_deltas = take(4);
   deltas = take(size_t(max_batch) * max_pages * 8);
   n_items = take(size_t(n_patterns) * 4);

@@ -18,10 +18,15 @@
 
 namespace lychee::cuda {
 
+// The most parts a prefill pass's attention is cut into (RunnerOptions::prefill_attn_pow2_tail:
+// one per binary digit of a pass of at most 65536 tokens, and the tail).
+inline constexpr int kMaxAttnParts = 32;
+
 // Byte offsets of the fields in the metadata block (each 16-byte aligned).
 struct MetaLayout {
   size_t tokens, positions, kv_page, kv_row, seq_lens, q_lens, quest_from;  // per step
   size_t block_table;  // per step: [max_pages] the prefill's pages
+  size_t attn_parts;   // per step: a prefill pass's attention parts, kMaxAttnParts (q_len, kv_len) pairs
   size_t n_deltas;     // per step: entries of `deltas`
   size_t deltas;       // per step, last: (row * max_pages + index, page) pairs for the decode table
   size_t n_items, item_offset, merge_begin, merge_count, items, total;                  // plans
