@@ -197,9 +197,6 @@ TEST(RunnerPlan, StepPlannerReusesPlansUntilTheWorkChanges) {
   }
 }
 
-// The logits rows hold a decode step's batch and a verification pass (17 rows), and with them
-// every verification step GpuRunner::verify takes (verify_step_rows_fit: past the fused decode
-// layers' rows in chunks of them, up to these rows).
 // Prefill passes: max_tokens each, or power-of-two lengths with a short tail (no padded query
 // rows in cuDNN's graph of a pass but the tail's).
 TEST(RunnerPlan, PrefillPassesAreWholeChunksOrPowersOfTwo) {
@@ -238,6 +235,9 @@ TEST(RunnerPlan, PrefillPassesAreWholeChunksOrPowersOfTwo) {
   EXPECT_LE(cuda::prefill_attention_parts(65535, 1).size(), size_t(cuda::kMaxAttnParts));
 }
 
+// The logits rows hold a decode step's batch and a verification pass (17 rows), and with them
+// every verification step GpuRunner::verify takes (verify_step_rows_fit: past the fused decode
+// layers' rows in chunks of them, up to these rows).
 TEST(RunnerPlan, LogitRowsHoldAVerificationStep) {
   const auto rows = [](int max_batch) {
     cuda::RunnerOptions o;

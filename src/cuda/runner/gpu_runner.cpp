@@ -204,14 +204,14 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
   LY_CHECK(opt.max_batch >= 1 && opt.max_prefill_tokens >= 1, ErrorCode::kInvalidArgument,
            "max_batch and max_prefill_tokens must be >= 1");
   c = weights[0]->full_config();
-  // Lab knobs for A/B runs of the bf16 GEMV and the fused decode layers (RunnerOptions).
-  const auto rows_from_env = [](const char* name, int& field) {
+  // Lab knobs for A/B runs of the bf16 GEMV, the fused decode layers and the prefill (RunnerOptions).
+  const auto int_from_env = [](const char* name, int& field, long lo, long hi, const char* what) {
     const char* v = std::getenv(name);
     if (v == nullptr || *v == 0) return;
     char* end = nullptr;
     const long r = std::strtol(v, &end, 10);
-    LY_CHECK(*end == 0 && r >= 0 && r <= kBf16GemvMaxRows, ErrorCode::kInvalidArgument, "{}={}: expected 0 to {}", name, v,
-             kBf16GemvMaxRows);
+    LY_CHECK(*end == 0 && r >= lo && r <= hi, ErrorCode::kInvalidArgument, "{}={}: expected {} to {}{}", name, v, lo,
+             hi, what);
     field = int(r);
   };
   const auto flag_from_env = [](const char* name, bool& field) {
@@ -221,33 +221,18 @@ GpuRunner::Impl::Impl(std::vector<std::shared_ptr<const GpuWeights>> weights, co
              name, v);
     field = std::string(v) == "1";
   };
-  rows_from_env("LYCHEE_BF16_GEMV_ROWS", o.bf16_gemv_max_rows);
-  rows_from_env("LYCHEE_FUSED_DECODE_ROWS", o.fused_decode_max_rows);
+  int_from_env("LYCHEE_BF16_GEMV_ROWS", o.bf16_gemv_max_rows, 0, kBf16GemvMaxRows, "");
+  int_from_env("LYCHEE_FUSED_DECODE_ROWS", o.fused_decode_max_rows, 0, kBf16GemvMaxRows, "");
   if (const char* v = std::getenv("LYCHEE_FUSED_PDL"); v != nullptr && *v != 0)
     o.fused_pdl_products = RunnerOptions::parse_pdl_products(v);
   flag_from_env("LYCHEE_FUSED_ROPE", o.fused_qkv_rope);
   flag_from_env("LYCHEE_FUSED_VERIFY", o.fused_verify_chunks);
-  const auto tail_from_env = [](const char* name, int& field) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == 0) return;
-    char* end = nullptr;
-    const long t = std::strtol(v, &end, 10);
-    LY_CHECK(*end == 0 && t >= 0 && t <= 65536, ErrorCode::kInvalidArgument,
-             "{}={}: expected 0 (off) or the tail's tokens, up to 65536", name, v);
-    field = int(t);
-  };
-  tail_from_env("LYCHEE_PREFILL_POW2", o.prefill_pow2_tail);
-  tail_from_env("LYCHEE_PREFILL_ATTN_POW2", o.prefill_attn_pow2_tail);
+  int_from_env("LYCHEE_PREFILL_POW2", o.prefill_pow2_tail, 0, 65536, " tokens in the tail pass (0: off)");
+  int_from_env("LYCHEE_PREFILL_ATTN_POW2", o.prefill_attn_pow2_tail, 0, 65536, " tokens in the tail part (0: off)");
   if (const char* v = std::getenv("LYCHEE_GEMV_EPILOGUES"); v != nullptr && *v != 0)
     o.gemv_epilogues = RunnerOptions::parse_gemv_epilogues(v);
   // Prompt tokens per prefill pass (a lab A/B of the pass size; the default is max_prefill_tokens).
-  if (const char* v = std::getenv("LYCHEE_PREFILL_TOKENS"); v != nullptr && *v != 0) {
-    char* end = nullptr;
-    const long t = std::strtol(v, &end, 10);
-    LY_CHECK(*end == 0 && t >= 1 && t <= 65536, ErrorCode::kInvalidArgument,
-             "LYCHEE_PREFILL_TOKENS={}: expected 1 to 65536 tokens per prefill pass", v);
-    o.max_prefill_tokens = int(t);
-  }
+  int_from_env("LYCHEE_PREFILL_TOKENS", o.max_prefill_tokens, 1, 65536, " tokens per prefill pass");
   row_table_id.assign(size_t(opt.max_batch), 0);
   row_synced.assign(size_t(opt.max_batch), 0);
   const int n = int(weights.size());
