@@ -167,6 +167,8 @@ struct Variant {
   bool tf32, flash, store_logits, prefill_bf16, prefill_cudnn, teacher_cudnn;
   int steps;  // 0: the --steps value
   bool always;
+  bool fused_selection = false;  // GpuStudentTuning::separate_selection off
+  int select_keys_smem = -1;
 };
 
 // "bf16 + cudnn prefill" is `train-heads --prefill bf16` (auto's choice for the 8B shapes);
@@ -178,7 +180,12 @@ const Variant kVariants[] = {{"tf32, flash prefill", true, true, false, false, f
                              {"bf16 + cudnn prefill and teacher", true, true, false, true, true, true, 0, false},
                              {"tf32, flash, stored logits", true, true, true, false, false, false, 0, true},
                              {"tf32, materialised prefill", true, false, false, false, false, false, 0, false},
-                             {"fp32 pedantic", false, false, false, false, false, false, 2, false}};
+                             {"fp32 pedantic", false, false, false, false, false, false, 2, false},
+                             {"bf16 + cudnn prefill, fused selection", true, true, false, true, true, false, 0, false, true},
+                             {"bf16 + cudnn prefill, selection keys in place", true, true, false, true, true, false, 0, false,
+                              false, 0},
+                             {"bf16 + cudnn prefill, selection keys in smem", true, true, false, true, true, false, 0, false,
+                              false, 1}};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -277,6 +284,8 @@ int main(int argc, char** argv) try {
     tuning.prefill_bf16 = v.prefill_bf16;
     tuning.prefill_cudnn = v.prefill_cudnn;
     tuning.teacher_cudnn = v.teacher_cudnn;
+    tuning.separate_selection = !v.fused_selection;
+    tuning.select_keys_smem = v.select_keys_smem;
     const bool first = vp == variants.front();
     if (first) tuning.profile_layer = c.n_layers / 2;
     std::unique_ptr<cuda::GpuStudent> sp;

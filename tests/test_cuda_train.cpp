@@ -121,7 +121,7 @@ struct Errors {
 
 // One pass on both and the comparison; returns the measured errors (also printed).
 Errors compare_with_cpu(const Model& m, StudentOptions o, int n_ctx, int n_tgt, uint32_t seed,
-                        const std::string& label) {
+                        const std::string& label, const cuda::GpuStudentTuning& tuning = {}) {
   const ModelConfig& c = m.config;
   const std::vector<int32_t> ctx = random_tokens(n_ctx, c.vocab_size, seed);
   const std::vector<int32_t> tgt = random_tokens(n_tgt, c.vocab_size, seed + 1);
@@ -132,7 +132,7 @@ Errors compare_with_cpu(const Model& m, StudentOptions o, int n_ctx, int n_tgt, 
   std::vector<double> zd(z.begin(), z.end()), dzd(z.size());
   const double loss_cpu = cpu.student_real(zd, dzd);
   o.tf32 = false;
-  cuda::GpuStudent gpu(c, m.weights, o, n_ctx + n_tgt, n_tgt);
+  cuda::GpuStudent gpu(c, m.weights, o, n_ctx + n_tgt, n_tgt, tuning);
   gpu.set_context(ctx);
   gpu.teacher(tgt);
   std::vector<float> dzg(z.size(), NAN);
@@ -208,6 +208,43 @@ TEST(CudaTrain, MediumRandomModelMatchesCpuOracle) {
   o.keep_ratio = 0.05;  // small sets: k − 1 well below the earlier positions
   compare_with_cpu(m, o, 700, 50, 41, "medium keep 0.05");
   compare_with_cpu(medium_d64_model(), StudentOptions{}, 300, 70, 51, "medium head_dim 64");
+}
+
+// The selection as its own pass (the default: keys from the group's summed queries, its row in
+// shared memory or read where it lies) and fused into the rows kernel (keys summed from the
+// logits rows): each gives the oracle's sets, loss and dz, and the two the same sets.
+TEST(CudaTrain, SeparateAndFusedSelectionMatchTheCpuOracle) {
+  LY_REQUIRE_GPU();
+  const Model& m = medium_model();
+  struct Case {
+    const char* name;
+    bool separate;
+    int keys_smem;
+  };
+  for (bool retrieval_only : {false, true}) {
+    std::vector<std::vector<std::vector<int32_t>>> first;
+    for (const Case& k : {Case{"separate, keys in shared memory", true, 1}, Case{"separate, keys in place", true, 0},
+                          Case{"fused", false, -1}}) {
+      cuda::GpuStudentTuning tuning;
+      tuning.separate_selection = k.separate;
+      tuning.select_keys_smem = k.keys_smem;
+      const std::string label = std::string(k.name) + (retrieval_only ? ", retrieval-only" : ", all heads");
+      const Errors e = compare_with_cpu(m, options_of(DistillLoss::kLogits, retrieval_only), 700, 50, 41, label, tuning);
+      EXPECT_EQ(e.set_mismatches, 0) << label;
+      // The sets themselves, every layer, against the first case's.
+      StudentOptions o = options_of(DistillLoss::kLogits, retrieval_only);
+      o.tf32 = false;
+      cuda::GpuStudent gpu(m.config, m.weights, o, 750, 50, tuning);
+      gpu.set_context(random_tokens(700, m.config.vocab_size, 41));
+      gpu.teacher(random_tokens(50, m.config.vocab_size, 42));
+      std::vector<float> dz(size_t(m.config.n_layers) * m.config.n_kv_heads);
+      gpu.student(gate_values(m.config, 43), dz);
+      std::vector<std::vector<std::vector<int32_t>>> sets;
+      for (int l = 1; l < m.config.n_layers; ++l) sets.push_back(gpu.selected_sets(l));
+      if (first.empty()) first = sets;
+      else EXPECT_EQ(sets, first) << label << ": sets differ from the first case's";
+    }
+  }
 }
 
 TEST(CudaTrain, EmptyContextMatchesCpuOracle) {
@@ -323,7 +360,7 @@ TEST(CudaTrain, SiluMulFourElementsEqualsElementwise) {
   LY_REQUIRE_GPU();
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 3.0f);
-  for (const auto [n, ff] : {std::pair{5, 100}, std::pair{65537, 4}, std::pair{2, 4 * 128 * 70}}) {
+  for (const auto& [n, ff] : {std::pair{5, 100}, std::pair{65537, 4}, std::pair{2, 4 * 128 * 70}}) {
     std::vector<float> gu(size_t(n) * 2 * ff), bias(size_t(2) * ff);
     for (float& x : gu) x = nd(rng);
     for (float& x : bias) x = nd(rng);

@@ -939,7 +939,8 @@ PY
     # phase (context prefill, teacher, student forward, loss, backward), the student's reserved
     # memory and the device's peak, the ops of one middle layer; the 8B shape at TRAIN_CONTEXTS
     # (default 8192 16384 32768 65536) + TRAIN_TARGETS (1024), the Qwen shapes (biases, q/k norms) at
-    # 8192, the default model's shape at 7292 + 900 (its regression row). TRAIN_VARIANTS (';'-separated
+    # 8192, the default model's shape at 7292 + 900 (its regression row; TRAIN_SMOL_VARIANTS names its
+    # variants). TRAIN_VARIANTS (';'-separated
     # variant names) picks the GpuStudent variants (default: the bench's own: the TF32 prefill, the bf16
     # prefill, stored logits where they fit, on the same inputs: the A/B of the prefill, dz compared).
     # model: scripts/gpu/train_8b.sh (a random Llama-3-8B-shaped checkpoint, the real loader, a few
@@ -947,6 +948,7 @@ PY
     link_model
     rc=0
     vars=(); [ -n "${TRAIN_VARIANTS:-}" ] && vars=(--variants "$TRAIN_VARIANTS")
+    svars=(); [ -n "${TRAIN_SMOL_VARIANTS:-}" ] && svars=(--variants "$TRAIN_SMOL_VARIANTS")  # the default model's row
     tb() {  # NAME ARGS...: one bench_train_step run, JSON and log as $out/NAME.{json,log}
       local name=$1; shift
       "$build/bin/bench_train_step" "$@" --json "$out/$name.json" > "$out/$name.log" 2>&1 || rc=$(failed $? "bench_train_step $name")
@@ -955,10 +957,10 @@ PY
     for part in ${TRAIN_PARTS:-bench model}; do
       case "$part" in
         bench)
-          tb smollm2_7292 --shape smollm2-135m --context 7292 --targets 900 --steps "${TRAIN_STEPS:-5}"
+          tb smollm2_7292 --shape smollm2-135m --context 7292 --targets 900 --steps "${TRAIN_STEPS:-5}" "${svars[@]}"
           for ctx in ${TRAIN_CONTEXTS:-8192 16384 32768 65536}; do
             tb "llama3-8b_$ctx" --shape llama3-8b --context "$ctx" --targets "${TRAIN_TARGETS:-1024}" --steps "${TRAIN_STEPS_8B:-2}" "${vars[@]}"
-            grep -A14 "^ops of layer" "$out/llama3-8b_$ctx.log"
+            grep -A16 "^ops of layer" "$out/llama3-8b_$ctx.log"
           done
           for shape in ${TRAIN_QWEN-qwen2.5-7b qwen3-8b}; do  # TRAIN_QWEN="" runs none
             tb "${shape}_8192" --shape "$shape" --context 8192 --targets "${TRAIN_TARGETS:-1024}" --steps "${TRAIN_STEPS_8B:-2}" "${vars[@]}"

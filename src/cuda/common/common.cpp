@@ -83,6 +83,7 @@ const DeviceInfo& device_info() {
     info.sm_count = p.multiProcessorCount;
     info.l2_bytes = size_t(p.l2CacheSize);
     info.smem_per_block_optin = p.sharedMemPerBlockOptin;
+    info.smem_per_sm = p.sharedMemPerMultiprocessor;
     info.total_memory = p.totalGlobalMem;
     info.cc_major = p.major;
     info.cc_minor = p.minor;

@@ -21,6 +21,7 @@ struct DeviceInfo {
   int sm_count = 0;
   size_t l2_bytes = 0;
   size_t smem_per_block_optin = 0;
+  size_t smem_per_sm = 0;
   size_t total_memory = 0;
   int cc_major = 0, cc_minor = 0;
   char name[256] = {};

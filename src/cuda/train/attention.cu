@@ -236,6 +236,57 @@ __global__ void __launch_bounds__(kFwdThreads) attention_forward_kernel(AttnForw
   }
 }
 
+// The selection apart from the rows (select_rows): one block per (target row t, KV head h), the
+// row's group sums read from keys (global scratch, overwritten) into shared memory when
+// kSmemKeys, else selected where they lie (L2 mostly).
+template <bool kSmemKeys>
+__global__ void __launch_bounds__(kFwdThreads) select_rows_kernel(SelectRowsArgs a) {
+  extern __shared__ float4 smem_keys[];
+  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int p = a.pos0 + t, n_words = p / 32 + 1;
+  const size_t mask_row = (size_t(h) * a.n + t) * a.mask_words;
+  uint32_t* out = a.mask_out + mask_row;
+  if (a.select_z != nullptr && a.select_z[h] <= 0.5f) {  // this head keeps the set it was given
+    for (int w = tid; w < n_words; w += blockDim.x) out[w] = a.mask_in[mask_row + w];
+    return;
+  }
+  float* row = a.keys + (size_t(h) * a.n + t) * a.ld;
+  if constexpr (kSmemKeys) {
+    const float4* src = reinterpret_cast<const float4*>(row);  // ld is a multiple of 4
+    const int n4 = (p + 3) / 4, step = kUnroll * blockDim.x;
+    for (int i0 = tid; i0 < n4; i0 += step) {
+      float4 v[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int i = i0 + k * blockDim.x;
+        if (i < n4) v[k] = src[i];
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int i = i0 + k * blockDim.x;
+        if (i < n4) smem_keys[i] = v[k];
+      }
+    }
+    __syncthreads();
+    row = reinterpret_cast<float*>(smem_keys);
+  }
+  const int k = max(1, int(ceil(a.keep_ratio * double(p + 1))));
+  select_top(row, p, k - 1, out);
+}
+
+// qbar[t][h][:] = Σ_g q[t][(h·group + g)][:] (the group's query rows summed in g order).
+__global__ void group_sum_queries_kernel(const float* __restrict__ q, int ld_q, float* __restrict__ qbar, int n,
+                                         int n_kv_heads, int group, int head_dim) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t per_row = size_t(n_kv_heads) * head_dim;
+  if (i >= size_t(n) * per_row) return;
+  const size_t t = i / per_row, c = i % per_row, h = c / size_t(head_dim), d = c % size_t(head_dim);
+  const float* src = q + t * size_t(ld_q) + h * size_t(group) * head_dim + d;
+  float acc = src[0];
+  for (int g = 1; g < group; ++g) acc += src[size_t(g) * head_dim];
+  qbar[i] = acc;
+}
+
 // d out / d(scaled logit j) of the mix: z·p_j·(g_j − δ) + (1 − z)·p̃_j·(g_j − δ̃) with
 // g_j = dout·v_j, δ = Σ p g (dense), δ̃ = Σ p̃ g (sparse); dz gets Σ_group (δ − δ̃).
 __global__ void __launch_bounds__(kBwdThreads) attention_backward_kernel(AttnBackwardArgs a) {
@@ -370,6 +421,35 @@ void attention_forward_rows(const AttnForwardArgs& a, cudaStream_t s) {
     if (smem > 48 * 1024) allow_full_smem(attention_forward_kernel<false>, configured);
     attention_forward_kernel<false><<<dim3(a.n, a.n_kv_heads), kFwdThreads, smem, s>>>(a);
   }
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+size_t select_rows_smem_bytes(int n_cols) { return sizeof(float) * ((size_t(n_cols) + 3) / 4 * 4); }
+
+void select_rows(const SelectRowsArgs& a, cudaStream_t s) {
+  // Chosen: shared memory for the keys where two blocks of them fit an SM (the row is then read
+  // from memory once and the radix passes stay on chip); past that the passes read the row where
+  // it lies, with more blocks resident to overlap them.
+  const size_t smem = select_rows_smem_bytes(a.n_cols);
+  const size_t limit = max_dynamic_smem(select_rows_kernel<true>);
+  const bool in_smem = smem <= limit && (a.keys_in_smem >= 0 ? a.keys_in_smem == 1
+                                                             : 2 * smem <= device_info().smem_per_sm);
+  if (in_smem) {
+    static uint64_t configured = 0;
+    if (smem > 48 * 1024) allow_full_smem(select_rows_kernel<true>, configured);
+    select_rows_kernel<true><<<dim3(a.n, a.n_kv_heads), kFwdThreads, smem, s>>>(a);
+  } else {
+    select_rows_kernel<false><<<dim3(a.n, a.n_kv_heads), kFwdThreads, 0, s>>>(a);
+  }
+  LY_CUDA_CHECK_LAUNCH();
+}
+
+void group_sum_queries(const float* q, int ld_q, float* qbar, int n, int n_kv_heads, int group, int head_dim,
+                       cudaStream_t s) {
+  const size_t total = size_t(n) * n_kv_heads * head_dim;
+  if (total == 0) return;
+  group_sum_queries_kernel<<<unsigned((total + 255) / 256), 256, 0, s>>>(q, ld_q, qbar, n, n_kv_heads, group,
+                                                                       head_dim);
   LY_CUDA_CHECK_LAUNCH();
 }
 

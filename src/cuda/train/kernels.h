@@ -119,6 +119,28 @@ size_t attention_forward_smem_bytes(int n_cols, int mask_words, bool select, boo
 // limit less the kernel's static shared memory).
 size_t attention_forward_smem_limit();
 
+// The selection of attention_forward_rows apart from its rows (GpuStudentTuning::
+// separate_selection): the same sets from keys[h][t][ld], the group sums of the raw logits, here
+// q̄_h · k_j with q̄_h = Σ_g q_{h·group+g} (group_sum_queries, then one product per KV head)
+// rather than Σ_g of the rows' logits: one product instead of a group of passes over the rows,
+// and the rows kernel without the selection's shared memory (more blocks resident) and without
+// its radix passes on the critical path. keys is overwritten. Rows of a head with
+// select_z[h] <= 0.5 (select_z not null) copy their mask_in row, as in attention_forward_rows.
+struct SelectRowsArgs {
+  float* keys;               // [n_kv_heads][n][ld]
+  const uint32_t* mask_in;   // [n_kv_heads][n][mask_words] or null (with select_z null)
+  uint32_t* mask_out;        // [n_kv_heads][n][mask_words]
+  int mask_words;
+  const float* select_z;     // [n_kv_heads] or null
+  double keep_ratio;
+  int n, n_cols, ld, pos0, n_kv_heads;
+  int keys_in_smem = -1;     // 1: the row staged in shared memory, 0: read where it lies, -1: chosen
+};
+void select_rows(const SelectRowsArgs& a, cudaStream_t s);
+// qbar[t][h · head_dim + d] = Σ_g q[t][(h · group + g) · head_dim + d] (rows of ld_q floats).
+void group_sum_queries(const float* q, int ld_q, float* qbar, int n, int n_kv_heads, int group, int head_dim,
+                       cudaStream_t s);
+
 // The backward of attention_forward_rows with respect to the raw logits, for
 // g[b][t][j] = dout[b][t] · v_j: overwrites g with d loss / d s (scale folded in, zero for
 // j > p), writes the mixed probabilities of the target columns pos0 .. pos0 + n - 1 to w_tail

@@ -132,8 +132,27 @@ void GpuStudent::Impl::student_layer_forward(int l) {
   fa.select_keys = keys_in_global ? select_keys.data() : nullptr;
   fa.keep_ratio = opt.keep_ratio, fa.scale = scale;
   fa.n = T, fa.n_cols = n_cols, fa.ld = ld, fa.pos0 = L, fa.n_heads = n_heads, fa.n_kv_heads = n_kv;
-  ops::attention_forward_rows(fa, stream);
-  mark(l, "student: softmax, select, mix");
+  if (tuning.separate_selection && fa.mask_out != nullptr) {
+    // The keys q̄_h · k_j into the G buffer (the backward's; free until then), q̄ in dq's.
+    float* qbar = dq.data();
+    float* keys = g_buf.data();
+    ops::group_sum_queries(ql, q_dim, qbar, T, n_kv, group, hd, stream);
+    gemm(false, true, T, n_cols, hd, qbar, n_kv * hd, hd, kc(l), hd, (long long)max_context * hd, 0.0f, keys, ld,
+         (long long)T * ld, n_kv);
+    ops::SelectRowsArgs sa{};
+    sa.keys = keys, sa.mask_in = fa.mask_in, sa.mask_out = fa.mask_out, sa.mask_words = mask_words;
+    sa.select_z = fa.select_z, sa.keep_ratio = opt.keep_ratio;
+    sa.n = T, sa.n_cols = n_cols, sa.ld = ld, sa.pos0 = L, sa.n_kv_heads = n_kv;
+    sa.keys_in_smem = tuning.select_keys_smem;
+    ops::select_rows(sa, stream);
+    mark(l, "student: select (q̄·Kᵀ GEMM, top-k)");
+    fa.mask_out = nullptr, fa.select_z = nullptr, fa.select_keys = nullptr;  // the rows alone
+    ops::attention_forward_rows(fa, stream);
+    mark(l, "student: softmax, mix");
+  } else {
+    ops::attention_forward_rows(fa, stream);
+    mark(l, "student: softmax, select, mix");
+  }
   per_head(l, false, false, T, hd, n_cols, W, ld, (long long)T * ld, att.data(), q_dim, hd);
   mark(l, "student: W·V (GEMM)");
   LY_CUDA_CHECK(cudaMemcpyAsync(x2, xr, size_t(T) * d * sizeof(float), cudaMemcpyDeviceToDevice, stream));

@@ -67,6 +67,17 @@ struct GpuStudentTuning {
   // rows stay TF32, so the teacher then differs from all gates 1 by bf16's rounding of its
   // attention, which does not cancel in the loss as the shared context K/V's does).
   bool teacher_cudnn = false;
+  // The student's selection as its own pass (train_ops::select_rows): its keys, the group sums of
+  // the raw logits, from one product per KV head (the group's queries summed, times the keys),
+  // instead of summed by the rows kernel from the logits rows it streams; the rows kernel then
+  // keeps only the input sets in shared memory (several blocks an SM instead of one past ~8K
+  // columns) and no radix passes sit between its rows. The keys' scratch is the backward's G
+  // buffer, free during the forward: no extra memory. false: the fused rows kernel (kept for
+  // measurement, `bench_train_step` variant "... fused selection").
+  bool separate_selection = true;
+  // Its keys staged in shared memory (1), read from the scratch where they lie (0), or chosen by
+  // the row's length (-1; train_ops::select_rows).
+  int select_keys_smem = -1;
   // >= 0: CUDA events around the ops of this layer in teacher() and student() (a few µs of
   // overhead), reported in GpuStudentTimes::layer_ops.
   int profile_layer = -1;

@@ -126,11 +126,14 @@ GpuStudent::Impl::Impl(const ModelConfig& config, const WeightSource& ws, const 
   prefill_bf16 = tuning.prefill_bf16 && opt.tf32 && long_chunks;
   rows_mat = std::max(max_targets, std::min(kMinMaterialisedRows, max_context));
   act_rows = std::max(rows_mat, long_chunks ? std::min(kContextChunk, max_context) : 0);
-  // The selection keeps the group sums of a row in shared memory up to ~56K columns (227 KiB per
-  // block on an H100), in a global scratch of n_kv × max_targets rows beyond.
+  // The fused selection keeps the group sums of a row in shared memory up to ~56K columns (227
+  // KiB per block on an H100), in a global scratch of n_kv × max_targets rows beyond; the separate
+  // one (tuning.separate_selection) has its keys in the G buffer and the rows kernel the sets alone.
   const size_t smem_limit = ops::attention_forward_smem_limit();
-  keys_in_global = ops::attention_forward_smem_bytes(max_context, mask_words, true) > smem_limit;
-  const size_t sel_smem = ops::attention_forward_smem_bytes(max_context, mask_words, true, !keys_in_global);
+  keys_in_global = !tuning.separate_selection &&
+                   ops::attention_forward_smem_bytes(max_context, mask_words, true) > smem_limit;
+  const size_t sel_smem = ops::attention_forward_smem_bytes(max_context, mask_words, !tuning.separate_selection,
+                                                            !keys_in_global);
   LY_CHECK(sel_smem <= smem_limit, ErrorCode::kUnsupported,
            "GpuStudent: max_context {} needs {} KiB of shared memory per block for the selection's sets; "
            "this GPU allows {} KiB", max_context, sel_smem >> 10, smem_limit >> 10);
