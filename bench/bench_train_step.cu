@@ -182,6 +182,7 @@ const Variant kVariants[] = {{"tf32, flash prefill", true, true, false, false, f
                              {"tf32, materialised prefill", true, false, false, false, false, false, 0, false},
                              {"fp32 pedantic", false, false, false, false, false, false, 2, false},
                              {"bf16 + cudnn prefill, fused selection", true, true, false, true, true, false, 0, false, true},
+                             {"tf32, flash prefill, fused selection", true, true, false, false, false, false, 0, false, true},
                              {"bf16 + cudnn prefill, selection keys in place", true, true, false, true, true, false, 0, false,
                               false, 0},
                              {"bf16 + cudnn prefill, selection keys in smem", true, true, false, true, true, false, 0, false,
