@@ -77,22 +77,25 @@ struct RunnerOptions {
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kBf16;  // the pages' element type (core/kv_dtype.h)
   int max_batch = 8;
   // Tokens per prefill forward (longer prompts are chunked). One prompt alone is faster in larger
-  // passes (H200, 8B shape, 32K prompt: 1331 ms in passes of 2048, 1285 of 8192), but the server's
+  // passes (H200, 8B shape, 32K prompt: 1328 ms in passes of 2048, 1276 of 8192), but the server's
   // chunks are not multiples of a pass, and a pass's attention runs cuDNN's graph for its length
   // rounded up to a power of two (prefill_q_bucket) over the padded rows too: a 12812-token prompt
-  // in passes of 8192 spent 140 ms in attention against 101 in passes of 2048, and the serving sweep
-  // at 16 clients x 32K gave 19.7 output tok/s with 8192 against 21.7 with 2048
-  // (docs/results/gpu/session18/). 2048 stays the default; prefill_pow2_tail is the A/B.
-  int max_prefill_tokens = 2048;
+  // in one attention run per 8192-token pass spent 140 ms in attention against 101 in passes of
+  // 2048, and the serving sweep at 16 clients x 32K gave 19.7 output tok/s against 21.7
+  // (docs/results/gpu/session18/). With the attention in parts (prefill_attn_pow2_tail 512) that
+  // prompt takes 388 ms against 393 in 2048-token passes and 435 without the parts, and the sweep
+  // 22.5 against 21.8 tok/s at 16 clients, 20.7 against 21.1 at 4 (docs/results/gpu/session19/):
+  // 8192 with the parts is the default.
+  int max_prefill_tokens = 8192;
   // > 0: passes of power-of-two lengths down to this tail (prefill_pass_sizes): no padded query
   // rows in cuDNN's graph but the tail pass's, one more weight read per extra pass; 0: off. Lab
-  // knob LYCHEE_PREFILL_POW2=<tail tokens> (512 is the A/B's).
+  // knob LYCHEE_PREFILL_POW2=<tail tokens> (512: 400 ms for the 12812-token prompt, session 19).
   int prefill_pow2_tail = 0;
   // > 0: a pass's attention alone in parts of power-of-two lengths down to this tail (the same
   // prefill_pass_sizes cut, each part a cuDNN run over the cache up to its own end; the products
-  // stay one pass): no padded query rows but the tail part's, no extra weight reads; 0: off. Lab
-  // knob LYCHEE_PREFILL_ATTN_POW2=<tail tokens>.
-  int prefill_attn_pow2_tail = 0;
+  // stay one pass): no padded query rows but the tail part's, no extra weight reads; 0: one run per
+  // pass. Lab knob LYCHEE_PREFILL_ATTN_POW2=<tail tokens>.
+  int prefill_attn_pow2_tail = 512;
   int max_context = 0;            // 0: the model's
   bool cuda_graphs = true;
   // FP8 weights: decode-sized products through the FP8 GEMV (true), or every product through the
