@@ -167,7 +167,7 @@ struct Variant {
   bool tf32, flash, store_logits, prefill_bf16, prefill_cudnn, teacher_cudnn;
   int steps;  // 0: the --steps value
   bool always;
-  bool fused_selection = false;  // GpuStudentTuning::separate_selection off
+  bool fused_selection = false;  // GpuStudentTuning::separate_selection 0 (else 1: the separate pass)
   int select_keys_smem = -1;
 };
 
@@ -285,7 +285,7 @@ int main(int argc, char** argv) try {
     tuning.prefill_bf16 = v.prefill_bf16;
     tuning.prefill_cudnn = v.prefill_cudnn;
     tuning.teacher_cudnn = v.teacher_cudnn;
-    tuning.separate_selection = !v.fused_selection;
+    tuning.separate_selection = v.fused_selection ? 0 : 1;
     tuning.select_keys_smem = v.select_keys_smem;
     const bool first = vp == variants.front();
     if (first) tuning.profile_layer = c.n_layers / 2;

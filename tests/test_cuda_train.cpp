@@ -226,7 +226,7 @@ TEST(CudaTrain, SeparateAndFusedSelectionMatchTheCpuOracle) {
     for (const Case& k : {Case{"separate, keys in shared memory", true, 1}, Case{"separate, keys in place", true, 0},
                           Case{"fused", false, -1}}) {
       cuda::GpuStudentTuning tuning;
-      tuning.separate_selection = k.separate;
+      tuning.separate_selection = k.separate ? 1 : 0;
       tuning.select_keys_smem = k.keys_smem;
       const std::string label = std::string(k.name) + (retrieval_only ? ", retrieval-only" : ", all heads");
       const Errors e = compare_with_cpu(m, options_of(DistillLoss::kLogits, retrieval_only), 700, 50, 41, label, tuning);
@@ -245,6 +245,19 @@ TEST(CudaTrain, SeparateAndFusedSelectionMatchTheCpuOracle) {
       else EXPECT_EQ(sets, first) << label << ": sets differ from the first case's";
     }
   }
+}
+
+// The rule behind GpuStudentTuning::separate_selection's auto (pure; no GPU): 1 and 0 as given;
+// auto separate exactly where two fused blocks exceed an SM's shared memory (an H200's 228 KiB:
+// the 8B's 32K + 1K rows need 135 KiB a block, 8K + 1K 37 KiB).
+TEST(CudaTrainHost, SelectSeparatelyWhereTwoFusedBlocksDoNotFitAnSm) {
+  const size_t sm = 233472;
+  EXPECT_TRUE(cuda::select_separately(1, 1024, sm));
+  EXPECT_FALSE(cuda::select_separately(0, 200 * 1024, sm));
+  EXPECT_FALSE(cuda::select_separately(-1, 37 * 1024, sm));
+  EXPECT_FALSE(cuda::select_separately(-1, sm / 2, sm));
+  EXPECT_TRUE(cuda::select_separately(-1, sm / 2 + 1, sm));
+  EXPECT_TRUE(cuda::select_separately(-1, 135 * 1024, sm));
 }
 
 TEST(CudaTrain, EmptyContextMatchesCpuOracle) {

@@ -132,7 +132,11 @@ void GpuStudent::Impl::student_layer_forward(int l) {
   fa.select_keys = keys_in_global ? select_keys.data() : nullptr;
   fa.keep_ratio = opt.keep_ratio, fa.scale = scale;
   fa.n = T, fa.n_cols = n_cols, fa.ld = ld, fa.pos0 = L, fa.n_heads = n_heads, fa.n_kv_heads = n_kv;
-  if (tuning.separate_selection && fa.mask_out != nullptr) {
+  const bool separate =
+      fa.mask_out != nullptr &&
+      select_separately(tuning.separate_selection, ops::attention_forward_smem_bytes(n_cols, mask_words, true),
+                        device_info().smem_per_sm);
+  if (separate) {
     // The keys q̄_h · k_j into the G buffer (the backward's; free until then), q̄ in dq's.
     float* qbar = dq.data();
     float* keys = g_buf.data();

@@ -72,9 +72,12 @@ struct GpuStudentTuning {
   // instead of summed by the rows kernel from the logits rows it streams; the rows kernel then
   // keeps only the input sets in shared memory (several blocks an SM instead of one past ~8K
   // columns) and no radix passes sit between its rows. The keys' scratch is the backward's G
-  // buffer, free during the forward: no extra memory. false: the fused rows kernel (kept for
-  // measurement, `bench_train_step` variant "... fused selection").
-  bool separate_selection = true;
+  // buffer, free during the forward: no extra memory. 1: always; 0: the fused rows kernel; -1
+  // (default): separate where the fused kernel's keys would keep it below two blocks an SM
+  // (select_separately). H200, 8B shape (docs/results/gpu/session19/): at 32K + 1K the student
+  // forward 463 -> 400 ms; at 8K + 1K and on the default model (7292 + 900) the fused kernel was
+  // 1-3% faster (136 against 139 ms, 25.6 against 26.3 ms), so auto keeps it there.
+  int separate_selection = -1;
   // Its keys staged in shared memory (1), read from the scratch where they lie (0), or chosen by
   // the row's length (-1; train_ops::select_rows).
   int select_keys_smem = -1;
@@ -82,6 +85,11 @@ struct GpuStudentTuning {
   // overhead), reported in GpuStudentTimes::layer_ops.
   int profile_layer = -1;
 };
+
+// Whether the student's selection runs as its own pass (GpuStudentTuning::separate_selection):
+// setting 1 or 0 as given; -1: where two blocks of the fused rows kernel, fused_smem_bytes each,
+// would not fit an SM's smem_per_sm bytes of shared memory. Pure.
+bool select_separately(int setting, size_t fused_smem_bytes, size_t smem_per_sm);
 
 // Device time (CUDA events) of the phases of the last set_context / teacher / student calls.
 struct GpuStudentTimes {

@@ -130,10 +130,12 @@ GpuStudent::Impl::Impl(const ModelConfig& config, const WeightSource& ws, const 
   // KiB per block on an H100), in a global scratch of n_kv × max_targets rows beyond; the separate
   // one (tuning.separate_selection) has its keys in the G buffer and the rows kernel the sets alone.
   const size_t smem_limit = ops::attention_forward_smem_limit();
-  keys_in_global = !tuning.separate_selection &&
-                   ops::attention_forward_smem_bytes(max_context, mask_words, true) > smem_limit;
-  const size_t sel_smem = ops::attention_forward_smem_bytes(max_context, mask_words, !tuning.separate_selection,
-                                                            !keys_in_global);
+  // The fused kernel at the longest rows: always with setting 0, never with 1; auto takes it only
+  // where two of its blocks fit an SM, far below the limit.
+  const size_t fused_smem_max = ops::attention_forward_smem_bytes(max_context, mask_words, true);
+  const bool fused_at_max = !select_separately(tuning.separate_selection, fused_smem_max, device_info().smem_per_sm);
+  keys_in_global = fused_at_max && fused_smem_max > smem_limit;
+  const size_t sel_smem = ops::attention_forward_smem_bytes(max_context, mask_words, fused_at_max, !keys_in_global);
   LY_CHECK(sel_smem <= smem_limit, ErrorCode::kUnsupported,
            "GpuStudent: max_context {} needs {} KiB of shared memory per block for the selection's sets; "
            "this GPU allows {} KiB", max_context, sel_smem >> 10, smem_limit >> 10);
@@ -285,6 +287,11 @@ GpuStudent::GpuStudent(const ModelConfig& config, const WeightSource& weights, c
     : impl_(std::make_unique<Impl>(config, weights, options, max_context, max_targets, tuning)) {}
 
 GpuStudent::~GpuStudent() = default;
+
+bool select_separately(int setting, size_t fused_smem_bytes, size_t smem_per_sm) {
+  if (setting >= 0) return setting == 1;
+  return 2 * fused_smem_bytes > smem_per_sm;
+}
 
 size_t GpuStudent::memory_bytes() const {
   const Impl& s = *impl_;  // host-side sizes only: no device call
