@@ -168,7 +168,7 @@ struct Variant {
   int steps;  // 0: the --steps value
   bool always;
   bool fused_selection = false;  // GpuStudentTuning::separate_selection 0 (else 1: the separate pass)
-  int select_keys_smem = -1;
+  int select_keys = -1;  // GpuStudentTuning::select_keys
 };
 
 // "bf16 + cudnn prefill" is `train-heads --prefill bf16` (auto's choice for the 8B shapes);
@@ -186,7 +186,9 @@ const Variant kVariants[] = {{"tf32, flash prefill", true, true, false, false, f
                              {"bf16 + cudnn prefill, selection keys in place", true, true, false, true, true, false, 0, false,
                               false, 0},
                              {"bf16 + cudnn prefill, selection keys in smem", true, true, false, true, true, false, 0, false,
-                              false, 1}};
+                              false, 1},
+                             {"bf16 + cudnn prefill, selection compacted", true, true, false, true, true, false, 0, false,
+                              false, 2}};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -286,7 +288,7 @@ int main(int argc, char** argv) try {
     tuning.prefill_cudnn = v.prefill_cudnn;
     tuning.teacher_cudnn = v.teacher_cudnn;
     tuning.separate_selection = v.fused_selection ? 0 : 1;
-    tuning.select_keys_smem = v.select_keys_smem;
+    tuning.select_keys = v.select_keys;
     const bool first = vp == variants.front();
     if (first) tuning.profile_layer = c.n_layers / 2;
     std::unique_ptr<cuda::GpuStudent> sp;

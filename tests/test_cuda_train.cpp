@@ -219,15 +219,15 @@ TEST(CudaTrain, SeparateAndFusedSelectionMatchTheCpuOracle) {
   struct Case {
     const char* name;
     bool separate;
-    int keys_smem;
+    int keys;
   };
   for (bool retrieval_only : {false, true}) {
     std::vector<std::vector<std::vector<int32_t>>> first;
     for (const Case& k : {Case{"separate, keys in shared memory", true, 1}, Case{"separate, keys in place", true, 0},
-                          Case{"fused", false, -1}}) {
+                          Case{"separate, compacted", true, 2}, Case{"fused", false, -1}}) {
       cuda::GpuStudentTuning tuning;
       tuning.separate_selection = k.separate ? 1 : 0;
-      tuning.select_keys_smem = k.keys_smem;
+      tuning.select_keys = k.keys;
       const std::string label = std::string(k.name) + (retrieval_only ? ", retrieval-only" : ", all heads");
       const Errors e = compare_with_cpu(m, options_of(DistillLoss::kLogits, retrieval_only), 700, 50, 41, label, tuning);
       EXPECT_EQ(e.set_mismatches, 0) << label;
@@ -387,6 +387,76 @@ TEST(CudaTrain, SiluMulFourElementsEqualsElementwise) {
       ASSERT_EQ(test::to_host(m_a), test::to_host(m_b)) << "n " << n << ", ff " << ff << (with_bias ? ", bias" : "");
       ASSERT_EQ(test::to_host(gu_a), test::to_host(gu_b)) << "n " << n << ", ff " << ff;
     }
+  }
+}
+
+// train_ops::select_rows on given keys, every keys mode (staged, in place, compacted, compacted
+// with a cap of 16 candidates: the fallback over the row), against a host top-k: {p} and the k - 1
+// largest of positions j < p, ties to the lower position, -0 tying +0. Rows of random values, of
+// few distinct values (ties at the threshold), and of signed zeros and negatives; a head whose
+// select_z is <= 0.5 copies its input set.
+TEST(CudaTrain, SelectRowsEveryModeGivesTheHostTopK) {
+  LY_REQUIRE_GPU();
+  const int n = 9, n_kv = 3, pos0 = 2900, n_cols = pos0 + n, ld = (n_cols + 3) / 4 * 4;
+  const int mask_words = (n_cols + 31) / 32;
+  const double keep = 0.3;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  std::vector<float> keys(size_t(n_kv) * n * ld, 0.0f);
+  for (int h = 0; h < n_kv; ++h)
+    for (int t = 0; t < n; ++t)
+      for (int j = 0; j < n_cols; ++j) {
+        float& x = keys[(size_t(h) * n + t) * ld + size_t(j)];
+        if (h == 0) x = nd(rng);
+        else if (h == 1) x = float(int(rng() % 5)) - 2.0f;          // five values: ties at the threshold
+        else x = (rng() % 3 == 0) ? ((rng() & 1) ? -0.0f : 0.0f) : -std::fabs(nd(rng));  // signed zeros, negatives
+      }
+  std::vector<uint32_t> mask_in(size_t(n_kv) * n * mask_words);
+  for (uint32_t& w : mask_in) w = uint32_t(rng());
+  const std::vector<float> z = {0.9f, 0.7f, 0.2f};  // head 2 keeps its input set
+
+  // The host's sets: bits of row (h, t).
+  std::vector<uint32_t> want(size_t(n_kv) * n * mask_words, 0u);
+  for (int h = 0; h < n_kv; ++h)
+    for (int t = 0; t < n; ++t) {
+      const int p = pos0 + t;
+      uint32_t* out = want.data() + (size_t(h) * n + t) * mask_words;
+      if (z[size_t(h)] <= 0.5f) {
+        for (int w = 0; w <= p / 32; ++w) out[w] = mask_in[(size_t(h) * n + t) * mask_words + size_t(w)];
+        continue;
+      }
+      const int k = std::max(1, int(std::ceil(keep * double(p + 1))));
+      std::vector<int> order(static_cast<size_t>(p));
+      for (int j = 0; j < p; ++j) order[size_t(j)] = j;
+      const float* row = keys.data() + (size_t(h) * n + t) * ld;
+      std::stable_sort(order.begin(), order.end(), [row](int a, int b) { return row[a] + 0.0f > row[b] + 0.0f; });
+      for (int i = 0; i < k - 1; ++i) out[order[size_t(i)] / 32] |= 1u << (order[size_t(i)] % 32);
+      out[p / 32] |= 1u << (p % 32);
+    }
+
+  const auto d_mask_in = test::to_device(mask_in);
+  const auto d_z = test::to_device(z);
+  struct Mode {
+    int keys, cap;
+  };
+  for (const Mode m : {Mode{1, 0}, Mode{0, 0}, Mode{2, 0}, Mode{2, 16}}) {
+    auto d_keys = test::to_device(keys);  // modes 0 and 1 overwrite it
+    cuda::DeviceBuffer<uint32_t> d_out(want.size());
+    LY_CUDA_CHECK(cudaMemset(d_out.data(), 0, d_out.bytes()));
+    cuda::train_ops::SelectRowsArgs a{};
+    a.keys = d_keys.data(), a.mask_in = d_mask_in.data(), a.mask_out = d_out.data(), a.mask_words = mask_words;
+    a.select_z = d_z.data(), a.keep_ratio = keep;
+    a.n = n, a.n_cols = n_cols, a.ld = ld, a.pos0 = pos0, a.n_kv_heads = n_kv;
+    a.keys_mode = m.keys, a.compact_cap = m.cap;
+    cuda::train_ops::select_rows(a, nullptr);
+    const std::vector<uint32_t> got = test::to_host(d_out);
+    for (int h = 0; h < n_kv; ++h)
+      for (int t = 0; t < n; ++t)
+        for (int w = 0; w <= (pos0 + t) / 32; ++w) {
+          const size_t i = (size_t(h) * n + t) * mask_words + size_t(w);
+          ASSERT_EQ(got[i], want[i]) << "keys mode " << m.keys << ", cap " << m.cap << ": head " << h << ", row " << t
+                                     << ", word " << w;
+        }
   }
 }
 

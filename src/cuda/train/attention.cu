@@ -67,37 +67,33 @@ __device__ __forceinline__ float4 add4(const float4 a, const float4 b) {
   return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
 
-// Writes the new set of one (h, t) row: {p} ∪ the `want` positions j < p with the largest
-// group-summed logit acc[j] (ties: lower position first), as bits into out[0 .. p / 32].
-// A radix select on order-preserving 32-bit keys (4 passes of 8 bits, warp-aggregated
-// shared-memory histograms) finds the threshold key τ and how many keys equal to τ to take;
-// those are taken in position order by a block-wide pass over the mask words.
-__device__ void select_top(float* acc, int p, int want, uint32_t* out) {
-  __shared__ uint32_t hist[256];
+// The rows' bits when the set is trivial: want == 0 (only p) or want >= p (every j <= p). Returns
+// whether it wrote them.
+__device__ bool select_trivial(int p, int want, uint32_t* out) {
+  if (want > 0 && want < p) return false;
+  const int n_words = p / 32 + 1;
+  const uint32_t own_bit = 1u << (p & 31);
+  for (int w = threadIdx.x; w < n_words; w += blockDim.x) {
+    uint32_t bits = 0;
+    if (want > 0) bits = w < p / 32 ? kFull : own_bit - 1u;
+    out[w] = bits | (w == p / 32 ? own_bit : 0u);
+  }
+  return true;
+}
+
+// Writes {p} ∪ {j < p: key(j) > τ} ∪ the first `take` positions with key(j) == τ (of `ties` such)
+// as bits into out[0 .. p / 32], by a block-wide pass over the mask words; key_of(j) gives the
+// order-preserving key of position j.
+template <typename KeyOf>
+__device__ void write_top_mask(int p, uint32_t tau, uint32_t take, uint32_t ties, uint32_t* out, KeyOf key_of) {
   __shared__ uint32_t warp_count[kFwdThreads / kWarp];
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp, n_warps = blockDim.x / kWarp;
   const int n_words = p / 32 + 1;
   const uint32_t own_bit = 1u << (p & 31);
-  if (want == 0 || want >= p) {  // only the current token, or every earlier one too
-    for (int w = tid; w < n_words; w += blockDim.x) {
-      uint32_t bits = 0;
-      if (want > 0) bits = w < p / 32 ? kFull : own_bit - 1u;
-      out[w] = bits | (w == p / 32 ? own_bit : 0u);
-    }
-    return;
-  }
-  uint32_t* keys = reinterpret_cast<uint32_t*>(acc);  // [p] in place of acc
-  for (int j = tid; j < p; j += blockDim.x) keys[j] = radix_key(acc[j] + 0.0f);  // + 0 turns −0 into +0: they tie
-  const auto key_at = [keys](int j, uint32_t& key) {
-    key = keys[j];
-    return true;
-  };
-  const RadixKth kth = radix_kth_largest<RadixCount::kWarpAggregated>(hist, p, uint32_t(want), key_at);
-  const uint32_t tau = kth.key, remaining = kth.take;  // take every key > τ and the first `remaining` == τ
-  if (remaining == kth.ties) {
+  if (take == ties) {
     for (int w = warp; w < n_words; w += n_warps) {
       const int j = 32 * w + lane;
-      const uint32_t bits = __ballot_sync(kFull, j < p && keys[j] >= tau);
+      const uint32_t bits = __ballot_sync(kFull, j < p && key_of(j) >= tau);
       if (lane == 0) out[w] = bits | (w == p / 32 ? own_bit : 0u);
     }
     return;
@@ -108,7 +104,7 @@ __device__ void select_top(float* acc, int p, int want, uint32_t* out) {
     uint32_t gt = 0, eq = 0;
     if (w < n_words) {
       const int j = 32 * w + lane;
-      const uint32_t key = j < p ? keys[j] : 0u;
+      const uint32_t key = j < p ? key_of(j) : 0u;
       gt = __ballot_sync(kFull, j < p && key > tau);
       eq = __ballot_sync(kFull, j < p && key == tau);
     }
@@ -120,17 +116,95 @@ __device__ void select_top(float* acc, int p, int want, uint32_t* out) {
       round += warp_count[i];
     }
     if (w < n_words && lane == 0) {
-      int allow = int(remaining) - int(before);
-      uint32_t take = 0, m = eq;
+      int allow = int(take) - int(before);
+      uint32_t bits = 0, m = eq;
       for (; allow > 0 && m != 0u; --allow) {
-        take |= m & (~m + 1u);  // lowest remaining position
+        bits |= m & (~m + 1u);  // lowest remaining position
         m &= m - 1u;
       }
-      out[w] = gt | take | (w == p / 32 ? own_bit : 0u);
+      out[w] = gt | bits | (w == p / 32 ? own_bit : 0u);
     }
     carry += round;
     __syncthreads();
   }
+}
+
+// Writes the new set of one (h, t) row: {p} ∪ the `want` positions j < p with the largest
+// group-summed logit acc[j] (ties: lower position first), as bits into out[0 .. p / 32].
+// A radix select on order-preserving 32-bit keys (4 passes of 8 bits, warp-aggregated
+// shared-memory histograms) finds the threshold key τ and how many keys equal to τ to take;
+// those are taken in position order by a block-wide pass over the mask words.
+__device__ void select_top(float* acc, int p, int want, uint32_t* out) {
+  __shared__ uint32_t hist[256];
+  if (select_trivial(p, want, out)) return;
+  uint32_t* keys = reinterpret_cast<uint32_t*>(acc);  // [p] in place of acc
+  for (int j = threadIdx.x; j < p; j += blockDim.x) keys[j] = radix_key(acc[j] + 0.0f);  // + 0 turns −0 into +0: they tie
+  const auto key_at = [keys](int j, uint32_t& key) {
+    key = keys[j];
+    return true;
+  };
+  const RadixKth kth = radix_kth_largest<RadixCount::kWarpAggregated>(hist, p, uint32_t(want), key_at);
+  write_top_mask(p, kth.key, kth.take, kth.ties, out, [keys](int j) { return keys[j]; });
+}
+
+// The same set from the row's values where they lie (global memory, read-only here), with the
+// radix passes after the first over the candidates alone: the first pass (the keys' top 8 bits)
+// leaves those of one bin, which, up to `cap` (<= kCompactCap) of them, are gathered into shared
+// memory, and the three passes that decide the rest count them there instead of visiting the row
+// again (past `cap` they visit the row). The k-th largest key does not depend on the candidates'
+// order, so τ, take and ties (and the set) are select_top's. Keys are formed on the fly: the row
+// is read three times (first pass, gathering, mask), against select_top's six in place (keys
+// written, four passes, mask).
+constexpr int kCompactCap = 8192;
+__device__ void select_top_compact(const float* row, int p, int want, int cap, uint32_t* out) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t cand[kCompactCap];
+  __shared__ uint32_t n_cand;
+  if (select_trivial(p, want, out)) return;
+  const auto key_of = [row](int j) { return radix_key(row[j] + 0.0f); };  // −0 and +0 tie
+  RadixPrefix px;
+  RadixBin<uint32_t> r{0u, uint32_t(want), 0u};
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0u;
+  if (threadIdx.x == 0) n_cand = 0u;
+  __syncthreads();
+  for (int i0 = 0; i0 < p; i0 += kUnroll * blockDim.x) {  // block-uniform: each warp stays whole
+    uint32_t key[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int i = i0 + k * int(blockDim.x) + int(threadIdx.x);
+      key[k] = i < p ? key_of(i) : 0u;
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int i = i0 + k * int(blockDim.x) + int(threadIdx.x);
+      radix_hist_add_warp(hist, i < p, px.digit(key[k]));
+    }
+  }
+  __syncthreads();
+  r = radix_find_bin(hist, r.rank);
+  px.descend(r.bin);
+  const bool compact = r.count <= uint32_t(cap);
+  if (compact) {
+    for (int i = threadIdx.x; i < p; i += blockDim.x) {
+      const uint32_t key = key_of(i);
+      if (px.matches(key)) cand[atomicAdd(&n_cand, 1u)] = key;
+    }
+  }
+  __syncthreads();
+  const int n = compact ? int(n_cand) : p;
+  while (px.shift >= 0) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0u;
+    __syncthreads();
+    for (int i0 = 0; i0 < n; i0 += blockDim.x) {
+      const int i = i0 + int(threadIdx.x);
+      const uint32_t key = i < n ? (compact ? cand[i] : key_of(i)) : 0u;
+      radix_hist_add_warp(hist, i < n && px.matches(key), px.digit(key));
+    }
+    __syncthreads();
+    r = radix_find_bin(hist, r.rank);
+    px.descend(r.bin);
+  }
+  write_top_mask(p, px.prefix, r.rank, r.count, out, key_of);
 }
 
 // Per query row g of the group: statistics of both softmaxes (and the group sum of the logits
@@ -237,9 +311,10 @@ __global__ void __launch_bounds__(kFwdThreads) attention_forward_kernel(AttnForw
 }
 
 // The selection apart from the rows (select_rows): one block per (target row t, KV head h), the
-// row's group sums read from keys (global scratch, overwritten) into shared memory when
-// kSmemKeys, else selected where they lie (L2 mostly).
-template <bool kSmemKeys>
+// row's group sums read from keys (global scratch): kMode 1 stages them in shared memory (dynamic)
+// and selects there, 0 selects where they lie (converting them in place), 2 where they lie,
+// read-only, with the later radix passes over the gathered candidates (select_top_compact).
+template <int kMode>
 __global__ void __launch_bounds__(kFwdThreads) select_rows_kernel(SelectRowsArgs a) {
   extern __shared__ float4 smem_keys[];
   const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
@@ -251,26 +326,30 @@ __global__ void __launch_bounds__(kFwdThreads) select_rows_kernel(SelectRowsArgs
     return;
   }
   float* row = a.keys + (size_t(h) * a.n + t) * a.ld;
-  if constexpr (kSmemKeys) {
+  const int k = max(1, int(ceil(a.keep_ratio * double(p + 1))));
+  if constexpr (kMode == 2) {
+    select_top_compact(row, p, k - 1, a.compact_cap > 0 ? min(a.compact_cap, kCompactCap) : kCompactCap, out);
+    return;
+  }
+  if constexpr (kMode == 1) {
     const float4* src = reinterpret_cast<const float4*>(row);  // ld is a multiple of 4
     const int n4 = (p + 3) / 4, step = kUnroll * blockDim.x;
     for (int i0 = tid; i0 < n4; i0 += step) {
       float4 v[kUnroll];
 #pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        const int i = i0 + k * blockDim.x;
-        if (i < n4) v[k] = src[i];
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = i0 + u * blockDim.x;
+        if (i < n4) v[u] = src[i];
       }
 #pragma unroll
-      for (int k = 0; k < kUnroll; ++k) {
-        const int i = i0 + k * blockDim.x;
-        if (i < n4) smem_keys[i] = v[k];
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = i0 + u * blockDim.x;
+        if (i < n4) smem_keys[i] = v[u];
       }
     }
     __syncthreads();
     row = reinterpret_cast<float*>(smem_keys);
   }
-  const int k = max(1, int(ceil(a.keep_ratio * double(p + 1))));
   select_top(row, p, k - 1, out);
 }
 
@@ -427,19 +506,23 @@ void attention_forward_rows(const AttnForwardArgs& a, cudaStream_t s) {
 size_t select_rows_smem_bytes(int n_cols) { return sizeof(float) * ((size_t(n_cols) + 3) / 4 * 4); }
 
 void select_rows(const SelectRowsArgs& a, cudaStream_t s) {
-  // Chosen: shared memory for the keys where two blocks of them fit an SM (the row is then read
-  // from memory once and the radix passes stay on chip); past that the passes read the row where
-  // it lies, with more blocks resident to overlap them.
+  // Chosen (keys_mode -1): shared memory for the keys where two blocks of them fit an SM (the row is
+  // then read from memory once and the radix passes stay on chip); past that in place, with more
+  // blocks resident to overlap them.
   const size_t smem = select_rows_smem_bytes(a.n_cols);
-  const size_t limit = max_dynamic_smem(select_rows_kernel<true>);
-  const bool in_smem = smem <= limit && (a.keys_in_smem >= 0 ? a.keys_in_smem == 1
-                                                             : 2 * smem <= device_info().smem_per_sm);
-  if (in_smem) {
+  const size_t limit = max_dynamic_smem(select_rows_kernel<1>);
+  int mode = a.keys_mode;
+  if (mode < 0) mode = 2 * smem <= device_info().smem_per_sm ? 1 : 0;
+  if (mode == 1 && smem > limit) mode = 0;
+  const dim3 grid(unsigned(a.n), unsigned(a.n_kv_heads));
+  if (mode == 1) {
     static uint64_t configured = 0;
-    if (smem > 48 * 1024) allow_full_smem(select_rows_kernel<true>, configured);
-    select_rows_kernel<true><<<dim3(a.n, a.n_kv_heads), kFwdThreads, smem, s>>>(a);
+    if (smem > 48 * 1024) allow_full_smem(select_rows_kernel<1>, configured);
+    select_rows_kernel<1><<<grid, kFwdThreads, smem, s>>>(a);
+  } else if (mode == 2) {
+    select_rows_kernel<2><<<grid, kFwdThreads, 0, s>>>(a);
   } else {
-    select_rows_kernel<false><<<dim3(a.n, a.n_kv_heads), kFwdThreads, 0, s>>>(a);
+    select_rows_kernel<0><<<grid, kFwdThreads, 0, s>>>(a);
   }
   LY_CUDA_CHECK_LAUNCH();
 }

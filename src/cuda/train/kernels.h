@@ -124,7 +124,7 @@ size_t attention_forward_smem_limit();
 // q̄_h · k_j with q̄_h = Σ_g q_{h·group+g} (group_sum_queries, then one product per KV head)
 // rather than Σ_g of the rows' logits: one product instead of a group of passes over the rows,
 // and the rows kernel without the selection's shared memory (more blocks resident) and without
-// its radix passes on the critical path. keys is overwritten. Rows of a head with
+// its radix passes on the critical path. keys may be overwritten. Rows of a head with
 // select_z[h] <= 0.5 (select_z not null) copy their mask_in row, as in attention_forward_rows.
 struct SelectRowsArgs {
   float* keys;               // [n_kv_heads][n][ld]
@@ -134,7 +134,11 @@ struct SelectRowsArgs {
   const float* select_z;     // [n_kv_heads] or null
   double keep_ratio;
   int n, n_cols, ld, pos0, n_kv_heads;
-  int keys_in_smem = -1;     // 1: the row staged in shared memory, 0: read where it lies, -1: chosen
+  // Where the radix passes find the keys: 1 a row staged in shared memory, 0 the row where it
+  // lies, 2 the row where it lies for the first pass and the candidates gathered into shared
+  // memory for the rest; -1 chosen (1 where two blocks fit an SM, else 0).
+  int keys_mode = -1;
+  int compact_cap = 0;       // keys_mode 2: the most candidates gathered (0: 8192; fewer: the tests' fallback)
 };
 void select_rows(const SelectRowsArgs& a, cudaStream_t s);
 // qbar[t][h · head_dim + d] = Σ_g q[t][(h · group + g) · head_dim + d] (rows of ld_q floats).

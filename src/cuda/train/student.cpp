@@ -147,7 +147,7 @@ void GpuStudent::Impl::student_layer_forward(int l) {
     sa.keys = keys, sa.mask_in = fa.mask_in, sa.mask_out = fa.mask_out, sa.mask_words = mask_words;
     sa.select_z = fa.select_z, sa.keep_ratio = opt.keep_ratio;
     sa.n = T, sa.n_cols = n_cols, sa.ld = ld, sa.pos0 = L, sa.n_kv_heads = n_kv;
-    sa.keys_in_smem = tuning.select_keys_smem;
+    sa.keys_mode = tuning.select_keys;
     ops::select_rows(sa, stream);
     mark(l, "student: select (q̄·Kᵀ GEMM, top-k)");
     fa.mask_out = nullptr, fa.select_z = nullptr, fa.select_keys = nullptr;  // the rows alone

@@ -78,9 +78,10 @@ struct GpuStudentTuning {
   // forward 463 -> 400 ms; at 8K + 1K and on the default model (7292 + 900) the fused kernel was
   // 1-3% faster (136 against 139 ms, 25.6 against 26.3 ms), so auto keeps it there.
   int separate_selection = -1;
-  // Its keys staged in shared memory (1), read from the scratch where they lie (0), or chosen by
-  // the row's length (-1; train_ops::select_rows).
-  int select_keys_smem = -1;
+  // Its keys staged in shared memory (1), read from the scratch where they lie (0), read there for
+  // the first radix pass and the candidates gathered for the rest (2), or chosen by the row's length
+  // (-1; train_ops::SelectRowsArgs::keys_mode).
+  int select_keys = -1;
   // >= 0: CUDA events around the ops of this layer in teacher() and student() (a few µs of
   // overhead), reported in GpuStudentTimes::layer_ops.
   int profile_layer = -1;
