@@ -229,7 +229,8 @@ TEST(CudaTrain, SeparateAndFusedSelectionMatchTheCpuOracle) {
       tuning.separate_selection = k.separate ? 1 : 0;
       tuning.select_keys = k.keys;
       const std::string label = std::string(k.name) + (retrieval_only ? ", retrieval-only" : ", all heads");
-      const Errors e = compare_with_cpu(m, options_of(DistillLoss::kLogits, retrieval_only), 700, 50, 41, label, tuning);
+      const Errors e =
+          compare_with_cpu(m, options_of(DistillLoss::kLogits, retrieval_only), 700, 50, 41, label, tuning);
       EXPECT_EQ(e.set_mismatches, 0) << label;
       // The sets themselves, every layer, against the first case's.
       StudentOptions o = options_of(DistillLoss::kLogits, retrieval_only);
