@@ -461,6 +461,17 @@ TEST(CudaTrain, SelectRowsEveryModeGivesTheHostTopK) {
   }
 }
 
+// Samples too long for the device: the student's rows (heads x targets x context floats, here
+// terabytes) do not fit, and the error says so and what to cut instead of naming a cudaMalloc.
+TEST(CudaTrain, OutOfMemoryNamesWhatToCut) {
+  LY_REQUIRE_GPU();
+  static const Model m = random_model("long_context", 2, 64, 2, 1, 32, 128, 300, 1 << 20, 9);
+  expect_error([&] { cuda::GpuStudent(m.config, m.weights, StudentOptions{}, 1 << 19, 1 << 18); },
+               ErrorCode::kCapacity, "out of memory", "fewer targets per sample or shorter samples", "524288 tokens");
+  // The device is usable afterwards.
+  cuda::GpuStudent ok(m.config, m.weights, StudentOptions{}, 64, 8);
+}
+
 TEST(CudaTrain, InputErrors) {
   LY_REQUIRE_GPU();
   const Model& m = medium_model();

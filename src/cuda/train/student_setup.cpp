@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <string_view>
 #include <utility>
 
 #include "cuda/train/student_impl.h"
@@ -141,6 +142,8 @@ GpuStudent::Impl::Impl(const ModelConfig& config, const WeightSource& ws, const 
            "this GPU allows {} KiB", max_context, sel_smem >> 10, smem_limit >> 10);
 
   LY_CUDA_CHECK(cudaGetDevice(&device));
+  size_t free_before = 0, total_memory = 0;
+  LY_CUDA_CHECK(cudaMemGetInfo(&free_before, &total_memory));
   LY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (cudaEvent_t& e : ev) LY_CUDA_CHECK(cudaEventCreate(&e));
   if (tuning.profile_layer >= 0)
@@ -154,7 +157,21 @@ GpuStudent::Impl::Impl(const ModelConfig& config, const WeightSource& ws, const 
   try {
     upload_weights(ws);
     allocate();
-  } catch (...) {  // a missing weight or no memory: the destructor of a half-built Impl never runs
+  } catch (const Error& e) {  // a missing weight or no memory: the destructor of a half-built Impl never runs
+    release();
+    // Out of memory says what grows and what to cut, not only which cudaMalloc failed.
+    const bool no_memory = e.code() == ErrorCode::kCuda &&
+                           std::string_view(e.what()).find("cudaErrorMemoryAllocation") != std::string_view::npos;
+    if (no_memory)
+      fail(ErrorCode::kCapacity,
+           "GpuStudent: out of memory on GPU {} ({:.1f} of {:.1f} GiB free before it) for samples of up to {} tokens "
+           "with up to {} targets: the fp32 weights take {:.1f} GiB and the student's rows grow with context x "
+           "targets; use fewer targets per sample or shorter samples (train-heads: --passkeys, --passkey-words, "
+           "--max-len) or a GPU with more memory",
+           device, double(free_before) / double(1ull << 30), double(total_memory) / double(1ull << 30), max_context,
+           max_targets, double(c.n_params()) * 4.0 / double(1ull << 30));
+    throw;
+  } catch (...) {
     release();
     throw;
   }
