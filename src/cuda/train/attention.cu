@@ -329,28 +329,28 @@ __global__ void __launch_bounds__(kFwdThreads) select_rows_kernel(SelectRowsArgs
   const int k = max(1, int(ceil(a.keep_ratio * double(p + 1))));
   if constexpr (kMode == 2) {
     select_top_compact(row, p, k - 1, a.compact_cap > 0 ? min(a.compact_cap, kCompactCap) : kCompactCap, out);
-    return;
-  }
-  if constexpr (kMode == 1) {
-    const float4* src = reinterpret_cast<const float4*>(row);  // ld is a multiple of 4
-    const int n4 = (p + 3) / 4, step = kUnroll * blockDim.x;
-    for (int i0 = tid; i0 < n4; i0 += step) {
-      float4 v[kUnroll];
+  } else {
+    if constexpr (kMode == 1) {
+      const float4* src = reinterpret_cast<const float4*>(row);  // ld is a multiple of 4
+      const int n4 = (p + 3) / 4, step = kUnroll * blockDim.x;
+      for (int i0 = tid; i0 < n4; i0 += step) {
+        float4 v[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = i0 + u * blockDim.x;
-        if (i < n4) v[u] = src[i];
-      }
+        for (int u = 0; u < kUnroll; ++u) {
+          const int i = i0 + u * blockDim.x;
+          if (i < n4) v[u] = src[i];
+        }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = i0 + u * blockDim.x;
-        if (i < n4) smem_keys[i] = v[u];
+        for (int u = 0; u < kUnroll; ++u) {
+          const int i = i0 + u * blockDim.x;
+          if (i < n4) smem_keys[i] = v[u];
+        }
       }
+      __syncthreads();
+      row = reinterpret_cast<float*>(smem_keys);
     }
-    __syncthreads();
-    row = reinterpret_cast<float*>(smem_keys);
+    select_top(row, p, k - 1, out);
   }
-  select_top(row, p, k - 1, out);
 }
 
 // qbar[t][h][:] = Σ_g q[t][(h·group + g)][:] (the group's query rows summed in g order).
