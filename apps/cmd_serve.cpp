@@ -224,7 +224,10 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--max-queue", args->max_queue, "Requests waiting for admission; more get 503")
       ->check(non_negative_int())->group(g);
   cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt token-equivalents prefilled per scheduler step")
-      ->default_str("512 CPU, 2048 GPU")->check(positive_int())->group(g);
+      ->default_str(fmt::format("{} CPU, {} GPU", server::default_prefill_chunk("cpu"),
+                                server::default_prefill_chunk("cuda")))
+      ->check(positive_int())
+      ->group(g);
   cmd->add_option("--prefix-cache", args->prefix_cache, "KV tokens kept for reuse by prompts with the same start (0 = off)")
       ->default_str("half the pool")->check(CLI::Range(int64_t(-1), int64_t(1) << 40))->group(g);
   cmd->add_option("--drain-seconds,--drain-timeout", args->drain_seconds,
