@@ -85,6 +85,10 @@ void register_train(CLI::App& app) {
                   "CUDA: the context prefill in tf32 or bf16 (bf16 products, cuDNN attention); auto: bf16 from 1B "
                   "parameters")
       ->check(CLI::IsMember({"auto", "tf32", "bf16"}));
+  cmd->add_option("--teacher-attention", args->teacher_attention,
+                  "CUDA: the teacher's attention in tf32 (as the student's dense rows) or bf16 (cuDNN; faster at "
+                  "long samples, all gates 1 then differ from the teacher by bf16's rounding)")
+      ->check(CLI::IsMember({"tf32", "bf16"}));
   cmd->add_option("--data-parallel", args->data_parallel,
                   "Samples per step, one per rank (GPU); the mean of their gradients")
       ->check(positive_int());

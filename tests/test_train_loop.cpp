@@ -337,6 +337,25 @@ TEST(TrainLoop, PrefillAutoIsBf16FromOneBillionParameters) {
                      "expected auto, tf32 or bf16");
 }
 
+// --teacher-attention (train/train_heads.h): tf32 anywhere, bf16 only with TF32 on and on the GPU;
+// other values fail naming the option, and the CLI refuses bf16 on the CPU before any work.
+TEST(TrainLoop, TeacherAttentionBf16NeedsTf32AndTheGpu) {
+  EXPECT_NO_THROW(train::check_teacher_attention("tf32", true, "cpu"));
+  EXPECT_NO_THROW(train::check_teacher_attention("tf32", false, "cuda"));
+  EXPECT_NO_THROW(train::check_teacher_attention("bf16", true, "cuda"));
+  test::expect_error([&] { train::check_teacher_attention("bf16", false, "cuda"); }, ErrorCode::kInvalidArgument,
+                     "--teacher-attention bf16", "--no-tf32");
+  test::expect_error([&] { train::check_teacher_attention("bf16", true, "cpu"); }, ErrorCode::kInvalidArgument,
+                     "--teacher-attention bf16", "--device cuda");
+  test::expect_error([&] { train::check_teacher_attention("fp8", true, "cuda"); }, ErrorCode::kInvalidArgument,
+                     "--teacher-attention 'fp8'", "expected tf32 or bf16");
+  const std::string model = test::golden_dir() + "/models/llama_tied_f32";
+  const auto r = test::run_cli("train-heads -m " + model + " --device cpu --steps 2 --teacher-attention bf16 -o " +
+                               fresh_dir("train_teacher_bf16") + "/out");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--teacher-attention bf16"), std::string::npos) << r.output;
+}
+
 TEST(TrainLoop, CliTrainsHeadsOnATinyCheckpoint) {
   const std::string base = fresh_dir("train_cli");
   const std::string model = test::golden_dir() + "/models/llama_tied_f32";

@@ -469,7 +469,8 @@ def train_heads(model: Union[str, os.PathLike, None] = None, *, device: str = "a
 
     Further options by the CLI's names with underscores: gate, data, haystack, propagate, loss,
     decision, min_len, max_len, passkeys, passkey_words, lr, lambda_lr, lambda_init, keep_ratio,
-    seed, resume, log_every, checkpoint_every, tf32, stop_after, prefill, data_parallel, gpus.
+    seed, resume, log_every, checkpoint_every, tf32, stop_after, prefill, teacher_attention,
+    data_parallel, gpus.
     progress gets each progress line.
     Returns a dict with "roles" (HeadRoles), "out_dir", "final_loss", "steps_run", ...
     """

@@ -150,6 +150,7 @@ void bind_roles(nb::module_& m) {
       .def_rw("tf32", &TrainHeadsConfig::tf32)
       .def_rw("stop_after", &TrainHeadsConfig::stop_after)
       .def_rw("prefill", &TrainHeadsConfig::prefill)
+      .def_rw("teacher_attention", &TrainHeadsConfig::teacher_attention)
       .def_rw("data_parallel", &TrainHeadsConfig::data_parallel)
       .def_rw("gpus", &TrainHeadsConfig::gpus);
 

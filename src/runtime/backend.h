@@ -98,7 +98,8 @@ std::unique_ptr<train::Student> make_gpu_student(const ModelConfig& c, const Hos
 // sum is the host's exactly (null with one device: the trainer's host sum). The type is
 // train::GradientReduce (train/trainer.h) spelled out: grads[r] [n_params] in, the sum in each out.
 // prefill_bf16: the bf16 context prefill, GpuStudentTuning::prefill_bf16 and prefill_cudnn
-// (cuda/train/student.h). Error(kInvalidArgument)
+// (cuda/train/student.h); teacher_bf16: the teacher's attention on cuDNN too (teacher_cudnn).
+// Error(kInvalidArgument)
 // naming a device that does not exist; kUnsupported without CUDA.
 struct GpuStudentRanks {
   std::vector<std::unique_ptr<train::Student>> students;  // one per distinct device
@@ -107,7 +108,8 @@ struct GpuStudentRanks {
 };
 GpuStudentRanks make_gpu_student_ranks(const ModelConfig& c, const HostWeights& w,
                                        const train::StudentOptions& options, int max_context, int max_targets,
-                                       std::span<const int> rank_devices, bool prefill_bf16);
+                                       std::span<const int> rank_devices, bool prefill_bf16,
+                                       bool teacher_bf16 = false);
 
 // The CPU reference backend (cpu_backend.cpp).
 std::unique_ptr<Backend> make_cpu_backend(const Checkpoint& ck, WeightFormat weights = WeightFormat::kF32,

@@ -85,11 +85,14 @@ std::unique_ptr<train::Student> make_gpu_student(const ModelConfig& c, const Hos
 
 GpuStudentRanks make_gpu_student_ranks(const ModelConfig& c, const HostWeights& w,
                                        const train::StudentOptions& options, int max_context, int max_targets,
-                                       std::span<const int> rank_devices, bool prefill_bf16) {
+                                       std::span<const int> rank_devices, bool prefill_bf16,
+                                       bool teacher_bf16) {
 #ifdef LYCHEE_HAS_CUDA
-  return make_cuda_student_ranks(c, w, options, max_context, max_targets, rank_devices, prefill_bf16);
+  return make_cuda_student_ranks(c, w, options, max_context, max_targets, rank_devices, prefill_bf16,
+                                 teacher_bf16);
 #else
   (void)c, (void)w, (void)options, (void)max_context, (void)max_targets, (void)rank_devices, (void)prefill_bf16;
+  (void)teacher_bf16;
   fail(ErrorCode::kUnsupported, "--device cuda: {}", cuda_device_status());
 #endif
 }

@@ -24,6 +24,7 @@ std::unique_ptr<train::Student> make_cuda_student(const ModelConfig& c, const Ho
                                                   int max_targets);
 GpuStudentRanks make_cuda_student_ranks(const ModelConfig& c, const HostWeights& w,
                                         const train::StudentOptions& options, int max_context, int max_targets,
-                                        std::span<const int> rank_devices, bool prefill_bf16);
+                                        std::span<const int> rank_devices, bool prefill_bf16,
+                                        bool teacher_bf16);
 
 }  // namespace lychee

@@ -105,7 +105,8 @@ class NcclGateGradients {
 
 GpuStudentRanks make_cuda_student_ranks(const ModelConfig& c, const HostWeights& w,
                                         const train::StudentOptions& options, int max_context, int max_targets,
-                                        std::span<const int> rank_devices, bool prefill_bf16) {
+                                        std::span<const int> rank_devices, bool prefill_bf16,
+                                        bool teacher_bf16) {
   LY_CHECK(!rank_devices.empty(), ErrorCode::kInvalidArgument, "--gpus: no device");
   int n_devices = 0;
   LY_CUDA_CHECK(cudaGetDeviceCount(&n_devices));
@@ -120,6 +121,7 @@ GpuStudentRanks make_cuda_student_ranks(const ModelConfig& c, const HostWeights&
   }
   cuda::GpuStudentTuning tuning;
   tuning.prefill_bf16 = tuning.prefill_cudnn = prefill_bf16;  // bf16 products and cuDNN's attention
+  tuning.teacher_cudnn = teacher_bf16;
   // The uploads of the devices overlap (each reads the same host weights).
   std::vector<std::future<std::unique_ptr<train::Student>>> built;
   for (int dev : devices)

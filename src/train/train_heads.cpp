@@ -55,7 +55,8 @@ RankStudents make_students(const TrainHeadsConfig& a, const std::string& device,
   if (device == "cuda") {
     const std::vector<int> devs = rank_devices(a.gpus, a.data_parallel);
     GpuStudentRanks g = make_gpu_student_ranks(c, w, so, max_context, max_targets, devs,
-                                               resolve_prefill(a.prefill, c, a.tf32) == "bf16");
+                                               resolve_prefill(a.prefill, c, a.tf32) == "bf16",
+                                               a.teacher_attention == "bf16");
     out.owned = std::move(g.students);
     out.ranks = std::move(g.ranks);
     out.reduce = std::move(g.reduce);
@@ -78,6 +79,16 @@ std::string resolve_prefill(const std::string& prefill, const ModelConfig& c, bo
   return tf32 && c.n_params() >= kBf16PrefillParams ? "bf16" : "tf32";
 }
 
+void check_teacher_attention(const std::string& teacher_attention, bool tf32, const std::string& device) {
+  LY_CHECK(teacher_attention == "tf32" || teacher_attention == "bf16", ErrorCode::kInvalidArgument,
+           "--teacher-attention '{}': expected tf32 or bf16", teacher_attention);
+  if (teacher_attention != "bf16") return;
+  LY_CHECK(tf32, ErrorCode::kInvalidArgument,
+           "--teacher-attention bf16 rounds the teacher's attention to bf16; --no-tf32 asks for exact fp32 (drop one)");
+  LY_CHECK(device == "cuda", ErrorCode::kInvalidArgument,
+           "--teacher-attention bf16 runs cuDNN's attention on the GPU; this run is on the {} (--device cuda)", device);
+}
+
 TrainHeadsRun train_heads(const TrainHeadsConfig& a, const TrainProgress& progress) {
   const Checkpoint ck = open_checkpoint(a.model);
   const ModelConfig& c = ck.config();
@@ -97,6 +108,7 @@ TrainHeadsRun train_heads(const TrainHeadsConfig& a, const TrainProgress& progre
   LY_CHECK(a.data_parallel >= 1, ErrorCode::kInvalidArgument, "--data-parallel must be >= 1, got {}",
            a.data_parallel);
   const std::string prefill = resolve_prefill(a.prefill, c, a.tf32);  // checks the value before any work
+  check_teacher_attention(a.teacher_attention, a.tf32, run.device);
   o.steps = a.steps;
   o.lr = a.lr;
   o.lambda_lr = a.lambda_lr;

@@ -32,6 +32,7 @@ struct TrainHeadsConfig {
   int stop_after = 0;              // > 0: checkpoint and stop after this step (--resume continues)
   bool tf32 = true;                // CUDA: TF32 tensor cores for the fp32 products
   std::string prefill = "auto";    // CUDA: the context prefill in tf32, bf16 or auto (resolve_prefill)
+  std::string teacher_attention = "tf32";  // CUDA: the teacher's attention in tf32 or bf16 (check_teacher_attention)
   int data_parallel = 1;           // ranks: samples per step, one per GPU (docs/trainer.md, "Data parallel")
   std::string gpus;                // CUDA: rank r's device, comma-separated ("" = 0, 1, ..., ranks − 1)
 };
@@ -52,6 +53,13 @@ struct TrainHeadsRun {
 // fp32). Error(kInvalidArgument) for another value, or bf16 with tf32 off.
 constexpr int64_t kBf16PrefillParams = 1'000'000'000;
 std::string resolve_prefill(const std::string& prefill, const ModelConfig& c, bool tf32);
+
+// `--teacher-attention`: "tf32" (the default: the TF32 flash kernel, as the student's dense rows)
+// or "bf16" (cuDNN's SDPA in bf16, GpuStudentTuning::teacher_cudnn: 0.18 s less per step at 32K +
+// 1K on the 8B shape, 54 ms at 8K, H200; the student's dense rows stay TF32, so all gates 1 give
+// bf16's rounding of the teacher's attention as the loss instead of ~0). Error(kInvalidArgument)
+// for another value, bf16 with tf32 off, or bf16 off the GPU (device: the resolved one).
+void check_teacher_attention(const std::string& teacher_attention, bool tf32, const std::string& device);
 
 // Runs the training; progress lines (the run's description first, then the trainer's) go to
 // `progress`. Error(kInvalidArgument) naming the option when a value does not fit the model.

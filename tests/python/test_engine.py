@@ -283,6 +283,9 @@ def test_train_heads_on_the_cpu(tmp_path):
     assert roles == result["roles"]
     with pytest.raises(TypeError, match="unexpected keyword argument 'stepz'"):
         lychee.train_heads(device="cpu", stepz=3)
+    # The teacher's attention in bf16 is the GPU's (cuDNN): refused on the CPU, naming the option.
+    with pytest.raises(lychee.Error, match="--teacher-attention bf16"):
+        lychee.train_heads(device="cpu", steps=1, teacher_attention="bf16", out=tmp_path / "bf16")
 
 
 # --- errors -------------------------------------------------------------------------------------
