@@ -148,13 +148,13 @@ __device__ void select_top(float* acc, int p, int want, uint32_t* out) {
 }
 
 // The same set from the row's values where they lie (global memory, read-only here), with the
-// radix passes after the first over the candidates alone: the first pass (the keys' top 8 bits)
-// leaves those of one bin, which, up to `cap` (<= kCompactCap) of them, are gathered into shared
-// memory, and the three passes that decide the rest count them there instead of visiting the row
-// again (past `cap` they visit the row). The k-th largest key does not depend on the candidates'
-// order, so τ, take and ties (and the set) are select_top's. Keys are formed on the fly: the row
-// is read three times (first pass, gathering, mask), against select_top's six in place (keys
-// written, four passes, mask).
+// radix select after its first pass over the candidates alone: the first pass (the keys' top 8
+// bits) leaves those of one bin, which, up to `cap` (<= kCompactCap) of them, are gathered into
+// shared memory, and radix_kth_largest finds the rank still wanted among them there instead of
+// visiting the row again (past `cap` it runs over the row). The k-th largest key does not depend
+// on the candidates' order, so τ, take and ties (and the set) are select_top's. Keys are formed
+// on the fly: the row is read three times (first pass, gathering, mask), against select_top's six
+// in place (keys written, four passes, mask).
 constexpr int kCompactCap = 8192;
 __device__ void select_top_compact(const float* row, int p, int want, int cap, uint32_t* out) {
   __shared__ uint32_t hist[256];
@@ -163,7 +163,6 @@ __device__ void select_top_compact(const float* row, int p, int want, int cap, u
   if (select_trivial(p, want, out)) return;
   const auto key_of = [row](int j) { return radix_key(row[j] + 0.0f); };  // −0 and +0 tie
   RadixPrefix px;
-  RadixBin<uint32_t> r{0u, uint32_t(want), 0u};
   for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0u;
   if (threadIdx.x == 0) n_cand = 0u;
   __syncthreads();
@@ -181,30 +180,27 @@ __device__ void select_top_compact(const float* row, int p, int want, int cap, u
     }
   }
   __syncthreads();
-  r = radix_find_bin(hist, r.rank);
-  px.descend(r.bin);
-  const bool compact = r.count <= uint32_t(cap);
+  const RadixBin<uint32_t> first = radix_find_bin(hist, uint32_t(want));
+  px.descend(first.bin);
+  const bool compact = first.count <= uint32_t(cap);
   if (compact) {
     for (int i = threadIdx.x; i < p; i += blockDim.x) {
       const uint32_t key = key_of(i);
       if (px.matches(key)) cand[atomicAdd(&n_cand, 1u)] = key;
     }
   }
-  __syncthreads();
-  const int n = compact ? int(n_cand) : p;
-  while (px.shift >= 0) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0u;
-    __syncthreads();
-    for (int i0 = 0; i0 < n; i0 += blockDim.x) {
-      const int i = i0 + int(threadIdx.x);
-      const uint32_t key = i < n ? (compact ? cand[i] : key_of(i)) : 0u;
-      radix_hist_add_warp(hist, i < n && px.matches(key), px.digit(key));
-    }
-    __syncthreads();
-    r = radix_find_bin(hist, r.rank);
-    px.descend(r.bin);
-  }
-  write_top_mask(p, px.prefix, r.rank, r.count, out, key_of);
+  __syncthreads();  // the candidates, and radix_find_bin's broadcast slot free for the next call
+  const RadixKth kth =
+      compact ? radix_kth_largest<RadixCount::kWarpAggregated>(hist, int(n_cand), first.rank,
+                                                                [](int i, uint32_t& key) {
+                                                                  key = cand[i];
+                                                                  return true;
+                                                                })
+              : radix_kth_largest<RadixCount::kWarpAggregated>(hist, p, uint32_t(want), [&](int i, uint32_t& key) {
+                  key = key_of(i);
+                  return true;
+                });
+  write_top_mask(p, kth.key, kth.take, kth.ties, out, key_of);
 }
 
 // Per query row g of the group: statistics of both softmaxes (and the group sum of the logits
@@ -503,13 +499,11 @@ void attention_forward_rows(const AttnForwardArgs& a, cudaStream_t s) {
   LY_CUDA_CHECK_LAUNCH();
 }
 
-size_t select_rows_smem_bytes(int n_cols) { return sizeof(float) * ((size_t(n_cols) + 3) / 4 * 4); }
-
 void select_rows(const SelectRowsArgs& a, cudaStream_t s) {
   // Chosen (keys_mode -1): shared memory for the keys where two blocks of them fit an SM (the row is
   // then read from memory once and the radix passes stay on chip); past that in place, with more
   // blocks resident to overlap them.
-  const size_t smem = select_rows_smem_bytes(a.n_cols);
+  const size_t smem = attention_forward_smem_bytes(a.n_cols, 0, true);  // a row of keys, 16-byte padded
   const size_t limit = max_dynamic_smem(select_rows_kernel<1>);
   int mode = a.keys_mode;
   if (mode < 0) mode = 2 * smem <= device_info().smem_per_sm ? 1 : 0;
